@@ -1,0 +1,84 @@
+"""The docs preview: every notebook becomes a page, pages load in a real headless browser without JavaScript
+errors, and every plotly figure draws (skipped when Debian's chromium is absent)."""
+import json, os, re, shutil, subprocess
+from pathlib import Path
+
+import pytest
+
+from hierbench.docs import build_docs_preview, check_docs, localize_scripts, sanitize_proc_notebook
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+def _expected_pages():
+    nbs = ROOT / "nbs"
+    return [p for p in nbs.rglob("*.ipynb") if not any(s.startswith(("_", ".")) for s in p.relative_to(nbs).parts)]
+
+
+@pytest.fixture(scope="module")
+def docs_dir(tmp_path_factory):
+    "A built preview: `HIERBENCH_DOCS_DIR` when CI has just built one, else a fresh build."
+    given = os.environ.get("HIERBENCH_DOCS_DIR")
+    if given and (Path(given) / "index.html").exists(): return Path(given)
+    out = tmp_path_factory.mktemp("docs")
+    build_docs_preview(ROOT, out=out)
+    return out
+
+
+def test_every_notebook_has_a_page(docs_dir):
+    pages = sorted(p.name for p in docs_dir.glob("*.html"))
+    assert "index.html" in pages
+    assert len(pages) == len(_expected_pages()), (pages, [p.name for p in _expected_pages()])
+    assert check_docs(docs_dir, pages) == []
+    index = (docs_dir / "index.html").read_text()
+    for p in pages: assert f'href="{p}"' in index, f"index does not link {p}"
+
+
+def test_sanitized_notebook_is_valid_and_tags_directives():
+    raw = {"cells": [{"cell_type": "code", "id": "x", "metadata": {"execution": {"total": 0.5}}, "has_sd": True,
+                      "source": ["#| hide\n", "secret()"], "outputs": [], "execution_count": 1}],
+           "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    nb = sanitize_proc_notebook(raw)
+    assert nb.cells[0].metadata["tags"] == ["remove_cell"] and "has_sd" not in nb.cells[0]
+
+
+def test_localize_scripts_leaves_no_remote_script():
+    page = '<head></head><script src="https://cdn.plot.ly/plotly-9.9.9.min.js"></script><script type="module">import "https://cdn.plot.ly/plotly-9.9.9.min"</script>'
+    out = localize_scripts(page)
+    assert "https://" not in out and out.count("plotly.min.js") == 1
+
+
+_PROBE = """<script>
+window.__hbErrors = [];
+window.addEventListener('error', e => window.__hbErrors.push(String(e.message || e)));
+window.addEventListener('unhandledrejection', e => window.__hbErrors.push('unhandled: ' + String(e.reason)));
+window.addEventListener('load', () => setTimeout(() => {
+  const figs = document.querySelectorAll('.plotly-graph-div');
+  const drawn = Array.from(figs).filter(d => d.querySelector('.main-svg')).length;
+  const m = document.createElement('pre'); m.id = 'hb-probe';
+  m.textContent = JSON.stringify({errors: window.__hbErrors, figures: figs.length, drawn: drawn});
+  document.body.appendChild(m);
+}, 1500));
+</script>"""
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no chromium on this machine (apt-get install chromium)")
+def test_pages_load_in_headless_chromium(docs_dir, tmp_path):
+    site = tmp_path / "site"
+    shutil.copytree(docs_dir, site)
+    failures = []
+    for page in sorted(site.glob("*.html")):
+        text = page.read_text()
+        page.write_text(re.sub(r"(<head[^>]*>)", lambda m: m.group(1) + _PROBE, text, count=1))
+        res = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--allow-file-access-from-files",
+                              "--virtual-time-budget=15000", "--dump-dom", page.as_uri()],
+                             capture_output=True, text=True, timeout=120)
+        m = re.search(r'<pre id="hb-probe">(.*?)</pre>', res.stdout, re.S)
+        if not m: failures.append(f"{page.name}: page did not finish loading ({res.stderr[-300:]})"); continue
+        import html as _html
+        probe = json.loads(_html.unescape(m.group(1)))
+        if probe["errors"]: failures.append(f"{page.name}: JavaScript errors {probe['errors']}")
+        if probe["drawn"] != probe["figures"]:
+            failures.append(f"{page.name}: {probe['figures'] - probe['drawn']} of {probe['figures']} plotly figures not drawn")
+    assert not failures, "\n".join(failures)

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Run the whole test suite: every notebook (nbdev-test) and pytest, then one closing line
+# "N passed, N failed[, N skipped]" covering both. Usage: tools/run_tests.sh [extra pytest args]
+# Expects the project's virtual environment in .venv (README's install command) unless HIERBENCH_PY is set.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BIN="${HIERBENCH_BIN:-.venv/bin}"
+log=$(mktemp -d)
+n_nb=$(find nbs -name '*.ipynb' -not -path '*/.ipynb_checkpoints/*' -not -name '_*' | grep -v '/_' | wc -l)
+
+echo "== notebooks: nbdev-test ($n_nb notebooks)"
+"$BIN/nbdev-test" --do-print --n-workers 2 2>&1 | tee "$log/nb.txt"
+nb_rc=${PIPESTATUS[0]}
+nb_failed=$(awk '/Tests Failed On The Following Notebooks/{f=1;next} f&&NF{c++} END{print c+0}' "$log/nb.txt")
+[ "$nb_rc" -ne 0 ] && [ "$nb_failed" -eq 0 ] && nb_failed=1
+nb_passed=$((n_nb - nb_failed))
+
+echo "== pytest"
+"$BIN/python" -m pytest -q -p no:cacheprovider "$@" 2>&1 | tee "$log/py.txt"
+py_rc=${PIPESTATUS[0]}
+summary=$(grep -E '^(=+ )?[0-9]+ (passed|failed|skipped|error)' "$log/py.txt" | tail -1)
+num() { echo "$summary" | grep -oE "[0-9]+ $1" | grep -oE '^[0-9]+' || echo 0; }
+py_passed=$(num passed); py_failed=$(( $(num failed) + $(num error) )); py_skipped=$(num skipped)
+[ "$py_rc" -ne 0 ] && [ "$py_rc" -ne 5 ] && [ "$py_failed" -eq 0 ] && py_failed=1
+
+echo "notebooks: $nb_passed passed, $nb_failed failed; pytest: $py_passed passed, $py_failed failed, $py_skipped skipped"
+echo "$((nb_passed + py_passed)) passed, $((nb_failed + py_failed)) failed, $py_skipped skipped"
+[ "$nb_failed" -eq 0 ] && [ "$py_failed" -eq 0 ]
