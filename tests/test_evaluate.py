@@ -429,8 +429,8 @@ def test_hierarcaps_real_images():
     # the same with a real DualEncoder and the default preprocessing (its image_size, mean and std)
     from hierbench.models import create_model
     r = ev.evaluate_hierarcaps(create_model("world-tiny", geometry="lorentz"), [it.chain for it in items[:6]],
-                               [it.image_path for it in items[:6]], batch_size=4, prefix="hc/")
-    assert 0 <= r["hc/hc_recall"] <= 1 and "hc/pep_unverified_auc" in r
+                               [it.image_path for it in items[:6]], batch_size=4, suffix="/hierarcaps")
+    assert 0 <= r["hc_recall/hierarcaps"] <= 1 and "pep_unverified_auc_chance/hierarcaps" in r
 
 
 def test_choice_benchmark_groups_recall_and_exclusions():
@@ -487,3 +487,21 @@ def test_choice_benchmark_missing_image_is_named():
     items = load_sugarcrepe(ann, image_root="/nonexistent/coco")["swap_obj"][:3]
     with pytest.raises(FileNotFoundError, match="nonexistent"):
         ev.evaluate_choice_benchmark(ev.WordHashModel(dim=8), items, preprocess=lambda im: torch.zeros(3, 8, 8))
+
+
+def test_whatsup_pair_and_set_accuracy():
+    caps = ["A mug on a plate", "A mug under a plate", "A mug to the left of a plate", "A mug to the right of a plate"]
+    e = torch.eye(4)
+    m = TableModel({c: e[i] for i, c in enumerate(caps)}, dim=4)
+    # four images, one per arrangement; the model gets 'under' wrong (predicts 'on')
+    img = {0: e[0], 1: e[0] + 0.1 * e[1], 2: e[2], 3: e[3]}
+    items = []
+    for i in range(4):
+        opts = [caps[i]] + [c for j, c in enumerate(caps) if j != i]   # correct option first, as in WhatsUp
+        items.append(dict(image_path=f"im{i}", options=opts, correct=0, subset="controlled_A", idx=i))
+    r = ev.evaluate_whatsup_controlled(m, items, image_loader=lambda rec: img[rec["idx"]])
+    assert r["whatsup/controlled_A"] == 0.75
+    assert r["whatsup_pair/controlled_A"] == 0.5        # left-right pair right, on-under pair wrong
+    assert r["whatsup_set/controlled_A"] == 0.0
+    assert r["whatsup_set_chance/controlled_A"] == pytest.approx(1 / 256)
+    with pytest.raises(ValueError, match="preposition"): ev.whatsup_axis("A mug near a plate")

@@ -275,6 +275,9 @@ def _degenerate_cases(dt):
         cases[f"norm{n:g}_same"] = (ua, ua.clone())
         cases[f"norm{n:g}_close"] = (ua, ua * (1 + 1e-5))
         cases[f"norm{n:g}_mixed"] = (ua, b)
+    for n in (1e-30, torch.finfo(dt).tiny / 4):                    # far below the goals' range, incl. subnormals
+        cases[f"tiny{n:g}"] = (a / a.norm() * n, b / b.norm() * n)
+        cases[f"tiny{n:g}_vs_a"] = (a / a.norm() * n, a)
     return cases
 
 

@@ -14,7 +14,7 @@ from hierbench.geometry import dist0, exp_map0
 from hierbench.models import (DEFAULT_PRESET, PRESETS, DualEncoder, EMATeacher, EuclideanHead, LorentzHead,
                               build_open_clip, create_model, load_model, load_weights_, make_head, model_from_config,
                               openai_derived_hint, read_state_dict, resolve_architecture, save_model,
-                              text_pooled_and_projected)
+                              text_pooled_and_projected, unwrap_model)
 
 CAPS = ["a red circle", "a small blue square left of a green triangle", "two stars"]
 
@@ -387,5 +387,9 @@ def test_ema_teacher_copies_buffers_and_checks_decay():
     net.train(); net(torch.randn(8, 3))  # updates running stats
     teacher.update(net)
     torch.testing.assert_close(teacher.module[1].running_mean, net[1].running_mean)
+    # a wrapped student (DataParallel / DDP / torch.compile) updates the same teacher
+    assert unwrap_model(torch.nn.DataParallel(net)) is net
+    teacher.update(torch.nn.DataParallel(net))
+    assert teacher.num_updates.item() == 2
     with pytest.raises(ValueError, match="decay"): EMATeacher(net, decay=1.5)
     with pytest.raises(ValueError, match="differ"): teacher.update(torch.nn.Linear(3, 3))

@@ -371,6 +371,8 @@ def test_config_validation_names_field():
     with pytest.raises(ValueError, match="TrainConfig.grad_clip"): TrainConfig(grad_clip=-1)
     with pytest.raises(ValueError, match="TrainConfig.betas"): TrainConfig(betas=(0.9,))
     assert TrainConfig.from_dict(json.loads(json.dumps(asdict(TrainConfig())))) == TrainConfig()
+    with pytest.raises(ValueError, match="recipe"): TrainConfig.from_dict({"steps": 3, "recipe": "clip"})
+    assert TrainConfig.from_dict({"steps": 3, "recipe": "clip"}, strict=False).steps == 3
 
 
 # ---------------------------------------------------------------- integration with recipes / models / data
@@ -446,3 +448,13 @@ def test_resume_refuses_other_extra_config(tmp_path):
     with pytest.raises(ValueError, match="recipe"):
         train(Tiny(), clip_loss, make_data(), c, resume=True, extra_config={"recipe": "meru", "sizes": [1, 2]})
     train(Tiny(), clip_loss, make_data(), c, resume=True, extra_config={"recipe": "clip", "sizes": (1, 2)})
+
+
+def test_autocast_context_bf16_on_cuda_only():
+    import contextlib, warnings
+    assert isinstance(T.autocast_context(torch.device("cpu"), True), contextlib.nullcontext)
+    assert isinstance(T.autocast_context(torch.device("cuda", 0), False), contextlib.nullcontext)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # "CUDA is not available" on CPU-only machines
+        ctx = T.autocast_context(torch.device("cuda", 0), True)
+    assert isinstance(ctx, torch.autocast) and ctx.fast_dtype == torch.bfloat16 and ctx.device == "cuda"

@@ -134,6 +134,19 @@ def test_frechet_mean_stationary_and_equivariant():
     torch.testing.assert_close(viz.frechet_mean(viz.mobius_add(g, x)), viz.mobius_add(g, m), atol=1e-9, rtol=0)
 
 
+def test_frechet_mean_of_a_wide_high_dimensional_cloud():
+    # points ≈ 10 from their mean in 256-D: the plain step-1 Karcher iteration diverges here
+    gen = torch.Generator().manual_seed(0)
+    v = 0.6 * torch.randn(300, 256, generator=gen, dtype=F64) + 0.5
+    x = geo.lorentz_to_poincare(geo.exp_map0(v, 1.0), 1.0)
+    m = viz.frechet_mean(x)
+    assert viz.poincare_log0(viz.mobius_add(-m, x)).mean(0).norm() < 1e-8
+    f = viz._frechet_objective(m, x)
+    for _ in range(5):   # any nearby point is worse
+        other = viz.mobius_add(m, 1e-3 * torch.randn(256, generator=gen, dtype=F64))
+        assert viz._frechet_objective(other, x) > f
+
+
 def test_bad_inputs_are_named():
     with pytest.raises(ValueError, match="outside the unit ball"): viz.busemann(torch.tensor([0.8, 0.7]), torch.tensor([1.0, 0]))
     with pytest.raises(ValueError, match="outside the unit ball"): viz.horo_project(torch.tensor([[1.0, 0.0]]), torch.eye(2)[:1])

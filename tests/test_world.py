@@ -308,6 +308,7 @@ def test_cache_keyed_by_config(tmp_path):
         build_split("train", 40, cache_dir=tmp_path)
     d = build_split("train", 40, cache_dir=tmp_path, rebuild=True)
     assert d.images.tobytes() == a.images.tobytes()
+    assert build_split("train", 40, cache_dir=tmp_path).meta == a.meta   # the rebuilt entry reloads
 
 
 def test_parallel_build_equals_serial():
