@@ -6,7 +6,7 @@ Docs: https://hierbench.github.io/hierbench/decoder.html.md"""
 
 # %% ../nbs/06_decoder.ipynb #fb0c446f
 from __future__ import annotations
-import json, math, os, re, tempfile
+import json, math, os, re, tempfile, warnings
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -19,7 +19,7 @@ from safetensors.torch import load_file, save_file
 
 # %% auto #0
 __all__ = ['split_words', 'normalize_text', 'WordTokenizer', 'DecoderConfig', 'CaptionDecoder', 'SentenceEncoder',
-           'pretrain_decoder', 'ReconstructionHead', 'T5DecoderAdapter']
+           'pretrain_decoder', 'ReconstructionHead', 'load_or_pretrain_decoder', 'T5DecoderAdapter']
 
 # %% ../nbs/06_decoder.ipynb #cadd0c2e
 _WORD_RE = re.compile(r"[a-z0-9]+(?:'[a-z0-9]+)*|[^\sa-z0-9]")
@@ -240,7 +240,7 @@ def pretrain_decoder(captions: Sequence[str], embed_fn: Callable[[list[str]], to
     tokenizer = tokenizer or WordTokenizer.from_captions(captions)
     config = DecoderConfig(vocab_size=len(tokenizer), **decoder_kwargs)
     decoder = CaptionDecoder(config, tokenizer).to(device).train()
-    if embed_fn is None: embed_fn = SentenceEncoder(tokenizer, config.d_model, max_len=config.max_len)
+    if embed_fn is None: embed_fn = SentenceEncoder(tokenizer, config.d_model, n_heads=config.n_heads, max_len=config.max_len)
     params = list(decoder.parameters())
     if isinstance(embed_fn, nn.Module):
         embed_fn.to(device).train()
@@ -285,6 +285,20 @@ class ReconstructionHead(nn.Module):
         "Token cross-entropy of `targets` (B captions) given pooled states `(B,width)`."
         if len(targets) != pooled.shape[0]: raise ValueError(f"{len(targets)} targets for {pooled.shape[0]} pooled states")
         return self.decoder.token_loss(self.memory(pooled), targets)
+
+# %% ../nbs/06_decoder.ipynb #a1b35266
+def load_or_pretrain_decoder(path: str | Path, captions: Sequence[str], **pretrain_kwargs) -> CaptionDecoder:
+    "The frozen decoder saved at `path` (`.safetensors`), or one pretrained on `captions` and saved there."
+    path = Path(path)
+    if path.is_file():
+        dec = CaptionDecoder.load(path).freeze()
+        missing = sorted({w for c in captions for w in split_words(c)} - set(dec.tokenizer.index))
+        if missing: warnings.warn(f"{path}: cached decoder vocabulary lacks {len(missing)} word(s) of the captions "
+                                  f"(e.g. {missing[:5]}); delete the file to pretrain again")
+        return dec
+    dec, _ = pretrain_decoder(captions, **pretrain_kwargs)
+    dec.save(path)
+    return dec
 
 # %% ../nbs/06_decoder.ipynb #0350a08b
 class T5DecoderAdapter(nn.Module):

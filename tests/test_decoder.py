@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from hierbench.decoder import (CaptionDecoder, DecoderConfig, ReconstructionHead, SentenceEncoder, T5DecoderAdapter,
-                               WordTokenizer, normalize_text, pretrain_decoder, split_words)
+                               WordTokenizer, load_or_pretrain_decoder, normalize_text, pretrain_decoder,
+                               split_words)
 
 CAPTIONS = ["a red circle left of a blue square", "a blue square left of a red circle",
             "a small green triangle above a circle", "a circle above a small green triangle",
@@ -134,6 +135,16 @@ def test_decoder_save_load_exact(pretrained, tmp_path):
     assert back.tokenizer.vocab == dec.tokenizer.vocab and back.config == dec.config
     with pytest.raises(ValueError, match="safetensors"): dec.save(tmp_path / "dec.pt")
     with pytest.raises(FileNotFoundError): CaptionDecoder.load(tmp_path / "missing.safetensors")
+
+
+def test_load_or_pretrain_decoder_caches(tmp_path):
+    p = tmp_path / "dec.safetensors"
+    first = load_or_pretrain_decoder(p, CAPTIONS, steps=2, d_model=16, n_layers=1, n_heads=2)
+    assert p.is_file() and not first.training
+    again = load_or_pretrain_decoder(p, CAPTIONS, steps=2, d_model=16, n_layers=1, n_heads=2)
+    for k, v in first.state_dict().items(): assert torch.equal(v, again.state_dict()[k]), k
+    with pytest.warns(UserWarning, match="lacks 1 word"):
+        load_or_pretrain_decoder(p, CAPTIONS + ["a hexagon"], steps=2)
 
 
 # ---- READ reconstruction head -------------------------------------------------------------------------------------

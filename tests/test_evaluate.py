@@ -505,3 +505,36 @@ def test_whatsup_pair_and_set_accuracy():
     assert r["whatsup_set/controlled_A"] == 0.0
     assert r["whatsup_set_chance/controlled_A"] == pytest.approx(1 / 256)
     with pytest.raises(ValueError, match="preposition"): ev.whatsup_axis("A mug near a plate")
+
+
+# ---------------------------------------------------------------- properties
+from hypothesis import given, settings, strategies as st
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 3), min_size=5, max_size=5), min_size=1, max_size=6),
+       st.lists(st.integers(0, 4), min_size=6, max_size=6))
+def test_recall_pessimistic_rank_property(rows, gts):
+    "On integer scores (many ties) the rank equals the count of wrong candidates scoring >= the correct one."
+    sim = np.array(rows, dtype=float)
+    gt = gts[:len(rows)]
+    rank = ev.rank_of_best_correct(sim, gt)
+    for q, g in enumerate(gt):
+        assert rank[q] == sum(1 for j in range(5) if j != g and sim[q, j] >= sim[q, g])
+    acc = ev.choice_accuracy(sim, gt)
+    assert acc == pytest.approx(np.mean(rank == 0))    # choice accuracy is recall@1 among the options
+
+
+LEAVES = ["circle", "oval", "square", "rectangle", "triangle"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(LEAVES), st.sampled_from(LEAVES)), min_size=1, max_size=10))
+def test_hierarchical_metric_properties(pairs):
+    pred, true = [p for p, _ in pairs], [t for _, t in pairs]
+    a = ev.hierarchical_scores(pred, true, TOY)
+    b = ev.hierarchical_scores(true, pred, TOY)
+    assert (a.tie == b.tie).all() and (a.jaccard == b.jaccard).all()           # symmetric
+    assert (a.h_precision == b.h_recall).all()                                   # hP and hR swap roles
+    assert ((a.tie == 0) == (np.array(pred) == np.array(true))).all()
+    assert (a.lca >= 1).all() and a.jaccard.between(0, 1).all()

@@ -1,6 +1,7 @@
 """Dense checks of hierbench.geometry: spec reference values, geoopt agreement, properties, float32 numerics,
 finite gradients at degenerate configurations, autocast behaviour and bad-input errors."""
 import math
+import os
 import warnings
 
 import numpy as np
@@ -32,6 +33,13 @@ def meru_angle(x, y, c):
     l = c * ((x * y).sum(-1) - xt * yt)
     cos = (yt + l * xt) / (x.norm(dim=-1) * torch.sqrt((l * l - 1).clamp(min=1e-8)) + 1e-8)
     return torch.acos(cos.clamp(-1 + 1e-8, 1 - 1e-8))
+
+
+def textbook_angle(x, y, c):
+    "The spec's cosine formula without MERU's epsilons (float64, only where it is well conditioned)."
+    xt, yt = lorentz_time(x, c), lorentz_time(y, c)
+    l = c * ((x * y).sum(-1) - xt * yt)
+    return torch.acos((yt + l * xt) / (x.norm(dim=-1) * torch.sqrt(l * l - 1)))
 
 
 # ----------------------------------------------------------------------------------------------- reference values
@@ -124,7 +132,8 @@ def point_pair(draw, n=2):
     return [torch.from_numpy(draw(points(d))) for _ in range(n)]
 
 
-PROP = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# HIERBENCH_HYPOTHESIS_EXAMPLES=2000 for a deeper search than CI's default
+PROP = settings(max_examples=int(os.environ.get("HIERBENCH_HYPOTHESIS_EXAMPLES", 60)), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @PROP
@@ -163,7 +172,7 @@ def test_exterior_angle_range_and_formula(pts, c):
     assert 0 <= phi <= math.pi
     # agrees with the textbook cosine formula where that one is well conditioned
     if x.norm() > 1e-2 and dist(x, y, c) > 1e-2 and 0.05 < phi < math.pi - 0.05:
-        torch.testing.assert_close(phi, meru_angle(x, y, c), rtol=0, atol=1e-6)
+        torch.testing.assert_close(phi, textbook_angle(x, y, c), rtol=0, atol=1e-8)
 
 
 @PROP
@@ -246,6 +255,20 @@ def test_exterior_angle_float32_abs_error(seed, c):
     assert err.max() < 5e-4, err.max()
     naive = (meru_angle(x32, y32, c).double() - ref).abs()
     assert naive.max() > 1e-3                                                   # the data are hard
+
+
+@pytest.mark.parametrize("fname,tol", [("dist", 1e-5), ("exterior_angle", 2e-3)])
+def test_float32_gradients_match_float64(fname, tol):
+    "Not only finite: float32 gradients of close / near-collinear pairs agree with float64 ones."
+    fn = {"dist": dist, "exterior_angle": exterior_angle}[fname]
+    x32, y32 = (_close_pairs if fname == "dist" else _near_collinear)(0, n=500)
+    grads = []
+    for dt in (torch.float32, F64):
+        x, y = x32.to(dt).clone().requires_grad_(), y32.to(dt).clone().requires_grad_()
+        fn(x, y, 1.0).sum().backward()
+        grads.append(torch.cat([x.grad, y.grad], -1).double())
+    rel = (grads[0] - grads[1]).norm(dim=-1) / grads[1].norm(dim=-1)
+    assert rel.max() < tol, rel.max()
 
 
 def test_pairwise_dist_precision_as_documented():

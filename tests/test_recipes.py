@@ -1,6 +1,8 @@
 """hierbench.recipes: the recipe table against the spec, recipe validation and `replace`, and `compute_loss` for every
 recipe on a tiny batch with a fake model obeying the ARCHITECTURE.md contract (independent of hierbench.models)."""
 import copy
+import dataclasses
+import json
 import math
 import zlib
 
@@ -121,6 +123,10 @@ def test_replace_merges_and_validates():
     with pytest.raises(ValueError, match="num_negatives"): R.get_recipe("degla").replace(num_negatives=0)
     with pytest.raises(ValueError, match="teacher"): R.get_recipe("degla").replace(ema_decay=None)
     with pytest.raises(ValueError, match="already registered"): R.register_recipe(a)
+    with pytest.raises(TypeError, match="read-only"): a.weights["reg"] = 0.0
+    with pytest.raises(dataclasses.FrozenInstanceError): a.num_negatives = 3
+    assert dataclasses.asdict(a)["weights"] == {"contrastive": 1.0, "adaent": 0.1, "reg": 0.1}
+    assert copy.deepcopy(a) == a and json.dumps(dict(a.weights))
 
 
 def test_recipes_table():
@@ -378,3 +384,19 @@ def test_two_gloo_processes_match_one_process(tmp_path):
         for p, g in zip(params, got["grads"]):
             want = p.grad if p.grad is not None else torch.zeros_like(p)
             torch.testing.assert_close(g, want, atol=1e-5, rtol=1e-4, msg=name)
+
+
+@pytest.mark.parametrize("name", ["argent", "argent+degla", "read"])
+def test_compute_loss_under_bf16_autocast_keeps_terms_float32(name):
+    "Encoders may run in bf16 under autocast; the geometry and losses run in float32 (close to the fp32 result)."
+    r, model, teacher, recon = _setup_seeded(name)
+    batch = tiny_batch(K=max(r.num_negatives, 1))
+    ref, ref_terms = R.compute_loss(r, model, batch, teacher=teacher, recon_head=recon)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss, terms = R.compute_loss(r, model, batch, teacher=teacher, recon_head=recon)
+    assert loss.dtype == torch.float32 and all(v.dtype == torch.float32 for v in terms.values())
+    assert torch.isfinite(loss)
+    for k in ref_terms:
+        assert abs(terms[k].item() - ref_terms[k].item()) < 0.05 * max(1.0, abs(ref_terms[k].item())), k
+    loss.backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)

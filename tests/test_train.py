@@ -254,23 +254,22 @@ def test_rng_state_roundtrip_through_weights_only(tmp_path):
 
 
 # ---------------------------------------------------------------- exact resume
-def _run(tmp_path, name, seed_init, **train_kw):
+def _run(tmp_path, name, seed_init):
+    "Config, model and EMA teacher of one run (the init depends on `seed_init`)."
     torch.manual_seed(seed_init)
     model = Tiny()
-    teacher = TinyEMA(model, 0.8)
-    c = cfg(tmp_path, name, steps=8, ckpt_every=3)
-    return c, model, teacher, train_kw
+    return cfg(tmp_path, name, steps=8, ckpt_every=3), model, TinyEMA(model, 0.8)
 
 
 @pytest.mark.parametrize("how", ["crash", "stop_at"])
 def test_resume_is_exact(tmp_path, how):
     data = make_data()
     # uninterrupted reference
-    c, model, teacher, _ = _run(tmp_path, "full", 0)
+    c, model, teacher = _run(tmp_path, "full", 0)
     train(model, clip_loss, data, c, teacher=teacher)
     ref = read_metrics(c.run_dir)
     # interrupted run: a crash after step 5 (last checkpoint at 3) or a clean stop at 5
-    c2, model2, teacher2, _ = _run(tmp_path, "interrupted", 0)
+    c2, model2, teacher2 = _run(tmp_path, "interrupted", 0)
     if how == "crash":
         def crash(event, st):
             if event == "step_end" and st["step"] == 5: raise KeyboardInterrupt("simulated preemption")
@@ -458,3 +457,24 @@ def test_autocast_context_bf16_on_cuda_only():
         warnings.simplefilter("ignore")   # "CUDA is not available" on CPU-only machines
         ctx = T.autocast_context(torch.device("cuda", 0), True)
     assert isinstance(ctx, torch.autocast) and ctx.fast_dtype == torch.bfloat16 and ctx.device == "cuda"
+
+
+from hypothesis import given, settings, strategies as st
+
+
+@settings(max_examples=200, deadline=None)
+@given(total=st.integers(1, 500), warm_frac=st.floats(0, 1), min_ratio=st.floats(0, 1), t=st.integers(0, 600))
+def test_lr_factor_properties(total, warm_frac, min_ratio, t):
+    warm = int(warm_frac * total)
+    f = T.lr_factor(t, warm, total, min_ratio)
+    assert 0 < f <= 1 + 1e-12 or (t >= total and f == pytest.approx(min_ratio))
+    if t >= warm: assert f >= min_ratio - 1e-12                      # never below the floor after warmup
+    if warm <= t < total: assert T.lr_factor(t + 1, warm, total, min_ratio) <= f + 1e-12   # monotone decay
+    if t < warm: assert f == pytest.approx((t + 1) / warm)
+
+
+def test_gather_helpers_validate_layout():
+    with pytest.raises(ValueError, match="sample-major"): T.gather_with_negatives(torch.zeros(3, 2), torch.zeros(4, 2))
+    pos, neg = T.gather_with_negatives(torch.zeros(2, 2), torch.zeros(6, 2))   # single process: identity
+    assert pos.shape == (2, 2) and neg.shape == (6, 2)
+    with pytest.raises(TypeError, match="nn.Module"): T._as_module(object())
