@@ -213,7 +213,7 @@ def run_recipe(name: str, seed: int, preset: ComparePreset, out: str | Path, eva
     row = dict(recipe=name, seed=seed, steps=steps, batch_size=batch, train_seconds=train_s,
                eval_seconds=time.perf_counter() - t1, samples_per_second=steps * batch / max(train_s, 1e-9),
                final_loss=float(res.metrics.get("loss", float("nan"))), metrics=metrics)
-    from hierbench.train import atomic_write_text
+    from hierbench.config import atomic_write_text
     atomic_write_text(eval_path, json.dumps(row, indent=1))
     return row
 
@@ -295,7 +295,7 @@ def run_compare(preset: str | ComparePreset = "smoke", seeds: int = 1, out: str 
     ledger = evaluate_claims(results)
     meta = dict(preset=dataclasses.asdict(preset), seeds=seeds, recipes=order, wall_seconds=time.perf_counter() - t_start,
                 peak_rss_mb=_peak_rss_mb(), torch=torch.__version__, threads=torch.get_num_threads())
-    from hierbench.train import atomic_write_text
+    from hierbench.config import atomic_write_text
     atomic_write_text(out / "results.json", json.dumps(_json_safe(dict(meta=meta, rows=results.to_dict("records"))), indent=1))
     atomic_write_text(out / "claims.json", json.dumps(_json_safe(dict(meta=meta, claims=ledger.to_dict("records"))), indent=1))
     atomic_write_text(out / "report.html", render_report(results, ledger, meta))

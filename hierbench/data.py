@@ -111,7 +111,7 @@ def image_to_tensor(img, size: int, mean: Sequence[float] = CLIP_MEAN, std: Sequ
         if img.dtype != np.uint8 or img.ndim != 3 or img.shape[2] != 3:
             raise ValueError(f"expected a uint8 (H, W, 3) image array, got {img.dtype} {img.shape}")
         if img.shape[:2] == (size, size):
-            x = torch.from_numpy(np.ascontiguousarray(img)).permute(2, 0, 1).float() / 255.0
+            x = torch.from_numpy(np.array(img, dtype=np.uint8, copy=True)).permute(2, 0, 1).float() / 255.0
             return normalize(x, mean, std)
         img = Image.fromarray(img)
     if not isinstance(img, Image.Image): raise TypeError(f"expected a PIL image or uint8 array, got {type(img).__name__}")

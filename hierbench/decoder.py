@@ -7,6 +7,7 @@ Docs: https://hierbench.github.io/hierbench/decoder.html.md"""
 # %% ../nbs/06_decoder.ipynb #fb0c446f
 from __future__ import annotations
 import json, math, os, re, tempfile, warnings
+from .config import atomic_write, atomic_write_text
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -82,7 +83,7 @@ class WordTokenizer:
 
     def save(self, path: str | Path) -> Path:
         "Write the vocabulary as JSON (atomically)."
-        _atomic_write_text(Path(path), json.dumps({"type": "WordTokenizer", "vocab": self.vocab}))
+        atomic_write_text(Path(path), json.dumps({"type": "WordTokenizer", "vocab": self.vocab}))
         return Path(path)
 
     @classmethod
@@ -95,12 +96,6 @@ class WordTokenizer:
         return cls(data["vocab"])
 
     def __repr__(self): return f"WordTokenizer({len(self)} words)"
-
-def _atomic_write_text(path: Path, text: str):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f: f.write(text)
-    os.replace(tmp, path)
 
 # %% ../nbs/06_decoder.ipynb #88395190
 @dataclass
@@ -186,9 +181,8 @@ class CaptionDecoder(nn.Module):
         if path.suffix != ".safetensors": raise ValueError(f"use a '.safetensors' path, got {path}")
         tensors = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"); os.close(fd)
-        save_file(tensors, tmp); os.replace(tmp, path)
-        _atomic_write_text(path.with_suffix(".json"), json.dumps(
+        atomic_write(path, lambda tmp: save_file(tensors, str(tmp)))
+        atomic_write_text(path.with_suffix(".json"), json.dumps(
             {"type": "CaptionDecoder", "config": asdict(self.config), "vocab": self.tokenizer.vocab}))
         return path
 

@@ -7,6 +7,7 @@ Docs: https://hierbench.github.io/hierbench/models.html.md"""
 # %% ../nbs/05_models.ipynb #f993f561
 from __future__ import annotations
 import copy, json, logging, math, os, tempfile, warnings
+from .config import atomic_write, atomic_write_text
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Sequence
@@ -467,27 +468,14 @@ def load_weights_(model: DualEncoder, checkpoint: str | Path) -> DualEncoder:
 # %% ../nbs/05_models.ipynb #9170894b
 def _sidecar(path: Path) -> Path: return path.with_suffix(".json")
 
-def _atomic_write(path: Path, write: Callable[[str], None]):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp): os.remove(tmp)
-        raise
-
 def save_model(model: DualEncoder, path: str | Path) -> Path:
     "Save weights to `path` (safetensors) and the config to `path` with suffix `.json`; returns `path`."
     path = Path(path)
     if path.suffix != ".safetensors": raise ValueError(f"save_model writes safetensors; use a '.safetensors' path, got {path}")
     config_json = json.dumps(model.model_config, indent=1, sort_keys=True)
     tensors = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-    _atomic_write(path, lambda tmp: save_file(tensors, tmp, metadata={"hierbench_config": config_json}))
-    def write_json(tmp):
-        with open(tmp, "w") as f: f.write(config_json)
-    _atomic_write(_sidecar(path), write_json)
+    atomic_write(path, lambda tmp: save_file(tensors, str(tmp), metadata={"hierbench_config": config_json}))
+    atomic_write_text(_sidecar(path), config_json)
     return path
 
 def load_model(path: str | Path, map_location: str | torch.device = "cpu") -> DualEncoder:

@@ -23,11 +23,11 @@ import safetensors.torch
 # %% auto #0
 __all__ = ['RESUME_FREE_FIELDS', 'NO_DECAY_NAME_KEYS', 'CHECKPOINTS_DIR', 'LATEST_FILE', 'STATE_FILE', 'TrainConfig',
            'is_no_decay', 'param_groups', 'lr_factor', 'make_scheduler', 'NonFiniteLossError', 'check_finite',
-           'atomic_write', 'atomic_write_text', 'get_rng_state', 'set_rng_state', 'checkpoint_dir', 'save_checkpoint',
-           'list_checkpoints', 'latest_checkpoint', 'load_checkpoint', 'batch_indices', 'DistInfo', 'is_distributed',
-           'dist_info', 'init_distributed', 'gather_features', 'gather_with_negatives', 'local_labels',
-           'allreduce_gradients', 'broadcast_module', 'shard_batch', 'model_scalars', 'clamp_hook', 'read_metrics',
-           'TrainResult', 'autocast_context', 'train', 'world_dataset_for', 'train_recipe']
+           'get_rng_state', 'set_rng_state', 'checkpoint_dir', 'save_checkpoint', 'list_checkpoints',
+           'latest_checkpoint', 'load_checkpoint', 'batch_indices', 'DistInfo', 'is_distributed', 'dist_info',
+           'init_distributed', 'gather_features', 'gather_with_negatives', 'local_labels', 'allreduce_gradients',
+           'broadcast_module', 'shard_batch', 'model_scalars', 'clamp_hook', 'read_metrics', 'TrainResult',
+           'autocast_context', 'train', 'world_dataset_for', 'train_recipe']
 
 # %% ../nbs/09_train.ipynb #81a3a668
 @dataclass
@@ -130,25 +130,7 @@ def check_finite(step: int, loss: torch.Tensor, terms: Mapping[str, Any]) -> Non
     if len(bad): i = int(bad[0]); raise NonFiniteLossError(step, names[i], float(vals[i]))
 
 # %% ../nbs/09_train.ipynb #e7367800
-def atomic_write(path: str | Path, write_fn: Callable[[Path], Any]) -> Path:
-    "Write `path` atomically: `write_fn(tmp_path)` writes a temporary file in the same folder, then `os.replace`."
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp = Path(tmp)
-    try:
-        write_fn(tmp)
-        with open(tmp, "rb") as f: os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
-
-def atomic_write_text(path: str | Path, text: str) -> Path:
-    "`atomic_write` for a text file."
-    return atomic_write(path, lambda p: p.write_text(text))
+from .config import atomic_write, atomic_write_text  # one atomic writer for the whole workbench
 
 # %% ../nbs/09_train.ipynb #a717dab4
 def get_rng_state() -> dict:

@@ -393,8 +393,9 @@ def norm_distribution_figure(norms, kind: str = "violin", title: str | None = No
 
 # %% ../nbs/12_viz.ipynb #5dc8abef
 def pep_score(phi) -> np.ndarray:
-    "ARGENT's PEP score `max(0, 1 − 2φ/π)` of exterior angles φ (radians)."
-    return np.maximum(0.0, 1.0 - 2.0 * np.asarray(phi, dtype=float) / np.pi)
+    "ARGENT's PEP score `max(0, 1 − 2φ/π)` of exterior angles φ (radians), as numpy (`hierbench.losses.pep_score`)."
+    from hierbench.losses import pep_score as _pep
+    return _pep(torch.as_tensor(np.asarray(phi, dtype=np.float64))).numpy()
 
 def _parent_children(parent, children) -> tuple[torch.Tensor, torch.Tensor]:
     x, ys = _f64(parent, "parent"), _f64(children, "children")
