@@ -28,7 +28,8 @@ __all__ = ['CLIP_MEAN', 'CLIP_STD', 'WORLD_MEAN', 'WORLD_STD', 'Box', 'BATCH_KEY
            'ChainPairItem', 'NegClipRow', 'resolve_image_root', 'load_sugarcrepe', 'load_sugarcrepe_pp',
            'load_coco_karpathy', 'load_grit', 'hierarcaps_image_name', 'load_hierarcaps', 'load_hierarcaps_pairs',
            'load_valse_file', 'load_valse', 'load_aro_vg', 'order_options', 'load_order_benchmark', 'load_negclip_tsv',
-           'load_whatsup_controlled', 'load_whatsup_spatial', 'load_crepe', 'WorldDataset', 'world_loader']
+           'load_whatsup_controlled', 'load_whatsup_spatial', 'load_crepe', 'WorldDataset', 'world_loader',
+           'ChainImageDataset']
 
 # %% ../nbs/04_data.ipynb #9926a3fa
 class DataFormatError(ValueError):
@@ -704,3 +705,23 @@ def world_loader(dataset: torch.utils.data.Dataset, batch_size: int, shuffle: bo
     g = torch.Generator(); g.manual_seed(int(seed))
     return torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, generator=g,
                                        num_workers=num_workers, drop_last=drop_last, collate_fn=collate_batch)
+
+# %% ../nbs/04_data.ipynb #997304c1
+class ChainImageDataset(torch.utils.data.Dataset):
+    "Real (image, caption chain) records as training items: the image tensor, one chain level as caption, the chain."
+    def __init__(self, items: Sequence, image_size: int, mean: Sequence[float] = CLIP_MEAN,
+                 std: Sequence[float] = CLIP_STD, seed: int = 0):
+        self.items = list(items)
+        if not self.items: raise ValueError("ChainImageDataset: no items")
+        bad = [i for i, it in enumerate(self.items) if not getattr(it, "chain", None)]
+        if bad: raise ValueError(f"ChainImageDataset: item {bad[0]} ({getattr(self.items[bad[0]], 'key', '')!r}) has no chain")
+        self.image_size, self.mean, self.std, self.seed, self.epoch = int(image_size), mean, std, int(seed), 0
+
+    def __len__(self) -> int: return len(self.items)
+    def set_epoch(self, epoch: int): self.epoch = int(epoch)
+
+    def __getitem__(self, i: int) -> dict:
+        it = self.items[i]
+        level = int(np.random.default_rng([self.seed, self.epoch, int(i), 5]).integers(len(it.chain)))
+        return {"image": it.image_tensor(self.image_size, self.mean, self.std), "caption": it.chain[level],
+                "chain": list(it.chain), "index": i}
