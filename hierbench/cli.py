@@ -87,6 +87,16 @@ def _cmd_compare(args):
     print(f"\nwrote {Path(args.out) / 'results.json'}, claims.json, report.html "
           f"({res['meta']['wall_seconds'] / 60:.1f} min, peak {res['meta']['peak_rss_mb']:.0f} MB)")
 
+def _cmd_bench(args):
+    from hierbench.bench import SECTIONS, format_report, run_benchmarks
+    sections = tuple(x.strip() for x in args.sections.split(",")) if args.sections else SECTIONS
+    report = run_benchmarks(sections, quick=args.quick, compare_dir=args.compare_dir, threads=args.threads,
+                            log=lambda m: print(m, file=sys.stderr))
+    print(format_report(report))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(report, indent=1))
+
 def _cmd_eval(args):
     model = load_any_model(args.checkpoint, args.model, args.quick_gelu, args.geometry)
     res = evaluate_checkpoint(model, world=not args.no_world, n_test=args.n_test, sugarcrepe=args.sugarcrepe,
@@ -142,6 +152,14 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--batch-size", type=int, default=None)
     d.add_argument("--resume", action="store_true", help="continue from the run dir's latest checkpoint")
     d.set_defaults(func=_cmd_train)
+
+    d = sub.add_parser("bench", help="speed and memory as ratios against baselines measured in the same run")
+    d.add_argument("--sections", default=None, help="comma-separated: geometry,world,recipes,compare (default: all)")
+    d.add_argument("--quick", action="store_true", help="tiny sizes (a plumbing check; the numbers mean nothing)")
+    d.add_argument("--compare-dir", default=None, help="a `hierbench compare` output folder to read (default: run a smoke compare)")
+    d.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    d.add_argument("--json", default=None, help="also write the raw numbers here")
+    d.set_defaults(func=_cmd_bench)
 
     d = sub.add_parser("eval", help="evaluate a saved model or a local open_clip checkpoint")
     d.add_argument("--checkpoint", required=True, help="hierbench run dir / model.safetensors, or an open_clip checkpoint file")

@@ -17,6 +17,7 @@ import torch
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from .evaluate import eval_mode, head_curv, model_device
 from .viz import HoroPCA, entailment_disk_figure, entailment_table, ablation_bars_figure, confidence_intervals
 
 # %% auto #0
@@ -84,26 +85,14 @@ def _image_tensor(model, image) -> torch.Tensor:
     size = size[0] if isinstance(size, (tuple, list)) else int(size)
     return image_to_tensor(image, size, model.image_mean, model.image_std)[None]
 
-def _model_curv(model) -> float:
-    c = getattr(model.head, "curv", None)
-    if c is None: return 1.0
-    c = c() if callable(c) else c
-    return float(c.detach()) if isinstance(c, torch.Tensor) else float(c)
-
 def embed_scene(model, scene: EntailmentScene) -> tuple[torch.Tensor, torch.Tensor]:
     "Image (D,) and texts (T, D) embeddings of `scene` (float64, model in eval mode, no gradients)."
     if getattr(model, "geometry", None) != "lorentz":
         raise ValueError(f"entailment cones live in hyperbolic space: the model needs a Lorentz head "
                          f"(geometry='lorentz'), got geometry={getattr(model, 'geometry', None)!r}")
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            dev = next(model.parameters()).device
-            img = model.encode_image(_image_tensor(model, scene.image).to(dev))[0]
-            txt = model.encode_text(scene.texts)
-    finally:
-        model.train(was_training)
+    with eval_mode(model), torch.no_grad():
+        img = model.encode_image(_image_tensor(model, scene.image).to(model_device(model)))[0]
+        txt = model.encode_text(scene.texts)
     return img.double().cpu(), txt.double().cpu()
 
 # %% ../nbs/13_widgets.ipynb #b9d187f5
@@ -152,7 +141,7 @@ def entailment_view(model, scene_or_texts, K: float = 0.1, apex: int | str = 0, 
     if not c_scale > 0: raise ValueError(f"c_scale: the display curvature factor must be > 0, got {c_scale}")
     scene = as_entailment_scene(scene_or_texts, split=split, seed=seed)
     img, txt = embed_scene(model, scene)
-    c = _model_curv(model)
+    c = head_curv(model)
     table = entailment_pairs(img, txt, scene, c, K)
     texts, roles = scene.texts, scene.roles
     c_view = c * c_scale

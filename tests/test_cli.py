@@ -1,0 +1,63 @@
+"""The `hierbench` console script: each subcommand runs end to end at tiny sizes."""
+import json, os, subprocess, sys
+from pathlib import Path
+
+import pytest
+
+from hierbench.cli import build_parser, geometry_demo, main
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def run(*args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "hierbench.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env=ENV)
+
+
+def test_demo_reproduces_the_reference_table(capsys):
+    rows = geometry_demo()
+    assert all(abs(got - ref) < 1e-5 for _, got, ref in rows)
+    main(["demo"])
+    assert "2.526113" in capsys.readouterr().out
+
+
+def test_unknown_subcommand_is_an_error():
+    with pytest.raises(SystemExit): build_parser().parse_args(["frobnicate"])
+
+
+def test_train_then_eval_a_saved_run(tmp_path):
+    out = tmp_path / "run"
+    p = run("train", "clip", "--out", str(out), "--preset", "world-debug", "--steps", "2", "--n-train", "64",
+            "--batch-size", "8")
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert (out / "model.safetensors").exists() and (out / "metrics.jsonl").exists()
+    p = run("eval", "--checkpoint", str(out), "--n-test", "24", "--out", str(tmp_path / "ev.json"))
+    assert p.returncode == 0, p.stderr[-2000:]
+    res = json.loads((tmp_path / "ev.json").read_text())
+    assert 0 <= res["zs_acc/test-iid"] <= 1 and res["zs_acc_chance/test-iid"] == pytest.approx(1 / 9)
+
+
+def test_eval_of_a_foreign_file_asks_for_the_architecture(tmp_path):
+    f = tmp_path / "weights.safetensors"
+    f.write_bytes(b"not really")
+    p = run("eval", "--checkpoint", str(f), "--no-world")
+    assert p.returncode != 0 and "--model" in p.stderr
+
+
+def test_train_runs_under_torchrun_with_two_processes(tmp_path):
+    "The same entry point under torchrun (gloo on CPU): two ranks share the global batch."
+    out = tmp_path / "ddp"
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29517",
+                        "-m", "hierbench.cli", "train", "clip", "--out", str(out), "--preset", "world-debug",
+                        "--steps", "2", "--n-train", "64", "--batch-size", "8"],
+                       capture_output=True, text=True, timeout=600, env=ENV)
+    assert p.returncode == 0, p.stderr[-3000:]
+    lines = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [l["step"] for l in lines][-1] == 2
+
+
+def test_bench_quick_geometry_section(tmp_path):
+    p = run("bench", "--quick", "--sections", "geometry", "--json", str(tmp_path / "b.json"))
+    assert p.returncode == 0, p.stderr[-2000:]
+    rep = json.loads((tmp_path / "b.json").read_text())
+    assert "geometry" in rep and "QUICK" in p.stdout
