@@ -87,8 +87,8 @@ def bench_world(sizes: BenchSizes = FULL) -> dict:
     n = sizes.world_scenes
     kids = lambda: (lambda u: u.ru_utime + u.ru_stime)(resource.getrusage(resource.RUSAGE_CHILDREN))
     k0 = kids()
-    r = world_speed(n=n)
-    workers = min(4, os.cpu_count() or 1) if n >= 4000 else 1   # build_split's default, reported for the record
+    workers = min(4, os.cpu_count() or 1) if n >= 4000 else 1
+    r = world_speed(n=n, workers=workers)
     out = r | dict(workers=workers, cpu_count=os.cpu_count())
     # CPU seconds the build's worker processes used (they are this process's only children here): unlike the wall
     # time, this hardly changes when other jobs share the cores

@@ -801,16 +801,16 @@ def build_split(split: str, n: int, seed: int = 0, config: WorldConfig | None = 
                 rebuild: bool = False, mmap: bool = True) -> WorldSplit:
     """`n` scenes of `split`, cached on disk keyed by (config hash, seed, split, n).
     `cache_dir`: folder (default: the workbench settings' cache_dir); `False`: no disk cache.
-    `workers`: processes (default: up to 4 for n >= 4000, else 1).
-    `mmap`: a reloaded split's images/crops are read-only memory maps (instant reload; index them to get arrays).
-    Worker processes are spawned: a script that builds a large split needs the usual `if __name__ == "__main__":`."""
+    `workers`: processes (default 1: serial is safe anywhere; > 1 spawns workers, so the calling script needs an
+    `if __name__ == "__main__":` guard).
+    `mmap`: a reloaded split's images/crops are read-only memory maps (instant reload; index them to get arrays)."""
     cfg = config or WorldConfig()
     if split not in SPLITS: raise ValueError(f"unknown split {split!r}; known: {SPLITS}")
     if n < 1: raise ValueError(f"n must be >= 1, got {n}")
     path = None if cache_dir is False else split_cache_path(split, n, seed, cfg, cache_dir)
     if path is not None and not rebuild and (path / "meta.json").is_file():
         return _load_split(path, split, seed, cfg, mmap)
-    if workers is None: workers = min(4, os.cpu_count() or 1) if n >= 4000 else 1
+    workers = 1 if workers is None else int(workers)  # spawned workers re-import __main__: opt-in only
     bounds = np.linspace(0, n, max(1, workers) * 4 + 1).astype(int) if workers > 1 else np.array([0, n])
     jobs = [(split, seed, cfg, int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
     if workers > 1:
