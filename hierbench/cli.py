@@ -80,7 +80,7 @@ def _cmd_train(args):
 def _cmd_compare(args):
     from hierbench.compare import run_compare
     recipes = [r.strip() for r in args.recipes.split(",")] if args.recipes else None
-    res = run_compare(args.preset, seeds=args.seeds, out=args.out, recipes=recipes, quiet=not args.verbose)
+    res = run_compare(args.preset, seeds=args.seeds, out=args.out, recipes=recipes, quiet=not args.verbose, jobs=args.jobs)
     _print_table(res["summary"], "summary: mean ± 95% half-width over seeds (first row: chance)")
     led = res["ledger"][["id", "a", "b", "metric", "effect", "ci_low", "ci_high", "n", "verdict"]]
     _print_table(led.round(4), "claims ledger (effect = A − B, paired by seed)")
@@ -138,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--seeds", type=int, default=3)
     d.add_argument("--out", default="runs/compare")
     d.add_argument("--recipes", default=None, help="comma-separated subset (parents of fine-tunes are added)")
+    d.add_argument("--jobs", type=int, default=None, help="parallel processes over seeds (default: one per core)")
     d.add_argument("--verbose", action="store_true", help="show progress bars")
     d.set_defaults(func=_cmd_compare)
 
