@@ -8,7 +8,6 @@ Docs: https://hierbench.github.io/hierbench/cli.html.md"""
 from __future__ import annotations
 import argparse, json, sys
 from pathlib import Path
-from fastcore.imports import IN_NOTEBOOK
 
 # %% auto #0
 __all__ = ['geometry_demo', 'load_any_model', 'evaluate_checkpoint', 'build_parser', 'main']
@@ -184,4 +183,5 @@ def main(argv: list[str] | None = None):
     return args.func(args)
 
 # %% ../nbs/15_cli.ipynb #569f556a
-if __name__ == "__main__" and not IN_NOTEBOOK: main()  # python -m hierbench.cli (torchrun)
+# `python -m hierbench.cli ...` (torchrun's `-m` form); the argv check keeps notebook and docs runs of this cell inert
+if __name__ == "__main__" and sys.argv and sys.argv[0].endswith(("hierbench/cli.py", "hierbench\\cli.py")): main()

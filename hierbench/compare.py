@@ -194,10 +194,14 @@ def run_recipe(name: str, seed: int, preset: ComparePreset, out: str | Path, eva
     recipe = get_recipe(name)
     run_dir = Path(out) / "runs" / name / f"seed{seed}"
     eval_path = run_dir / "eval.json"
-    if eval_path.exists() and (run_dir / "model.safetensors").exists():
-        return json.loads(eval_path.read_text())
     finetune = recipe.stage == "finetune"
     steps = preset.finetune_steps if finetune else preset.pretrain_steps
+    if eval_path.exists() and (run_dir / "model.safetensors").exists():
+        row = json.loads(eval_path.read_text())
+        if row.get("preset") != dataclasses.asdict(preset):
+            raise ValueError(f"{run_dir} holds a finished run of another preset ({(row.get('preset') or {}).get('name')!r}, "
+                             f"not {preset.name!r}): use another --out folder, or delete that run to redo it")
+        return row
     init = Path(out) / "runs" / recipe.init_from / f"seed{seed}" if finetune else None
     if init is not None and not (init / "model.safetensors").exists():
         raise FileNotFoundError(f"{name} fine-tunes {recipe.init_from}, but {init / 'model.safetensors'} is missing: "
@@ -210,7 +214,7 @@ def run_recipe(name: str, seed: int, preset: ComparePreset, out: str | Path, eva
     t1 = time.perf_counter()
     metrics = evaluate_run(model, eval_data)
     batch = preset.batch_size or recipe.world.batch_size
-    row = dict(recipe=name, seed=seed, steps=steps, batch_size=batch, train_seconds=train_s,
+    row = dict(recipe=name, seed=seed, preset=dataclasses.asdict(preset), steps=steps, batch_size=batch, train_seconds=train_s,
                eval_seconds=time.perf_counter() - t1, samples_per_second=steps * batch / max(train_s, 1e-9),
                final_loss=float(res.metrics.get("loss", float("nan"))), metrics=metrics)
     from hierbench.config import atomic_write_text

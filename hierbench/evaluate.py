@@ -727,7 +727,7 @@ def world_eval_data(split: str, n: int, seed: int = 0, config=None, pep_pool: in
 
 def images_to_tensor(images: np.ndarray, mean: Sequence[float], std: Sequence[float]) -> torch.Tensor:
     "uint8 (N, S, S, 3) → float32 (N, 3, S, S) normalised with the model's per-channel mean and std."
-    x = torch.as_tensor(np.ascontiguousarray(images)).permute(0, 3, 1, 2).float() / 255.0
+    x = torch.from_numpy(np.array(images, dtype=np.uint8, copy=True)).permute(0, 3, 1, 2).float() / 255.0
     return normalize(x, mean, std)
 
 def _model_images(model, images: np.ndarray, batch_size: int) -> torch.Tensor:

@@ -73,6 +73,14 @@ def test_smoke_compare_on_a_subset_writes_everything_and_restarts(tmp_path):
     pd.testing.assert_frame_equal(again["results"], res["results"])
 
 
+def test_a_finished_run_of_another_preset_is_not_silently_reused(tmp_path):
+    out = tmp_path / "cmp"
+    C.run_compare("smoke", seeds=1, out=out, recipes=["clip"], jobs=1, log=lambda *_: None)
+    other = C.dataclasses.replace(C.PRESETS["smoke"], name="smoke-longer", pretrain_steps=7)
+    with pytest.raises(ValueError, match="another preset"):
+        C.run_compare(other, seeds=1, out=out, recipes=["clip"], jobs=1, log=lambda *_: None)
+
+
 @pytest.mark.timeout(900)
 def test_cli_compare_smoke_runs_every_recipe(tmp_path):
     "The main job end to end (all recipes, one seed) through the console script."
