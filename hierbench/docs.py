@@ -153,6 +153,7 @@ def build_docs_preview(root: str | Path = ".", out: str | Path | None = None, pr
     for name, title, body in rendered:
         body = localize_scripts(body)
         if cfg.doc_url: body = body.replace(cfg.doc_url.rstrip("/") + "/", "")  # show_doc links stay inside the preview
+        body = re.sub(r'\{target="_blank"[^}]*\}', "", body)  # Quarto link attributes that nbconvert leaves as text
         body = re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + _nav(pages, name), body, count=1)
         (out / name).write_text(body)
         paths.append(out / name)
