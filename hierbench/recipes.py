@@ -16,7 +16,7 @@ from . import losses as L
 # %% auto #0
 __all__ = ['WORLD_PRETRAIN', 'WORLD_FINETUNE', 'PAPER_MERU', 'PAPER_HYCOCLIP', 'PAPER_ARGENT', 'PAPER_NEGCLIP', 'PAPER_DEGLA',
            'PAPER_READ', 'TERMS', 'OptimDefaults', 'FrozenWeights', 'Recipe', 'register_recipe', 'get_recipe',
-           'list_recipes', 'recipes_table', 'world_info', 'gather_rows', 'compute_loss', 'make_loss_fn', 'demo_batch']
+           'list_recipes', 'recipes_table', 'world_info', 'compute_loss', 'make_loss_fn', 'demo_batch']
 
 # %% ../nbs/08_recipes.ipynb #56bc2b10
 @dataclass(frozen=True)
@@ -250,20 +250,12 @@ def recipes_table(names: list[str] | None = None):
     return pd.DataFrame(rows).set_index("recipe")
 
 # %% ../nbs/08_recipes.ipynb #56b77215
+from .train import dist_info, gather_features as gather_rows  # the trainer's differentiable all-gather
+
 def world_info() -> tuple[int, int]:
     "(rank, world_size) of the initialised process group; (0, 1) when not distributed."
-    import torch.distributed as dist
-    if dist.is_available() and dist.is_initialized(): return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-def gather_rows(x: Tensor) -> Tensor:
-    "Differentiable all-gather: (b, ...) on each rank -> (W·b, ...) in rank order; identity in one process."
-    if world_info()[1] == 1: return x
-    import warnings
-    from torch.distributed.nn.functional import all_gather
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)  # deprecated in recent torch, but its backward works on gloo
-        return torch.cat(all_gather(x), dim=0)
+    info = dist_info()
+    return info.rank, info.world_size
 
 # %% ../nbs/08_recipes.ipynb #0c8844f1
 def _split(x: Tensor, sizes: dict[str, int]) -> dict[str, Tensor]:
