@@ -42,10 +42,10 @@ PRESETS = {
     "smoke": ComparePreset("smoke", "world-debug", pretrain_steps=6, finetune_steps=4, decoder_steps=20, n_train=256,
                            n_test=64, pep_pool=20, batch_size=16),
     # laptop CPU: 2 cores, 3 seeds, ≤ 30 min; the world-tiny model learns the world in a few hundred steps
-    "quick": ComparePreset("quick", "world-tiny", pretrain_steps=400, finetune_steps=100, decoder_steps=300,
+    "quick": ComparePreset("quick", "world-tiny", pretrain_steps=400, finetune_steps=100, decoder_steps=1500,
                            n_train=4000, n_test=300, pep_pool=100, batch_size=64),
     # GPU: larger model, more data and steps
-    "full": ComparePreset("full", "world-small", pretrain_steps=5000, finetune_steps=1000, decoder_steps=2000,
+    "full": ComparePreset("full", "world-small", pretrain_steps=5000, finetune_steps=1000, decoder_steps=3000,
                           n_train=20000, n_test=1000, pep_pool=100, batch_size=256),
 }
 
@@ -155,18 +155,15 @@ def evaluate_claims(results: pd.DataFrame, claims: list[Claim] | None = None) ->
     return pd.DataFrame(rows)
 
 # %% ../nbs/11_compare.ipynb #9bf51a9a
-def _world_texts(n: int, seed: int = 0) -> list[str]:
-    "Every stored text of the first `n` training scenes: the READ decoder's pre-training corpus."
-    from hierbench.world import build_split
-    ws = build_split("train", n, seed=seed)
-    return list(dict.fromkeys(t for m in ws.meta for k in ("chain", "phrases", "paraphrases", "alternatives") for t in m[k]))
-
 def read_decoder(out: Path, preset: ComparePreset, quiet: bool = True):
     "READ's frozen decoder for this compare run: loaded from `out/decoder` or pre-trained on the world's captions once."
     from hierbench.decoder import CaptionDecoder, pretrain_decoder
     path = Path(out) / "decoder.safetensors"
     if path.exists(): return CaptionDecoder.load(path).freeze()
-    decoder, losses = pretrain_decoder(_world_texts(min(preset.n_train, 2000)), steps=preset.decoder_steps, seed=0)
+    from hierbench.data import WorldDataset
+    from hierbench.train import _world_captions  # the same corpus `train_recipe` pretrains its own decoder on
+    decoder, losses = pretrain_decoder(_world_captions(WorldDataset("train", n=min(preset.n_train, 2000))),
+                                       steps=preset.decoder_steps, seed=0)
     decoder.save(path)
     Path(out, "decoder_pretrain_losses.json").write_text(json.dumps([float(l) for l in losses]))
     return decoder

@@ -660,7 +660,7 @@ class WorldDataset(torch.utils.data.Dataset):
         self.image_size = image_size or self.ws.config.image_size
         self.crop_size = image_size or self.ws.config.crop_side
         self.epoch = 0
-        self._true_texts = W.true_texts
+        self._true_texts, self._entails = W.true_texts, W.entails
 
     def __len__(self) -> int: return len(self.ws)
     def set_epoch(self, epoch: int): self.epoch = int(epoch)
@@ -673,12 +673,24 @@ class WorldDataset(torch.utils.data.Dataset):
         pick = lambda seq: seq[int(rng.integers(len(seq)))]
         top = m["chain"][-1]
         para_group = list(dict.fromkeys([top, *m["paraphrases"]]))
-        if "paraphrase" in self.fields: cap = pick(para_group)
+        j = None  # the crop / phrase drawn for this item
+        # the world's hard negatives are one-edit changes of the top caption: with negatives the positive *is* the top
+        # caption; paraphrase pairs are drawn within the top caption's paraphrase group
+        if "negatives" in self.fields: cap = top
+        elif "paraphrase" in self.fields: cap = pick(para_group)
         elif self.caption_mode == "top": cap = top
+        elif "crop" in self.fields:
+            # HyCoCLIP's phrase → caption entailment needs a caption that entails the phrase: draw the crop first,
+            # then a true description of the scene that entails its phrase (the phrase itself always does)
+            j = int(rng.integers(len(m["phrases"])))
+            cap = pick([t for t in self._true_texts(self.ws.scene(i)) if self._entails(t, m["phrases"][j])]
+                       or [m["phrases"][j]])
         else: cap = pick(self._true_texts(self.ws.scene(i)))
         item = {"image": image_to_tensor(self.ws.images[i], self.image_size, self.mean, self.std), "caption": cap}
         if "crop" in self.fields:
-            j = int(rng.integers(len(m["phrases"])))
+            if j is None:
+                entailed = [k for k, p in enumerate(m["phrases"]) if self._entails(cap, p)]
+                j = pick(entailed) if entailed else int(rng.integers(len(m["phrases"])))
             crop = self.ws.crops[self.ws.crop_offsets[i] + j]
             item["crop"] = image_to_tensor(crop, self.crop_size, self.mean, self.std)
             item["phrase"] = m["phrases"][j]

@@ -715,11 +715,12 @@ def world_eval_data(split: str, n: int, seed: int = 0, config=None, pep_pool: in
         class_labels = [o.shape for i in range(len(ws)) for o in ws.objects(i)]
     pool = list(dict.fromkeys(c[-1] for c in chains))[:pep_pool]
     parsed = [world.parse(t) for t in pool]
-    margin = ws.config.margin_px
     pool_neg = []
     for i in range(len(ws)):
         objs = ws.objects(i)
-        pool_neg.append([t for t, m in zip(pool, parsed) if not world.evaluate(m, objs, margin)])
+        # margin 0: a pool caption counts as a negative only if it is not even arguably true (the world's own
+        # standard for "verified false", as for its hard negatives)
+        pool_neg.append([t for t, m in zip(pool, parsed) if not world.evaluate(m, objs, 0.0)])
     return WorldEvalData(split=split, images=ws.images, chains=chains,
                          paraphrases=[p[0] if p else None for p in ws.paraphrases],
                          negatives=[[(ng.type, ng.text) for ng in negs] for negs in ws.negatives],

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 from . import geometry as geo
+from .negatives import is_changed  # one definition of "the same caption" for data and losses
 
 # %% auto #0
 __all__ = ['MERU_WEIGHTS', 'HYCOCLIP_WEIGHTS', 'NORM_EPS', 'ARGENT_WEIGHTS', 'NEGCLIP_WEIGHTS', 'TGC_SCALE', 'DEGLA_WEIGHTS',
@@ -193,8 +194,6 @@ def hycoclip_terms(image: Tensor, text: Tensor, crop: Tensor, phrase: Tensor, sc
                 entailment=hycoclip_entailment(image, text, crop, phrase, c))
 
 # %% ../nbs/07_losses.ipynb #fe0da815
-def _canon(s: str) -> str: return " ".join(s.split()).lower()
-
 def validate_negatives(positives: Sequence[str], negatives: Sequence[Sequence[str]]) -> int:
     "Check B×K hard negatives against their B positives; return K. Raises ValueError naming the sample and text."
     if len(positives) != len(negatives):
@@ -208,7 +207,7 @@ def validate_negatives(positives: Sequence[str], negatives: Sequence[Sequence[st
         for k, n in enumerate(negs):
             if not isinstance(n, str): raise ValueError(f"negative {k} of sample {i} is not a string: {n!r}")
             if not n.strip(): raise ValueError(f"negative {k} of sample {i} is empty (positive: {pos!r})")
-            if _canon(n) == _canon(pos): raise ValueError(f"negative {k} of sample {i} equals its positive: {n!r}")
+            if not is_changed(pos, n): raise ValueError(f"negative {k} of sample {i} equals its positive: {n!r}")
     return ks.pop() if ks else 0
 
 def flatten_negatives(negatives: Sequence[Sequence[str]]) -> list[str]:

@@ -617,7 +617,7 @@ def _resolve_init(init_checkpoint) -> Path | None:
 
 def train_recipe(recipe, run_dir: str | Path, preset: str = "world-tiny", steps: int | None = None, seed: int = 0,
                  init_checkpoint: str | Path | None = None, *, n_train: int = 2000, world_seed: int = 0,
-                 batch_size: int | None = None, decoder: nn.Module | None = None, decoder_steps: int = 300,
+                 batch_size: int | None = None, decoder: nn.Module | None = None, decoder_steps: int = 1500,
                  resume: bool = False, stop_at: int | None = None, callbacks: Iterable[Callable] = (),
                  cache_dir=None, **overrides) -> TrainResult:
     """Train recipe `recipe` (name or `Recipe`) on the built-in world into `run_dir`. `overrides`: TrainConfig fields.
@@ -636,7 +636,7 @@ def train_recipe(recipe, run_dir: str | Path, preset: str = "world-tiny", steps:
         warnings.warn(f"recipe {recipe.name!r} fine-tunes a {recipe.init_from!r} checkpoint, but no init_checkpoint "
                       "was given: training from a random init")
     torch.manual_seed(seed)
-    model = M.create_model(preset, geometry=recipe.geometry, checkpoint=init)
+    model = M.create_model(preset, checkpoint=init, **recipe.model_kwargs())  # geometry, curv_init, learn_curv
     teacher = M.EMATeacher(model, recipe.ema_decay) if recipe.needs_teacher else None
     data = world_dataset_for(recipe, model, n_train, world_seed, cache_dir=cache_dir)
     modules, recon_head = {}, None

@@ -384,6 +384,8 @@ def test_world_items_are_true_and_negatives_false(world_ds):
         assert it["image"].min() >= -1 and it["image"].max() <= 1      # WORLD_MEAN/STD maps [0,1] -> [-1,1]
 
 def test_world_sampling_is_deterministic_and_epoch_dependent(world_ds):
+    from hierbench.data import WorldDataset
+    world_ds = WorldDataset("train", len(world_ds), fields=("index",), world_split=world_ds.ws)  # captions sampled freely
     caps0 = [world_ds[i]["caption"] for i in range(len(world_ds))]
     assert caps0 == [world_ds[i]["caption"] for i in range(len(world_ds))]
     world_ds.set_epoch(1)
@@ -419,3 +421,18 @@ def test_errors_pickle(tmp_path):
               CorruptImageError(tmp_path / "y.jpg", "truncated")]:
         e2 = pickle.loads(pickle.dumps(e))
         assert type(e2) is type(e) and str(e2) == str(e)
+
+
+def test_world_items_pair_captions_with_what_they_entail():
+    "HyCoCLIP's T_b → T entailment needs a caption that entails the phrase; hard negatives are edits of the caption."
+    from hierbench import world as W
+    from hierbench.data import WorldDataset
+    boxes = WorldDataset("train", 120, fields=("crop", "index"), cache_dir=False)
+    for i in range(len(boxes)):
+        it = boxes[i]
+        assert W.entails(it["caption"], it["phrase"]), (it["caption"], it["phrase"])
+    negs = WorldDataset("train", 120, fields=("negatives", "index"), k_negatives=3, cache_dir=False)
+    for i in range(len(negs)):
+        it = negs[i]
+        assert it["caption"] == negs.ws.meta[i]["chain"][-1]   # the caption the negatives were made from
+        assert all(not W.holds(negs.ws.scene(i), t) for t in it["negatives"])
