@@ -1,6 +1,6 @@
 """hierbench.recipes: the recipe table against the spec, recipe validation and `replace`, and `compute_loss` for every
 recipe on a tiny batch with a fake model obeying the ARCHITECTURE.md contract (independent of hierbench.models)."""
-import copy
+import os, copy
 import dataclasses
 import json
 import math
@@ -339,7 +339,7 @@ def test_real_world_debug_model_if_available():
 def _dist_worker(rank, world, init_file, out_dir, names):
     import torch.distributed as dist
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    dist.init_process_group("gloo", init_method=init_file, rank=rank, world_size=world)
     try:
         for name in names:
             r, model, teacher, recon = _setup_seeded(name)
@@ -353,8 +353,12 @@ def _dist_worker(rank, world, init_file, out_dir, names):
             for g in grads: dist.all_reduce(g); g /= world
             lt = loss.detach().clone(); dist.all_reduce(lt); lt /= world
             if rank == 0: torch.save({"loss": lt, "grads": grads}, f"{out_dir}/{name}.pt")
+        dist.barrier()  # both ranks finished every collective before either tears gloo down
     finally:
         dist.destroy_process_group()
+    # leave without running C++ static destructors: gloo's worker threads sometimes abort the interpreter's normal
+    # exit ("terminate called without an active exception") after all results are written
+    os._exit(0)
 
 
 def _setup_seeded(name):
@@ -372,7 +376,7 @@ def test_two_gloo_processes_match_one_process(tmp_path):
     import torch.multiprocessing as mp
     if not dist.is_available(): pytest.skip("torch.distributed not available")
     names = ["hycoclip", "argent+degla", "read"]
-    mp.spawn(_dist_worker, args=(2, str(tmp_path / "init"), str(tmp_path), names), nprocs=2, join=True)
+    mp.spawn(_dist_worker, args=(2, f"file://{tmp_path / 'init'}", str(tmp_path), names), nprocs=2, join=True)
     for name in names:
         r, model, teacher, recon = _setup_seeded(name)
         batch = tiny_batch(B=4, K=max(r.num_negatives, 1))
