@@ -260,8 +260,8 @@ def summary_table(results: pd.DataFrame, metrics=KEY_METRICS) -> pd.DataFrame:
         col = {}
         for recipe, g in sub.groupby("recipe", sort=False):
             v = g.value.to_numpy(float)
-            half = float(stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v))) if len(v) > 1 else float("nan")
-            col[recipe] = f"{v.mean():.3f}" + (f" ± {half:.3f}" if np.isfinite(half) else "")
+            mean, low, high, _ = paired_effect(v, np.zeros_like(v))  # the ledger's t-interval, against 0
+            col[recipe] = f"{mean:.3f}" + (f" ± {high - mean:.3f}" if np.isfinite(high) else "")
         ch = sub.chance.dropna()
         col["(chance)"] = f"{ch.mean():.3f}" if len(ch) else "—"
         out[metric] = col
