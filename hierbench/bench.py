@@ -146,7 +146,7 @@ def recipe_setup(name: str, preset: str = "world-tiny", batch_size: int = 64, de
     cfg = T.TrainConfig(**{**recipe.world.train_overrides(), "batch_size": batch_size})
     named = [*model.named_parameters()] + [(f"modules.{k}.{n}", p) for k, m in modules.items() for n, p in m.named_parameters()]
     params = [p for _, p in named if p.requires_grad]
-    optimizer = torch.optim.AdamW(T.param_groups(named, cfg.weight_decay), lr=cfg.lr, betas=cfg.betas, eps=cfg.eps)
+    optimizer = T.make_optimizer(named, cfg)
     clamps = [c for c in (T.clamp_hook(m) for m in (model, *modules.values())) if c is not None]
     return dict(recipe=recipe, model=model, teacher=teacher, batch=batch, loss_fn=R.make_loss_fn(recipe, recon_head),
                 optimizer=optimizer, params=params, clamps=clamps, cfg=cfg, device=device)

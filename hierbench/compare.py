@@ -41,8 +41,9 @@ PRESETS = {
     # tests: every code path, seconds per recipe; the numbers mean nothing
     "smoke": ComparePreset("smoke", "world-debug", pretrain_steps=6, finetune_steps=4, decoder_steps=20, n_train=256,
                            n_test=64, pep_pool=20, batch_size=16),
-    # laptop CPU: 2 cores, 3 seeds, ≤ 30 min; the world-tiny model learns the world in a few hundred steps
-    "quick": ComparePreset("quick", "world-tiny", pretrain_steps=400, finetune_steps=100, decoder_steps=1500,
+    # laptop CPU: 2 cores, 3 seeds, ≤ 30 min; world-tiny (ResNet image tower) learns colours, sizes and relations
+    # in a few hundred steps, shapes more slowly (see the notes on what quick can and cannot show)
+    "quick": ComparePreset("quick", "world-tiny", pretrain_steps=700, finetune_steps=100, decoder_steps=1500,
                            n_train=4000, n_test=300, pep_pool=100, batch_size=64),
     # GPU: larger model, more data and steps
     "full": ComparePreset("full", "world-small", pretrain_steps=5000, finetune_steps=1000, decoder_steps=3000,
@@ -275,6 +276,9 @@ def _run_task(preset: ComparePreset, seed: int, name: str, out: str, quiet: bool
     "One (recipe, seed) run in this process; evaluation data and the READ decoder are loaded once per process."
     import torch
     if threads: torch.set_num_threads(threads)
+    if name == "decoder":
+        read_decoder(Path(out), preset, quiet)
+        return {}
     from hierbench.recipes import get_recipe
     if preset not in _EVAL_CACHE: _EVAL_CACHE[preset] = build_eval_data(preset)
     decoder = None
@@ -305,11 +309,15 @@ def run_compare(preset: str | ComparePreset = "smoke", seeds: int = 1, out: str 
     from hierbench.world import build_split
     build_split("train", preset.n_train, seed=0)  # warm the cache once: workers then only read it
     _EVAL_CACHE[preset] = build_eval_data(preset)
-    if any(get_recipe(r).needs_decoder for r in order): read_decoder(out, preset, quiet)
-    parent = {name: get_recipe(name).init_from if get_recipe(name).stage == "finetune" else None for name in order}
+    DECODER = (-1, "decoder")  # the task that pre-trains READ's decoder (a no-op when out/ already holds it)
+    needs = {name: [*([(None, get_recipe(name).init_from)] if get_recipe(name).stage == "finetune" else []),
+                    *([DECODER] if get_recipe(name).needs_decoder else [])] for name in order}
+    if any(DECODER in deps for deps in needs.values()): tasks = [DECODER, *tasks]
+    def ready(t):  # a parent is the same recipe's seed: (None, parent) → (seed, parent)
+        return all(((t[0], d[1]) if d[0] is None else d) in done for d in needs.get(t[1], []))
     done: dict = {}
     if jobs == 1:
-        for seed, name in tasks: done[(seed, name)] = _run_task(preset, seed, name, str(out), quiet, None)
+        for t in tasks: done[t] = _run_task(preset, t[0], t[1], str(out), quiet, None)
     else:
         import multiprocessing as mp
         from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -317,13 +325,12 @@ def run_compare(preset: str | ComparePreset = "smoke", seeds: int = 1, out: str 
         # spawn: a fresh interpreter per worker (forking a process that holds torch's thread pools can hang)
         with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as ex:
             while pending or running:
-                ready = [t for t in pending if parent[t[1]] is None or (t[0], parent[t[1]]) in done]
-                for t in ready[: jobs - len(running)]:
+                for t in [t for t in pending if ready(t)][: jobs - len(running)]:
                     pending.remove(t)
                     running[ex.submit(_run_task, preset, t[0], t[1], str(out), quiet, 1)] = t
                 finished, _ = wait(running, return_when=FIRST_COMPLETED)
                 for f in finished: done[running.pop(f)] = f.result()
-    runs = [done[t] for t in tasks]
+    runs = [done[t] for t in tasks if t != DECODER]
     results = pd.DataFrame(results_rows(runs))
     ledger = evaluate_claims(results)
     meta = dict(preset=dataclasses.asdict(preset), seeds=seeds, recipes=order, jobs=jobs,

@@ -34,8 +34,8 @@ __all__ = ['CHANCE_ITT_TOT', 'ZS_TEMPLATES', 'SCPP_TYPES', 'as_numpy', 'chance_c
            'default_image_loader', 'default_preprocess', 'encode_record_images', 'option_scores', 'score_choices',
            'score_choice_items', 'evaluate_choice_benchmark', 'whatsup_axis', 'group_accuracy',
            'evaluate_whatsup_controlled', 'evaluate_sugarcrepe_pp', 'evaluate_hierarcaps', 'WorldEvalData',
-           'world_eval_data', 'images_to_tensor', 'class_prototypes', 'zero_shot_metrics', 'compositional_metrics',
-           'paraphrase_metrics', 'geometry_metrics', 'evaluate_world_split', 'evaluate_world']
+           'isolated_object_images', 'world_eval_data', 'images_to_tensor', 'class_prototypes', 'zero_shot_metrics',
+           'compositional_metrics', 'paraphrase_metrics', 'geometry_metrics', 'evaluate_world_split', 'evaluate_world']
 
 # %% ../nbs/10_evaluate.ipynb #96b74ca4
 def as_numpy(x, name: str = "array", ndim: int | None = None, dtype=np.float64) -> np.ndarray:
@@ -698,9 +698,17 @@ class WorldEvalData:
     chains: list                    # N × 4 captions, general → specific
     paraphrases: list               # N: a same-meaning paraphrase of the top caption (or None)
     negatives: list                 # N: list of (type, text), verified false
-    class_images: np.ndarray        # uint8 (M, S, S, 3): what zero-shot classifies (whole image or object crops)
+    class_images: np.ndarray        # uint8 (M, S, S, 3): what zero-shot classifies (whole image or isolated objects)
     class_labels: list              # M leaf shape names
     pool_negatives: list            # N: captions of the PEP pool verified false for scene i
+
+def isolated_object_images(ws, seed: int = 0) -> np.ndarray:
+    """uint8 (M, S, S, 3), scene-major like `ws.crops`: each object of each scene of split `ws` drawn alone at its
+    own box on a new background (the world's renderer; the background and colour jitter are seeded by (seed, scene, object))."""
+    from hierbench import world
+    out = [world.render_image([o], np.random.default_rng([seed, i, k, 11]), ws.config)
+           for i in range(len(ws)) for k, o in enumerate(ws.objects(i))]
+    return np.stack(out) if out else np.zeros((0, ws.config.image_size, ws.config.image_size, 3), np.uint8)
 
 def world_eval_data(split: str, n: int, seed: int = 0, config=None, pep_pool: int = 100, cache_dir=None) -> WorldEvalData:
     "Build (or load from the world cache; `cache_dir=False`: no cache) `n` scenes of `split` and extract the evaluation data."
@@ -711,16 +719,18 @@ def world_eval_data(split: str, n: int, seed: int = 0, config=None, pep_pool: in
         class_images = ws.images
         class_labels = [ws.objects(i)[0].shape for i in range(len(ws))]
     else:
-        class_images = ws.crops
+        class_images = isolated_object_images(ws, seed)
         class_labels = [o.shape for i in range(len(ws)) for o in ws.objects(i)]
-    pool = list(dict.fromkeys(c[-1] for c in chains))[:pep_pool]
-    parsed = [world.parse(t) for t in pool]
-    pool_neg = []
-    for i in range(len(ws)):
-        objs = ws.objects(i)
-        # margin 0: a pool caption counts as a negative only if it is not even arguably true (the world's own
-        # standard for "verified false", as for its hard negatives)
-        pool_neg.append([t for t, m in zip(pool, parsed) if not world.evaluate(m, objs, 0.0)])
+    pool_neg = [[] for _ in range(len(ws))]
+    if pep_pool:
+        tops = list(dict.fromkeys(c[-1] for c in chains))
+        objs = [ws.objects(i) for i in range(len(ws))]
+        # margin 0: a caption counts as a negative only if it is not even arguably true (the world's own standard
+        # for "verified false", as for its hard negatives)
+        true_of = np.array([[world.evaluate(m, o, 0.0) for o in objs] for m in map(world.parse, tops)], bool)
+        # ARGENT's pool: the captions with the lowest degree (here: true of the fewest images), first seen first
+        pool = sorted(range(len(tops)), key=lambda c: (true_of[c].sum(), c))[:pep_pool]
+        pool_neg = [[tops[c] for c in pool if not true_of[c, i]] for i in range(len(ws))]
     return WorldEvalData(split=split, images=ws.images, chains=chains,
                          paraphrases=[p[0] if p else None for p in ws.paraphrases],
                          negatives=[[(ng.type, ng.text) for ng in negs] for negs in ws.negatives],

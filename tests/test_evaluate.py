@@ -295,6 +295,46 @@ def test_world_split_chance_model_in_range(iid_data):
     assert "aperture_saturated" not in r
 
 
+def test_zero_shot_images_are_each_object_alone_at_its_own_box(iid_data):
+    "Multi-object splits classify every object drawn alone at its own place and scale, aligned with the crops' labels."
+    from hierbench import world
+    ws = world.build_split("test-iid", 40, seed=0, cache_dir=False)
+    assert len(iid_data.class_images) == len(iid_data.class_labels) == len(ws.crops)
+    assert iid_data.class_labels == [o.shape for i in range(len(ws)) for o in ws.objects(i)]
+    np.testing.assert_array_equal(ev.isolated_object_images(ws, 0), iid_data.class_images)  # deterministic
+    assert not np.array_equal(ev.isolated_object_images(ws, 1), iid_data.class_images)      # seeded backgrounds
+    row = 0
+    for i in range(len(ws)):
+        objs = ws.objects(i)
+        for k, o in enumerate(objs):
+            img = iid_data.class_images[row].astype(float); row += 1
+            x0, y0, x1, y1 = o.box
+            inside = img[y0:y1, x0:x1].reshape(-1, 3)
+            # the object's colour covers part of its own box ...
+            near = np.abs(inside - np.asarray(world.COLOUR_RGB[o.colour], float)).max(axis=1) < 40
+            assert near.mean() > 0.2, (i, k)
+            # ... and no other object is drawn: outside this box the image is smooth background (noise std 4)
+            mask = np.ones(img.shape[:2], bool); mask[y0:y1, x0:x1] = False
+            for other in objs[:k] + objs[k + 1:]:
+                ox0, oy0, ox1, oy1 = other.box
+                patch = img[oy0:oy1, ox0:ox1]
+                assert patch.std(axis=(0, 1)).max() < 15, (i, k)
+
+
+def test_pep_pool_takes_the_captions_true_of_the_fewest_images():
+    "ARGENT's pool: lowest degree first. In `general` scenes top captions repeat, so degrees differ."
+    from hierbench import world
+    data = ev.world_eval_data("general", 120, seed=0, pep_pool=15, cache_dir=False)
+    ws = world.build_split("general", 120, seed=0, cache_dir=False)
+    tops = list(dict.fromkeys(c[-1] for c in ws.chains))
+    degree = {t: sum(world.holds(ws.scene(i), t, margin=0.0) for i in range(len(ws))) for t in tops}
+    pool = {t for negs in data.pool_negatives for t in negs}
+    assert len(pool) == 15  # each pool caption is false for some scene, so each shows up
+    left_out = [degree[t] for t in tops if t not in pool]
+    assert max(degree[t] for t in pool) <= min(left_out)
+    assert len(set(degree.values())) > 1   # the choice mattered
+
+
 def test_world_pool_negatives_are_false(iid_data):
     from hierbench import world
     ws = world.build_split("test-iid", 40, seed=0, cache_dir=False)
