@@ -199,6 +199,13 @@ def run_recipe(name: str, seed: int, preset: ComparePreset, out: str | Path, eva
         if row.get("preset") != dataclasses.asdict(preset):
             raise ValueError(f"{run_dir} holds a finished run of another preset ({(row.get('preset') or {}).get('name')!r}, "
                              f"not {preset.name!r}): use another --out folder, or delete that run to redo it")
+        # the preset names its model; if that name now means another architecture (a newer hierbench), the old run
+        # would silently stand in for the new model
+        from hierbench.models import resolve_architecture
+        saved = json.loads((run_dir / "model.json").read_text())["arch"] if (run_dir / "model.json").exists() else None
+        if saved != json.loads(json.dumps(resolve_architecture(preset.model_preset))):
+            raise ValueError(f"{run_dir} holds a finished run whose model is not today's {preset.model_preset!r} "
+                             "architecture: use another --out folder, or delete that run to redo it")
         return row
     init = Path(out) / "runs" / recipe.init_from / f"seed{seed}" if finetune else None
     if init is not None and not (init / "model.safetensors").exists():

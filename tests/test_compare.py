@@ -81,6 +81,17 @@ def test_a_finished_run_of_another_preset_is_not_silently_reused(tmp_path):
         C.run_compare(other, seeds=1, out=out, recipes=["clip"], jobs=1, log=lambda *_: None)
 
 
+def test_a_finished_run_of_an_older_architecture_is_not_silently_reused(tmp_path, monkeypatch):
+    "Same preset name, but the model preset now means another architecture (e.g. after an upgrade): refuse."
+    from hierbench import models as M
+    out = tmp_path / "cmp"
+    C.run_compare("smoke", seeds=1, out=out, recipes=["clip"], jobs=1, log=lambda *_: None)
+    changed = {**M.PRESETS["world-debug"], "embed_dim": 24}
+    monkeypatch.setitem(M.PRESETS, "world-debug", changed)
+    with pytest.raises(ValueError, match="architecture"):
+        C.run_compare("smoke", seeds=1, out=out, recipes=["clip"], jobs=1, log=lambda *_: None)
+
+
 @pytest.mark.timeout(900)
 def test_cli_compare_smoke_runs_every_recipe(tmp_path):
     "The main job end to end (all recipes, one seed) through the console script."
