@@ -280,7 +280,7 @@ def summary_table(results: pd.DataFrame, metrics=KEY_METRICS) -> pd.DataFrame:
 _EVAL_CACHE: dict = {}
 
 def _run_task(preset: ComparePreset, seed: int, name: str, out: str, quiet: bool, threads: int | None) -> dict:
-    "One (recipe, seed) run in this process; evaluation data and the READ decoder are loaded once per process."
+    "One (recipe, seed) run in this process (or, for `name='decoder'`, READ's decoder pre-training); evaluation data is built once per process."
     import torch
     if threads: torch.set_num_threads(threads)
     if name == "decoder":

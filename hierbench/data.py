@@ -650,11 +650,7 @@ class WorldDataset(torch.utils.data.Dataset):
                  image_size: int | None = None, mean: Sequence[float] = WORLD_MEAN, std: Sequence[float] = WORLD_STD,
                  cache_dir: str | Path | None | bool = None, world_split=None, negative_types: Sequence[str] | None = None):
         from hierbench import world as W
-        if negative_types is not None:
-            unknown = [t for t in negative_types if t not in W.NEGATIVE_TYPES]
-            if unknown or not negative_types:
-                raise ValueError(f"negative_types {list(negative_types)}: unknown or empty; known: {list(W.NEGATIVE_TYPES)}")
-        self.negative_types = tuple(negative_types) if negative_types is not None else None
+        self.negative_types = W.check_negative_types(negative_types) if negative_types is not None else None
         bad = [f for f in fields if f not in WORLD_FIELDS]
         if bad: raise ValueError(f"unknown world field(s) {bad}; known: {list(WORLD_FIELDS)}")
         if caption not in ("sample", "top"): raise ValueError(f"caption must be 'sample' or 'top', got {caption!r}")
@@ -700,9 +696,9 @@ class WorldDataset(torch.utils.data.Dataset):
             item["crop"] = image_to_tensor(crop, self.crop_size, self.mean, self.std)
             item["phrase"] = m["phrases"][j]
         if "negatives" in self.fields:
-            negs = [t for _, t in m["negatives"] if is_changed(cap, t)]
-            if self.negative_types is not None:
-                negs = [t for kind, t in m["negatives"] if kind in self.negative_types and is_changed(cap, t)] or negs
+            changed = [(kind, t) for kind, t in m["negatives"] if is_changed(cap, t)]
+            wanted = self.negative_types
+            negs = [t for kind, t in changed if wanted is None or kind in wanted] or [t for _, t in changed]
             if not negs: raise ValueError(f"world scene {i} of split {self.ws.split!r} has no negatives")
             idx = rng.choice(len(negs), self.k, replace=len(negs) < self.k)
             item["negatives"] = [negs[int(k)] for k in idx]

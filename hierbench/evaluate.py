@@ -28,14 +28,15 @@ __all__ = ['CHANCE_ITT_TOT', 'ZS_TEMPLATES', 'SCPP_TYPES', 'as_numpy', 'chance_c
            'with_suffix', 'rank_of_best_correct', 'recall_at_k', 'retrieval_recalls', 'choice_correct',
            'choice_accuracy', 'itt_correct', 'tot_correct', 'itt_tot', 'aggregate_accuracy', 'group_means',
            'ancestor_set', 'hierarchical_scores', 'hierarchical_metrics', 'chance_hierarchical_metrics', 'pep_score',
-           'pep_auc_ap', 'kendall_per_chain', 'd_corr', 'hierarcaps_sweep', 'hierarcaps_precision_recall',
-           'hierarcaps_retrieval', 'model_device', 'eval_mode', 'encode_texts', 'encode_images', 'head_geometry',
-           'head_curv', 'entailment_angle', 'embedding_radius', 'pep_metrics', 'WordHashModel', 'record_field',
-           'default_image_loader', 'default_preprocess', 'encode_record_images', 'option_scores', 'score_choices',
-           'score_choice_items', 'evaluate_choice_benchmark', 'whatsup_axis', 'group_accuracy',
-           'evaluate_whatsup_controlled', 'evaluate_sugarcrepe_pp', 'evaluate_hierarcaps', 'WorldEvalData',
-           'isolated_object_images', 'world_eval_data', 'images_to_tensor', 'class_prototypes', 'zero_shot_metrics',
-           'compositional_metrics', 'paraphrase_metrics', 'geometry_metrics', 'evaluate_world_split', 'evaluate_world']
+           'saturated_fraction', 'pep_auc_ap', 'kendall_per_chain', 'd_corr', 'hierarcaps_sweep',
+           'hierarcaps_precision_recall', 'hierarcaps_retrieval', 'model_device', 'eval_mode', 'encode_texts',
+           'encode_images', 'head_geometry', 'head_curv', 'entailment_angle', 'embedding_radius', 'pep_metrics',
+           'WordHashModel', 'record_field', 'default_image_loader', 'default_preprocess', 'encode_record_images',
+           'option_scores', 'score_choices', 'score_choice_items', 'evaluate_choice_benchmark', 'whatsup_axis',
+           'group_accuracy', 'evaluate_whatsup_controlled', 'evaluate_sugarcrepe_pp', 'evaluate_hierarcaps',
+           'WorldEvalData', 'isolated_object_images', 'world_eval_data', 'images_to_tensor', 'class_prototypes',
+           'zero_shot_metrics', 'compositional_metrics', 'paraphrase_metrics', 'geometry_metrics',
+           'evaluate_world_split', 'evaluate_world']
 
 # %% ../nbs/10_evaluate.ipynb #96b74ca4
 def as_numpy(x, name: str = "array", ndim: int | None = None, dtype=np.float64) -> np.ndarray:
@@ -261,6 +262,12 @@ def pep_score(phi):
     "PEP score max(0, 1 − 2φ/π) — `hierbench.losses.pep_score`, here also for numpy arrays (numpy in, numpy out)."
     if isinstance(phi, torch.Tensor): return _loss_pep_score(phi)
     return _loss_pep_score(torch.as_tensor(np.asarray(phi, dtype=np.float64))).numpy()
+
+def saturated_fraction(omega, threshold: float = 0.99) -> float:
+    "Fraction of cone half-apertures `omega` (radians; array or tensor) with ω ≥ threshold·π/2 (ARGENT's saturation)."
+    w = as_numpy(omega, "omega").ravel()   # also rejects NaN/inf, naming `omega`
+    if w.size == 0: raise ValueError("omega: expected a non-empty array of angles")
+    return float((w >= threshold * np.pi / 2).mean())
 
 def pep_auc_ap(pos_scores, neg_scores) -> dict[str, float]:
     "AUC-ROC and average precision separating positive from negative pair scores, with their chance levels."
@@ -837,7 +844,7 @@ def geometry_metrics(model, img: torch.Tensor, chains: Sequence[Sequence[str]], 
     if geometry == "lorentz":
         flat = txt.reshape(-1, txt.shape[-1]).double()
         omega = half_aperture(flat, c, K)
-        out["aperture_saturated"] = float((omega >= saturation * math.pi / 2).double().mean())
+        out["aperture_saturated"] = saturated_fraction(omega, saturation)
         out["parent_norm"] = float(flat.norm(dim=-1).mean())
     return out
 

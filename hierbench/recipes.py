@@ -12,7 +12,7 @@ from typing import Callable, Mapping
 import torch
 from torch import Tensor
 from . import losses as L
-from .world import NEGATIVE_TYPES as WORLD_NEGATIVE_TYPES
+from .world import check_negative_types
 
 # %% auto #0
 __all__ = ['WORLD_PRETRAIN', 'WORLD_FINETUNE', 'PAPER_MERU', 'PAPER_HYCOCLIP', 'PAPER_ARGENT', 'PAPER_NEGCLIP', 'PAPER_DEGLA',
@@ -114,10 +114,8 @@ class Recipe:
         if self.contrastive == "hycoclip" and not self.use_boxes: bad("the hycoclip contrastive needs use_boxes=True")
         if self.contrastive == "negclip" and self.num_negatives < 1: bad("the negclip contrastive needs num_negatives >= 1")
         if self.negative_types is not None:
-            object.__setattr__(self, "negative_types", tuple(self.negative_types))
-            unknown_types = [t for t in self.negative_types if t not in WORLD_NEGATIVE_TYPES]
-            if unknown_types or not self.negative_types:
-                bad(f"negative_types {self.negative_types!r}: unknown or empty; known: {WORLD_NEGATIVE_TYPES}")
+            try: object.__setattr__(self, "negative_types", check_negative_types(self.negative_types))
+            except ValueError as e: bad(f"negative_types: {e}")
         if (self.weights.get("igc") or self.weights.get("tgc")) and self.contrastive != "negclip":
             bad("igc/tgc need hard negatives: use contrastive='negclip'")
         if self.recon_target not in ("alternatives", "captions"): bad(f"recon_target must be 'alternatives' or 'captions'")

@@ -20,14 +20,15 @@ from scipy import stats
 
 from .geometry import (dist0, exp_map0, exterior_angle, half_aperture, lorentz_to_poincare,
                                 pairwise_dist)
+from .evaluate import pep_score, saturated_fraction  # numpy-friendly PEP score; ARGENT's saturation measure
 
 # %% auto #0
 __all__ = ['PROJECTION_METHODS', 'check_in_ball', 'mobius_add', 'poincare_dist', 'poincare_exp0', 'poincare_log0', 'frechet_mean',
            'busemann', 'horo_project', 'HoroPCA', 'random_tree_embeddings', 'project_2d', 'projection_figure',
            'horopca_figure', 'projection_comparison_figure', 'embedding_norms', 'norms_table',
-           'norm_distribution_figure', 'pep_score', 'entailment_table', 'entailment_plane', 'cone_boundary',
-           'entailment_disk_figure', 'saturated_fraction', 'aperture_saturation_figure', 'training_curves_figure',
-           'confidence_intervals', 'ablation_bars_figure']
+           'norm_distribution_figure', 'entailment_table', 'entailment_plane', 'cone_boundary',
+           'entailment_disk_figure', 'aperture_saturation_figure', 'training_curves_figure', 'confidence_intervals',
+           'ablation_bars_figure']
 
 # %% ../nbs/12_viz.ipynb #2e65689d
 _BALL_MARGIN = 1e-15  # smallest 1-||x||² we divide by: float64 rounding can put a far-out point a hair from the sphere
@@ -392,11 +393,6 @@ def norm_distribution_figure(norms, kind: str = "violin", title: str | None = No
     return fig
 
 # %% ../nbs/12_viz.ipynb #5dc8abef
-def pep_score(phi) -> np.ndarray:
-    "ARGENT's PEP score `max(0, 1 − 2φ/π)` of exterior angles φ (radians), as numpy (`hierbench.losses.pep_score`)."
-    from hierbench.losses import pep_score as _pep
-    return _pep(torch.as_tensor(np.asarray(phi, dtype=np.float64))).numpy()
-
 def _parent_children(parent, children) -> tuple[torch.Tensor, torch.Tensor]:
     x, ys = _f64(parent, "parent"), _f64(children, "children")
     if ys.ndim == 1: ys = ys[None]
@@ -467,12 +463,6 @@ def entailment_disk_figure(parent, children, c: float = 1.0, K: float = 0.1, lab
     return fig
 
 # %% ../nbs/12_viz.ipynb #92ddddae
-def saturated_fraction(omega, threshold: float = 0.99) -> float:
-    "Fraction of half-apertures `omega` (radians) with ω ≥ threshold·π/2."
-    w = np.asarray(omega, dtype=float).ravel()
-    if w.size == 0 or not np.isfinite(w).all(): raise ValueError("omega: expected a non-empty array of finite angles")
-    return float((w >= threshold * np.pi / 2).mean())
-
 def _saturation_series(history, threshold: float) -> tuple[np.ndarray, np.ndarray]:
     if isinstance(history, Mapping): items = list(history.items())
     else:

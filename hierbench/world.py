@@ -16,11 +16,12 @@ import numpy as np
 # %% auto #0
 __all__ = ['SHAPES', 'COLOURS', 'SIZES', 'RELATIONS', 'INVERSE_RELATION', 'COLOUR_RGB', 'WORLD_VERSION', 'NEGATIVE_TYPES',
            'SPLITS', 'Taxonomy', 'WorldConfig', 'NP', 'Clause', 'Meaning', 'render_np', 'render', 'parse', 'Obj',
-           'Relation', 'Negative', 'relation_holds', 'np_matches', 'evaluate', 'holds', 'entails', 'scene_rng', 'Scene',
-           'true_texts', 'shape_mask', 'shape_alpha', 'render_image', 'resize_bilinear', 'heldout_combinations',
-           'full_np', 'mentions_heldout', 'make_negatives', 'make_scene', 'classify_negative', 'audit_negatives',
-           'builtin_negatives', 'sloppy_negatives', 'WorldSplit', 'split_cache_path', 'build_split', 'world_speed',
-           'image_grid_figure', 'scene_grid_figure', 'crops_figure', 'taxonomy_figure']
+           'Relation', 'Negative', 'check_negative_types', 'relation_holds', 'np_matches', 'evaluate', 'holds',
+           'entails', 'scene_rng', 'Scene', 'true_texts', 'shape_mask', 'shape_alpha', 'render_image',
+           'resize_bilinear', 'heldout_combinations', 'full_np', 'mentions_heldout', 'make_negatives', 'make_scene',
+           'classify_negative', 'audit_negatives', 'builtin_negatives', 'sloppy_negatives', 'WorldSplit',
+           'split_cache_path', 'build_split', 'world_speed', 'image_grid_figure', 'scene_grid_figure', 'crops_figure',
+           'taxonomy_figure']
 
 # %% ../nbs/02_world.ipynb #651d1077
 @dataclass(frozen=True, eq=False)
@@ -272,6 +273,15 @@ class Negative(NamedTuple):
     text: str
 
 NEGATIVE_TYPES = ("replace_obj", "replace_att", "replace_rel", "swap_obj", "swap_att", "add_obj", "add_att", "reshuffle")
+
+def check_negative_types(types: Sequence[str]) -> tuple[str, ...]:
+    "`types` as a tuple after checking each is one of `NEGATIVE_TYPES` (a non-empty selection); else a ValueError naming them."
+    types = tuple(types)
+    unknown = [t for t in types if t not in NEGATIVE_TYPES]
+    if unknown or not types:
+        raise ValueError(f"negative types {list(types)}: {'unknown ' + str(unknown) if unknown else 'empty'}; "
+                         f"known: {list(NEGATIVE_TYPES)}")
+    return types
 
 def relation_holds(a: Obj, rel: str, b: Obj, margin: float) -> bool:
     "Is `a` `rel` of `b` with centre offset > `margin` pixels? (y grows downwards.)"

@@ -336,3 +336,9 @@ def test_classify_negative_by_hand():
     assert classify_negative(s, "a large purple circle to the left of a small orange heart") == "valid_hard"
     assert classify_negative(s, "a large green star to the right of a small blue square") == "easy"
     assert classify_negative(s, "heart orange a small") == "easy"
+
+
+def test_check_negative_types_names_what_is_wrong():
+    assert W.check_negative_types(["swap_obj", "reshuffle"]) == ("swap_obj", "reshuffle")
+    with pytest.raises(ValueError, match="unknown.*'swap'"): W.check_negative_types(["swap", "swap_att"])
+    with pytest.raises(ValueError, match="empty"): W.check_negative_types([])
