@@ -9,14 +9,15 @@ from __future__ import annotations
 import contextlib, json, math, os, platform, resource, statistics, subprocess, sys, tempfile, time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
 import pandas as pd
 import torch
 
 # %% auto #0
-__all__ = ['SECTIONS', 'FULL', 'QUICK', 'PAIRWISE_GOAL', 'WORLD_BUILD_GOAL_S', 'OUTSIDE_SHARE_GOAL', 'COMPARE_PEAK_GOAL_MB',
-           'BenchSizes', 'peak_rss_mb', 'torch_threads', 'bench_geometry', 'bench_world', 'record_encoder_calls',
-           'encoder_only_loss', 'recipe_setup', 'time_recipe_step', 'bench_recipes', 'read_compare', 'bench_compare',
-           'run_benchmarks', 'format_report']
+__all__ = ['SECTIONS', 'FULL', 'QUICK', 'PAIRWISE_GOAL', 'WORLD_BUILD_GOAL_S', 'OUTSIDE_SHARE_GOAL', 'PEAK_SHARE_GOAL',
+           'DEGLA_RATIO_GOAL', 'COMPARE_PEAK_GOAL_MB', 'BenchSizes', 'peak_rss_mb', 'torch_threads', 'bench_geometry',
+           'bench_world', 'matmul_peak', 'step_flops', 'record_encoder_calls', 'encoder_only_loss', 'recipe_setup',
+           'time_recipe_step', 'bench_recipes', 'read_compare', 'bench_compare', 'run_benchmarks', 'format_report']
 
 # %% ../nbs/14_bench.ipynb #c31f457f
 SECTIONS = ("geometry", "world", "recipes", "compare")
@@ -31,16 +32,17 @@ class BenchSizes:
     geometry_repeats: int = 5       # timed repeats (median) after one warm-up
     world_scenes: int = 20_000      # the training-set size of the world goal (about 225 MB on disk)
     recipe_preset: str = "world-tiny"  # the default world model
-    recipe_batch: int = 64          # the fine-tuning batch of the world recipes
+    recipe_batch: int = 256         # the world recipes' pre-training batch (the step the goals are about)
     recipe_warmup: int = 2          # untimed steps per recipe (allocator, autograd graph caches, AdamW state)
     recipe_steps: int = 7           # timed steps per recipe (median)
     decoder_steps: int = 20         # READ: decoder pre-training steps (its architecture, not its quality, sets the cost)
     compare_recipes: tuple = ("clip", "meru", "negclip")  # subset for the smoke compare when no compare dir is given
+    peak_n: int = 2048              # side of the square fp32 matmul that measures the machine's peak
 
 FULL = BenchSizes()
 QUICK = BenchSizes(geometry_n=128, geometry_d=32, geometry_pairs=2000, geometry_pair_d=8, geometry_repeats=2,
                    world_scenes=40, recipe_preset="world-debug", recipe_batch=8, recipe_warmup=1, recipe_steps=2,
-                   decoder_steps=2, compare_recipes=("clip",))
+                   decoder_steps=2, compare_recipes=("clip",), peak_n=256)
 
 # %% ../nbs/14_bench.ipynb #ac57e466
 def _sync(device) -> None:
@@ -97,6 +99,25 @@ def bench_world(sizes: BenchSizes = FULL) -> dict:
         out.update(build_goal_s=WORLD_BUILD_GOAL_S, build_meets_goal=bool(r["build_s"] < WORLD_BUILD_GOAL_S))
     return out
 
+# %% ../nbs/14_bench.ipynb #6c6fe35c
+def matmul_peak(n: int = 2048, repeats: int = 5, device: str = "cpu") -> float:
+    "The machine's fp32 matmul rate in FLOP/s on the current threads: the best of `repeats` products of two n×n matrices."
+    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+    a @ b; _sync(device)
+    best = math.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter(); a @ b; _sync(device)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n ** 3 / best
+
+def step_flops(forward: Callable) -> int:
+    "Floating-point operations of `forward()` and the backward of the loss it returns (torch's FlopCounterMode)."
+    from torch.utils.flop_counter import FlopCounterMode
+    with FlopCounterMode(display=False) as fc:
+        loss = forward()
+        loss.backward()
+    return int(fc.get_total_flops())
+
 # %% ../nbs/14_bench.ipynb #acc11f7e
 class _EncoderTap:
     "Stands in for a model (or EMA teacher) in a loss function: forwards everything, records each encoder call."
@@ -135,13 +156,14 @@ def recipe_setup(name: str, preset: str = "world-tiny", batch_size: int = 64, de
     recipe = R.get_recipe(name)
     torch.manual_seed(seed)
     model = M.create_model(preset, **recipe.model_kwargs()).to(device).train()
-    teacher = M.EMATeacher(model, recipe.ema_decay).to(device) if recipe.needs_teacher else None
-    ds = T.world_dataset_for(recipe, model, n=batch_size, world_seed=seed, cache_dir=False)
+    teacher = M.EMATeacher(model, recipe.teacher_decay(300)).to(device) if recipe.needs_teacher else None
+    from hierbench.sources import world_captions, world_source
+    ds = world_source(recipe, model, n=batch_size, world_seed=seed, cache_dir=False)
     batch = T._to_device(D.collate_batch([ds[i] for i in range(batch_size)]), device)
     modules, recon_head = {}, None
     if recipe.needs_decoder:
         from hierbench.decoder import ReconstructionHead, pretrain_decoder
-        decoder, _ = pretrain_decoder(T._world_captions(ds), steps=decoder_steps, seed=seed)
+        decoder, _ = pretrain_decoder(world_captions(ds), steps=decoder_steps, seed=seed)
         recon_head = modules["recon_head"] = ReconstructionHead(model.text_width, decoder).to(device).train()
     cfg = T.TrainConfig(**{**recipe.world.train_overrides(), "batch_size": batch_size})
     named = [*model.named_parameters()] + [(f"modules.{k}.{n}", p) for k, m in modules.items() for n, p in m.named_parameters()]
@@ -180,6 +202,8 @@ def time_recipe_step(s: dict, steps: int = 7, warmup: int = 2, baseline: dict | 
     enc = lambda: encoder_only_loss(calls)
     if baseline is not None:
         base_real = lambda: baseline["loss_fn"](baseline["model"], baseline["batch"], baseline["teacher"])[0]
+    flops = step_flops(real)   # counted once, outside the timed iterations
+    s["optimizer"].zero_grad(set_to_none=True)
     runs = []
     for i in range(warmup + steps):
         a, b = _train_step(s, real), _train_step(s, enc)
@@ -200,10 +224,12 @@ def time_recipe_step(s: dict, steps: int = 7, warmup: int = 2, baseline: dict | 
                 outside_share_cpu=paired(lambda a, b, c: (a["total_cpu"] - b["total_cpu"]) / max(a["total_cpu"], 1e-9)),
                 ratio_to_baseline=paired(lambda a, b, c: a["total"] / c["total"]),
                 ratio_to_baseline_cpu=paired(lambda a, b, c: a["total_cpu"] / max(c["total_cpu"], 1e-9)),
-                samples_per_s=B / step_s, steps=steps, warmup=warmup)
+                samples_per_s=B / step_s, steps=steps, warmup=warmup, flops=flops, flop_per_s=flops / step_s)
 
 # %% ../nbs/14_bench.ipynb #d95d123d
 OUTSIDE_SHARE_GOAL = 0.10  # loss + geometry + heads: under 10% of a training step for every recipe
+PEAK_SHARE_GOAL = 0.30     # every world recipe's step runs at >= 30% of the machine's measured fp32 matmul peak
+DEGLA_RATIO_GOAL = 3.0     # DeGLA's step costs at most 3x CLIP's
 
 def bench_recipes(sizes: BenchSizes = FULL, recipes: list[str] | None = None, device: str = "cpu", seed: int = 0,
                   log=None) -> dict:
@@ -214,19 +240,26 @@ def bench_recipes(sizes: BenchSizes = FULL, recipes: list[str] | None = None, de
     names = ["clip", *[n for n in names if n != "clip"]]
     setup = lambda name: recipe_setup(name, sizes.recipe_preset, sizes.recipe_batch, sizes.decoder_steps, seed, device)
     clip = setup("clip")
+    peak = matmul_peak(sizes.peak_n, device=device)
     rows = []
     for name in names:
         s = clip if name == "clip" else setup(name)
         r = time_recipe_step(s, sizes.recipe_steps, sizes.recipe_warmup, baseline=None if name == "clip" else clip)
         r["ratio_to_clip"], r["ratio_to_clip_cpu"] = r.pop("ratio_to_baseline"), r.pop("ratio_to_baseline_cpu")
+        r["peak_share"] = r["flop_per_s"] / peak
         rows.append(r)
         if log: log(f"  {name:18s} {r['step_ms']:8.1f} ms  x{r['ratio_to_clip']:.2f} clip  outside {100 * r['outside_share']:5.1f}%")
         del s
     # the goal is stated for the default world model at batch 64; a tiny quick run would only measure noise
-    at_goal_size = (sizes.recipe_preset, sizes.recipe_batch) == ("world-tiny", 64)
-    for r in rows: r["meets_outside_goal"] = bool(r["outside_share"] < OUTSIDE_SHARE_GOAL) if at_goal_size else None
+    at_goal_size = (sizes.recipe_preset, sizes.recipe_batch) == (FULL.recipe_preset, FULL.recipe_batch)
+    for r in rows:
+        r["meets_outside_goal"] = bool(r["outside_share"] < OUTSIDE_SHARE_GOAL) if at_goal_size else None
+        r["meets_peak_goal"] = bool(r["peak_share"] >= PEAK_SHARE_GOAL) if at_goal_size else None
+    degla = next((r for r in rows if r["recipe"] == "degla"), None)
     return dict(preset=sizes.recipe_preset, batch=sizes.recipe_batch, steps=sizes.recipe_steps,
                 warmup=sizes.recipe_warmup, device=device, baseline="clip", outside_share_goal=OUTSIDE_SHARE_GOAL,
+                matmul_peak_flop_per_s=peak, peak_share_goal=PEAK_SHARE_GOAL, degla_ratio_goal=DEGLA_RATIO_GOAL,
+                degla_meets_ratio_goal=(bool(degla["ratio_to_clip"] <= DEGLA_RATIO_GOAL) if degla and at_goal_size else None),
                 method="outside share = (T - T_enc)/T, T_enc = same step with the recorded encoder calls and a trivial "
                        "sum loss; ratio to clip = median of per-iteration ratios, clip's step run in the same "
                        "iteration; medians over paired iterations", rows=rows)
@@ -351,10 +384,17 @@ def format_report(report: dict) -> str:
                               "outside enc.": (100 * df.outside_share).round(1).astype(str) + "%",
                               "(CPU) ": (100 * df.outside_share_cpu).round(1).astype(str) + "%",
                               "samples/s": df.samples_per_s.round(0).astype(int),
+                              "GFLOP/step": (df.flops / 1e9).round(2), "GFLOP/s": (df.flop_per_s / 1e9).round(1),
+                              "of peak": (100 * df.peak_share).round(1).astype(str) + "%",
+                              f">= {100 * r['peak_share_goal']:.0f}%": df.meets_peak_goal.map({True: "✓", False: "✗"}).fillna("n/a"),
                               f"< {100 * r['outside_share_goal']:.0f}%": df.meets_outside_goal.map({True: "✓", False: "✗"}).fillna("n/a")})
         lines += ["", f"== recipes: one training step, {r['preset']}, batch {r['batch']}, device {r['device']} "
                       f"(median of {r['steps']} after {r['warmup']} warm-up) ==",
-                  table.to_string(index=False), f"method: {r['method']}"]
+                  table.to_string(index=False),
+                  f"fp32 matmul peak measured in this run: {r['matmul_peak_flop_per_s'] / 1e9:.1f} GFLOP/s; DeGLA's step "
+                  f"{next((x['ratio_to_clip'] for x in r['rows'] if x['recipe'] == 'degla'), float('nan')):.2f}x CLIP's"
+                  f"  [goal <= {r['degla_ratio_goal']:.0f}x]{_goal(r['degla_meets_ratio_goal'])}",
+                  f"method: {r['method']}"]
     if "compare" in report:
         c = report["compare"]
         lines += ["", f"== compare ({'SMOKE run, not --preset quick' if c.get('smoke') else 'preset ' + str(c['preset'])}) ==",

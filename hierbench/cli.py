@@ -71,7 +71,7 @@ def _print_table(df, title: str):
         print(f"\n{title}\n{df.to_string()}")
 
 def _cmd_train(args):
-    from hierbench.train import train_recipe
+    from hierbench.jobs import train_recipe
     res = train_recipe(args.recipe, args.out, preset=args.preset, steps=args.steps, seed=args.seed,
                        init_checkpoint=args.init, n_train=args.n_train, batch_size=args.batch_size, resume=args.resume)
     print(f"trained {args.recipe} for {res.step} steps → {res.weights_path or res.checkpoint}")

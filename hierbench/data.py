@@ -28,8 +28,8 @@ __all__ = ['CLIP_MEAN', 'CLIP_STD', 'WORLD_MEAN', 'WORLD_STD', 'Box', 'BATCH_KEY
            'ChainPairItem', 'NegClipRow', 'resolve_image_root', 'load_sugarcrepe', 'load_sugarcrepe_pp',
            'load_coco_karpathy', 'load_grit', 'hierarcaps_image_name', 'load_hierarcaps', 'load_hierarcaps_pairs',
            'load_valse_file', 'load_valse', 'load_aro_vg', 'order_options', 'load_order_benchmark', 'load_negclip_tsv',
-           'load_whatsup_controlled', 'load_whatsup_spatial', 'load_crepe', 'WorldDataset', 'world_loader',
-           'ChainImageDataset']
+           'load_whatsup_controlled', 'load_whatsup_spatial', 'load_crepe', 'nearest_scenes', 'WorldDataset',
+           'world_loader', 'ChainImageDataset']
 
 # %% ../nbs/04_data.ipynb #8e1989f6
 class DataFormatError(ValueError):
@@ -128,11 +128,13 @@ def image_to_tensor(img, size: int, mean: Sequence[float] = CLIP_MEAN, std: Sequ
 
 # %% ../nbs/04_data.ipynb #18436f93
 BATCH_KEYS = {"image": "images", "caption": "captions", "crop": "crops", "phrase": "phrases", "negatives": "negatives",
-              "paraphrase": "paraphrases", "alternative": "alternatives", "chain": "chains", "index": "index"}
+              "negatives_mask": "negatives_mask", "paraphrase": "paraphrases", "alternative": "alternatives",
+              "chain": "chains", "index": "index"}
 
 def collate_batch(items: Sequence[Mapping[str, Any]]) -> dict:
     """Batch dict from per-item dicts: `images`/`crops` `(B,3,S,S)` float32, `captions`/`phrases`/`paraphrases`/
-    `alternatives` lists of B str, `negatives` B×K, `chains` B×L, `index` LongTensor (B,)."""
+    `alternatives` lists of B str, `negatives` B×K, `negatives_mask` BoolTensor (B,K) (False = no negative in that
+    slot: its text is a placeholder and no loss sees it), `chains` B×L, `index` LongTensor (B,)."""
     if not items: raise ValueError("collate_batch: empty list of items")
     keys = set(items[0])
     unknown = keys - set(BATCH_KEYS)
@@ -157,16 +159,23 @@ def collate_batch(items: Sequence[Mapping[str, Any]]) -> dict:
             if not isinstance(it[k], str) or not it[k].strip():
                 raise ValueError(f"collate_batch: item {i} {k!r} must be a non-empty str, got {it[k]!r}")
         batch[BATCH_KEYS[k]] = [it[k] for it in items]
+    if "negatives_mask" in keys and "negatives" not in keys: raise ValueError("collate_batch: negatives_mask without negatives")
     if "negatives" in keys:
         K = len(items[0]["negatives"])
+        masks = []
         for i, it in enumerate(items):
             negs = list(it["negatives"])
             if len(negs) != K: raise ValueError(f"collate_batch: item {i} has {len(negs)} negatives, item 0 has {K}")
+            mask = [bool(v) for v in it.get("negatives_mask", [True] * K)]
+            if len(mask) != K: raise ValueError(f"collate_batch: item {i} has {len(mask)} mask entries for {K} negatives")
+            masks.append(mask)
             for j, n in enumerate(negs):
-                if not isinstance(n, str) or not is_changed(it["caption"], n):
+                if not isinstance(n, str): raise ValueError(f"collate_batch: item {i} negative {j} is not a string: {n!r}")
+                if mask[j] and not is_changed(it["caption"], n):
                     raise ValueError(f"collate_batch: item {i} negative {j} {n!r} is empty or equal to the positive "
                                      f"{it['caption']!r}")
         batch["negatives"] = [list(it["negatives"]) for it in items]
+        if "negatives_mask" in keys: batch["negatives_mask"] = torch.tensor(masks, dtype=torch.bool)
     if "chain" in keys:
         L = len(items[0]["chain"])
         for i, it in enumerate(items):
@@ -640,6 +649,31 @@ def load_crepe(path: str | Path, image_root: str | Path | None = None, negatives
                               (x, y, x + w, y + h), path.stem, key))
     return out
 
+# %% ../nbs/04_data.ipynb #89fd9d28
+def nearest_scenes(ws, k: int = 3, chunk: int = 1024) -> np.ndarray:
+    """(n, k) indices of each scene's k most similar other scenes of a `WorldSplit`: 3 × shared objects (same shape,
+    colour and size) + shared shapes + shared colours, the nearest first (ties: lower index). What NegCLIP mines with
+    CLIP image features, the world knows exactly."""
+    from hierbench import world as W
+    objs = [[(o["shape"], o["colour"], o["size"]) for o in m["objects"]] for m in ws.meta]
+    shapes, colours, sizes = W.SHAPES.leaves, W.COLOURS.leaves, list(W.SIZES)
+    def hist(key, n_bins):
+        h = np.zeros((len(objs), n_bins), np.float32)
+        for i, os_ in enumerate(objs):
+            for o in os_: h[i, key(o)] += 1
+        return h
+    full = hist(lambda o: (shapes.index(o[0]) * len(colours) + colours.index(o[1])) * 2 + sizes.index(o[2]),
+                len(shapes) * len(colours) * 2)
+    feats = np.concatenate([np.sqrt(3) * full, hist(lambda o: shapes.index(o[0]), len(shapes)),
+                            hist(lambda o: colours.index(o[1]), len(colours))], 1)
+    n, out = len(objs), np.zeros((len(objs), k), np.int64)
+    for a in range(0, n, chunk):
+        s = feats[a:a + chunk] @ feats.T
+        s[np.arange(len(s)), np.arange(a, a + len(s))] = -np.inf      # never its own neighbour
+        # stable: sort by (-similarity, index)
+        out[a:a + chunk] = np.argsort(-s, axis=1, kind="stable")[:, :k]
+    return out
+
 # %% ../nbs/04_data.ipynb #5b95a5db
 WORLD_FIELDS = ("crop", "phrase", "negatives", "paraphrase", "alternative", "chain", "index")
 
@@ -648,7 +682,8 @@ class WorldDataset(torch.utils.data.Dataset):
     def __init__(self, split: str = "train", n: int = 1000, seed: int = 0, config=None,
                  fields: Sequence[str] = ("index",), k_negatives: int = 4, caption: str = "sample",
                  image_size: int | None = None, mean: Sequence[float] = WORLD_MEAN, std: Sequence[float] = WORLD_STD,
-                 cache_dir: str | Path | None | bool = None, world_split=None, negative_types: Sequence[str] | None = None):
+                 cache_dir: str | Path | None | bool = None, world_split=None, negative_types: Sequence[str] | None = None,
+                 pair_neighbours: bool = False):
         from hierbench import world as W
         self.negative_types = W.check_negative_types(negative_types) if negative_types is not None else None
         bad = [f for f in fields if f not in WORLD_FIELDS]
@@ -656,19 +691,72 @@ class WorldDataset(torch.utils.data.Dataset):
         if caption not in ("sample", "top"): raise ValueError(f"caption must be 'sample' or 'top', got {caption!r}")
         if "negatives" in fields and k_negatives < 1: raise ValueError(f"k_negatives must be >= 1, got {k_negatives}")
         self.fields = set(fields) | ({"crop", "phrase"} if {"crop", "phrase"} & set(fields) else set())
+        if "negatives_mask" in self.fields: raise ValueError("negatives_mask comes with 'negatives'; do not ask for it")
         self.ws = world_split if world_split is not None else W.build_split(split, n, seed, config, cache_dir=cache_dir)
         self.seed, self.k, self.caption_mode, self.mean, self.std = int(seed), int(k_negatives), caption, mean, std
         self.image_size = image_size or self.ws.config.image_size
         self.crop_size = image_size or self.ws.config.crop_side
         self.epoch = 0
-        self._true_texts, self._entails = W.true_texts, W.entails
+        self.partners = nearest_scenes(self.ws) if pair_neighbours else None
+        self._entails, self._specificity = W.entails_text, W.specificity
 
     def __len__(self) -> int: return len(self.ws)
     def set_epoch(self, epoch: int): self.epoch = int(epoch)
 
+    def batch_indices(self, step: int, batch_size: int, seed: int) -> np.ndarray:
+        """Batch composition (the trainer calls it when present): with `pair_neighbours`, half the batch are scenes
+        of the epoch's permutation and the other half each one's nearest neighbour (NegCLIP's hard-negative images);
+        a neighbour already in the batch is replaced by its next-nearest, and the batch is topped up from the
+        permutation. Without it, None: the trainer's plain per-epoch permutation. A pure function of (step, size, seed)."""
+        if self.partners is None: return None
+        n = len(self)
+        half = batch_size // 2
+        per = n // half
+        if per == 0: raise ValueError(f"batch_size {batch_size} is larger than twice the dataset ({n} items)")
+        epoch, i = divmod(step, per)
+        perm = np.random.default_rng([seed, epoch, 7]).permutation(n)
+        out, seen = [], set()
+        for a in perm[i * half:(i + 1) * half]:
+            if a in seen: continue
+            out.append(int(a)); seen.add(int(a))
+            b = next((int(p) for p in self.partners[a] if int(p) not in seen), None)
+            if b is not None: out.append(b); seen.add(b)
+        for a in np.roll(perm, -(i + 1) * half):      # top up (collisions) from the rest of the permutation
+            if len(out) >= batch_size: break
+            if int(a) not in seen: out.append(int(a)); seen.add(int(a))
+        return np.array(out[:batch_size])
+
     def _rng(self, i: int) -> np.random.Generator: return np.random.default_rng([self.seed, self.epoch, int(i), 4])
 
     def __getitem__(self, i: int) -> dict:
+        item, img, crop = self._item(i)
+        item["image"] = image_to_tensor(img, self.image_size, self.mean, self.std)
+        if crop is not None: item["crop"] = image_to_tensor(crop, self.crop_size, self.mean, self.std)
+        return item
+
+    def __getitems__(self, indices: Sequence[int]) -> list[dict]:
+        "Items of several scenes at once (the trainer and DataLoader use it): one image conversion for the batch."
+        parts = [self._item(int(i)) for i in indices]
+        def convert(arrays, size):
+            if arrays[0].shape[:2] != (size, size): return [image_to_tensor(a, size, self.mean, self.std) for a in arrays]
+            x = torch.from_numpy(np.stack(arrays)).permute(0, 3, 1, 2).float().div_(255.0)
+            return list(normalize(x, self.mean, self.std).unbind(0))
+        imgs = convert([p[1] for p in parts], self.image_size)
+        crops = convert([p[2] for p in parts], self.crop_size) if parts and parts[0][2] is not None else None
+        out = []
+        for k, (item, _, _) in enumerate(parts):
+            item["image"] = imgs[k]
+            if crops is not None: item["crop"] = crops[k]
+            out.append(item)
+        return out
+
+    def _texts(self, i: int) -> list[str]:
+        "All true descriptions of scene i (chain, phrases, paraphrases, alternatives), from the stored texts."
+        m = self.ws.meta[i]
+        return list(dict.fromkeys([*m["chain"], *m["phrases"], *m["paraphrases"], *m["alternatives"]]))
+
+    def _item(self, i: int) -> tuple[dict, np.ndarray, np.ndarray | None]:
+        "(item without tensors, scene image uint8, crop uint8 or None)."
         if not 0 <= i < len(self): raise IndexError(f"index {i} out of range for {len(self)} scenes")
         m, rng = self.ws.meta[i], self._rng(i)
         pick = lambda seq: seq[int(rng.integers(len(seq)))]
@@ -681,38 +769,40 @@ class WorldDataset(torch.utils.data.Dataset):
         elif "paraphrase" in self.fields: cap = pick(para_group)
         elif self.caption_mode == "top": cap = top
         elif "crop" in self.fields:
-            # HyCoCLIP's phrase → caption entailment needs a caption that entails the phrase: draw the crop first,
-            # then a true description of the scene that entails its phrase (the phrase itself always does)
+            # HyCoCLIP's phrase → caption entailment needs a caption that entails the phrase and says more: draw the
+            # crop first, then a true description that entails its phrase but not the other way round
             j = int(rng.integers(len(m["phrases"])))
-            cap = pick([t for t in self._true_texts(self.ws.scene(i)) if self._entails(t, m["phrases"][j])]
-                       or [m["phrases"][j]])
-        else: cap = pick(self._true_texts(self.ws.scene(i)))
-        item = {"image": image_to_tensor(self.ws.images[i], self.image_size, self.mean, self.std), "caption": cap}
+            ph = m["phrases"][j]
+            cap = pick([t for t in self._texts(i) if self._entails(t, ph) and not self._entails(ph, t)]
+                       or [m["chain"][-1]])
+        else: cap = pick(self._texts(i))
+        item, crop = {"caption": cap}, None
         if "crop" in self.fields:
             if j is None:
                 entailed = [k for k, p in enumerate(m["phrases"]) if self._entails(cap, p)]
                 j = pick(entailed) if entailed else int(rng.integers(len(m["phrases"])))
-            crop = self.ws.crops[self.ws.crop_offsets[i] + j]
-            item["crop"] = image_to_tensor(crop, self.crop_size, self.mean, self.std)
+            crop = np.asarray(self.ws.crops[self.ws.crop_offsets[i] + j])
             item["phrase"] = m["phrases"][j]
         if "negatives" in self.fields:
-            changed = [(kind, t) for kind, t in m["negatives"] if is_changed(cap, t)]
             wanted = self.negative_types
-            negs = [t for kind, t in changed if wanted is None or kind in wanted] or [t for _, t in changed]
-            if not negs: raise ValueError(f"world scene {i} of split {self.ws.split!r} has no negatives")
-            idx = rng.choice(len(negs), self.k, replace=len(negs) < self.k)
-            item["negatives"] = [negs[int(k)] for k in idx]
+            negs = list(dict.fromkeys(t for kind, t in m["negatives"]
+                                      if (wanted is None or kind in wanted) and is_changed(cap, t)))
+            take = [negs[int(k)] for k in rng.permutation(len(negs))[:self.k]]   # distinct, never repeated
+            item["negatives"] = take + [""] * (self.k - len(take))
+            item["negatives_mask"] = [True] * len(take) + [False] * (self.k - len(take))
         if "paraphrase" in self.fields:
             others = [p for p in para_group if p != cap]
             item["paraphrase"] = pick(others) if others else cap
         if "alternative" in self.fields:
             same = {cap, *para_group} if cap in para_group else {cap}
-            alts = [t for t in self._true_texts(self.ws.scene(i)) if t not in same]
+            alts = [t for t in self._texts(i) if t not in same]
             if not alts: raise ValueError(f"world scene {i} of split {self.ws.split!r} has no alternative caption")
-            item["alternative"] = pick(alts)
+            need = 0.75 * self._specificity(cap)
+            close = [t for t in alts if self._specificity(t) >= need]
+            item["alternative"] = pick(close or [max(alts, key=self._specificity)])
         if "chain" in self.fields: item["chain"] = list(m["chain"])
         if "index" in self.fields: item["index"] = i
-        return item
+        return item, np.asarray(self.ws.images[i]), crop
 
 def world_loader(dataset: torch.utils.data.Dataset, batch_size: int, shuffle: bool = True, seed: int = 0,
                  num_workers: int = 0, drop_last: bool = False) -> torch.utils.data.DataLoader:

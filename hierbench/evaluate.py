@@ -23,9 +23,9 @@ from .geometry import dist, dist0, exterior_angle, half_aperture, pairwise_dist
 from .losses import pep_score as _loss_pep_score
 
 # %% auto #0
-__all__ = ['CHANCE_ITT_TOT', 'ZS_TEMPLATES', 'SCPP_TYPES', 'as_numpy', 'chance_choice', 'chance_classification',
-           'chance_recall_at_k', 'chance_auc', 'chance_ap', 'chance_kendall', 'chance_key', 'results_table',
-           'with_suffix', 'rank_of_best_correct', 'recall_at_k', 'retrieval_recalls', 'choice_correct',
+__all__ = ['CHANCE_ITT_TOT', 'ZS_TEMPLATES', 'SCPP_TYPES', 'METRIC_SPLITS', 'PHI_BINS', 'as_numpy', 'chance_choice',
+           'chance_classification', 'chance_recall_at_k', 'chance_auc', 'chance_ap', 'chance_kendall', 'chance_key',
+           'results_table', 'with_suffix', 'rank_of_best_correct', 'recall_at_k', 'retrieval_recalls', 'choice_correct',
            'choice_accuracy', 'itt_correct', 'tot_correct', 'itt_tot', 'aggregate_accuracy', 'group_means',
            'ancestor_set', 'hierarchical_scores', 'hierarchical_metrics', 'chance_hierarchical_metrics', 'pep_score',
            'saturated_fraction', 'pep_auc_ap', 'kendall_per_chain', 'd_corr', 'hierarcaps_sweep',
@@ -36,7 +36,8 @@ __all__ = ['CHANCE_ITT_TOT', 'ZS_TEMPLATES', 'SCPP_TYPES', 'as_numpy', 'chance_c
            'group_accuracy', 'evaluate_whatsup_controlled', 'evaluate_sugarcrepe_pp', 'evaluate_hierarcaps',
            'WorldEvalData', 'isolated_object_images', 'world_eval_data', 'images_to_tensor', 'class_prototypes',
            'zero_shot_metrics', 'compositional_metrics', 'paraphrase_metrics', 'geometry_metrics',
-           'evaluate_world_split', 'evaluate_world']
+           'evaluate_world_split', 'evaluate_world', 'metric_from_items', 'scene_counts', 'bootstrap_weights',
+           'bootstrap_replicates', 'pep_angle_summary']
 
 # %% ../nbs/10_evaluate.ipynb #96b74ca4
 def as_numpy(x, name: str = "array", ndim: int | None = None, dtype=np.float64) -> np.ndarray:
@@ -405,8 +406,10 @@ def embedding_radius(x: torch.Tensor, geometry: str, curv: float = 1.0, root: to
 
 # %% ../nbs/10_evaluate.ipynb #65e0a536
 def pep_metrics(model, img: torch.Tensor, chains: Sequence[Sequence[str]], negatives: Sequence[Sequence[str]],
-                prefix: str = "pep", euclidean_phi: str = "angle", batch_size: int = 256) -> dict[str, float]:
-    "PEP AUC/AP: scores pep_score(φ(caption, image)) of chain captions (positives) vs `negatives[i]` captions of image i."
+                prefix: str = "pep", euclidean_phi: str = "angle", batch_size: int = 256,
+                items: dict | None = None) -> dict[str, float]:
+    """PEP AUC/AP: scores pep_score(φ(caption, image)) of chain captions (positives) vs `negatives[i]` captions of
+    image i. `items`: a dict that receives the per-pair record under `prefix` (scene, chain level, φ, score)."""
     geometry, c = head_geometry(model), head_curv(model)
     pos_rows = [(i, t) for i, ch in enumerate(chains) for t in ch]
     neg_rows = [(i, t) for i, ng in enumerate(negatives) for t in ng]
@@ -428,6 +431,10 @@ def pep_metrics(model, img: torch.Tensor, chains: Sequence[Sequence[str]], negat
     # our addition: the same ranking without the floor at φ = π/2 (PEP gives every wide angle the score 0, so a
     # model whose angles are all wide — any model early in training — sits at exactly 0.5)
     r_angle = pep_auc_ap((-phi_pos).numpy(), (-phi_neg).numpy())
+    if items is not None:
+        items[prefix] = dict(pos_group=np.array([i for i, _ in pos_rows]), neg_group=np.array([i for i, _ in neg_rows]),
+                             pos_level=np.array([l for ch in chains for l in range(len(ch))]),
+                             pos_phi=phi_pos.numpy(), neg_phi=phi_neg.numpy())
     return {f"{prefix}_auc": r["auc"], f"{prefix}_auc_chance": r["auc_chance"],
             f"{prefix}_ap": r["ap"], f"{prefix}_ap_chance": r["ap_chance"],
             f"{prefix}_angle_auc": r_angle["auc"], f"{prefix}_angle_auc_chance": r_angle["auc_chance"]}
@@ -708,6 +715,7 @@ class WorldEvalData:
     class_images: np.ndarray        # uint8 (M, S, S, 3): what zero-shot classifies (whole image or isolated objects)
     class_labels: list              # M leaf shape names
     pool_negatives: list            # N: captions of the PEP pool verified false for scene i
+    class_groups: np.ndarray | None = None  # M: the scene each class image comes from (per-item bootstrap)
 
 def isolated_object_images(ws, seed: int = 0) -> np.ndarray:
     """uint8 (M, S, S, 3), scene-major like `ws.crops`: each object of each scene of split `ws` drawn alone at its
@@ -725,9 +733,11 @@ def world_eval_data(split: str, n: int, seed: int = 0, config=None, pep_pool: in
     if split == "general":
         class_images = ws.images
         class_labels = [ws.objects(i)[0].shape for i in range(len(ws))]
+        class_groups = np.arange(len(ws))
     else:
         class_images = isolated_object_images(ws, seed)
         class_labels = [o.shape for i in range(len(ws)) for o in ws.objects(i)]
+        class_groups = np.repeat(np.arange(len(ws)), ws.n_objects)
     pool_neg = [[] for _ in range(len(ws))]
     if pep_pool:
         tops = list(dict.fromkeys(c[-1] for c in chains))
@@ -741,7 +751,8 @@ def world_eval_data(split: str, n: int, seed: int = 0, config=None, pep_pool: in
     return WorldEvalData(split=split, images=ws.images, chains=chains,
                          paraphrases=[p[0] if p else None for p in ws.paraphrases],
                          negatives=[[(ng.type, ng.text) for ng in negs] for negs in ws.negatives],
-                         class_images=class_images, class_labels=class_labels, pool_negatives=pool_neg)
+                         class_images=class_images, class_labels=class_labels, pool_negatives=pool_neg,
+                         class_groups=class_groups)
 
 def images_to_tensor(images: np.ndarray, mean: Sequence[float], std: Sequence[float]) -> torch.Tensor:
     "uint8 (N, S, S, 3) → float32 (N, 3, S, S) normalised with the model's per-channel mean and std."
@@ -765,8 +776,10 @@ def class_prototypes(model, prompts_per_class: Sequence[Sequence[str]], batch_si
     return torch.nn.functional.normalize(protos, dim=-1) * norms[:, None]
 
 def zero_shot_metrics(model, class_emb: torch.Tensor, labels: Sequence[str], taxonomy, classes: Sequence[str],
-                      prompts_per_class: Sequence[Sequence[str]], suffix: str, batch_size: int = 256) -> dict[str, float]:
-    "Strict zero-shot accuracy and hierarchical metrics (with chance levels) of embeddings `class_emb` (M, D)."
+                      prompts_per_class: Sequence[Sequence[str]], suffix: str, batch_size: int = 256,
+                      items: dict | None = None, groups: Sequence[int] | None = None) -> dict[str, float]:
+    """Strict zero-shot accuracy and hierarchical metrics (with chance levels) of embeddings `class_emb` (M, D).
+    `items`: receives per-image correctness under `zs/<suffix>` (`groups`: the scene of each image)."""
     protos = class_prototypes(model, prompts_per_class, batch_size).to(class_emb.device)
     with torch.no_grad(): scores = model.head.pairwise_sim(class_emb, protos).double().cpu().numpy()
     cls_index = {c: i for i, c in enumerate(classes)}
@@ -774,14 +787,17 @@ def zero_shot_metrics(model, class_emb: torch.Tensor, labels: Sequence[str], tax
     if missing: raise ValueError(f"zero-shot labels {missing} are not among the classes {list(classes)}")
     y = np.array([cls_index[l] for l in labels])
     pred = [classes[i] for i in scores.argmax(1)]      # arg-max (first on ties) for the hierarchical metrics
-    out = {f"zs_acc/{suffix}": choice_accuracy(scores, y), f"zs_acc_chance/{suffix}": chance_classification(len(classes))}
+    ok = choice_correct(scores, y)
+    out = {f"zs_acc/{suffix}": float(ok.mean()), f"zs_acc_chance/{suffix}": chance_classification(len(classes))}
+    if items is not None:
+        items[f"zs/{suffix}"] = dict(ok=ok, group=np.arange(len(ok)) if groups is None else np.asarray(groups))
     hm = hierarchical_metrics(pred, list(labels), taxonomy)
     ch = chance_hierarchical_metrics(list(labels), classes, taxonomy)
     for k in hm: out[f"zs_{k}/{suffix}"], out[f"zs_{k}_chance/{suffix}"] = hm[k], ch[k]
     return out
 
 def compositional_metrics(model, img: torch.Tensor, captions: Sequence[str], negatives: Sequence[Sequence[tuple]],
-                          suffix: str = "", batch_size: int = 256) -> dict[str, float]:
+                          suffix: str = "", batch_size: int = 256, items: dict | None = None) -> dict[str, float]:
     "Per-type, micro, macro (`comp_acc`) and Replace/Swap/Add group accuracy: sim(I, caption) > sim(I, negative)."
     rows = [(i, t, txt) for i, negs in enumerate(negatives) for t, txt in negs]
     if not rows: return {}
@@ -792,6 +808,8 @@ def compositional_metrics(model, img: torch.Tensor, captions: Sequence[str], neg
         s_pos = model.head.rowwise_sim(img[idx], pos[idx]).double().cpu().numpy()
         s_neg = model.head.rowwise_sim(img[idx], neg).double().cpu().numpy()
     ok = choice_correct(np.stack([s_pos, s_neg], 1), np.zeros(len(rows), dtype=np.int64))
+    if items is not None:
+        items["comp" + suffix] = dict(ok=ok, group=np.array([r[0] for r in rows]), type=np.array([r[1] for r in rows]))
     by_type = defaultdict(list)
     for (_, t, _), c in zip(rows, ok): by_type[t].append(c)
     agg = aggregate_accuracy(dict(sorted(by_type.items())), "comp_acc")
@@ -808,7 +826,7 @@ def compositional_metrics(model, img: torch.Tensor, captions: Sequence[str], neg
 
 def paraphrase_metrics(model, img: torch.Tensor, captions: Sequence[str], paraphrases: Sequence[str | None],
                        negatives: Sequence[Sequence[tuple]], types: Sequence[str] = SCPP_TYPES,
-                       batch_size: int = 256) -> dict[str, float]:
+                       batch_size: int = 256, items: dict | None = None) -> dict[str, float]:
     "ITT and TOT per negative type with P1 = caption, P2 = paraphrase, N = each negative of `types`; micro, macro."
     rows = [(i, t, txt) for i, negs in enumerate(negatives) if paraphrases[i] for t, txt in negs if t in types]
     if not rows: return {}
@@ -817,6 +835,9 @@ def paraphrase_metrics(model, img: torch.Tensor, captions: Sequence[str], paraph
     p2 = encode_texts(model, [paraphrases[r[0]] for r in rows], batch_size).to(img.device)
     n = encode_texts(model, [r[2] for r in rows], batch_size).to(img.device)
     res = itt_tot(img[idx], p1, p2, n, model.head.rowwise_sim)
+    if items is not None:
+        for name in ("itt", "tot"):
+            items[name] = dict(ok=res[name], group=np.array([r[0] for r in rows]), type=np.array([r[1] for r in rows]))
     out = {}
     for name in ("itt", "tot"):
         by_type = defaultdict(list)
@@ -827,7 +848,7 @@ def paraphrase_metrics(model, img: torch.Tensor, captions: Sequence[str], paraph
     return out
 
 def geometry_metrics(model, img: torch.Tensor, chains: Sequence[Sequence[str]], batch_size: int = 256,
-                     saturation: float = 0.99, K: float = 0.1) -> dict[str, float]:
+                     saturation: float = 0.99, K: float = 0.1, items: dict | None = None) -> dict[str, float]:
     "d_corr of chain radii, norms and radii per modality and chain level, and (Lorentz) aperture saturation."
     geometry, c = head_geometry(model), head_curv(model)
     L = len(chains[0])
@@ -835,7 +856,14 @@ def geometry_metrics(model, img: torch.Tensor, chains: Sequence[Sequence[str]], 
     txt = encode_texts(model, [t for ch in chains for t in ch], batch_size).to(img.device).reshape(len(chains), L, -1)
     root = encode_texts(model, [""], batch_size)[0].to(img.device) if geometry == "euclidean" else None
     rad_txt = embedding_radius(txt.reshape(-1, txt.shape[-1]), geometry, c, root).reshape(len(chains), L)
-    out = {"d_corr": d_corr(rad_txt.cpu().numpy()), "d_corr_chance": chance_kendall(),
+    taus = kendall_per_chain(rad_txt.cpu().numpy())
+    if items is not None:
+        items["chains"] = dict(tau=taus, group=np.arange(len(chains)))
+        items["texts"] = dict(group=np.repeat(np.arange(len(chains)), L), level=np.tile(np.arange(L), len(chains)),
+                              norm=txt.reshape(-1, txt.shape[-1]).norm(dim=-1).double().cpu().numpy(),
+                              radius=rad_txt.reshape(-1).double().cpu().numpy())
+        items["images"] = dict(group=np.arange(len(img)), norm=img.norm(dim=-1).double().cpu().numpy())
+    out = {"d_corr": float(taus.mean()), "d_corr_chance": chance_kendall(),
            "norm/image": float(img.norm(dim=-1).mean()),
            "radius/image": float(embedding_radius(img, geometry, c, root).mean())}
     for l in range(L):
@@ -845,20 +873,24 @@ def geometry_metrics(model, img: torch.Tensor, chains: Sequence[Sequence[str]], 
         flat = txt.reshape(-1, txt.shape[-1]).double()
         omega = half_aperture(flat, c, K)
         out["aperture_saturated"] = saturated_fraction(omega, saturation)
+        if items is not None: items["texts"]["saturated"] = (omega >= saturation * math.pi / 2).cpu().numpy()
         out["parent_norm"] = float(flat.norm(dim=-1).mean())
     return out
 
 # %% ../nbs/10_evaluate.ipynb #678dbc72
 def evaluate_world_split(model, data: WorldEvalData, full: bool = True, taxonomy=None, batch_size: int = 256,
-                         ks: Sequence[int] = (1, 5, 10), euclidean_phi: str = "angle") -> dict[str, float]:
-    "World metrics of one split: zero-shot always; retrieval and compositional accuracy; with `full`, ITT/TOT, PEP, geometry."
+                         ks: Sequence[int] = (1, 5, 10), euclidean_phi: str = "angle",
+                         items: dict | None = None) -> dict[str, float]:
+    """World metrics of one split: zero-shot always; retrieval and compositional accuracy; with `full`, ITT/TOT, PEP,
+    geometry. `items`: a dict that receives the per-item records behind the metrics (see `metric_from_items`)."""
     from hierbench import world
     taxonomy = taxonomy or world.SHAPES
     classes = list(taxonomy.leaves)
     prompts = [[tpl.format(world.render_np(world.NP(c))) for tpl in ZS_TEMPLATES] for c in classes]
     out = {}
     cls_emb = _model_images(model, data.class_images, batch_size)
-    out.update(zero_shot_metrics(model, cls_emb, data.class_labels, taxonomy, classes, prompts, data.split, batch_size))
+    out.update(zero_shot_metrics(model, cls_emb, data.class_labels, taxonomy, classes, prompts, data.split, batch_size,
+                                 items, data.class_groups))
     if data.split == "general": return out
     sfx = "" if full else f"/{data.split}"
     img = _model_images(model, data.images, batch_size)
@@ -868,13 +900,15 @@ def evaluate_world_split(model, data: WorldEvalData, full: bool = True, taxonomy
     same = np.array(tops, dtype=object)
     correct = same[:, None] == same[None, :]
     out.update(with_suffix(retrieval_recalls(sim, correct=correct, ks=ks), sfx))
-    out.update(compositional_metrics(model, img, tops, data.negatives, sfx, batch_size))
+    if items is not None:
+        items["i2t" + sfx] = dict(rank=rank_of_best_correct(sim, correct), group=np.arange(len(sim)))
+    out.update(compositional_metrics(model, img, tops, data.negatives, sfx, batch_size, items))
     if full:
-        out.update(paraphrase_metrics(model, img, tops, data.paraphrases, data.negatives, batch_size=batch_size))
-        out.update(pep_metrics(model, img, data.chains, data.pool_negatives, "pep", euclidean_phi, batch_size))
+        out.update(paraphrase_metrics(model, img, tops, data.paraphrases, data.negatives, batch_size=batch_size, items=items))
+        out.update(pep_metrics(model, img, data.chains, data.pool_negatives, "pep", euclidean_phi, batch_size, items))
         out.update(pep_metrics(model, img, data.chains, [[t for _, t in ng] for ng in data.negatives], "pep_hard",
                                euclidean_phi, batch_size))
-        out.update(geometry_metrics(model, img, data.chains, batch_size))
+        out.update(geometry_metrics(model, img, data.chains, batch_size, items=items))
     return out
 
 def evaluate_world(model, config=None, n_test: int = 500, seed: int = 0, batch_size: int = 256,
@@ -884,4 +918,169 @@ def evaluate_world(model, config=None, n_test: int = 500, seed: int = 0, batch_s
     for split, full in (("test-iid", True), ("test-comp", False), ("general", False)):
         data = world_eval_data(split, n_test, seed, config, pep_pool if full else 0, cache_dir)
         out.update(evaluate_world_split(model, data, full=full, batch_size=batch_size, euclidean_phi=euclidean_phi))
+    return out
+
+# %% ../nbs/10_evaluate.ipynb #811e20ac
+def _w(rec: Mapping, weights, key: str = "group") -> np.ndarray:
+    "Per-item weights: the weight of each item's scene (1 without weights)."
+    g = np.asarray(rec[key])
+    return np.ones(len(g)) if weights is None else np.asarray(weights, float)[g]
+
+def _wmean(x, w) -> float:
+    w = np.asarray(w, float); s = w.sum()
+    return float(np.dot(np.asarray(x, float), w) / s) if s > 0 else float("nan")
+
+def _macro(rec, w, types=None) -> tuple[float, dict[str, float]]:
+    "Macro accuracy over negative types (and the per-type values) of a per-negative record."
+    t = np.asarray(rec["type"]); per = {}
+    for k in (sorted(set(t.tolist())) if types is None else types):
+        m = t == k
+        if m.any(): per[k] = _wmean(np.asarray(rec["ok"])[m], w[m])
+    return float(np.nanmean(list(per.values()))) if per else float("nan"), per
+
+METRIC_SPLITS = ("test-iid", "test-comp", "general")
+
+def metric_from_items(name: str, items: Mapping[str, Mapping], weights: Mapping[str, np.ndarray] | None = None) -> float:
+    """Metric `name` (as in `evaluate_world`) from per-item records `items[split][record]`; `weights[split]`
+    (one number per scene of that split) weights every item by its scene. Unknown names raise KeyError."""
+    wt = lambda split: None if weights is None else weights.get(split)
+    head, _, tail = name.partition("/")
+    if head == "zs_acc":
+        rec = items[tail][f"zs/{tail}"]; return _wmean(rec["ok"], _w(rec, wt(tail)))
+    split = "test-comp" if tail == "test-comp" else "test-iid"
+    its, w = items[split], wt(split)
+    sfx = "/test-comp" if split == "test-comp" else ""
+    if re.fullmatch(r"i2t_R@\d+", head):
+        rec = its["i2t" + sfx]; return _wmean(np.asarray(rec["rank"]) < int(head.split("@")[1]), _w(rec, w))
+    if head == "comp_acc":
+        rec = its["comp" + sfx]; iw = _w(rec, w)
+        macro, per = _macro(rec, iw)
+        if tail in ("", "test-comp"): return macro
+        if tail == "swap_minus_replace":
+            g = lambda names: np.nanmean([per[k] for k in names if k in per])
+            return float(g(SUGARCREPE_GROUPS["swap"]) - g(SUGARCREPE_GROUPS["replace"]))
+        if tail in per: return per[tail]
+        raise KeyError(f"no per-item record for {name!r}")
+    if head in ("tot_acc", "itt_acc") and tail == "":
+        rec = its[head[:3]]; return _wmean(rec["ok"], _w(rec, w))
+    if head in ("pep_auc", "pep_ap", "pep_angle_auc") and tail == "":
+        rec = its["pep"]
+        pos, neg = np.asarray(rec["pos_phi"]), np.asarray(rec["neg_phi"])
+        s = np.r_[-pos, -neg] if head == "pep_angle_auc" else np.r_[pep_score(pos), pep_score(neg)]
+        y = np.r_[np.ones(len(pos)), np.zeros(len(neg))]
+        sw = np.r_[_w(rec, w, "pos_group"), _w(rec, w, "neg_group")]
+        keep = sw > 0
+        f = average_precision_score if head == "pep_ap" else roc_auc_score
+        return float(f(y[keep], s[keep], sample_weight=sw[keep]))
+    if head == "d_corr" and tail == "":
+        rec = its["chains"]; return _wmean(rec["tau"], _w(rec, w))
+    if head in ("aperture_saturated", "parent_norm") and tail == "":
+        rec = its["texts"]
+        if head == "aperture_saturated" and "saturated" not in rec: raise KeyError(f"{name!r}: not a Lorentz model")
+        return _wmean(rec["saturated" if head == "aperture_saturated" else "norm"], _w(rec, w))
+    raise KeyError(f"no per-item record for {name!r}")
+
+def scene_counts(items: Mapping[str, Mapping]) -> dict[str, int]:
+    "Number of scenes of each split in a per-item record (the bootstrap's resampling units)."
+    out = {}
+    for split, recs in items.items():
+        n = 0
+        for r in recs.values():
+            for k in ("group", "pos_group", "neg_group"):
+                if k in r and len(r[k]): n = max(n, int(np.max(r[k])) + 1)
+        out[split] = n
+    return out
+
+def bootstrap_weights(n_scenes: Mapping[str, int], n_boot: int, seed: int = 0):
+    "Yield `n_boot` dicts `{split: multinomial scene counts}`: scenes drawn with replacement, each split on its own."
+    rng = np.random.default_rng(seed)
+    for _ in range(n_boot):
+        yield {s: rng.multinomial(n, np.full(n, 1.0 / n)).astype(float) for s, n in n_scenes.items() if n}
+
+# %% ../nbs/10_evaluate.ipynb #163336a0
+def _ratio_reps(W: np.ndarray, group: np.ndarray, values: np.ndarray) -> np.ndarray:
+    "Replicates of a scene-weighted mean: (W @ per-scene sums) / (W @ per-scene counts)."
+    n = W.shape[1]
+    s = np.bincount(group, weights=values.astype(float), minlength=n)
+    c = np.bincount(group, minlength=n).astype(float)
+    with np.errstate(invalid="ignore", divide="ignore"): return (W @ s) / (W @ c)
+
+def _auc_reps(W: np.ndarray, pos: np.ndarray, pos_g: np.ndarray, neg: np.ndarray, neg_g: np.ndarray,
+              chunk: int = 64) -> np.ndarray:
+    "Replicates of a weighted AUC (ties count half): every pair weighted by the weights of its two scenes."
+    order = np.argsort(np.r_[neg, pos], kind="stable")
+    s = np.r_[neg, pos][order]
+    is_pos = np.r_[np.zeros(len(neg), bool), np.ones(len(pos), bool)][order]
+    g = np.r_[neg_g, pos_g][order]
+    # ties: each run of equal scores is one block
+    starts = np.r_[True, s[1:] != s[:-1]]
+    block = np.cumsum(starts) - 1
+    out = []
+    for a in range(0, len(W), chunk):
+        w = W[a:a + chunk][:, g]                                  # (r, n_items) weights in score order
+        wn, wp = np.where(is_pos, 0, w), np.where(is_pos, w, 0)
+        nb = block.max() + 1
+        neg_b = np.stack([np.bincount(block, weights=r, minlength=nb) for r in wn])
+        pos_b = np.stack([np.bincount(block, weights=r, minlength=nb) for r in wp])
+        below = np.cumsum(neg_b, 1) - neg_b                        # negatives strictly below each block
+        num = (pos_b * (below + 0.5 * neg_b)).sum(1)
+        with np.errstate(invalid="ignore", divide="ignore"): out.append(num / (pos_b.sum(1) * neg_b.sum(1)))
+    return np.concatenate(out)
+
+def bootstrap_replicates(name: str, items: Mapping[str, Mapping], weights: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Replicates (R,) of metric `name` for scene-count matrices `weights[split]` (R × scenes), as `metric_from_items`
+    would compute them one by one."""
+    head, _, tail = name.partition("/")
+    split = tail if head == "zs_acc" else ("test-comp" if tail == "test-comp" else "test-iid")
+    its, W = items[split], np.asarray(weights[split], float)
+    sfx = "/test-comp" if split == "test-comp" else ""
+    if head == "zs_acc":
+        rec = its[f"zs/{tail}"]; return _ratio_reps(W, np.asarray(rec["group"]), np.asarray(rec["ok"]))
+    if re.fullmatch(r"i2t_R@\d+", head):
+        rec = its["i2t" + sfx]
+        return _ratio_reps(W, np.asarray(rec["group"]), np.asarray(rec["rank"]) < int(head.split("@")[1]))
+    if head == "comp_acc":
+        rec = its["comp" + sfx]; t, g, ok = np.asarray(rec["type"]), np.asarray(rec["group"]), np.asarray(rec["ok"])
+        per = {k: _ratio_reps(W, g[t == k], ok[t == k]) for k in sorted(set(t.tolist()))}
+        if tail in ("", "test-comp"): return np.nanmean(np.stack(list(per.values())), 0)
+        if tail == "swap_minus_replace":
+            grp = lambda names: np.nanmean(np.stack([per[k] for k in names if k in per]), 0)
+            return grp(SUGARCREPE_GROUPS["swap"]) - grp(SUGARCREPE_GROUPS["replace"])
+        if tail in per: return per[tail]
+    if head in ("tot_acc", "itt_acc") and tail == "":
+        rec = its[head[:3]]; return _ratio_reps(W, np.asarray(rec["group"]), np.asarray(rec["ok"]))
+    if head in ("pep_auc", "pep_angle_auc") and tail == "":
+        rec = its["pep"]; pos, neg = np.asarray(rec["pos_phi"]), np.asarray(rec["neg_phi"])
+        f = (lambda p: -p) if head == "pep_angle_auc" else pep_score
+        return _auc_reps(W, f(pos), np.asarray(rec["pos_group"]), f(neg), np.asarray(rec["neg_group"]))
+    if head == "d_corr" and tail == "":
+        rec = its["chains"]; return _ratio_reps(W, np.asarray(rec["group"]), np.asarray(rec["tau"]))
+    if head in ("aperture_saturated", "parent_norm") and tail == "":
+        rec = its["texts"]
+        return _ratio_reps(W, np.asarray(rec["group"]), np.asarray(rec["saturated" if head == "aperture_saturated" else "norm"]))
+    # no fast form: one replicate at a time
+    return np.array([metric_from_items(name, items, {s: W_s[r] for s, W_s in weights.items()}) for r in range(len(W))])
+
+# %% ../nbs/10_evaluate.ipynb #9a9fd56a
+PHI_BINS = np.linspace(0, np.pi, 37)   # 5° bins
+
+def pep_angle_summary(items: Mapping[str, Mapping], bins: np.ndarray = PHI_BINS) -> dict:
+    "Angles and norms behind PEP from the per-item records of one `test-iid` evaluation (see above); JSON-able."
+    rec = items["pep"]
+    pos, neg, lev = np.asarray(rec["pos_phi"]), np.asarray(rec["neg_phi"]), np.asarray(rec["pos_level"])
+    def describe(phi):
+        q = np.quantile(phi, [0.25, 0.5, 0.75]) if len(phi) else [np.nan] * 3
+        return dict(n=int(len(phi)), q25=float(q[0]), median=float(q[1]), q75=float(q[2]),
+                    share_wide=float(np.mean(phi >= np.pi / 2)) if len(phi) else float("nan"),
+                    hist=np.histogram(phi, bins=bins)[0].tolist())
+    out = dict(bins=list(map(float, bins)), negatives=describe(neg),
+               positives={f"l{l + 1}": describe(pos[lev == l]) for l in range(int(lev.max()) + 1)},
+               pep_auc=metric_from_items("pep_auc", {"test-iid": items}),
+               angle_auc=metric_from_items("pep_angle_auc", {"test-iid": items}))
+    if "texts" in items:
+        t = items["texts"]
+        out["text_norm"] = {f"l{l + 1}": float(np.mean(np.asarray(t["norm"])[np.asarray(t["level"]) == l]))
+                            for l in range(int(np.max(t["level"])) + 1)}
+        if "saturated" in t: out["aperture_saturated"] = float(np.mean(t["saturated"]))
+    if "images" in items: out["image_norm"] = float(np.mean(items["images"]["norm"]))
     return out

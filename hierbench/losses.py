@@ -194,8 +194,10 @@ def hycoclip_terms(image: Tensor, text: Tensor, crop: Tensor, phrase: Tensor, sc
                 entailment=hycoclip_entailment(image, text, crop, phrase, c))
 
 # %% ../nbs/07_losses.ipynb #fe0da815
-def validate_negatives(positives: Sequence[str], negatives: Sequence[Sequence[str]]) -> int:
-    "Check B×K hard negatives against their B positives; return K. Raises ValueError naming the sample and text."
+def validate_negatives(positives: Sequence[str], negatives: Sequence[Sequence[str]], mask=None) -> int:
+    """Check B×K hard negatives against their B positives; return K. Raises ValueError naming the sample and text.
+    `mask` (B,K) bool, optional: False marks an empty slot (a scene with fewer than K negatives); its placeholder
+    text is not checked and no loss may use it."""
     if len(positives) != len(negatives):
         raise ValueError(f"{len(positives)} positives but {len(negatives)} lists of negatives")
     ks = {len(n) for n in negatives}
@@ -203,8 +205,13 @@ def validate_negatives(positives: Sequence[str], negatives: Sequence[Sequence[st
         i = next(i for i, n in enumerate(negatives) if len(n) != len(negatives[0]))
         raise ValueError(f"every sample needs the same number of negatives: sample 0 has {len(negatives[0])}, "
                          f"sample {i} has {len(negatives[i])}")
+    if mask is not None:
+        mask = torch.as_tensor(mask, dtype=torch.bool)
+        if tuple(mask.shape) != (len(negatives), len(negatives[0]) if negatives else 0):
+            raise ValueError(f"negatives_mask has shape {tuple(mask.shape)}, negatives are {len(negatives)}×{len(negatives[0]) if negatives else 0}")
     for i, (pos, negs) in enumerate(zip(positives, negatives)):
         for k, n in enumerate(negs):
+            if mask is not None and not mask[i, k]: continue
             if not isinstance(n, str): raise ValueError(f"negative {k} of sample {i} is not a string: {n!r}")
             if not n.strip(): raise ValueError(f"negative {k} of sample {i} is empty (positive: {pos!r})")
             if not is_changed(pos, n): raise ValueError(f"negative {k} of sample {i} equals its positive: {n!r}")
@@ -216,12 +223,19 @@ def flatten_negatives(negatives: Sequence[Sequence[str]]) -> list[str]:
 
 # %% ../nbs/07_losses.ipynb #56c35bf8
 def hard_negative_contrastive(image: Tensor, text: Tensor, neg_text: Tensor, scale: Tensor | float,
-                              sim: Similarity, *, all_image: Tensor | None = None, all_text: Tensor | None = None,
-                              all_neg: Tensor | None = None, offset: int = 0) -> Tensor:
-    "`½[CE(s·sim(V,[T;Tn])) + CE(s·sim(T,V))]`. image, text: (B,D); neg_text: (B·K,D) sample-major (K may be 0)."
+                              sim: Similarity, *, neg_mask: Tensor | None = None, all_image: Tensor | None = None,
+                              all_text: Tensor | None = None, all_neg: Tensor | None = None,
+                              all_neg_mask: Tensor | None = None, offset: int = 0) -> Tensor:
+    """`½[CE(s·sim(V,[T;Tn])) + CE(s·sim(T,V))]`. image, text: (B,D); neg_text: (B·K,D) sample-major (K may be 0);
+    `neg_mask` (B·K,) bool: False columns are left out (logit −∞); `all_neg_mask`: the gathered mask of `all_neg`."""
     if neg_text.shape[0] % image.shape[0]:
         raise ValueError(f"{neg_text.shape[0]} negatives is not a multiple of the batch size {image.shape[0]}")
-    i2t = scale * sim.pairwise_sim(image, torch.cat([_cols(text, all_text), _cols(neg_text, all_neg)]))
+    cols = torch.cat([_cols(text, all_text), _cols(neg_text, all_neg)])
+    i2t = scale * sim.pairwise_sim(image, cols)
+    mask = _cols(neg_mask, all_neg_mask)
+    if mask is not None:
+        keep = torch.cat([torch.ones(len(cols) - len(mask), dtype=torch.bool, device=i2t.device), mask.to(i2t.device).bool()])
+        i2t = i2t.masked_fill(~keep, float("-inf"))
     t2i = scale * sim.pairwise_sim(text, _cols(image, all_image))
     return 0.5 * (diagonal_ce(i2t, offset) + diagonal_ce(t2i, offset))
 
@@ -236,31 +250,51 @@ def own_negative_sims(query: Tensor, neg: Tensor, sim: Similarity) -> Tensor:
     K = neg.shape[0] // B
     return sim.rowwise_sim(query.repeat_interleave(K, dim=0), neg).view(B, K)
 
-def _first_is_positive_ce(pos: Tensor, negs: Tensor, scale) -> Tensor:
-    "CE of the (1+K)-way logits `scale·[pos, negs]` against class 0. pos: (B,), negs: (B,K)."
+def _first_is_positive_ce(pos: Tensor, negs: Tensor, scale, neg_mask: Tensor | None = None) -> Tensor:
+    """CE of the (1+K)-way logits `scale·[pos, negs]` against class 0. pos: (B,), negs: (B,K); masked slots
+    (`neg_mask` (B·K,) or (B,K) False) get the logit −∞ — set *after* scaling, so that no −∞ ever meets a gradient
+    (−∞ · 0 would be NaN in the scale's gradient)."""
     logits = scale * torch.cat([pos[:, None], negs], dim=1)
+    if neg_mask is not None:
+        keep = torch.cat([torch.ones(len(pos), 1, dtype=torch.bool, device=logits.device),
+                          neg_mask.reshape(negs.shape).to(logits.device).bool()], dim=1)
+        logits = logits.masked_fill(~keep, float("-inf"))
     return F.cross_entropy(logits, torch.zeros(len(pos), dtype=torch.long, device=logits.device))
 
-def image_grounded_contrast(image: Tensor, text: Tensor, neg_text: Tensor, scale: Tensor | float, sim: Similarity) -> Tensor:
-    "DeGLA IGC: `mean_i CE(s·[sim(v_i,t_i), sim(v_i,tn_i1..K)], y=0)`. image, text: (B,D); neg_text: (B·K,D)."
-    return _first_is_positive_ce(sim.rowwise_sim(image, text), own_negative_sims(image, neg_text, sim), scale)
+def image_grounded_contrast(image: Tensor, text: Tensor, neg_text: Tensor, scale: Tensor | float, sim: Similarity,
+                            neg_mask: Tensor | None = None) -> Tensor:
+    """DeGLA IGC: `mean_i CE(s·[sim(v_i,t_i), sim(v_i,tn_i1..K)], y=0)`. image, text: (B,D); neg_text: (B·K,D).
+    A row whose slots are all masked has only its positive: its loss is 0."""
+    return _first_is_positive_ce(sim.rowwise_sim(image, text), own_negative_sims(image, neg_text, sim), scale, neg_mask)
 
 TGC_SCALE = 10.0
 
 def text_grounded_contrast(text: Tensor, teacher_text: Tensor, neg_text: Tensor, sim: Similarity,
-                           scale: float = TGC_SCALE) -> Tensor:
+                           scale: float = TGC_SCALE, neg_mask: Tensor | None = None) -> Tensor:
     "DeGLA TGC: `mean_i CE(10·[sim(t_i,t*_i), sim(t_i,tn_i1..K)], y=0)`; t* = teacher text (detached). (B,D),(B,D),(B·K,D)."
-    return _first_is_positive_ce(sim.rowwise_sim(text, teacher_text.detach()), own_negative_sims(text, neg_text, sim), scale)
+    return _first_is_positive_ce(sim.rowwise_sim(text, teacher_text.detach()),
+                                 own_negative_sims(text, neg_text, sim), scale, neg_mask)
 
-def self_distillation(student: Sequence[Tensor], teacher: Sequence[Tensor], normalize: bool = True) -> Tensor:
-    "Σ over all rows of ‖n(s) − n(t)‖² for matching (N_i,D) student/teacher tensors; n = L2-normalise; teacher detached."
+def self_distillation(student: Sequence[Tensor], teacher: Sequence[Tensor], normalize: bool = True,
+                      distance: Callable[[Tensor, Tensor], Tensor] | None = None,
+                      masks: Sequence[Tensor | None] | None = None) -> Tensor:
+    """Σ over all rows of the squared distance between matching (N_i,D) student and teacher rows; teacher detached.
+    Default distance: ‖n(s) − n(t)‖ with n = L2-normalise (DeGLA's Euclidean form). `distance(a, b) -> (N,)`: a
+    row-wise distance in the model's own geometry — for a Lorentz model the geodesic distance, because normalised
+    space components forget the distance to the origin, the very coordinate that encodes the hierarchy.
+    `masks`: per tensor, (N_i,) bool rows to include (empty negative slots are left out), or None for all."""
     if len(student) != len(teacher): raise ValueError(f"{len(student)} student vs {len(teacher)} teacher tensors")
+    masks = list(masks) if masks is not None else [None] * len(student)
+    if len(masks) != len(student): raise ValueError(f"{len(masks)} masks for {len(student)} tensors")
     total = 0.
-    for s, t in zip(student, teacher):
+    for s, t, m in zip(student, teacher, masks):
         if s.shape != t.shape: raise ValueError(f"student {tuple(s.shape)} vs teacher {tuple(t.shape)}")
         t = t.detach()
-        if normalize: s, t = F.normalize(s, dim=-1), F.normalize(t, dim=-1)
-        total = total + ((s - t) ** 2).sum()
+        if distance is not None: sq = distance(s, t) ** 2
+        else:
+            if normalize: s, t = F.normalize(s, dim=-1), F.normalize(t, dim=-1)
+            sq = ((s - t) ** 2).sum(-1)
+        total = total + (sq if m is None else sq[m.to(sq.device).bool()]).sum()
     return total
 
 DEGLA_WEIGHTS = dict(contrastive=1.0, igc=0.1, tgc=0.1, distill=0.005)

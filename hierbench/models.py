@@ -25,47 +25,47 @@ from .geometry import exp_map0, pairwise_dist, dist, pairwise_inner
 _logger = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['WORLD_IMAGE_SIZE', 'WORLD_CONTEXT_LENGTH', 'PRESETS', 'DEFAULT_PRESET', 'MAX_LOGIT_SCALE', 'OPENAI_DERIVED_HINTS',
-           'GEOMETRIES', 'resolve_architecture', 'build_open_clip', 'EuclideanHead', 'LorentzHead',
-           'text_pooled_and_projected', 'make_tokenizer', 'DualEncoder', 'openai_derived_hint', 'make_head',
-           'model_from_config', 'create_model', 'read_state_dict', 'load_weights_', 'save_model', 'load_model',
-           'unwrap_model', 'EMATeacher']
+__all__ = ['WORLD_IMAGE_SIZE', 'WORLD_CONTEXT_LENGTH', 'PRESETS', 'DEFAULT_PRESET', 'TEXT_BUCKET', 'MAX_LOGIT_SCALE',
+           'OPENAI_DERIVED_HINTS', 'GEOMETRIES', 'resolve_architecture', 'build_open_clip', 'EuclideanHead',
+           'LorentzHead', 'text_pooled_and_projected', 'WordLevelTokenizer', 'make_tokenizer', 'DualEncoder',
+           'openai_derived_hint', 'make_head', 'model_from_config', 'create_model', 'read_state_dict', 'load_weights_',
+           'save_model', 'load_model', 'unwrap_model', 'EMATeacher']
 
 # %% ../nbs/05_models.ipynb #7686589f
-WORLD_IMAGE_SIZE = 32     # the synthetic world's image side (px)
-WORLD_CONTEXT_LENGTH = 32 # longest world text measured: 25 BPE tokens incl. start/end (300 scenes); 77 would waste time
+from .world import LEXICON as WORLD_LEXICON
+
+WORLD_IMAGE_SIZE = 64     # the synthetic world's image side (px)
+WORLD_CONTEXT_LENGTH = 20 # longest world text: 17 words + start and end tokens (word-level tokenizer)
 
 def _world_preset(width: int, layers: int, heads: int, embed_dim: int, resnet_width: int | None = None,
                   resnet_layers: tuple = (1, 1, 1, 1)) -> dict:
     if resnet_width is None:
-        # a ViT: patch 8 on 32 px -> 16 patches + CLS token; head_width sets the number of heads (width // head_width)
-        vision = {"image_size": WORLD_IMAGE_SIZE, "patch_size": 8, "width": width, "layers": layers,
+        # a ViT: patch 16 on 64 px -> 16 patches + CLS token; head_width sets the number of heads (width // head_width)
+        vision = {"image_size": WORLD_IMAGE_SIZE, "patch_size": 16, "width": width, "layers": layers,
                   "head_width": width // heads}
     else:
         # open_clip's ModifiedResNet (CLIP's RN towers): 3-conv stem, 4 bottleneck stages, attention pooling over
-        # the last 1x1 map; `width` is the stem width, the last stage has 32·width channels (heads = 32·width / head_width)
+        # the last (image_size/32)² map; `width` is the stem width, the last stage has 32·width channels
         vision = {"image_size": WORLD_IMAGE_SIZE, "layers": list(resnet_layers), "width": resnet_width,
                   "head_width": resnet_width}
     return {
         "embed_dim": embed_dim,
         "quick_gelu": False,
         "vision_cfg": vision,
-        "text_cfg": {"context_length": WORLD_CONTEXT_LENGTH, "vocab_size": 49408, "width": width, "heads": heads,
-                     "layers": layers},
+        # pad + unk + 39 words + start + end; the end token has the largest id, as open_clip's argmax pooling expects
+        "text_cfg": {"context_length": WORLD_CONTEXT_LENGTH, "vocab_size": len(WORLD_LEXICON) + 4, "width": width,
+                     "heads": heads, "layers": layers},
+        "world_vocab": list(WORLD_LEXICON),
         # world images are normalised [0,1] -> [-1,1] (hierbench.data.WORLD_MEAN/WORLD_STD), not with CLIP's statistics
         "preprocess_cfg": {"mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5]},
     }
 
 PRESETS: dict[str, dict] = {
-    # smoke tests and notebooks: ~1.6 M parameters, a ViT (no BatchNorm: exact multi-process equality tests)
+    # smoke tests and notebooks: a one-layer ViT (no BatchNorm: exact multi-process equality tests)
     "world-debug": _world_preset(width=32, layers=1, heads=2, embed_dim=32),
-    # the default: a ResNet image tower (0.34 M) + a width-64, 2-layer text transformer; ~3.6 M parameters, most of
-    # them the 49 408-token embedding. Why a ResNet: measured on the world (400 steps, batch 64), a supervised shape
-    # classifier on the ViT tower below reaches 28% (chance 11%), on this tower 87%; trained as a CLIP for 400 steps,
-    # the ViT names shapes at chance (0.12 on `general`), this one at 0.22. BatchNorm: statistics are per rank under
-    # torchrun on CPU (SyncBatchNorm needs CUDA, where `train` converts it).
+    # the default: a ResNet image tower (stem width 8) + a width-64, 2-layer text transformer over the world's words
     "world-tiny": _world_preset(width=64, layers=2, heads=2, embed_dim=64, resnet_width=8),
-    # the ViT tower of the same size that world-tiny used before (~3.4 M; the issue's calibration model)
+    # a ViT tower of similar cost (BatchNorm-free: the exact 2-process = 1-process tests use it)
     "world-tiny-vit": _world_preset(width=64, layers=2, heads=2, embed_dim=64),
     # more capacity for GPU runs (`compare --preset full`): a 2x wider ResNet with 2 blocks per stage, text width 128
     "world-small": _world_preset(width=128, layers=4, heads=4, embed_dim=128, resnet_width=16, resnet_layers=(2, 2, 2, 2)),
@@ -96,7 +96,7 @@ def resolve_architecture(preset_or_name: str, **overrides) -> dict:
         elif key in ("vision_cfg", "text_cfg"):
             if not isinstance(value, dict): raise TypeError(f"override {key} must be a dict, got {type(value).__name__}")
             arch[key].update(value)
-        elif key in arch or key in ("quick_gelu", "custom_text", "init_logit_bias", "preprocess_cfg"): arch[key] = value
+        elif key in arch or key in ("quick_gelu", "custom_text", "init_logit_bias", "preprocess_cfg", "world_vocab"): arch[key] = value
         else:
             raise ValueError(f"unknown override {key!r} for model {preset_or_name!r}; allowed: image_size, "
                              f"context_length, {sorted(set(arch) | {'quick_gelu'})}")
@@ -107,12 +107,22 @@ def build_open_clip(arch: dict) -> nn.Module:
     "A randomly initialised open_clip `CLIP`/`CustomTextCLIP` from a config dict (never downloads weights)."
     cfg = copy.deepcopy(arch)
     cfg.pop("preprocess_cfg", None)
+    cfg.pop("world_vocab", None)   # the tokenizer's business (`make_tokenizer`), not open_clip's
     if "timm_model_name" in cfg["vision_cfg"]: cfg["vision_cfg"]["timm_model_pretrained"] = False
     is_hf_text = "hf_model_name" in cfg["text_cfg"]
     if is_hf_text: cfg["text_cfg"]["hf_model_pretrained"] = False
     custom_text = cfg.pop("custom_text", False) or is_hf_text
     cls = open_clip.CustomTextCLIP if custom_text else open_clip.CLIP
-    return cls(**cfg)
+    clip = cls(**cfg)
+    # convolutional towers run in channels-last layout: 1.6x faster on CPU for the world ResNet (BatchNorm and the
+    # thin stem are memory-bound in NCHW); `DualEncoder.image_features` feeds them channels-last images
+    if _is_conv_tower(clip.visual): clip.visual.to(memory_format=torch.channels_last)
+    return clip
+
+def _is_conv_tower(visual: nn.Module) -> bool:
+    "True for open_clip's ModifiedResNet (and any tower whose first layer is a convolution other than a ViT's patchify)."
+    from open_clip.modified_resnet import ModifiedResNet
+    return isinstance(visual, ModifiedResNet)
 
 # %% ../nbs/05_models.ipynb #a2af3d99
 _MODALITIES = ("image", "text")
@@ -213,13 +223,35 @@ def _project_text(proj, pooled: torch.Tensor) -> torch.Tensor:
     if proj is None: return pooled
     return proj(pooled) if isinstance(proj, nn.Linear) else pooled @ proj
 
+TEXT_BUCKET = 4   # texts are run in groups of similar length, each cut to its longest (rounded up to a multiple of this)
+
+def _bucketed(clip, tokens: torch.Tensor):
+    """`[(rows, L)]`: groups of rows whose end token sits before position L, for a causal text tower with argmax
+    pooling — there a token never sees the ones after it, so cutting the padding after the longest text of a group
+    changes nothing (to float rounding) and saves most of the tower's work on short captions. None when not exact."""
+    if clip.text_pool_type != "argmax" or clip.attn_mask is None: return None
+    ends = tokens.argmax(dim=-1) + 1                       # the end token has the largest id (argmax pooling)
+    ctx = tokens.shape[1]
+    lengths = torch.clamp((ends + TEXT_BUCKET - 1) // TEXT_BUCKET * TEXT_BUCKET, max=ctx)
+    return [((lengths == L).nonzero().squeeze(1), int(L)) for L in torch.unique(lengths).tolist()]
+
 def text_pooled_and_projected(clip: nn.Module, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     "(projected `(B,embed_dim)`, pooled `(B,width)`) text features of `tokens` `(B,L)` from an open_clip model."
     if isinstance(clip, open_clip.CLIP):
         cast_dtype = clip.transformer.get_cast_dtype()
-        x = clip.token_embedding(tokens).to(cast_dtype) + clip.positional_embedding.to(cast_dtype)
-        x = clip.ln_final(clip.transformer(x, attn_mask=clip.attn_mask))
-        pooled = text_global_pool(x, tokens, clip.text_pool_type, eos_token_id=getattr(clip, "text_eos_id", None))
+        groups = _bucketed(clip, tokens)
+        if groups is None or len(groups) == 1 and groups[0][1] == tokens.shape[1]:
+            x = clip.token_embedding(tokens).to(cast_dtype) + clip.positional_embedding.to(cast_dtype)
+            x = clip.ln_final(clip.transformer(x, attn_mask=clip.attn_mask))
+            pooled = text_global_pool(x, tokens, clip.text_pool_type, eos_token_id=getattr(clip, "text_eos_id", None))
+            return _project_text(clip.text_projection, pooled), pooled
+        parts, order = [], []
+        for rows, L in groups:
+            tk = tokens[rows, :L]
+            x = clip.token_embedding(tk).to(cast_dtype) + clip.positional_embedding[:L].to(cast_dtype)
+            x = clip.ln_final(clip.transformer(x, attn_mask=clip.attn_mask[:L, :L]))
+            parts.append(text_global_pool(x, tk, clip.text_pool_type)); order.append(rows)
+        pooled = torch.cat(parts)[torch.argsort(torch.cat(order))]
         return _project_text(clip.text_projection, pooled), pooled
     tower = getattr(clip, "text", None)
     if isinstance(tower, TextTransformer) and tower.cls_emb is None:
@@ -235,10 +267,38 @@ def text_pooled_and_projected(clip: nn.Module, tokens: torch.Tensor) -> tuple[to
 def _simple_tokenizer(context_length: int):
     return open_clip.tokenizer.SimpleTokenizer(context_length=context_length)
 
+class WordLevelTokenizer:
+    "Whitespace words → ids `(B, context_length)`: `<pad>`=0, `<unk>`=1, the vocabulary, `<start>`, `<end>` (largest id)."
+    def __init__(self, vocab: Sequence[str], context_length: int):
+        vocab = list(vocab)
+        if len(set(vocab)) != len(vocab): raise ValueError("WordLevelTokenizer: the vocabulary has duplicate words")
+        if context_length < 3: raise ValueError(f"context_length must be >= 3, got {context_length}")
+        self.vocab, self.context_length = vocab, int(context_length)
+        self.index = {w: i + 2 for i, w in enumerate(vocab)}
+        self.start_id, self.end_id = len(vocab) + 2, len(vocab) + 3
+
+    @property
+    def vocab_size(self) -> int: return len(self.vocab) + 4
+
+    def __call__(self, texts: Sequence[str]) -> torch.LongTensor:
+        if isinstance(texts, str): raise TypeError("WordLevelTokenizer expects a list of strings, got a single str")
+        out = torch.zeros(len(texts), self.context_length, dtype=torch.long)
+        for row, t in enumerate(texts):
+            words = str(t).lower().replace(".", " ").replace(",", " ").split()[: self.context_length - 2]
+            ids = [self.start_id, *(self.index.get(w, 1) for w in words), self.end_id]  # cut texts still end in <end>
+            out[row, :len(ids)] = torch.tensor(ids)
+        return out
+
 def make_tokenizer(arch: dict) -> Callable:
-    "The open_clip tokenizer for a config dict: `list[str] -> LongTensor (B, context_length)`."
+    "The tokenizer for a config dict: `list[str] -> LongTensor (B, context_length)`."
     text_cfg = arch["text_cfg"]
     ctx = text_cfg.get("context_length", 77)
+    if arch.get("world_vocab"):
+        tok = WordLevelTokenizer(arch["world_vocab"], ctx)
+        if tok.vocab_size != text_cfg.get("vocab_size"):
+            raise ValueError(f"world_vocab has {len(tok.vocab)} words (vocab_size {tok.vocab_size}) but text_cfg.vocab_size "
+                             f"is {text_cfg.get('vocab_size')}")
+        return tok
     if text_cfg.get("hf_tokenizer_name"):
         return open_clip.HFTokenizer(text_cfg["hf_tokenizer_name"], context_length=ctx,
                                      **(text_cfg.get("tokenizer_kwargs") or {}))
@@ -316,7 +376,9 @@ class DualEncoder(nn.Module):
     # ---- images --------------------------------------------------------------------------------------------------
     def image_features(self, images: torch.Tensor) -> torch.Tensor:
         "Projected (un-lifted) image features `(B,D)` of normalised images `(B,3,S,S)`."
-        return self.clip.encode_image(images.to(self.device))
+        images = images.to(self.device)
+        if _is_conv_tower(self.clip.visual): images = images.contiguous(memory_format=torch.channels_last)
+        return self.clip.encode_image(images)
 
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:
         "Image embeddings `(B,D)` float32 in the head's space."
@@ -516,7 +578,7 @@ def unwrap_model(model: nn.Module) -> nn.Module:
         else: return model
 
 class EMATeacher(nn.Module):
-    "A frozen exponential-moving-average copy of a model (parameters averaged, buffers copied)."
+    "A frozen exponential-moving-average copy of a model (parameters averaged; buffers stay the teacher's own)."
 
     def __init__(self, model: nn.Module, decay: float = 0.9996):
         super().__init__()
@@ -534,16 +596,26 @@ class EMATeacher(nn.Module):
         "The teacher stays in eval mode whatever its owner does."
         return super().train(False)
 
+    @staticmethod
+    def decay_for_horizon(steps: int, horizon: float) -> float:
+        "The decay `d` with `1 − d^steps = horizon`: the teacher moves `horizon` of the way to the student in `steps`."
+        if steps < 1: raise ValueError(f"steps must be >= 1, got {steps}")
+        if not 0 < horizon < 1: raise ValueError(f"horizon must be in (0, 1), got {horizon}")
+        return float((1.0 - horizon) ** (1.0 / steps))
+
+    @staticmethod
+    def horizon_of(decay: float, steps: int) -> float:
+        "The fraction `1 − decay^steps` of the way a teacher with `decay` moves in `steps`."
+        return float(1.0 - decay ** steps)
+
     @torch.no_grad()
     def update(self, model: nn.Module):
-        "`θ* ← decay·θ* + (1−decay)·θ` for every parameter; buffers copied. Call after `optimizer.step()`."
+        "`θ* ← decay·θ* + (1−decay)·θ` for every parameter (buffers untouched). Call after `optimizer.step()`."
         model = unwrap_model(model)
         teacher_params, student_params = dict(self.module.named_parameters()), dict(model.named_parameters())
         if teacher_params.keys() != student_params.keys():
             raise ValueError("EMATeacher.update: the student's parameters differ from the teacher's")
         for name, t in teacher_params.items(): t.lerp_(student_params[name].detach().to(t.dtype), 1.0 - self.decay)
-        student_buffers = dict(model.named_buffers())
-        for name, b in self.module.named_buffers(): b.copy_(student_buffers[name])
         self.num_updates += 1
 
     def forward(self, *args, **kwargs): return self.module(*args, **kwargs)

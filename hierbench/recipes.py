@@ -16,9 +16,9 @@ from .world import check_negative_types
 
 # %% auto #0
 __all__ = ['WORLD_PRETRAIN', 'WORLD_FINETUNE', 'PAPER_MERU', 'PAPER_HYCOCLIP', 'PAPER_ARGENT', 'PAPER_NEGCLIP', 'PAPER_DEGLA',
-           'PAPER_READ', 'TERMS', 'SWAP_NEGATIVES', 'DEGLA_NEGATIVES', 'OptimDefaults', 'FrozenWeights', 'Recipe',
-           'register_recipe', 'get_recipe', 'list_recipes', 'recipes_table', 'world_info', 'compute_loss',
-           'make_loss_fn', 'demo_batch']
+           'PAPER_READ', 'TERMS', 'SWAP_NEGATIVES', 'DEGLA_NEGATIVES', 'DEGLA_EMA', 'DEGLA_HORIZON', 'OptimDefaults',
+           'FrozenWeights', 'Recipe', 'register_recipe', 'get_recipe', 'list_recipes', 'recipe_fields', 'recipe_diff',
+           'recipes_table', 'world_info', 'compute_loss', 'make_loss_fn', 'demo_batch']
 
 # %% ../nbs/08_recipes.ipynb #56bc2b10
 @dataclass(frozen=True)
@@ -32,39 +32,54 @@ class OptimDefaults:
     batch_size: int = 256
     steps: int | None = None        # optimizer steps (world; papers that count iterations)
     epochs: float | None = None     # papers that count epochs
+    dataset_size: int | None = None # items per epoch (papers that count epochs), to turn epochs into steps
+    grad_clip: float = 0.0          # max gradient norm; 0 = no clipping (MERU, HyCoCLIP, NegCLIP, DeGLA), READ: 1.0
+    min_lr_ratio: float = 0.0       # cosine floor as a fraction of lr (1.0 = constant lr after warmup)
     precision: str = "fp32"         # 'fp32' | 'amp' (fp16 autocast) | 'bf16'
     source: str = ""                # where the numbers come from; assumptions named
+
+    @property
+    def total_steps(self) -> int | None:
+        "`steps`, or epochs × dataset_size / batch_size when the paper counts epochs (None when unknown)."
+        if self.steps is not None: return self.steps
+        if self.epochs and self.dataset_size: return round(self.epochs * self.dataset_size / self.batch_size)
+        return None
 
     def train_overrides(self) -> dict:
         "The `TrainConfig` fields these defaults set (`steps` only when known)."
         d = dict(lr=self.lr, weight_decay=self.weight_decay, betas=tuple(self.betas), eps=self.eps,
-                 warmup_steps=self.warmup_steps, batch_size=self.batch_size)
+                 warmup_steps=self.warmup_steps, batch_size=self.batch_size, grad_clip=self.grad_clip,
+                 min_lr_ratio=self.min_lr_ratio)
         if self.steps is not None: d["steps"] = self.steps
         return d
 
 # %% ../nbs/08_recipes.ipynb #7f666626
-WORLD_PRETRAIN = OptimDefaults(lr=1e-3, weight_decay=0.2, eps=1e-8, warmup_steps=100, batch_size=128, steps=2000,
-                               source="world starting point (not tuned): short run, tiny towers")
-WORLD_FINETUNE = OptimDefaults(lr=2e-4, weight_decay=0.1, eps=1e-6, warmup_steps=20, batch_size=64, steps=500,
-                               source="world: a fifth of the pre-training lr, so that 100 steps move the fine-tuning "
-                                      "loss (NegCLIP from a quick CLIP: -5% at 5e-5, -10% at 2e-4; chosen on that "
-                                      "training loss alone, before any evaluation)")
+WORLD_PRETRAIN = OptimDefaults(lr=1e-3, weight_decay=0.2, eps=1e-8, warmup_steps=30, batch_size=256, steps=600,
+                               source="world: batch 256 (shape needs a crowded contrast), lr 1e-3, 5% warmup")
+WORLD_FINETUNE = OptimDefaults(lr=2e-4, weight_decay=0.1, eps=1e-6, warmup_steps=20, batch_size=128, steps=300,
+                               min_lr_ratio=1.0,
+                               source="world: lr 2e-4 (moves a small model; chosen on the NegCLIP training loss only), "
+                                      "constant after warmup so that the plateau rule measures the objective")
 
 PAPER_MERU = OptimDefaults(lr=5e-4, weight_decay=0.2, eps=1e-8, warmup_steps=4000, batch_size=2048, steps=120_000,
-                           precision="amp", source="MERU configs (train_*_vit_*.py): RedCaps, 120k iterations; "
-                           "eps is AdamW's default (not set there); the CLIP baseline uses the same settings")
+                           precision="amp", source="MERU configs (train_*_vit_*.py): RedCaps, 120k iterations, no "
+                           "gradient clipping; eps is AdamW's default (not set there); the CLIP baseline uses the same settings")
 PAPER_HYCOCLIP = dataclasses.replace(PAPER_MERU, batch_size=768, steps=None,
-    source="optimizer as MERU (HyCoCLIP builds on MERU's code); batch 768 inferred from ARGENT's CC3M ablation "
-           "(40k iterations ≈ 30M samples); the GRIT iteration count is not verified here")
+    source="optimizer as MERU (HyCoCLIP builds on MERU's code, no clipping); batch 768 inferred from ARGENT's CC3M "
+           "ablation (40k iterations ≈ 30M samples); the GRIT iteration count is not verified here")
 PAPER_ARGENT = dataclasses.replace(PAPER_HYCOCLIP,
     source="ARGENT states no optimizer or schedule: inherited from HyCoCLIP (assumption); ablations run 40k iterations on CC3M")
 PAPER_NEGCLIP = OptimDefaults(lr=1e-6, weight_decay=0.1, eps=1e-6, warmup_steps=50, batch_size=256, epochs=5,
-                              source="NegCLIP: COCO, 5 epochs, lr 1e-6, 50 warmup steps, batch 256; wd 0.1 and eps 1e-6 "
-                                     "assumed (open_clip ViT fine-tuning defaults, as DeGLA)")
+                              source="NegCLIP: COCO, 5 epochs, lr 1e-6, 50 warmup steps, batch 256, no clipping (open_clip's "
+                                     "default); wd 0.1 and eps 1e-6 assumed (open_clip ViT fine-tuning defaults, as DeGLA)")
 PAPER_DEGLA = OptimDefaults(lr=1e-6, weight_decay=0.1, eps=1e-6, warmup_steps=50, batch_size=256, epochs=5,
-                            source="DeGLA paper: from pretrained CLIP, cosine, 5 epochs, batch 256, K=4")
+                            dataset_size=414_113,
+                            source="DeGLA paper: from pretrained CLIP, cosine, 5 epochs of COCO 2014's 414,113 captions "
+                                   "(≈ 8,090 steps), batch 256, K=4, EMA 0.9996, no clipping")
 PAPER_READ = OptimDefaults(lr=1e-5, weight_decay=0.1, eps=1e-6, warmup_steps=50, batch_size=256, epochs=5,
-                           precision="bf16", source="READ paper: COCO 100k, 5 epochs, bf16; betas/eps assumed as DeGLA")
+                           dataset_size=100_000, grad_clip=1.0, precision="bf16",
+                           source="READ paper: 100K COCO subsample, 5 epochs, bf16; Hugging Face Trainer (max_grad_norm 1.0); "
+                                  "betas/eps assumed as DeGLA")
 
 # %% ../nbs/08_recipes.ipynb #be759804
 class FrozenWeights(dict):
@@ -92,7 +107,10 @@ class Recipe:
     recon_target: str = "alternatives"     # READ: reconstruct an alternative caption; 'captions' = the input itself (ablation)
     adaent: L.AdaEntConfig = L.AdaEntConfig()  # ARGENT options (used when `adaent` has a weight)
     tgc_scale: float = L.TGC_SCALE         # DeGLA's fixed TGC logit scale
-    ema_decay: float | None = None         # EMA teacher decay when a teacher is needed (DeGLA 0.9996)
+    ema_decay: float | None = None         # the paper's EMA teacher decay when a teacher is needed (DeGLA 0.9996)
+    ema_horizon: float | None = None       # fraction of the way to the student the teacher moves over a run; sets the
+                                           # decay for a run of another length (None: use ema_decay as it is)
+    image_negatives: bool = False          # NegCLIP's hard-negative images: each scene's nearest neighbour in the same batch
     curv_init: float = 1.0                 # lorentz head: initial curvature c (MERU: 1.0, learnable in [0.1c0, 10c0])
     learn_curv: bool = True                # lorentz head: learn c
     world: OptimDefaults = WORLD_PRETRAIN  # defaults for the built-in world
@@ -121,6 +139,7 @@ class Recipe:
         if self.recon_target not in ("alternatives", "captions"): bad(f"recon_target must be 'alternatives' or 'captions'")
         if self.needs_teacher and self.ema_decay is None: bad("tgc/distill need a teacher: set ema_decay")
         if not self.curv_init > 0: bad(f"curv_init must be > 0, got {self.curv_init}")
+        if self.ema_horizon is not None and not 0 < self.ema_horizon < 1: bad(f"ema_horizon must be in (0, 1), got {self.ema_horizon}")
 
     def active(self, term: str) -> bool:
         "Whether `term` has a non-zero weight."
@@ -130,6 +149,12 @@ class Recipe:
     def needs_teacher(self) -> bool:
         "DeGLA's TGC and self-distillation read an EMA teacher."
         return self.active("tgc") or self.active("distill")
+
+    def teacher_decay(self, steps: int) -> float | None:
+        "The EMA decay for a run of `steps` optimizer steps: the one that moves the teacher `ema_horizon` of the way."
+        if not self.needs_teacher: return None
+        if self.ema_horizon is None: return self.ema_decay
+        return float((1.0 - self.ema_horizon) ** (1.0 / max(1, steps)))
 
     @property
     def needs_decoder(self) -> bool:
@@ -210,20 +235,34 @@ _ = register_recipe(dataclasses.replace(_argent.replace(weights=dict(reg=0.0)), 
 # %% ../nbs/08_recipes.ipynb #98605be0
 SWAP_NEGATIVES = ("swap_obj", "swap_att", "reshuffle")                                 # NegCLIP, READ
 DEGLA_NEGATIVES = ("reshuffle", "swap_obj", "swap_att", "replace_att", "replace_obj")  # DeGLA's five rules
+DEGLA_EMA = 0.9996
+DEGLA_HORIZON = 1.0 - DEGLA_EMA ** PAPER_DEGLA.total_steps   # ≈ 0.96 of the way over DeGLA's 5 epochs
 
 def _finetune(name, summary, weights, K, paper, init_from="clip", geometry="euclidean", **kw) -> Recipe:
-    return register_recipe(Recipe(name, summary, geometry=geometry, contrastive="negclip", weights=weights,
-                                  stage="finetune", init_from=init_from, num_negatives=K, world=WORLD_FINETUNE,
-                                  paper=paper, **kw))
+    # the world run keeps each paper's gradient clipping (READ 1.0, the others none)
+    world = dataclasses.replace(WORLD_FINETUNE, grad_clip=paper.grad_clip)
+    return register_recipe(Recipe(name, summary, geometry=geometry, contrastive="negclip" if K else "clip",
+                                  weights=weights, stage="finetune", init_from=init_from, num_negatives=K,
+                                  world=world, paper=paper, **kw))
 
-_ = _finetune("negclip", "NegCLIP: hard-negative contrast (B×B(1+K) image→text, B×B text→image)",
-              dict(L.NEGCLIP_WEIGHTS), 1, PAPER_NEGCLIP, negative_types=SWAP_NEGATIVES)
+_ = _finetune("clip-ft", "CLIP fine-tuned on the same data and steps as the hard-negative recipes, without negatives "
+              "(the reference for 'fine-tuning alone')", dict(contrastive=1.0), 0, PAPER_NEGCLIP)
+_negclip = _finetune("negclip", "NegCLIP-style: text hard negatives (B×B(1+K) image→text, B×B text→image); NegCLIP "
+                     "proper also mines hard-negative images (negclip-img)", dict(L.NEGCLIP_WEIGHTS), 1, PAPER_NEGCLIP,
+                     negative_types=SWAP_NEGATIVES)
+_ = register_recipe(dataclasses.replace(_negclip.replace(image_negatives=True), name="negclip-img",
+                                        summary="NegCLIP: text hard negatives + each image's nearest neighbour in the batch"))
 _degla = _finetune("degla", "DeGLA: NegCLIP base + image-/text-grounded contrast over own negatives + EMA self-distillation",
-                   dict(L.DEGLA_WEIGHTS), 4, PAPER_DEGLA, ema_decay=0.9996, negative_types=DEGLA_NEGATIVES)
+                   dict(L.DEGLA_WEIGHTS), 4, PAPER_DEGLA, ema_decay=DEGLA_EMA, ema_horizon=DEGLA_HORIZON,
+                   negative_types=DEGLA_NEGATIVES)
+_ = register_recipe(dataclasses.replace(_degla.replace(weights=dict(igc=0.0, tgc=0.0, distill=0.0)), name="degla-base",
+                                        summary="DeGLA's reference: its hard-negative base alone (same K, kinds, optimizer)"))
 _ = register_recipe(dataclasses.replace(_degla.replace(weights=dict(distill=0.0)), name="degla-no-distill",
                                         summary="DeGLA ablation: no self-distillation (the teacher still anchors TGC)"))
 _read = _finetune("read", "READ: NegCLIP base (3 negatives) + reconstruction of an alternative caption + paraphrase alignment",
                   dict(L.READ_WEIGHTS), 3, PAPER_READ, negative_types=SWAP_NEGATIVES)
+_ = register_recipe(dataclasses.replace(_read.replace(weights=dict(recon=0.0, align=0.0)), name="read-base",
+                                        summary="READ's reference: its NegCLIP base alone (3 swap negatives, READ's optimizer)"))
 _ = register_recipe(dataclasses.replace(_read.replace(weights=dict(align=0.0)), name="read-recon-only",
                                         summary="READ ablation: reconstruction only"))
 _ = register_recipe(dataclasses.replace(_read.replace(weights=dict(recon=0.0)), name="read-align-only",
@@ -236,11 +275,33 @@ _HIER = dict(adaent=L.ARGENT_WEIGHTS["adaent"], reg=L.ARGENT_WEIGHTS["reg"])
 _ = _finetune("argent+degla", "ARGENT checkpoint fine-tuned with DeGLA's losses on −Lorentz distance (+ AdaEnt, reg)",
               {**L.DEGLA_WEIGHTS, **_HIER}, 4,
               dataclasses.replace(PAPER_DEGLA, source="no published system: DeGLA's fine-tuning defaults"),
-              init_from="argent", geometry="lorentz", ema_decay=0.9996, negative_types=DEGLA_NEGATIVES)
+              init_from="argent", geometry="lorentz", ema_decay=DEGLA_EMA, ema_horizon=DEGLA_HORIZON,
+              negative_types=DEGLA_NEGATIVES)
 _ = _finetune("argent+read", "ARGENT checkpoint fine-tuned with READ's losses on −Lorentz distance (+ AdaEnt, reg)",
               {**L.READ_WEIGHTS, **_HIER}, 3,
               dataclasses.replace(PAPER_READ, source="no published system: READ's fine-tuning defaults"),
               init_from="argent", geometry="lorentz", negative_types=SWAP_NEGATIVES)
+
+# %% ../nbs/08_recipes.ipynb #6c6ec08a
+def recipe_fields(recipe: Recipe | str) -> dict[str, object]:
+    "Flat `{field: value}` of everything in a recipe that can change a world run's numbers (not name/summary/paper)."
+    r = get_recipe(recipe) if isinstance(recipe, str) else recipe
+    out: dict[str, object] = {}
+    for f in dataclasses.fields(r):
+        if f.name in ("name", "summary", "paper"): continue
+        v = getattr(r, f.name)
+        if f.name == "weights":
+            for t in TERMS: out[f"weights.{t}"] = float(v.get(t, 0.0))
+        elif dataclasses.is_dataclass(v):
+            for g in dataclasses.fields(v):
+                if g.name != "source": out[f"{f.name}.{g.name}"] = getattr(v, g.name)
+        else: out[f.name] = v
+    return out
+
+def recipe_diff(a: Recipe | str, b: Recipe | str) -> set[str]:
+    "The flat fields (see `recipe_fields`) in which recipes `a` and `b` differ."
+    fa, fb = recipe_fields(a), recipe_fields(b)
+    return {k for k in fa if fa[k] != fb[k]}
 
 # %% ../nbs/08_recipes.ipynb #7c0bd6cd
 def recipes_table(names: list[str] | None = None):
@@ -261,7 +322,8 @@ def recipes_table(names: list[str] | None = None):
     return pd.DataFrame(rows).set_index("recipe")
 
 # %% ../nbs/08_recipes.ipynb #56b77215
-from .train import dist_info, gather_features as gather_rows  # the trainer's differentiable all-gather
+from .distributed import dist_info, gather_features as gather_rows  # the all-gather the trainer uses
+from . import geometry as geo
 
 def world_info() -> tuple[int, int]:
     "(rank, world_size) of the initialised process group; (0, 1) when not distributed."
@@ -273,6 +335,12 @@ def _split(x: Tensor, sizes: dict[str, int]) -> dict[str, Tensor]:
     out, start = {}, 0
     for k, n in sizes.items(): out[k], start = x[start:start + n], start + n
     return out
+
+def _scatter_rows(rows: Tensor, mask: Tensor) -> Tensor:
+    "(n_valid, D) rows back into the (B·K, D) sample-major layout; empty slots are zero (every loss masks them)."
+    if bool(mask.all()): return rows
+    out = rows.new_zeros((len(mask), rows.shape[-1]))
+    return out.index_put((mask.nonzero().squeeze(1).to(rows.device),), rows)
 
 def compute_loss(recipe: Recipe, model, batch: Mapping, teacher=None,
                  recon_head: L.ReconHead | None = None) -> tuple[Tensor, dict[str, Tensor]]:
@@ -296,15 +364,20 @@ def compute_loss(recipe: Recipe, model, batch: Mapping, teacher=None,
     # ---- encode: one text call, one image call
     texts = {"captions": captions}
     if recipe.use_boxes: texts["phrases"] = list(batch["phrases"])
+    neg_mask = None   # (B·K,) bool: which sample-major negative slots hold a real negative
     if recipe.contrastive == "negclip":
-        K = L.validate_negatives(captions, batch["negatives"])
+        mask = batch.get("negatives_mask")
+        K = L.validate_negatives(captions, batch["negatives"], mask)
         if K < 1: raise ValueError(f"recipe {recipe.name!r} needs hard negatives, the batch has K = 0")
-        texts["negatives"] = L.flatten_negatives(batch["negatives"])
+        flat = L.flatten_negatives(batch["negatives"])
+        neg_mask = torch.ones(len(flat), dtype=torch.bool) if mask is None else torch.as_tensor(mask, dtype=torch.bool).reshape(-1)
+        texts["negatives"] = [t for t, ok in zip(flat, neg_mask.tolist()) if ok]   # empty slots are never encoded
     if act("align"): texts["paraphrases"] = list(batch["paraphrases"])
     flat = [t for v in texts.values() for t in v]
     if act("recon"): temb, pooled = model.encode_text(flat, return_pooled=True)
     else: temb, pooled = model.encode_text(flat), None
     T = _split(temb, {k: len(v) for k, v in texts.items()})
+    if neg_mask is not None: T["negatives"] = _scatter_rows(T["negatives"], neg_mask)
     images = batch["images"]
     iemb = model.encode_image(torch.cat([images, batch["crops"]]) if recipe.use_boxes else images)
     I = _split(iemb, {"images": B, "crops": B} if recipe.use_boxes else {"images": B})
@@ -312,6 +385,7 @@ def compute_loss(recipe: Recipe, model, batch: Mapping, teacher=None,
         with torch.no_grad():
             t_img = teacher.encode_image(images)
             t_txt = teacher.encode_text(captions + texts["negatives"])
+            t_txt = torch.cat([t_txt[:B], _scatter_rows(t_txt[B:], neg_mask)])
 
     # ---- terms, in float32 with autocast off
     terms: dict[str, Tensor] = {}
@@ -331,18 +405,23 @@ def compute_loss(recipe: Recipe, model, batch: Mapping, teacher=None,
         if recipe.contrastive == "clip": terms["contrastive"] = L.clip_contrastive(v, t, scale, sim, **cols)
         elif recipe.contrastive == "hycoclip": terms["contrastive"] = L.hycoclip_contrastive(v, t, vb, tb, scale, sim, **cols)
         else:
-            neg_cols = dict(all_neg=gather_rows(tn)) if world > 1 else {}
-            terms["contrastive"] = L.hard_negative_contrastive(v, t, tn, scale, sim, **cols, **neg_cols)
+            m = neg_mask.to(tn.device)
+            neg_cols = dict(all_neg=gather_rows(tn), all_neg_mask=gather_rows(m.float()) > 0.5) if world > 1 else {}
+            terms["contrastive"] = L.hard_negative_contrastive(v, t, tn, scale, sim, neg_mask=m, **cols, **neg_cols)
         if act("entailment"):
             terms["entailment"] = L.hycoclip_entailment(v, t, vb, tb, c) if recipe.use_boxes else L.entailment_cone(t, v, c)
         if act("adaent"): terms["adaent"] = L.argent_entailment(v, t, vb, tb, c, recipe.adaent)
         if act("reg"): terms["reg"] = L.norm_regularizer(*[x for x in (v, t, vb, tb) if x is not None])
-        if act("igc"): terms["igc"] = L.image_grounded_contrast(v, t, tn, scale, sim)
+        if act("igc"): terms["igc"] = L.image_grounded_contrast(v, t, tn, scale, sim, neg_mask)
         if recipe.needs_teacher:
             t_pos, t_neg = f(t_txt[:B]), f(t_txt[B:])
-            if act("tgc"): terms["tgc"] = L.text_grounded_contrast(t, t_pos, tn, sim, recipe.tgc_scale)
-            # a batch SUM: × world so that the trainer's gradient average gives the global sum's gradient
-            if act("distill"): terms["distill"] = world * L.self_distillation([v, t, tn], [f(t_img), t_pos, t_neg])
+            if act("tgc"): terms["tgc"] = L.text_grounded_contrast(t, t_pos, tn, sim, recipe.tgc_scale, neg_mask)
+            # a batch SUM: × world so that the trainer's gradient average gives the global sum's gradient. Distances
+            # in the model's own geometry: in Lorentz space the geodesic distance, which sees the distance to the
+            # origin that normalised space components would throw away
+            distance = (lambda a, b: geo.dist(a, b, c)) if recipe.geometry == "lorentz" else None
+            if act("distill"): terms["distill"] = world * L.self_distillation(
+                [v, t, tn], [f(t_img), t_pos, t_neg], distance=distance, masks=[None, None, neg_mask])
         if act("align"):
             align_cols = dict(all_text=cols["all_text"], offset=cols["offset"]) if cols else {}
             terms["align"] = L.paraphrase_alignment(f(T["paraphrases"]), t, scale, sim, **align_cols)
@@ -357,7 +436,7 @@ def make_loss_fn(recipe: Recipe | str, recon_head: L.ReconHead | None = None) ->
     return loss_fn
 
 # %% ../nbs/08_recipes.ipynb #e87edbe0
-def demo_batch(B: int = 4, K: int = 4, image_size: int = 32, seed: int = 0) -> dict:
+def demo_batch(B: int = 4, K: int = 4, image_size: int = 64, seed: int = 0) -> dict:
     "A tiny batch with every optional field (random images; captions, negatives, phrases ... from a few templates)."
     g = torch.Generator().manual_seed(seed)
     colors, shapes = ["red", "blue", "green", "yellow", "purple"], ["cube", "ball", "cone", "ring", "star"]

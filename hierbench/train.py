@@ -12,7 +12,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, asdict, fields
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -24,10 +24,8 @@ import safetensors.torch
 __all__ = ['RESUME_FREE_FIELDS', 'NO_DECAY_NAME_KEYS', 'CHECKPOINTS_DIR', 'LATEST_FILE', 'STATE_FILE', 'TrainConfig',
            'is_no_decay', 'param_groups', 'make_optimizer', 'lr_factor', 'make_scheduler', 'NonFiniteLossError',
            'check_finite', 'get_rng_state', 'set_rng_state', 'checkpoint_dir', 'save_checkpoint', 'list_checkpoints',
-           'latest_checkpoint', 'load_checkpoint', 'batch_indices', 'DistInfo', 'is_distributed', 'dist_info',
-           'init_distributed', 'gather_features', 'gather_with_negatives', 'local_labels', 'allreduce_gradients',
-           'broadcast_module', 'shard_batch', 'model_scalars', 'clamp_hook', 'read_metrics', 'TrainResult',
-           'autocast_context', 'train', 'world_dataset_for', 'train_recipe']
+           'latest_checkpoint', 'load_checkpoint', 'batch_indices', 'model_scalars', 'clamp_hook', 'read_metrics',
+           'TrainResult', 'autocast_context', 'train', 'plateau_step', 'ValidationMonitor']
 
 # %% ../nbs/09_train.ipynb #65c0d75c
 @dataclass
@@ -251,89 +249,11 @@ def batch_indices(step: int, n_items: int, batch_size: int, seed: int) -> torch.
     epoch, i = divmod(step, per_epoch)
     return _epoch_permutation(n_items, seed, epoch)[i * batch_size:(i + 1) * batch_size].clone()
 
-# %% ../nbs/09_train.ipynb #7d02c4b2
-@dataclass(frozen=True)
-class DistInfo:
-    "This process's place in the process group (rank 0 of 1 when not distributed)."
-    rank: int = 0
-    world_size: int = 1
-    local_rank: int = 0
-    @property
-    def is_main(self) -> bool: return self.rank == 0
-
-def is_distributed() -> bool:
-    "True inside an initialised process group with more than one rank."
-    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
-
-def dist_info() -> DistInfo:
-    "Rank/world of the current process group (no initialisation)."
-    if not (dist.is_available() and dist.is_initialized()): return DistInfo()
-    return DistInfo(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", dist.get_rank())))
-
-def init_distributed(backend: str | None = None) -> DistInfo:
-    "Join the process group described by torchrun's environment when `WORLD_SIZE` > 1 (NCCL on CUDA, else gloo)."
-    if dist.is_available() and dist.is_initialized(): return dist_info()
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1: return DistInfo()
-    missing = [k for k in ("RANK", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
-    if missing: raise RuntimeError(f"WORLD_SIZE={world} but {missing} not set; launch with torchrun")
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
-    if backend == "nccl": torch.cuda.set_device(local_rank)
-    dist.init_process_group(backend=backend)
-    return dist_info()
-
-def gather_features(x: torch.Tensor) -> torch.Tensor:
-    "Differentiable all-gather: (b, ...) on each rank → (W·b, ...) in rank order; identity when not distributed."
-    if not is_distributed(): return x
-    from torch.distributed.nn.functional import all_gather
-    with warnings.catch_warnings():
-        # torch ≥ 2.9 marks it deprecated in favour of private functional collectives whose autograd backward needs
-        # reduce_scatter, which gloo lacks; this one falls back to all-to-all on gloo and works on both backends.
-        warnings.simplefilter("ignore", FutureWarning)
-        return torch.cat(all_gather(x), dim=0)
-
-def gather_with_negatives(pos: torch.Tensor, neg: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    "Gather positives (b,D) and sample-major negatives (b·K,D) separately → (B,D), (B·K,D), layout kept."
-    if pos.shape[0] == 0 or neg.shape[0] % pos.shape[0]:
-        raise ValueError(f"negatives must be sample-major b·K rows: got {neg.shape[0]} rows for {pos.shape[0]} positives")
-    return gather_features(pos), gather_features(neg)
-
-def local_labels(b: int, device=None) -> torch.Tensor:
-    "Column targets (b,) of this rank's local anchors among gathered columns: rank·b + arange(b)."
-    return torch.arange(b, device=device) + dist_info().rank * b
-
-def allreduce_gradients(params: Iterable[nn.Parameter]) -> None:
-    "Average `.grad` over ranks in one flat buffer per dtype (missing grads count as zeros); no-op when single."
-    if not is_distributed(): return
-    params = [p for p in params if p.requires_grad]
-    world = dist.get_world_size()
-    for dtype in {p.dtype for p in params}:
-        ps = [p for p in params if p.dtype == dtype]
-        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in ps])
-        dist.all_reduce(flat)
-        flat /= world
-        offset = 0
-        for p in ps:
-            n = p.numel()
-            p.grad = flat[offset:offset + n].view_as(p).clone()
-            offset += n
-
-def broadcast_module(module: nn.Module, src: int = 0) -> None:
-    "Copy parameters and buffers of rank `src` to all ranks (in place)."
-    if not is_distributed(): return
-    for t in module.state_dict().values(): dist.broadcast(t, src)
-
-def shard_batch(batch: Any, rank: int, world_size: int) -> Any:
-    "This rank's equal contiguous slice along dim 0 of every tensor/list in `batch` (a dict, list or tensor)."
-    if world_size == 1: return batch
-    if isinstance(batch, Mapping): return {k: shard_batch(v, rank, world_size) for k, v in batch.items()}
-    if torch.is_tensor(batch) or isinstance(batch, (list, tuple)):
-        n = len(batch)
-        if n % world_size: raise ValueError(f"cannot split a batch of {n} rows over {world_size} ranks")
-        k = n // world_size
-        return batch[rank * k:(rank + 1) * k]
-    return batch
+# %% ../nbs/09_train.ipynb #be5d2d72
+# multi-process helpers live in `hierbench.distributed` (losses and recipes use them too); re-exported here
+from .distributed import (DistInfo, is_distributed, dist_info, init_distributed, gather_features,
+                                   gather_with_negatives, local_labels, allreduce_gradients, broadcast_module,
+                                   shard_batch)
 
 # %% ../nbs/09_train.ipynb #90e9d2c1
 def _to_float(v) -> float:
@@ -385,6 +305,7 @@ class TrainResult:
     checkpoint: Path | None    # the last checkpoint written
     weights_path: Path | None  # final weights (run_dir/model.safetensors) when the run reached cfg.steps
     stopped_early: bool        # True when `stop_at` ended the run before cfg.steps
+    plateau: int | None = None # the step a `ValidationMonitor` found the run plateaued at (set by `hierbench.jobs`)
 
 def _resolve_device(cfg: TrainConfig, info: DistInfo) -> torch.device:
     if cfg.device != "auto": return torch.device(cfg.device)
@@ -425,11 +346,17 @@ class _Batches:
     def __call__(self, step: int):
         r, w = self.info.rank, self.info.world_size
         if not self.is_dataset: return shard_batch(self.data(step), r, w)
-        idx = batch_indices(step, len(self.data), self.cfg.batch_size, self.cfg.seed)
+        # a dataset may compose its own batches (e.g. each scene with its nearest neighbour, NegCLIP's hard-negative
+        # images); it must stay a pure function of (step, batch size, seed) for exact resume
+        compose = getattr(self.data, "batch_indices", None)
+        idx = compose(step, self.cfg.batch_size, self.cfg.seed) if callable(compose) else None
+        idx = batch_indices(step, len(self.data), self.cfg.batch_size, self.cfg.seed) if idx is None else torch.as_tensor(idx)
         if hasattr(self.data, "set_epoch"):  # datasets that sample per epoch (WorldDataset) see the epoch of this step
             self.data.set_epoch(step // (len(self.data) // self.cfg.batch_size))
         b = len(idx) // w
-        return self.collate_fn([self.data[int(i)] for i in idx[r * b:(r + 1) * b]])
+        mine = [int(i) for i in idx[r * b:(r + 1) * b]]
+        many = getattr(self.data, "__getitems__", None)   # torch's batched-fetch protocol, when the dataset has it
+        return self.collate_fn(many(mine) if callable(many) else [self.data[i] for i in mine])
 
 class _Progress:
     "fastprogress bar (terminal and notebook) or nothing."
@@ -549,6 +476,19 @@ def train(model: nn.Module, loss_fn: Callable, data, cfg: TrainConfig, teacher=N
     bar = _Progress(start, cfg.steps, _auto_quiet(cfg, info))
     t0, last, last_ckpt = time.time(), {}, None
 
+    def extra_metrics(event, step):
+        "Metrics that callbacks add (a dict returned from a 'begin' or 'log' event)."
+        out = {}
+        for cb in callbacks:
+            r = cb(event, dict(step=step, model=model, teacher=teacher, start=start))
+            if isinstance(r, Mapping): out.update(r)
+        return out
+
+    if start == 0:   # 'begin': e.g. validation terms before the first step, logged as step 0
+        begin = extra_metrics("begin", 0)
+        if begin and info.is_main:
+            with open(metrics_path, "a") as f: f.write(json.dumps(dict(step=0, **begin)) + "\n")
+
     def checkpoint(step):
         rng = get_rng_state()
         if info.world_size > 1:
@@ -588,84 +528,77 @@ def train(model: nn.Module, loss_fn: Callable, data, cfg: TrainConfig, teacher=N
                 metrics = dict(step=step, lr=lr, loss=float(vals[0]))
                 for k, v in zip(terms, vals[1:].tolist()): metrics[k if k not in metrics else f"term_{k}"] = v
                 metrics.update(grad_norm=grad_norm, **model_scalars(model), time=round(time.time() - t0, 3))
+                metrics.update(extra_metrics("log", step))   # e.g. validation terms of `ValidationMonitor`
                 last = metrics
                 if info.is_main:
                     with open(metrics_path, "a") as f: f.write(json.dumps(metrics) + "\n")
             bar.update(step, f"loss {float(vals[0]):.4f}")
             for cb in callbacks: cb("step_end", dict(step=step, model=model, optimizer=optimizer, teacher=teacher, metrics=metrics))
+            if any(getattr(cb, "stop_requested", False) for cb in callbacks):   # e.g. a plateau with stop_on_plateau
+                end = step
             if step % cfg.ckpt_every == 0 or step == end: last_ckpt = checkpoint(step)
+            if step == end: break
     finally:
         bar.close()
     weights = None
-    if end == cfg.steps and info.is_main:
+    stopped_by_callback = any(getattr(cb, "stop_requested", False) for cb in callbacks)
+    if (end == cfg.steps or stopped_by_callback) and info.is_main:
         weights = run_dir / "model.safetensors"
         (save_final or _save_weights)(model, weights)
     if not last and metrics_path.is_file() and info.is_main:
         prev = read_metrics(run_dir); last = prev[-1] if prev else {}
     return TrainResult(step=end if start < end else start, metrics=last, run_dir=run_dir, metrics_path=metrics_path,
                        config_path=config_path, checkpoint=last_ckpt or latest_checkpoint(run_dir),
-                       weights_path=weights, stopped_early=end < cfg.steps)
+                       weights_path=weights, stopped_early=end < cfg.steps and not stopped_by_callback)
 
-# %% ../nbs/09_train.ipynb #79e65773
-# recipe batch key -> WorldDataset item field
-_WORLD_FIELD = {"crops": "crop", "phrases": "phrase", "negatives": "negatives", "paraphrases": "paraphrase",
-                "alternatives": "alternative"}
+# %% ../nbs/09_train.ipynb #2af1b697
+def plateau_step(steps: Sequence[int], values: Sequence[float], patience: int = 2, min_delta: float = 0.01) -> int | None:
+    "The first step after which no later value beats the best so far by > `min_delta`·|best| (≥ `patience` evaluations follow); else None."
+    if len(steps) != len(values): raise ValueError(f"{len(steps)} steps for {len(values)} values")
+    if patience < 1 or min_delta < 0: raise ValueError(f"need patience >= 1 and min_delta >= 0, got {patience}, {min_delta}")
+    v = np.asarray(values, float)
+    best = np.minimum.accumulate(np.where(np.isfinite(v), v, np.inf))
+    later = np.minimum.accumulate(v[::-1])[::-1]            # later[k] = min(v[k:])
+    for k in range(len(v) - patience):
+        if np.isfinite(best[k]) and later[k + 1] >= best[k] - min_delta * abs(best[k]): return int(steps[k])
+    return None
 
-def world_dataset_for(recipe, model, n: int = 2000, world_seed: int = 0, split: str = "train", cache_dir=None):
-    "The world split with the item fields `recipe` reads, images sized and normalised for `model`."
-    from hierbench.data import WorldDataset
-    fields = tuple(dict.fromkeys(_WORLD_FIELD[f] for f in recipe.fields if f in _WORLD_FIELD)) + ("index",)
-    return WorldDataset(split, n=n, seed=world_seed, fields=fields, k_negatives=max(1, recipe.num_negatives),
-                        negative_types=recipe.negative_types,
-                        image_size=model.image_size, mean=model.image_mean, std=model.image_std, cache_dir=cache_dir)
+class ValidationMonitor:
+    """Callback: `loss_fn(model, batch, teacher)` terms on a fixed held-out `batch` at the start and every `every`
+    steps, logged as `val_<term>`; `plateau` is the step `plateau_step` finds on `val_<monitor>` (None until then)."""
+    def __init__(self, loss_fn: Callable, batch: Mapping, every: int, monitor: str = "contrastive",
+                 patience: int = 2, min_delta: float = 0.01, stop_on_plateau: bool = False, device=None):
+        if every < 1: raise ValueError(f"every must be >= 1, got {every}")
+        self.loss_fn, self.batch, self.every, self.monitor = loss_fn, batch, int(every), monitor
+        self.patience, self.min_delta, self.stop_on_plateau = patience, min_delta, stop_on_plateau
+        self.history: list[tuple[int, float]] = []
+        self.plateau: int | None = None
+        self.stop_requested = False
 
-def _world_captions(ds, n_scenes: int = 500) -> list[str]:
-    "Caption vocabulary source for READ's decoder: every stored text of the split plus the true texts of some scenes."
-    texts = [t for m in ds.ws.meta for key in ("chain", "phrases", "paraphrases", "alternatives") for t in m[key]]
-    texts += [t for i in range(min(n_scenes, len(ds))) for t in ds.ws.true_texts(i)]
-    return list(dict.fromkeys(texts))
+    def evaluate(self, model, teacher=None) -> dict[str, float]:
+        "Validation terms of `model` now (eval mode, no gradient; the model's training flag is restored)."
+        was = model.training
+        model.eval()
+        try:
+            with torch.no_grad():
+                dev = next(model.parameters()).device
+                _, terms = self.loss_fn(model, _to_device(self.batch, dev), teacher)
+        finally: model.train(was)
+        return {f"val_{k}": float(v) for k, v in terms.items()}
 
-def _resolve_init(init_checkpoint) -> Path | None:
-    if init_checkpoint is None: return None
-    p = Path(init_checkpoint)
-    if p.is_dir():
-        if (p / "model.safetensors").is_file(): return p / "model.safetensors"
-        raise FileNotFoundError(f"init_checkpoint {p} is a folder without model.safetensors (not a finished run)")
-    return p
-
-def train_recipe(recipe, run_dir: str | Path, preset: str = "world-tiny", steps: int | None = None, seed: int = 0,
-                 init_checkpoint: str | Path | None = None, *, n_train: int = 2000, world_seed: int = 0,
-                 batch_size: int | None = None, decoder: nn.Module | None = None, decoder_steps: int = 1500,
-                 resume: bool = False, stop_at: int | None = None, callbacks: Iterable[Callable] = (),
-                 cache_dir=None, **overrides) -> TrainResult:
-    """Train recipe `recipe` (name or `Recipe`) on the built-in world into `run_dir`. `overrides`: TrainConfig fields.
-    `decoder`: READ's frozen caption decoder (default: pretrain one on the world's captions for `decoder_steps`)."""
-    from hierbench import models as M, recipes as R
-    recipe = R.get_recipe(recipe) if isinstance(recipe, str) else recipe
-    cfg_kw = {**recipe.world.train_overrides(), "run_dir": str(run_dir), "seed": seed}
-    if steps is not None:
-        # a shorter (or longer) run keeps the recipe's warmup *fraction*, so a 20-step demo is not all warmup
-        ref = recipe.world.steps or steps
-        cfg_kw.update(steps=steps, warmup_steps=round(recipe.world.warmup_steps * steps / ref))
-    if batch_size is not None: cfg_kw["batch_size"] = batch_size
-    cfg = TrainConfig(**{**cfg_kw, **overrides})
-    init = _resolve_init(init_checkpoint)
-    if recipe.stage == "finetune" and init is None:
-        warnings.warn(f"recipe {recipe.name!r} fine-tunes a {recipe.init_from!r} checkpoint, but no init_checkpoint "
-                      "was given: training from a random init")
-    torch.manual_seed(seed)
-    model = M.create_model(preset, checkpoint=init, **recipe.model_kwargs())  # geometry, curv_init, learn_curv
-    teacher = M.EMATeacher(model, recipe.ema_decay) if recipe.needs_teacher else None
-    data = world_dataset_for(recipe, model, n_train, world_seed, cache_dir=cache_dir)
-    modules, recon_head = {}, None
-    if recipe.needs_decoder:
-        from hierbench.decoder import ReconstructionHead, pretrain_decoder
-        if decoder is None: decoder, _ = pretrain_decoder(_world_captions(data), steps=decoder_steps, seed=seed)
-        recon_head = modules["recon_head"] = ReconstructionHead(model.text_width, decoder)
-    from hierbench.data import collate_batch
-    extra = dict(recipe=recipe.name, recipe_weights=dict(recipe.weights), preset=preset, geometry=recipe.geometry,
-                 init_checkpoint=str(init) if init else None, n_train=n_train, world_seed=world_seed,
-                 ema_decay=recipe.ema_decay if teacher is not None else None)
-    return train(model, R.make_loss_fn(recipe, recon_head), data, cfg, teacher=teacher, callbacks=callbacks,
-                 resume=resume, stop_at=stop_at, collate_fn=collate_batch, modules=modules, extra_config=extra,
-                 save_final=M.save_model)
+    def __call__(self, event: str, state: Mapping):
+        if event == "begin" or (event == "log" and state["step"] % self.every == 0):
+            vals = self.evaluate(state["model"], state.get("teacher"))
+            key = f"val_{self.monitor}"
+            if key not in vals: raise KeyError(f"ValidationMonitor: the loss has no term {self.monitor!r}; terms: {sorted(vals)}")
+            self.history.append((int(state["step"]), vals[key]))
+            # online: plateaued once the last `patience` evaluations bring no 1% gain over the best before them
+            # (what early stopping can know); `hierbench.compare` reports the after-the-fact `plateau_step` instead
+            v = [h[1] for h in self.history]
+            if self.plateau is None and len(v) > self.patience:
+                before = min(v[:-self.patience])
+                if min(v[-self.patience:]) >= before - self.min_delta * abs(before):
+                    self.plateau = self.history[int(np.argmin(v[:-self.patience]))][0]
+                    if self.stop_on_plateau: self.stop_requested = True
+            return vals
+        return None

@@ -14,14 +14,14 @@ from typing import Callable, Iterable, NamedTuple, Sequence
 import numpy as np
 
 # %% auto #0
-__all__ = ['SHAPES', 'COLOURS', 'SIZES', 'RELATIONS', 'INVERSE_RELATION', 'COLOUR_RGB', 'WORLD_VERSION', 'NEGATIVE_TYPES',
-           'SPLITS', 'Taxonomy', 'WorldConfig', 'NP', 'Clause', 'Meaning', 'render_np', 'render', 'parse', 'Obj',
-           'Relation', 'Negative', 'check_negative_types', 'relation_holds', 'np_matches', 'evaluate', 'holds',
-           'entails', 'scene_rng', 'Scene', 'true_texts', 'shape_mask', 'shape_alpha', 'render_image',
-           'resize_bilinear', 'heldout_combinations', 'full_np', 'mentions_heldout', 'make_negatives', 'make_scene',
-           'classify_negative', 'audit_negatives', 'builtin_negatives', 'sloppy_negatives', 'WorldSplit',
-           'split_cache_path', 'build_split', 'world_speed', 'image_grid_figure', 'scene_grid_figure', 'crops_figure',
-           'taxonomy_figure']
+__all__ = ['SHAPES', 'COLOURS', 'SIZES', 'RELATIONS', 'INVERSE_RELATION', 'COLOUR_RGB', 'WORLD_VERSION', 'LEXICON',
+           'NEGATIVE_TYPES', 'SPLITS', 'Taxonomy', 'WorldConfig', 'NP', 'Clause', 'Meaning', 'render_np', 'render',
+           'parse', 'Obj', 'Relation', 'Negative', 'check_negative_types', 'relation_holds', 'np_matches', 'evaluate',
+           'holds', 'entails', 'specificity', 'entails_text', 'scene_rng', 'Scene', 'true_texts', 'shape_mask',
+           'shape_alpha', 'render_image', 'resize_bilinear', 'heldout_combinations', 'full_np', 'mentions_heldout',
+           'make_negatives', 'make_scene', 'classify_negative', 'audit_negatives', 'builtin_negatives',
+           'sloppy_negatives', 'WorldSplit', 'split_cache_path', 'build_split', 'world_speed', 'image_grid_figure',
+           'scene_grid_figure', 'crops_figure', 'taxonomy_figure']
 
 # %% ../nbs/02_world.ipynb #651d1077
 @dataclass(frozen=True, eq=False)
@@ -106,23 +106,26 @@ COLOURS = Taxonomy.from_nested("colour", {
 SIZES = ("small", "large")
 RELATIONS = ("left", "right", "above", "below")
 INVERSE_RELATION = {"left": "right", "right": "left", "above": "below", "below": "above"}
+# every pair of colours is >= 83 apart (orange / yellow); with a per-channel jitter of 18 two objects of different
+# colours stay >= 83 - 2·18·√3 ≈ 21 apart, so a colour word is never ambiguous
 COLOUR_RGB = {"red": (215, 40, 40), "orange": (240, 135, 25), "yellow": (230, 215, 40),
               "green": (45, 165, 65), "blue": (40, 85, 215), "purple": (140, 55, 185)}
 
 # %% ../nbs/02_world.ipynb #f15d9645
-WORLD_VERSION = 1  # bump when rendering or text generation changes: it is part of the cache key
+WORLD_VERSION = 2  # bump when rendering or text generation changes: it is part of the cache key
+# 2: 64 px, narrower size gap, two negatives per type, binding-hard replacements
 
 @dataclass(frozen=True)
 class WorldConfig:
     "Every knob of the built-in world. Fractions are of the image side."
-    image_size: int = 32                # 32 px: what a tiny CLIP is calibrated on; shapes stay distinguishable at 8+ px
+    image_size: int = 64                # 64 px: objects are 16-30 px, shapes learnable in a few hundred CPU steps
     crop_size: int | None = None        # side of per-object crops (None: image_size, as HyCoCLIP resizes box crops)
-    max_objects: int = 3                # 1-3 objects: enough for relations and distractors, still fits in 32 px
+    max_objects: int = 3                # 1-3 objects: enough for relations and distractors
     object_count_probs: tuple = (0.2, 0.4, 0.4)  # P(1), P(2), P(3) objects in non-`general` splits
-    small_side: tuple = (0.25, 0.31)    # small objects 8-10 px at 32 px ...
-    large_side: tuple = (0.41, 0.50)    # ... large 13-16 px: the gap makes "small"/"large" unambiguous
-    min_gap: float = 0.03               # free space between boxes (1 px at 32): objects never touch
-    relation_margin: float = 0.1        # a relation is stated only when the centre offset exceeds this (3.2 px at 32)
+    small_side: tuple = (0.25, 0.31)    # small objects 16-20 px at 64 px ...
+    large_side: tuple = (0.38, 0.47)    # ... large 24-30 px: disjoint ranges keep "small"/"large" unambiguous
+    min_gap: float = 0.03               # free space between boxes (2 px at 64): objects never touch
+    relation_margin: float = 0.1        # a relation is stated only when the centre offset exceeds this (6.4 px at 64)
     background_level: tuple = (60, 180)  # grey level of the background, drawn per scene
     background_tint: float = 14.0       # per-channel tint of the background (mild colour variation)
     background_ramp: float = 12.0       # amplitude of a random linear brightness gradient
@@ -133,11 +136,16 @@ class WorldConfig:
     heldout_relation_triples: tuple = (("circle", "left", "square"), ("star", "above", "triangle"),
                                        ("heart", "left", "diamond"))
     negative_tries: int = 8             # candidates tried per negative type before giving up on that type
+    negatives_per_type: int = 2         # distinct verified negatives per type and scene (K = 4 without repeats)
+    binding_hard: float = 1.0           # P(a replace_obj / replace_att negative first tries a value another object
+                                        # of the scene has): such a foil has the same bag of words as the scene
     placement_tries: int = 200          # rejection-sampling attempts to place non-overlapping boxes
 
     def __post_init__(self):
         def bad(f, why): raise ValueError(f"WorldConfig.{f}={getattr(self, f)!r}: {why}")
         if self.image_size < 16: bad("image_size", "must be >= 16 pixels")
+        if self.negatives_per_type < 1: bad("negatives_per_type", "must be >= 1")
+        if not 0 <= self.binding_hard <= 1: bad("binding_hard", "must be a probability in [0, 1]")
         if not 1 <= self.max_objects <= 4: bad("max_objects", "must be in 1..4")
         if len(self.object_count_probs) != self.max_objects or abs(sum(self.object_count_probs) - 1) > 1e-6:
             bad("object_count_probs", f"needs {self.max_objects} probabilities summing to 1")
@@ -249,6 +257,10 @@ def parse(text: str) -> Meaning:
         if toks[pos:] == ["nothing", "else"]: exclusive = True; pos = len(toks); break
     return Meaning(tuple(clauses), exclusive)
 
+# %% ../nbs/02_world.ipynb #5c573c83
+LEXICON = tuple(sorted({w for phrase in [*_HEAD_WORDS, *_SIZE_WORDS, *_COLOUR_WORDS, *_REL_WORDS, "a", "an", "and",
+                                         "nothing else"] for w in phrase.split()}))
+
 # %% ../nbs/02_world.ipynb #46ac223a
 @dataclass(frozen=True)
 class Obj:
@@ -349,6 +361,20 @@ def entails(specific: str | Meaning, general: str | Meaning) -> bool:
         if all(_np_refines(snp[a], gnp[i]) for i, a in enumerate(assign)) and \
            all((assign[i], r, assign[j]) in sf for i, r, j in gf): return True
     return False
+
+# %% ../nbs/02_world.ipynb #b3043dbb
+@functools.lru_cache(maxsize=1 << 16)
+def specificity(text: str) -> int:
+    "Number of filled slots of a sentence: leaf shapes, leaf colours and sizes of its phrases, relations, 'nothing else'."
+    m = parse(text)
+    slots = sum((n.head in SHAPES.leaves) + (n.colour is not None and n.colour in COLOURS.leaves) + (n.size is not None)
+                for n in m.nps)
+    return slots + sum(c.relation is not None for c in m.clauses) + int(m.exclusive)
+
+@functools.lru_cache(maxsize=1 << 18)
+def entails_text(specific: str, general: str) -> bool:
+    "`entails` on two sentences, cached (the data loader asks the same questions every epoch)."
+    return entails(specific, general)
 
 # %% ../nbs/02_world.ipynb #5c227253
 SPLITS = ("train", "val", "test-iid", "test-comp", "general")
@@ -552,14 +578,25 @@ def _positive_meanings(objects, relations, rng, focus):
     return chain + [top], paraphrases, list(dict.fromkeys(map(render, alts))), shapes_only
 
 # %% ../nbs/02_world.ipynb #ee6ccb21
-def _negative_candidates(kind, top: Meaning, add_base: Meaning, objects, rng):
-    "A lazy stream of candidate meanings of one negative type (may be empty when the type does not apply)."
+def _negative_candidates(kind, top: Meaning, add_base: Meaning, objects, rng, binding: float = 0.0):
+    """A lazy stream of candidate meanings of one negative type (may be empty when the type does not apply).
+    `binding`: probability that replace_obj / replace_att first try values that another object of the scene has
+    (a red circle next to a blue square -> "a blue circle ..."): the foil then has the scene's bag of words and only
+    binding rejects it."""
     c0 = top.clauses[0]
     nps = [c0.np] + ([c0.other] if c0.other else [])
     def with_nps(new):
         return replace(top, clauses=(Clause(new[0], c0.relation, new[1] if len(new) > 1 else None),))
     def pick(seq): return seq[int(rng.integers(len(seq)))]
     multi = c0.other is not None
+    if kind in ("replace_obj", "replace_att") and binding and rng.random() < binding:
+        k = int(rng.integers(len(nps)))
+        if kind == "replace_obj": opts = [("head", s) for s in dict.fromkeys(o.shape for o in objects) if s != nps[k].head]
+        else: opts = [(a, v) for a in ("colour", "size") for v in dict.fromkeys(getattr(o, a) for o in objects)
+                      if v != getattr(nps[k], a)]
+        for j in rng.permutation(len(opts)):
+            a, v = opts[j]
+            new = list(nps); new[k] = replace(nps[k], **{a: v}); yield with_nps(new)
     if kind == "replace_obj":
         k = int(rng.integers(len(nps)))
         sib = SHAPES.children(SHAPES.parent[nps[k].head])
@@ -591,12 +628,13 @@ def _negative_candidates(kind, top: Meaning, add_base: Meaning, objects, rng):
     elif kind == "add_att":
         b0 = add_base.clauses[0]
         bnps = [b0.np] + ([b0.other] if b0.other else [])
-        for _ in range(6):
-            k = int(rng.integers(len(bnps)))
-            new = list(bnps)
-            # the added value differs from the one the object has (nps[k] is the full phrase of the same object)
-            new[k] = replace(bnps[k], colour=pick([c for c in COLOURS.leaves if c != nps[k].colour])) \
-                if rng.random() < 0.6 else replace(bnps[k], size="small" if nps[k].size == "large" else "large")
+        # every way to add one attribute the object does not have (nps[k] is the full phrase of the same object),
+        # in random order: with two look-alike objects most of them are true, and the search must not give up early
+        opts = [(k, "colour", c) for k in range(len(bnps)) for c in COLOURS.leaves if c != nps[k].colour] + \
+               [(k, "size", "small" if nps[k].size == "large" else "large") for k in range(len(bnps))]
+        for j in rng.permutation(len(opts)):
+            k, a, v = opts[j]
+            new = list(bnps); new[k] = replace(bnps[k], **{a: v})
             yield replace(add_base, clauses=(Clause(new[0], b0.relation, new[1] if len(new) > 1 else None),))
     elif kind == "reshuffle" and multi:
         # grammatical reshuffle: the same content words in new slots (>= 2 word classes move) or the two
@@ -618,19 +656,22 @@ def mentions_heldout(m: Meaning, cfg: WorldConfig) -> bool:
         c.other is not None and _canonical_triple(c.np.head, c.relation, c.other.head) in triples for c in m.clauses)
 
 def make_negatives(objects, top: Meaning, add_base: Meaning, rng, margin: float, tries: int = 8,
-                   types: Sequence[str] = NEGATIVE_TYPES, avoid: Callable | None = None) -> tuple[list[Negative], dict]:
-    """One verified-false negative per applicable type, and the count of rejected (true) candidates per type.
-    `avoid(meaning) -> bool` skips candidates without counting them (used to keep held-out combinations out of
-    the training splits' negatives)."""
+                   types: Sequence[str] = NEGATIVE_TYPES, avoid: Callable | None = None, per_type: int = 1,
+                   binding: float = 0.0) -> tuple[list[Negative], dict]:
+    """Up to `per_type` distinct verified-false negatives per applicable type, and the count of rejected (true)
+    candidates per type. `avoid(meaning) -> bool` skips candidates without counting them (used to keep held-out
+    combinations out of the training splits' negatives); `binding` as in `_negative_candidates`."""
     out, rejected = [], {}
     for kind in types:
-        for cand in itertools.islice(_negative_candidates(kind, top, add_base, objects, rng), tries):
+        found = 0
+        for cand in itertools.islice(_negative_candidates(kind, top, add_base, objects, rng, binding), tries * per_type):
             if avoid is not None and avoid(cand): continue
             if evaluate(cand, objects, 0.0):   # lenient truth: not even arguably true
                 rejected[kind] = rejected.get(kind, 0) + 1; continue
             text = render(cand)
             if any(text == n.text for n in out): continue   # e.g. a reshuffle equal to the swap_att text
-            out.append(Negative(kind, text)); break
+            out.append(Negative(kind, text)); found += 1
+            if found == per_type: break
     return out, rejected
 
 # %% ../nbs/02_world.ipynb #87ffeef9
@@ -648,7 +689,7 @@ def make_scene(index: int, seed: int = 0, config: WorldConfig | None = None, spl
     # "a red square" as a wrong caption would learn to reject it, and test-comp would measure that instead
     avoid = None if split == "test-comp" else (lambda m: mentions_heldout(m, cfg))
     negatives, rejected = make_negatives(objects, chain[3], add_base, rng, cfg.margin_px, cfg.negative_tries,
-                                         avoid=avoid)
+                                         avoid=avoid, per_type=cfg.negatives_per_type, binding=cfg.binding_hard)
     crops = np.stack([resize_bilinear(image[o.box[1]:o.box[3], o.box[0]:o.box[2]], cfg.crop_side) for o in objects])
     return Scene(index=int(index), seed=int(seed), split=split, config=cfg, image=image, objects=objects,
                  relations=relations, chain=[render(m) for m in chain], phrases=[render_np(full_np(o)) for o in objects],
@@ -719,7 +760,7 @@ def sloppy_negatives(scene) -> list[Negative]:
     out = []
     for k, w in enumerate(words):
         if w in COLOUR_RGB:
-            new = list(words); new[k] = COLOURS.leaves[int(rng.integers(6))]
+            new = list(words); new[k] = COLOURS.leaves[int(rng.integers(len(COLOURS.leaves)))]
             out.append(Negative("replace_att", " ".join(new))); break
     out.append(Negative("reshuffle", " ".join(rng.permutation(words))))
     return out

@@ -103,3 +103,73 @@ def test_cli_compare_smoke_runs_every_recipe(tmp_path):
     rows = pd.DataFrame(json.loads((out / "results.json").read_text())["rows"])
     assert set(rows.recipe) == set(C.ALL_RECIPES)
     assert np.isfinite(rows.value).all()
+
+
+def test_min_detectable_effect_matches_the_power_formula():
+    # (t_.975,4 + t_.8,4) · sd / sqrt(5)
+    assert math.isclose(C.min_detectable_effect(0.02, 5), (2.7764451 + 0.9409646) * 0.02 / math.sqrt(5), rel_tol=1e-6)
+    assert C.min_detectable_effect(0.02, 10) < C.min_detectable_effect(0.02, 5)
+    assert C.min_detectable_effect(0.02, 1) == math.inf
+
+
+def _fake_items(rng, n_scenes=40, p=0.7):
+    "Per-item records of a test-iid evaluation: 3 negatives per scene of two types, correct with probability p."
+    g = np.repeat(np.arange(n_scenes), 3)
+    t = np.tile(np.array(["swap_obj", "replace_att", "swap_obj"]), n_scenes)
+    return {"test-iid": {"comp": dict(ok=rng.random(len(g)) < p, group=g, type=t)}}
+
+
+def test_ledger_bootstrap_interval_covers_evaluation_noise_only():
+    rng = np.random.default_rng(0)
+    items, rows = {}, []
+    for seed in range(4):
+        for recipe, p in (("degla", 0.8), ("clip", 0.6)):
+            its = _fake_items(rng, p=p)
+            items[(recipe, seed)] = its
+            from hierbench.evaluate import metric_from_items
+            rows.append(dict(recipe=recipe, seed=seed, metric="comp_acc", value=metric_from_items("comp_acc", its)))
+    led = C.evaluate_claims(pd.DataFrame(rows), items=items, n_boot=300)
+    row = led[(led.id == "DEG-1") & (led.a == "degla") & (led.b == "clip")].iloc[0]
+    assert row.boot_low < row.effect < row.boot_high and row.boot_half_width > 0
+    assert np.isfinite(row.mde) and row.n == 4
+    # the same items for every seed: no seed variance, but the bootstrap still sees the scenes' noise
+    same = {(r, s): items[(r, 0)] for r, s in items}
+    rows0 = [dict(r, value=[x for x in rows if x["recipe"] == r["recipe"] and x["seed"] == 0][0]["value"]) for r in rows]
+    led0 = C.evaluate_claims(pd.DataFrame(rows0), items=same, n_boot=300)
+    r0 = led0[(led0.id == "DEG-1") & (led0.a == "degla") & (led0.b == "clip")].iloc[0]
+    assert r0.seed_half_width == 0 and r0.boot_half_width > 0.01
+
+
+def test_power_table_compares_half_widths_with_targets():
+    led = pd.DataFrame([dict(metric="comp_acc", verdict="supported", seed_half_width=0.015, boot_half_width=0.01, mde=0.02),
+                        dict(metric="zs_acc/general", verdict="inconclusive", seed_half_width=0.05, boot_half_width=0.02, mde=0.06)])
+    p = C.power_table(led)
+    assert p.loc["comp_acc", "met"] and not p.loc["zs_acc", "met"]
+    assert p.loc["zs_acc", "target"] == 0.03
+
+
+def test_a_forged_eval_json_is_not_trusted(tmp_path):
+    "A reused run's eval.json must belong to the weights beside it: a mismatched hash re-evaluates from the weights."
+    out = tmp_path / "cmp"
+    C.run_compare("smoke", seeds=1, out=out, recipes=["clip"], jobs=1, log=lambda *_: None)
+    path = out / "runs" / "clip" / "seed0" / "eval.json"
+    row = json.loads(path.read_text())
+    true_zs = row["metrics"]["zs_acc/general"]
+    row["metrics"]["zs_acc/general"], row["weights_sha256"] = 0.99, "0" * 64
+    path.write_text(json.dumps(row))
+    again = C.run_compare("smoke", seeds=1, out=out, recipes=["clip"], jobs=1, log=lambda *_: None)
+    got = again["results"].query("metric == 'zs_acc/general'").value.iloc[0]
+    assert got == true_zs != 0.99
+
+
+def test_fine_tunes_report_their_stage_and_pretrains_their_angles(tmp_path):
+    res = C.run_compare("smoke", seeds=1, out=tmp_path / "c", recipes=["hycoclip", "negclip"], jobs=1, log=lambda *_: None)
+    ft = [r for r in res["runs"] if r["recipe"] == "negclip"][0]
+    assert set(ft["stage"]) >= {"start", "end", "plateau", "budget"} and "contrastive" in ft["stage"]["start"]
+    hy = [r for r in res["runs"] if r["recipe"] == "hycoclip"][0]
+    assert len(hy["pep_analysis"]) == 3          # two snapshots and the final model
+    table = C.pep_analysis_table(res["runs"])
+    assert {"l1_wide", "neg_wide", "pep_auc", "angle_auc"} <= set(table.columns)
+    assert len(C.pep_diagnosis(table)) == len(table.index.get_level_values(0).unique())  # one line per recipe
+    html = (tmp_path / "c" / "report.html").read_text()
+    for section in ("Power of this design", "Fine-tuning stages", "The angles behind PEP"): assert section in html

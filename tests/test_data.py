@@ -380,7 +380,7 @@ def test_world_items_are_true_and_negatives_false(world_ds):
         assert holds(scene, it["alternative"]) and normalize_text(it["alternative"]) != normalize_text(it["caption"])
         assert len(it["negatives"]) == 5 and not any(holds(scene, n) for n in it["negatives"])
         assert it["phrase"] in ws.meta[i]["phrases"] and it["chain"] == ws.meta[i]["chain"] and it["index"] == i
-        assert it["image"].shape == it["crop"].shape == (3, 32, 32)
+        assert it["image"].shape == it["crop"].shape == (3, 64, 64)
         assert it["image"].min() >= -1 and it["image"].max() <= 1      # WORLD_MEAN/STD maps [0,1] -> [-1,1]
 
 def test_world_sampling_is_deterministic_and_epoch_dependent(world_ds):

@@ -13,6 +13,7 @@ from torch import nn
 import torch.nn.functional as F
 
 from hierbench import train as T
+from hierbench import jobs as J
 
 B, K, WORLD = 4, 2, 2            # global batch, hard negatives per caption, ranks
 try:
@@ -116,7 +117,7 @@ def worker(out: Path):
     T.train(model, train_loss, item_dataset(), train_cfg(out / "dist_run"))
     res["weights"] = {k: v.clone() for k, v in model.state_dict().items()}
     if RECIPE is not None:   # end to end: a real recipe (hard negatives, IGC/TGC, EMA teacher) on the world
-        T.train_recipe(RECIPE, out / "recipe_dist", **RECIPE_KW)
+        J.train_recipe(RECIPE, out / "recipe_dist", **RECIPE_KW)
     torch.save(res, out / f"rank{info.rank}.pt")
     torch.distributed.destroy_process_group()
 
@@ -183,7 +184,7 @@ def test_two_processes_match_one(tmp_path):
         import warnings
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")   # fine-tune recipe without init checkpoint
-            T.train_recipe(RECIPE, tmp_path / "recipe_single", **RECIPE_KW)
+            J.train_recipe(RECIPE, tmp_path / "recipe_single", **RECIPE_KW)
         single, multi = T.read_metrics(tmp_path / "recipe_single"), T.read_metrics(tmp_path / "recipe_dist")
         assert len(single) == len(multi) == 2
         for a, b in zip(single, multi):

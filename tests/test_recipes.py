@@ -92,7 +92,7 @@ def test_optimizer_defaults_world_and_paper():
             assert o.lr > 0 and o.batch_size > 0 and o.source
         assert g(n).world.steps  # the trainer counts steps
         ov = g(n).world.train_overrides()
-        assert set(ov) == {"lr", "weight_decay", "betas", "eps", "warmup_steps", "batch_size", "steps"}
+        assert set(ov) == {"lr", "weight_decay", "betas", "eps", "warmup_steps", "batch_size", "steps", "grad_clip", "min_lr_ratio"}
 
 
 def test_recipe_fields():

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from hierbench import train as T
+from hierbench import jobs as J
 from hierbench.train import TrainConfig, train, read_metrics, NonFiniteLossError
 
 
@@ -395,9 +396,9 @@ def test_train_recipe_resume_is_exact(tmp_path, recipe):
               decoder_steps=2)   # 3 steps per epoch: the run crosses an epoch boundary
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")   # "no init_checkpoint" for a fine-tune recipe
-        full = T.train_recipe(recipe, tmp_path / "full", **kw)
-        T.train_recipe(recipe, tmp_path / "cut", stop_at=2, **kw)
-        res = T.train_recipe(recipe, tmp_path / "cut", resume=True, **kw)
+        full = J.train_recipe(recipe, tmp_path / "full", **kw)
+        J.train_recipe(recipe, tmp_path / "cut", stop_at=2, **kw)
+        res = J.train_recipe(recipe, tmp_path / "cut", resume=True, **kw)
     a, b = read_metrics(tmp_path / "full"), read_metrics(tmp_path / "cut")
     assert [m["step"] for m in b] == [1, 2, 3, 4, 5]
     terms = {"degla": ("contrastive", "igc", "tgc", "distill"), "read-recon-only": ("contrastive", "recon")}[recipe]
@@ -414,13 +415,13 @@ def test_train_recipe_resume_is_exact(tmp_path, recipe):
 
 @needs_recipes
 def test_train_recipe_lorentz_logs_geometry_scalars(tmp_path):
-    r = T.train_recipe("meru", tmp_path / "meru", steps=2, n_train=16, batch_size=8, log_every=1, quiet=True,
+    r = J.train_recipe("meru", tmp_path / "meru", steps=2, n_train=16, batch_size=8, log_every=1, quiet=True,
                        cache_dir=False)
     m = r.metrics
     assert {"contrastive", "entailment", "curvature", "alpha_image", "alpha_text", "logit_scale"} <= set(m)
     assert 0.1 <= m["curvature"] <= 10 and 0 < m["alpha_image"] <= 1
     with pytest.raises(FileNotFoundError, match="without model.safetensors"):
-        T.train_recipe("negclip", tmp_path / "ft", steps=1, init_checkpoint=tmp_path, quiet=True, cache_dir=False)
+        J.train_recipe("negclip", tmp_path / "ft", steps=1, init_checkpoint=tmp_path, quiet=True, cache_dir=False)
 
 
 def test_resume_drops_cut_off_metrics_line_and_stale_checkpoints(tmp_path):

@@ -170,7 +170,7 @@ def test_horopca_fit_transform(tree):
     y = hp.transform(x)
     assert y.shape == (len(x), 2) and np.isfinite(y).all() and (np.linalg.norm(y, axis=1) < 1).all()
     torch.testing.assert_close(hp.components_ @ hp.components_.T, torch.eye(2, dtype=F64), atol=1e-10, rtol=0)
-    assert (np.diff(hp.history_) > 0).all()   # full batch: monotone ascent
+    assert (np.diff(hp.history_) > -1e-12).all()   # full batch: monotone ascent (up to rounding at convergence)
     # the defining property holds on the fitted model too
     xc = viz.mobius_add(-hp.mean_, geo.lorentz_to_poincare(x.double(), 1.0))
     torch.testing.assert_close(viz.busemann(torch.tensor(y), torch.eye(2, dtype=F64)), viz.busemann(xc, hp.components_),
