@@ -58,9 +58,9 @@ PRESETS = {
     "smoke": ComparePreset("smoke", "world-debug", pretrain_steps=6, finetune_steps=4, decoder_steps=20, n_train=256,
                            n_test=64, pep_pool=20, batch_size=16, finetune_batch_size=16, seeds=1, validate_every=2,
                            n_boot=50),
-    # laptop CPU, the README's main job: the headline recipes, 3 seeds, <= 30 min on 2 cores
+    # laptop CPU, the README's main job: the headline recipes, 2 seeds (step counts not yet calibrated to 30 min)
     "quick": ComparePreset("quick", "world-tiny", pretrain_steps=500, finetune_steps=150,
-                           decoder_steps=1500, n_train=4000, n_test=300, pep_pool=100, recipes=QUICK_RECIPES, seeds=3),
+                           decoder_steps=1500, n_train=4000, n_test=300, pep_pool=100, recipes=QUICK_RECIPES, seeds=2),
     # laptop CPU, <= 2 h on 2 cores: every recipe, 5 seeds, more evaluation scenes — the preset that decides claims
     "standard": ComparePreset("standard", "world-tiny", pretrain_steps=500,
                               finetune_steps=200, decoder_steps=1500, n_train=4000, n_test=500,
@@ -402,10 +402,10 @@ def run_recipe(name: str, seed: int, preset: ComparePreset, out: str | Path, eva
     items: dict = {}
     metrics = evaluate_run(model, eval_data, items)
     save_items(items_path, items)
+    batch = json.loads((run_dir / "config.json").read_text())["batch_size"]
     row = dict(recipe=name, seed=seed, preset_name=preset.name, run_key=preset.run_key(), steps=steps,
-               batch_size=json.loads((run_dir / "config.json").read_text())["batch_size"], train_seconds=train_s,
-               eval_seconds=time.perf_counter() - t1,
-               samples_per_second=steps * json.loads((run_dir / "config.json").read_text())["batch_size"] / max(train_s, 1e-9),
+               batch_size=batch, train_seconds=train_s, eval_seconds=time.perf_counter() - t1,
+               samples_per_second=steps * batch / max(train_s, 1e-9),
                final_loss=float(pd.read_json(run_dir / "metrics.jsonl", lines=True).dropna(subset=["loss"]).loss.iloc[-1]),
                metrics=metrics, weights_sha256=_sha256(weights))
     if finetune: row["stage"] = _stage_summary(run_dir, steps)

@@ -120,7 +120,7 @@ def build_open_clip(arch: dict) -> nn.Module:
     return clip
 
 def _is_conv_tower(visual: nn.Module) -> bool:
-    "True for open_clip's ModifiedResNet (and any tower whose first layer is a convolution other than a ViT's patchify)."
+    "True for open_clip's ModifiedResNet, the convolutional tower that runs faster in channels-last layout."
     from open_clip.modified_resnet import ModifiedResNet
     return isinstance(visual, ModifiedResNet)
 
