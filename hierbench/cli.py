@@ -133,8 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=_cmd_docs)
 
     d = sub.add_parser("compare", help="train every recipe over seeds, evaluate, re-test the papers' claims (main job)")
-    d.add_argument("--preset", choices=["smoke", "quick", "full"], default="quick")
-    d.add_argument("--seeds", type=int, default=3)
+    d.add_argument("--preset", choices=["smoke", "quick", "standard", "full"], default="quick")
+    d.add_argument("--seeds", type=int, default=None, help="seeds (default: the preset's: quick 2, standard 5)")
     d.add_argument("--out", default="runs/compare")
     d.add_argument("--recipes", default=None, help="comma-separated subset (parents of fine-tunes are added)")
     d.add_argument("--jobs", type=int, default=None, help="parallel processes over seeds (default: one per core)")

@@ -362,6 +362,7 @@ def run_recipe(name: str, seed: int, preset: ComparePreset, out: str | Path, eva
     from hierbench.jobs import train_recipe
     from hierbench.models import load_model, resolve_architecture
     from hierbench.recipes import get_recipe
+    from hierbench.train import read_metrics
     from hierbench.config import atomic_write_text
     recipe = get_recipe(name)
     run_dir = Path(out) / "runs" / name / f"seed{seed}"
@@ -406,7 +407,7 @@ def run_recipe(name: str, seed: int, preset: ComparePreset, out: str | Path, eva
     row = dict(recipe=name, seed=seed, preset_name=preset.name, run_key=preset.run_key(), steps=steps,
                batch_size=batch, train_seconds=train_s, eval_seconds=time.perf_counter() - t1,
                samples_per_second=steps * batch / max(train_s, 1e-9),
-               final_loss=float(pd.read_json(run_dir / "metrics.jsonl", lines=True).dropna(subset=["loss"]).loss.iloc[-1]),
+               final_loss=float([m for m in read_metrics(run_dir) if "loss" in m][-1]["loss"]),
                metrics=metrics, weights_sha256=_sha256(weights))
     if finetune: row["stage"] = _stage_summary(run_dir, steps)
     else:
