@@ -72,9 +72,45 @@ def _print_table(df, title: str):
 
 def _cmd_train(args):
     from hierbench.jobs import train_recipe
-    res = train_recipe(args.recipe, args.out, preset=args.preset, steps=args.steps, seed=args.seed,
-                       init_checkpoint=args.init, n_train=args.n_train, batch_size=args.batch_size, resume=args.resume)
+    from hierbench.train import EvalEvery
+    overrides = {k: v for k, v in dict(ckpt_every=args.save_every, num_workers=args.workers, lr=args.lr,
+                                       log_every=args.log_every).items() if v is not None}
+    callbacks = []
+    if args.eval_every:
+        if not (args.eval_sugarcrepe or args.eval_hierarcaps or args.eval_sugarcrepe_pp):
+            sys.exit("--eval-every needs a benchmark: --eval-sugarcrepe DIR, --eval-sugarcrepe-pp DIR or --eval-hierarcaps CSV")
+        overrides.setdefault("log_every", args.eval_every)
+        callbacks.append(EvalEvery(lambda m: evaluate_checkpoint(
+            m, world=False, sugarcrepe=args.eval_sugarcrepe, sugarcrepe_pp=args.eval_sugarcrepe_pp,
+            hierarcaps=args.eval_hierarcaps, image_root=args.eval_image_root, limit=args.eval_limit), args.eval_every))
+    res = train_recipe(args.recipe, args.out, preset=args.model or args.preset, steps=args.steps, seed=args.seed,
+                       init_checkpoint=args.init, data=args.data, image_root=args.image_root, negatives=args.negatives,
+                       paraphrases=args.paraphrases, decoder_path=args.decoder, decoder_steps=args.decoder_steps, n_train=args.n_train,
+                       batch_size=args.batch_size, resume=args.resume, callbacks=callbacks, log=print, **overrides)
     print(f"trained {args.recipe} for {res.step} steps → {res.weights_path or res.checkpoint}")
+
+def _cmd_negatives(args):
+    from hierbench.real_data import generate_negatives, parse_data_spec, real_records
+    kind, loc = parse_data_spec(args.data)
+    if kind == "world": sys.exit("the world brings its own verified negatives; give --data coco:FILE, grit:FILE or wds:PATTERN")
+    records = real_records(args.data, args.image_root)
+    captions = [c for i in range(len(records)) for c in records[i].captions]
+    tagger = None
+    if args.tagger == "lexicon":
+        from hierbench.negatives import LexiconTagger
+        tagger = LexiconTagger()
+    stats = generate_negatives(captions, args.out, args.rules, per_rule=args.per_rule, tagger=tagger, seed=args.seed)
+    print(json.dumps(stats, indent=1))
+    print(f"wrote {args.out} ({stats['captions']} captions) and {args.out}.stats.json")
+
+def _cmd_export(args):
+    from hierbench.jobs import resolve_init
+    from hierbench.models import export_open_clip, load_model
+    model = load_model(resolve_init(args.run))
+    paths = export_open_clip(model, args.out, args.name)
+    print("\n".join(f"{k}: {v}" for k, v in paths.items()))
+    print(f"load with: open_clip.add_model_config({str(paths['config'])!r}); "
+          f"open_clip.create_model({paths['weights'].stem!r}, pretrained={str(paths['weights'])!r})")
 
 def _cmd_compare(args):
     from hierbench.compare import run_compare
@@ -141,17 +177,50 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--verbose", action="store_true", help="show progress bars")
     d.set_defaults(func=_cmd_compare)
 
-    d = sub.add_parser("train", help="train one recipe on the built-in world (torchrun-compatible)")
+    d = sub.add_parser("train", help="train one recipe on the world or on real data (torchrun-compatible)")
     d.add_argument("recipe")
     d.add_argument("--out", required=True, help="run directory (config.json, metrics.jsonl, checkpoints)")
+    d.add_argument("--data", default="world", help="world (default) | coco:KARPATHY.json | grit:FILE.jsonl | wds:'shards/{00000..00099}.tar'")
+    d.add_argument("--image-root", default=None, help="folder the annotation file's image paths are relative to")
+    d.add_argument("--negatives", default=None, help="hard-negative file of `hierbench negatives` (negclip, degla, read)")
+    d.add_argument("--paraphrases", default=None, help="caption → paraphrase file, JSON or JSONL (read's alignment)")
+    d.add_argument("--decoder", default=None, help="READ's frozen decoder (.safetensors; pretrained and saved there if absent)")
+    d.add_argument("--decoder-steps", type=int, default=1500, help="READ: decoder pre-training steps when it is trained here")
+    d.add_argument("--model", default=None, help="open_clip architecture for real data, e.g. ViT-B-32-quickgelu (alias of --preset)")
     d.add_argument("--preset", default="world-tiny", help="model preset or open_clip architecture")
-    d.add_argument("--steps", type=int, default=None)
+    d.add_argument("--steps", type=int, default=None, help="default: the recipe's (world) or the paper's epochs over the data")
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--init", default=None, help="checkpoint or run dir to fine-tune from")
-    d.add_argument("--n-train", type=int, default=2000)
+    d.add_argument("--n-train", type=int, default=2000, help="world scenes")
     d.add_argument("--batch-size", type=int, default=None)
+    d.add_argument("--lr", type=float, default=None, help="peak learning rate (default: the recipe's)")
+    d.add_argument("--workers", type=int, default=None, help="DataLoader processes building batches ahead (real images)")
+    d.add_argument("--save-every", type=int, default=None, help="steps between checkpoints (default 200)")
+    d.add_argument("--log-every", type=int, default=None, help="steps between metrics.jsonl lines (default 10)")
+    d.add_argument("--eval-every", type=int, default=None, help="evaluate the benchmarks below every N steps into metrics.jsonl")
+    d.add_argument("--eval-sugarcrepe", default=None, help="SugarCrepe annotation folder")
+    d.add_argument("--eval-sugarcrepe-pp", default=None, help="SugarCrepe++ annotation folder")
+    d.add_argument("--eval-hierarcaps", default=None, help="HierarCaps CSV")
+    d.add_argument("--eval-image-root", default=None, help="image folder of the benchmarks")
+    d.add_argument("--eval-limit", type=int, default=None, help="items per benchmark subset")
     d.add_argument("--resume", action="store_true", help="continue from the run dir's latest checkpoint")
     d.set_defaults(func=_cmd_train)
+
+    d = sub.add_parser("negatives", help="write hard negatives of real captions once (DeGLA's rules or NegCLIP's swaps)")
+    d.add_argument("--data", required=True, help="coco:KARPATHY.json | grit:FILE.jsonl | wds:PATTERN")
+    d.add_argument("--image-root", default=None)
+    d.add_argument("--out", required=True, help="JSONL file (statistics beside it in OUT.stats.json)")
+    d.add_argument("--rules", default="degla", choices=["degla", "negclip"])
+    d.add_argument("--per-rule", type=int, default=1, help="negatives per rule and caption")
+    d.add_argument("--tagger", default="auto", choices=["auto", "lexicon"], help="auto: spaCy where installed, else the built-in lexicon")
+    d.add_argument("--seed", type=int, default=0)
+    d.set_defaults(func=_cmd_negatives)
+
+    d = sub.add_parser("export", help="write a trained model as an open_clip checkpoint (+ hierbench head file)")
+    d.add_argument("run", help="a run folder or a model .safetensors saved by hierbench")
+    d.add_argument("--out", required=True, help="output folder")
+    d.add_argument("--name", default=None, help="architecture name of the exported config (default: the model's)")
+    d.set_defaults(func=_cmd_export)
 
     d = sub.add_parser("bench", help="speed and memory as ratios against baselines measured in the same run")
     d.add_argument("--sections", default=None, help="comma-separated: geometry,world,recipes,compare (default: all)")

@@ -699,6 +699,9 @@ class WorldDataset(torch.utils.data.Dataset):
         self.epoch = 0
         self.partners = nearest_scenes(self.ws) if pair_neighbours else None
         self._entails, self._specificity = W.entails_text, W.specificity
+        # per-scene candidate lists (captions of a phrase, changed negatives, alternatives): deterministic in the
+        # scene, so computed once — the world's text-entailment checks cost more than the model step otherwise
+        self._memo: dict = {}
 
     def __len__(self) -> int: return len(self.ws)
     def set_epoch(self, epoch: int): self.epoch = int(epoch)
@@ -755,6 +758,20 @@ class WorldDataset(torch.utils.data.Dataset):
         m = self.ws.meta[i]
         return list(dict.fromkeys([*m["chain"], *m["phrases"], *m["paraphrases"], *m["alternatives"]]))
 
+    def _memoised(self, key, compute):
+        "`compute()` once per key (lists that depend on the scene and caption only, never on the epoch's draws)."
+        out = self._memo.get(key)
+        if out is None: out = self._memo[key] = compute()
+        return out
+
+    def _alternatives(self, i: int, cap: str, para_group: list) -> list[str]:
+        "READ's reconstruction targets for `cap`: other true texts of scene i of comparable detail (≥ 0.75× its specificity)."
+        same = {cap, *para_group} if cap in para_group else {cap}
+        alts = [t for t in self._texts(i) if t not in same]
+        if not alts: raise ValueError(f"world scene {i} of split {self.ws.split!r} has no alternative caption")
+        need = 0.75 * self._specificity(cap)
+        return [t for t in alts if self._specificity(t) >= need] or [max(alts, key=self._specificity)]
+
     def _item(self, i: int) -> tuple[dict, np.ndarray, np.ndarray | None]:
         "(item without tensors, scene image uint8, crop uint8 or None)."
         if not 0 <= i < len(self): raise IndexError(f"index {i} out of range for {len(self)} scenes")
@@ -773,20 +790,21 @@ class WorldDataset(torch.utils.data.Dataset):
             # crop first, then a true description that entails its phrase but not the other way round
             j = int(rng.integers(len(m["phrases"])))
             ph = m["phrases"][j]
-            cap = pick([t for t in self._texts(i) if self._entails(t, ph) and not self._entails(ph, t)]
-                       or [m["chain"][-1]])
+            cap = pick(self._memoised(("caption", i, j), lambda: [
+                t for t in self._texts(i) if self._entails(t, ph) and not self._entails(ph, t)] or [m["chain"][-1]]))
         else: cap = pick(self._texts(i))
         item, crop = {"caption": cap}, None
         if "crop" in self.fields:
             if j is None:
-                entailed = [k for k, p in enumerate(m["phrases"]) if self._entails(cap, p)]
+                entailed = self._memoised(("phrases", i, cap), lambda: [
+                    k for k, p in enumerate(m["phrases"]) if self._entails(cap, p)])
                 j = pick(entailed) if entailed else int(rng.integers(len(m["phrases"])))
             crop = np.asarray(self.ws.crops[self.ws.crop_offsets[i] + j])
             item["phrase"] = m["phrases"][j]
         if "negatives" in self.fields:
             wanted = self.negative_types
-            negs = list(dict.fromkeys(t for kind, t in m["negatives"]
-                                      if (wanted is None or kind in wanted) and is_changed(cap, t)))
+            negs = self._memoised(("negatives", i, cap), lambda: list(dict.fromkeys(
+                t for kind, t in m["negatives"] if (wanted is None or kind in wanted) and is_changed(cap, t))))
             take = [negs[int(k)] for k in rng.permutation(len(negs))[:self.k]]   # distinct, never repeated
             item["negatives"] = take + [""] * (self.k - len(take))
             item["negatives_mask"] = [True] * len(take) + [False] * (self.k - len(take))
@@ -794,12 +812,7 @@ class WorldDataset(torch.utils.data.Dataset):
             others = [p for p in para_group if p != cap]
             item["paraphrase"] = pick(others) if others else cap
         if "alternative" in self.fields:
-            same = {cap, *para_group} if cap in para_group else {cap}
-            alts = [t for t in self._texts(i) if t not in same]
-            if not alts: raise ValueError(f"world scene {i} of split {self.ws.split!r} has no alternative caption")
-            need = 0.75 * self._specificity(cap)
-            close = [t for t in alts if self._specificity(t) >= need]
-            item["alternative"] = pick(close or [max(alts, key=self._specificity)])
+            item["alternative"] = pick(self._memoised(("alternatives", i, cap), lambda: self._alternatives(i, cap, para_group)))
         if "chain" in self.fields: item["chain"] = list(m["chain"])
         if "index" in self.fields: item["index"] = i
         return item, np.asarray(self.ws.images[i]), crop

@@ -13,7 +13,7 @@ from typing import Callable, Iterable
 import torch
 from torch import nn
 
-from . import models as M, recipes as R, sources as S
+from . import models as M, real_data as RD, recipes as R, sources as S
 from .data import collate_batch
 from .train import TrainConfig, TrainResult, ValidationMonitor, train
 
@@ -31,45 +31,79 @@ def resolve_init(init_checkpoint) -> Path | None:
     return p
 
 def recipe_config(recipe, run_dir, steps: int | None = None, seed: int = 0, batch_size: int | None = None,
-                  **overrides) -> TrainConfig:
-    "The `TrainConfig` of a recipe's world defaults; a changed `steps` keeps the warmup fraction."
-    cfg_kw = {**recipe.world.train_overrides(), "run_dir": str(run_dir), "seed": seed}
-    if steps is not None:
-        # a shorter (or longer) run keeps the recipe's warmup *fraction*, so a 20-step demo is not all warmup
-        ref = recipe.world.steps or steps
-        cfg_kw.update(steps=steps, warmup_steps=round(recipe.world.warmup_steps * steps / ref))
+                  defaults=None, dataset_size: int | None = None, **overrides) -> TrainConfig:
+    """The `TrainConfig` of a recipe's defaults: `defaults` is an `OptimDefaults` (the recipe's world defaults when
+    None; real data uses `recipe.paper`). A paper that counts epochs gets its steps from `dataset_size`; a changed
+    `steps` keeps the warmup *fraction*, so a 20-step demo is not all warmup (at most a tenth of the run when the
+    defaults state no length)."""
+    d = recipe.world if defaults is None else defaults
+    cfg_kw = {**d.train_overrides(), "run_dir": str(run_dir), "seed": seed}
     if batch_size is not None: cfg_kw["batch_size"] = batch_size
+    ref = d.steps or (round(d.epochs * dataset_size / cfg_kw["batch_size"]) if d.epochs and dataset_size else None)
+    if steps is None and ref is not None: cfg_kw["steps"] = max(1, ref)
+    if steps is not None:
+        cfg_kw["steps"] = steps
+        # defaults without a run length (HyCoCLIP's GRIT schedule is not stated): warmup at most a tenth of the run
+        cfg_kw["warmup_steps"] = round(d.warmup_steps * steps / ref) if ref else min(d.warmup_steps, steps // 10)
+    if "steps" not in cfg_kw: raise ValueError(f"recipe {recipe.name!r}: its defaults give no step count; pass steps")
     return TrainConfig(**{**cfg_kw, **overrides})
 
+def _model_for(recipe, preset: str, init: Path | None, data: str) -> nn.Module:
+    "The recipe's model: a world preset or an open_clip architecture, with the init weights when given."
+    if data != "world" and preset in M.PRESETS and M.PRESETS[preset].get("world_vocab"):
+        raise ValueError(f"model {preset!r} is a world preset (its tokenizer knows only the world's words); real data "
+                         "needs an open_clip architecture, e.g. --model ViT-B-32-quickgelu --init FILE")
+    return M.create_model(preset, checkpoint=init, **recipe.model_kwargs())  # geometry, curv_init, learn_curv
+
+# %% ../nbs/09b_jobs.ipynb #02d8cf59
 def train_recipe(recipe, run_dir: str | Path, preset: str = "world-tiny", steps: int | None = None, seed: int = 0,
-                 init_checkpoint: str | Path | None = None, *, n_train: int = 2000, world_seed: int = 0,
+                 init_checkpoint: str | Path | None = None, *, data: str = "world", image_root=None, negatives=None,
+                 paraphrases=None, decoder_path=None, n_train: int = 2000, world_seed: int = 0,
                  batch_size: int | None = None, decoder: nn.Module | None = None, decoder_steps: int = 1500,
                  resume: bool = False, stop_at: int | None = None, callbacks: Iterable[Callable] = (),
                  cache_dir=None, validate_every: int | None = None, val_n: int = 256, stop_on_plateau: bool = False,
-                 **overrides) -> TrainResult:
-    """Train recipe `recipe` (name or `Recipe`) on the built-in world into `run_dir`. `overrides`: TrainConfig fields.
-    `decoder`: READ's frozen caption decoder (default: pretrain one on the world's captions for `decoder_steps`).
-    `validate_every`: score the recipe's terms on `val_n` validation scenes every so many steps (and at the start)."""
+                 log=None, **overrides) -> TrainResult:
+    """Train recipe `recipe` (name or `Recipe`) into `run_dir`. `overrides`: TrainConfig fields.
+    `data`: 'world' (the built-in world, its defaults `recipe.world`) or a real source `coco:FILE`, `grit:FILE`,
+    `wds:PATTERN` (`hierbench.real_data`; the paper's defaults `recipe.paper`, images under `image_root`, hard
+    negatives from the `negatives` file, paraphrases from `paraphrases`); `preset` is then an open_clip architecture.
+    `decoder`: READ's frozen caption decoder (default: the one saved at `decoder_path`, or one pretrained on the
+    data's captions for `decoder_steps`). `validate_every` (world): score the recipe's terms on `val_n` validation
+    scenes every so many steps (and at the start). `log(text)` receives the resolved optimiser settings."""
     recipe = R.get_recipe(recipe) if isinstance(recipe, str) else recipe
-    cfg = recipe_config(recipe, run_dir, steps, seed, batch_size, **overrides)
+    kind, _ = RD.parse_data_spec(data)
     init = resolve_init(init_checkpoint)
     if recipe.stage == "finetune" and init is None:
         warnings.warn(f"recipe {recipe.name!r} fine-tunes a {recipe.init_from!r} checkpoint, but no init_checkpoint "
                       "was given: training from a random init")
     torch.manual_seed(seed)
-    model = M.create_model(preset, checkpoint=init, **recipe.model_kwargs())  # geometry, curv_init, learn_curv
+    model = _model_for(recipe, preset, init, kind)
+    if kind == "world":
+        source = S.world_source(recipe, model, n_train, world_seed, cache_dir=cache_dir)
+        cfg = recipe_config(recipe, run_dir, steps, seed, batch_size, **overrides)
+    else:
+        source = RD.real_source(data, recipe, model, image_root, negatives, paraphrases, seed=seed)
+        cfg = recipe_config(recipe, run_dir, steps, seed, batch_size, defaults=recipe.paper, dataset_size=len(source),
+                            **overrides)
+    if log is not None:
+        log(f"{recipe.name} on {data} ({len(source)} items): steps {cfg.steps}, batch {cfg.batch_size}, lr {cfg.lr:g}, "
+            f"wd {cfg.weight_decay:g}, betas {cfg.betas}, eps {cfg.eps:g}, warmup {cfg.warmup_steps}, "
+            f"min lr ratio {cfg.min_lr_ratio:g}, grad clip {cfg.grad_clip:g}, workers {cfg.num_workers}")
     decay = recipe.teacher_decay(cfg.steps)
     teacher = M.EMATeacher(model, decay) if recipe.needs_teacher else None
-    data = S.world_source(recipe, model, n_train, world_seed, cache_dir=cache_dir)
     modules, recon_head = {}, None
     if recipe.needs_decoder:
-        from hierbench.decoder import ReconstructionHead, pretrain_decoder
-        if decoder is None: decoder, _ = pretrain_decoder(S.world_captions(data), steps=decoder_steps, seed=seed)
+        from hierbench.decoder import ReconstructionHead, load_or_pretrain_decoder, pretrain_decoder
+        if decoder is None:
+            texts = S.world_captions(source) if kind == "world" else RD.record_captions(source.records)
+            decoder = (load_or_pretrain_decoder(decoder_path, texts, steps=decoder_steps, seed=seed) if decoder_path
+                       else pretrain_decoder(texts, steps=decoder_steps, seed=seed)[0])
         recon_head = modules["recon_head"] = ReconstructionHead(model.text_width, decoder)
     loss_fn = R.make_loss_fn(recipe, recon_head)
     callbacks = list(callbacks)
     monitor = None
     if validate_every:
+        if kind != "world": raise ValueError("validate_every scores held-out world scenes; on real data use eval_every")
         if validate_every % cfg.log_every: raise ValueError(f"validate_every={validate_every} must be a multiple of log_every={cfg.log_every}")
         monitor = ValidationMonitor(loss_fn, S.validation_batch(recipe, model, val_n, world_seed, cache_dir), validate_every,
                                     stop_on_plateau=stop_on_plateau)
@@ -77,7 +111,10 @@ def train_recipe(recipe, run_dir: str | Path, preset: str = "world-tiny", steps:
     extra = dict(recipe=recipe.name, recipe_weights=dict(recipe.weights), preset=preset, geometry=recipe.geometry,
                  init_checkpoint=str(init) if init else None, n_train=n_train, world_seed=world_seed,
                  ema_decay=decay, validate_every=validate_every, stop_on_plateau=stop_on_plateau)
-    res = train(model, loss_fn, data, cfg, teacher=teacher, callbacks=callbacks, resume=resume, stop_at=stop_at,
+    if kind != "world":
+        extra.update(data=data, image_root=str(image_root) if image_root else None, n_train=len(source),
+                     negatives=str(negatives) if negatives else None, paraphrases=str(paraphrases) if paraphrases else None)
+    res = train(model, loss_fn, source, cfg, teacher=teacher, callbacks=callbacks, resume=resume, stop_at=stop_at,
                 collate_fn=collate_batch, modules=modules, extra_config=extra, save_final=M.save_model)
     res.plateau = monitor.plateau if monitor is not None else None
     return res

@@ -6,7 +6,7 @@ Docs: https://hierbench.github.io/hierbench/models.html.md"""
 
 # %% ../nbs/05_models.ipynb #f993f561
 from __future__ import annotations
-import copy, json, logging, math, os, tempfile, warnings
+import copy, json, logging, math, os, re, tempfile, warnings
 from .config import atomic_write, atomic_write_text
 from functools import lru_cache
 from pathlib import Path
@@ -29,7 +29,7 @@ __all__ = ['WORLD_IMAGE_SIZE', 'WORLD_CONTEXT_LENGTH', 'PRESETS', 'DEFAULT_PRESE
            'OPENAI_DERIVED_HINTS', 'GEOMETRIES', 'resolve_architecture', 'build_open_clip', 'EuclideanHead',
            'LorentzHead', 'text_pooled_and_projected', 'WordLevelTokenizer', 'make_tokenizer', 'DualEncoder',
            'openai_derived_hint', 'make_head', 'model_from_config', 'create_model', 'read_state_dict', 'load_weights_',
-           'save_model', 'load_model', 'unwrap_model', 'EMATeacher']
+           'save_model', 'load_model', 'export_open_clip', 'unwrap_model', 'EMATeacher']
 
 # %% ../nbs/05_models.ipynb #7686589f
 from .world import LEXICON as WORLD_LEXICON
@@ -69,6 +69,11 @@ PRESETS: dict[str, dict] = {
     "world-tiny-vit": _world_preset(width=64, layers=2, heads=2, embed_dim=64),
     # more capacity for GPU runs (`compare --preset full`): a 2x wider ResNet with 2 blocks per stage, text width 128
     "world-small": _world_preset(width=128, layers=4, heads=4, embed_dim=128, resnet_width=16, resnet_layers=(2, 2, 2, 2)),
+    # CPU tests and demos of the real-data path: open_clip's BPE tokenizer and CLIP normalisation on a tiny ViT
+    # (64 px, patch 16; 32-token context) — what a real architecture such as ViT-B-32 looks like, in miniature
+    "real-tiny": {"embed_dim": 64, "quick_gelu": False,
+                  "vision_cfg": {"image_size": 64, "patch_size": 16, "width": 64, "layers": 2, "head_width": 32},
+                  "text_cfg": {"context_length": 32, "vocab_size": 49408, "width": 64, "heads": 2, "layers": 2}},
 }
 DEFAULT_PRESET = "world-tiny"
 
@@ -568,6 +573,28 @@ def load_model(path: str | Path, map_location: str | torch.device = "cpu") -> Du
     model = model_from_config(config)
     model.load_state_dict(load_file(str(path), device="cpu"), strict=True)
     return model.to(map_location)
+
+# %% ../nbs/05_models.ipynb #c9fa4e3f
+def export_open_clip(model: DualEncoder, out_dir: str | Path, name: str | None = None) -> dict[str, Path]:
+    """Write `NAME.safetensors` (open_clip's state dict), `NAME.json` (its model config) and `NAME.head.json`
+    (geometry, curvature, α) into `out_dir`; `name` defaults to the model's architecture name. Returns the paths."""
+    out_dir = Path(out_dir); out_dir.mkdir(parents=True, exist_ok=True)
+    name = name or str(model.model_config["name"])
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name): raise ValueError(f"export name {name!r}: letters, digits, '-', '_', '.' only")
+    # open_clip's model config holds the towers only: the world vocabulary and the normalisation stay in NAME.head.json
+    arch = {k: v for k, v in copy.deepcopy(model.model_config["arch"]).items() if k not in ("world_vocab", "preprocess_cfg")}
+    tensors = {k: v.detach().cpu().contiguous() for k, v in model.clip.state_dict().items()}
+    head = {"geometry": model.geometry, "model_config": model.model_config}
+    if model.geometry == "lorentz":
+        head.update(curv=float(model.head.curv), alpha_image=float(model.head.alpha("image")),
+                    alpha_text=float(model.head.alpha("text")))
+    if model.model_config["arch"].get("world_vocab"):
+        head["tokenizer"] = "hierbench world word-level tokenizer (hierbench.models.WordLevelTokenizer), not open_clip's"
+    paths = {"weights": out_dir / f"{name}.safetensors", "config": out_dir / f"{name}.json", "head": out_dir / f"{name}.head.json"}
+    atomic_write(paths["weights"], lambda tmp: save_file(tensors, str(tmp)))
+    atomic_write_text(paths["config"], json.dumps(arch, indent=1))
+    atomic_write_text(paths["head"], json.dumps(head, indent=1, default=str))
+    return paths
 
 # %% ../nbs/05_models.ipynb #c2bb5e04
 def unwrap_model(model: nn.Module) -> nn.Module:

@@ -25,7 +25,7 @@ __all__ = ['RESUME_FREE_FIELDS', 'NO_DECAY_NAME_KEYS', 'CHECKPOINTS_DIR', 'LATES
            'is_no_decay', 'param_groups', 'make_optimizer', 'lr_factor', 'make_scheduler', 'NonFiniteLossError',
            'check_finite', 'get_rng_state', 'set_rng_state', 'checkpoint_dir', 'save_checkpoint', 'list_checkpoints',
            'latest_checkpoint', 'load_checkpoint', 'batch_indices', 'model_scalars', 'clamp_hook', 'read_metrics',
-           'TrainResult', 'autocast_context', 'train', 'plateau_step', 'ValidationMonitor']
+           'TrainResult', 'autocast_context', 'train', 'plateau_step', 'ValidationMonitor', 'EvalEvery']
 
 # %% ../nbs/09_train.ipynb #65c0d75c
 @dataclass
@@ -48,6 +48,8 @@ class TrainConfig:
     device: str = "auto"         # 'auto' → cuda if available; under torchrun each rank uses cuda:LOCAL_RANK
     amp: bool = True             # bf16 autocast on CUDA only (CPU runs stay float32); heads keep geometry in float32
     quiet: bool | None = None    # hide the progress bar; None = quiet under pytest/nbdev-test and on ranks > 0
+    num_workers: int = 0         # DataLoader processes that build whole batches ahead (JPEG decoding of real data);
+                                 # batch t is still `batches(t)`, so the numbers do not depend on it
 
     def __post_init__(self):
         self.betas = tuple(self.betas)
@@ -63,6 +65,7 @@ class TrainConfig:
         if self.grad_clip < 0: bad("grad_clip", "must be >= 0 (0 disables clipping)")
         if self.seed < 0: bad("seed", "must be >= 0")
         if self.keep_checkpoints < 0: bad("keep_checkpoints", "must be >= 0")
+        if self.num_workers < 0: bad("num_workers", "must be >= 0")
 
     @classmethod
     def from_dict(cls, d: Mapping, strict: bool = True) -> "TrainConfig":
@@ -74,7 +77,7 @@ class TrainConfig:
         return cls(**{k: v for k, v in d.items() if k in known})
 
 # Fields that may change between an interrupted run and its resumption without changing any logged number.
-RESUME_FREE_FIELDS = ("quiet", "device", "log_every", "ckpt_every", "keep_checkpoints", "run_dir")
+RESUME_FREE_FIELDS = ("quiet", "device", "log_every", "ckpt_every", "keep_checkpoints", "run_dir", "num_workers")
 
 # %% ../nbs/09_train.ipynb #50959212
 NO_DECAY_NAME_KEYS = ("bias", "logit_scale", "alpha", "curv", "log_c")
@@ -358,6 +361,17 @@ class _Batches:
         many = getattr(self.data, "__getitems__", None)   # torch's batched-fetch protocol, when the dataset has it
         return self.collate_fn(many(mine) if callable(many) else [self.data[i] for i in mine])
 
+    def __getitem__(self, step: int): return self(step)   # DataLoader workers fetch whole steps: batches[t] = batches(t)
+
+    def stream(self, start: int, end: int, num_workers: int = 0, pin_memory: bool = False):
+        "Batches of steps start … end-1 in order; with `num_workers`, built ahead in DataLoader worker processes."
+        if num_workers == 0:
+            for t in range(start, end): yield self(t)
+            return
+        # batch_size=None: each worker builds one whole step (indices, epoch, collate) and the loader keeps step order
+        yield from torch.utils.data.DataLoader(self, batch_size=None, sampler=range(start, end), num_workers=num_workers,
+                                               pin_memory=pin_memory, prefetch_factor=2)
+
 class _Progress:
     "fastprogress bar (terminal and notebook) or nothing."
     def __init__(self, start: int, total: int, quiet: bool):
@@ -504,9 +518,10 @@ def train(model: nn.Module, loss_fn: Callable, data, cfg: TrainConfig, teacher=N
         return path or checkpoint_dir(run_dir, step)
 
     try:
-        for t in range(start, end):
+        stream = batches.stream(start, end, cfg.num_workers, pin_memory=device.type == "cuda")
+        for t, batch in zip(range(start, end), stream):
             step = t + 1
-            batch = _to_device(batches(t), device)
+            batch = _to_device(batch, device)
             with autocast_context(device, cfg.amp): loss, terms = loss_fn(model, batch, teacher)
             terms = dict(terms or {})
             vals = _reduce_scalars(loss, terms, info)
@@ -532,7 +547,7 @@ def train(model: nn.Module, loss_fn: Callable, data, cfg: TrainConfig, teacher=N
                 last = metrics
                 if info.is_main:
                     with open(metrics_path, "a") as f: f.write(json.dumps(metrics) + "\n")
-            bar.update(step, f"loss {float(vals[0]):.4f}")
+            bar.update(step, f"loss {float(vals[0]):.4f}, {(step - start) * cfg.batch_size / max(time.time() - t0, 1e-9):.0f} samples/s")
             for cb in callbacks: cb("step_end", dict(step=step, model=model, optimizer=optimizer, teacher=teacher, metrics=metrics))
             if any(getattr(cb, "stop_requested", False) for cb in callbacks):   # e.g. a plateau with stop_on_plateau
                 end = step
@@ -602,3 +617,19 @@ class ValidationMonitor:
                     if self.stop_on_plateau: self.stop_requested = True
             return vals
         return None
+
+class EvalEvery:
+    """Callback: `evaluate(model) -> {metric: value}` (e.g. SugarCrepe and HierarCaps on the folders the user names)
+    every `every` steps, in eval mode without gradients, logged into metrics.jsonl as `eval/<metric>`."""
+    def __init__(self, evaluate: Callable[[nn.Module], Mapping[str, float]], every: int):
+        if every < 1: raise ValueError(f"every must be >= 1, got {every}")
+        self.evaluate, self.every = evaluate, int(every)
+
+    def __call__(self, event: str, state: Mapping):
+        if event != "log" or state["step"] % self.every: return None
+        model = state["model"]; was = model.training
+        model.eval()
+        try:
+            with torch.no_grad(): res = self.evaluate(model)
+        finally: model.train(was)
+        return {f"eval/{k}": float(v) for k, v in res.items()}
