@@ -17,10 +17,11 @@ import torch
 __all__ = ['SECTIONS', 'FULL', 'QUICK', 'PAIRWISE_GOAL', 'WORLD_BUILD_GOAL_S', 'OUTSIDE_SHARE_GOAL', 'PEAK_SHARE_GOAL',
            'DEGLA_RATIO_GOAL', 'COMPARE_PEAK_GOAL_MB', 'BenchSizes', 'peak_rss_mb', 'torch_threads', 'bench_geometry',
            'bench_world', 'matmul_peak', 'step_flops', 'record_encoder_calls', 'encoder_only_loss', 'recipe_setup',
-           'time_recipe_step', 'bench_recipes', 'read_compare', 'bench_compare', 'run_benchmarks', 'format_report']
+           'time_recipe_step', 'bench_recipes', 'read_compare', 'bench_compare', 'bench_pipeline', 'run_benchmarks',
+           'format_report']
 
 # %% ../nbs/14_bench.ipynb #c31f457f
-SECTIONS = ("geometry", "world", "recipes", "compare")
+SECTIONS = ("geometry", "world", "recipes", "compare", "pipeline")
 
 @dataclass(frozen=True)
 class BenchSizes:
@@ -38,11 +39,14 @@ class BenchSizes:
     decoder_steps: int = 20         # READ: decoder pre-training steps (its architecture, not its quality, sets the cost)
     compare_recipes: tuple = ("clip", "meru", "negclip")  # subset for the smoke compare when no compare dir is given
     peak_n: int = 2048              # side of the square fp32 matmul that measures the machine's peak
+    pipeline_images: int = 64       # real JPEGs decoded + transformed (per-worker rate of the real-data pipeline)
+    pipeline_model: str = "real-tiny"  # whose training step consumes them (run `--device cuda` with ViT-B-32 on a GPU)
+    pipeline_batch: int = 64        # that step's batch
 
 FULL = BenchSizes()
 QUICK = BenchSizes(geometry_n=128, geometry_d=32, geometry_pairs=2000, geometry_pair_d=8, geometry_repeats=2,
                    world_scenes=40, recipe_preset="world-debug", recipe_batch=8, recipe_warmup=1, recipe_steps=2,
-                   decoder_steps=2, compare_recipes=("clip",), peak_n=256)
+                   decoder_steps=2, compare_recipes=("clip",), peak_n=256, pipeline_images=4, pipeline_batch=4)
 
 # %% ../nbs/14_bench.ipynb #ac57e466
 def _sync(device) -> None:
@@ -314,6 +318,45 @@ def bench_compare(sizes: BenchSizes = FULL, compare_dir: str | Path | None = Non
     return out | dict(smoke=True, source="smoke compare (temporary folder, deleted)",
                       note="preset 'smoke' on a subset of recipes, NOT `compare --preset quick`: the memory goal does not apply")
 
+# %% ../nbs/14_bench.ipynb #3dc19049
+def _pipeline_images(n: int, folder: Path) -> list[Path]:
+    from hierbench.config import load_settings
+    real = sorted((load_settings().data_root / "hierarcaps" / "test_imgs").glob("*.jpg"))[:n]
+    if len(real) == n: return real
+    import numpy as np
+    from PIL import Image
+    rng = np.random.default_rng(0)
+    out = []
+    for i in range(n):
+        p = folder / f"noise-{i}.jpg"
+        Image.fromarray(rng.integers(0, 256, (480, 640, 3), dtype=np.uint8)).save(p, quality=90)
+        out.append(p)
+    return out
+
+def bench_pipeline(sizes: BenchSizes = FULL, device: str = "cpu") -> dict:
+    "Per-worker images/s of decode + open_clip training transform vs the samples/s of one training step (see above)."
+    import open_clip, tempfile
+    from hierbench.data import load_image
+    from hierbench.models import create_model
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = _pipeline_images(sizes.pipeline_images, Path(tmp))
+        source = "COCO files of the data folder" if "noise-" not in paths[0].name else "written 640x480 noise JPEGs"
+        rates = {}
+        model = create_model(sizes.pipeline_model)
+        for size in dict.fromkeys([int(model.image_size), 224]):
+            tf = open_clip.image_transform(size, is_train=True, mean=model.image_mean, std=model.image_std)
+            tf(load_image(paths[0]))   # warm-up
+            t0 = time.perf_counter()
+            for p in paths: tf(load_image(p))
+            rates[size] = len(paths) / (time.perf_counter() - t0)
+    step = time_recipe_step(recipe_setup("clip", sizes.pipeline_model, sizes.pipeline_batch, device=device),
+                            steps=max(2, sizes.recipe_steps // 2), warmup=1)
+    per_worker = rates[int(model.image_size)]
+    return dict(images=len(paths), source=source, model=sizes.pipeline_model, image_size=int(model.image_size),
+                device=device, images_per_s_per_worker=per_worker, images_per_s_per_worker_224=rates[224],
+                step_samples_per_s=step["samples_per_s"], batch=sizes.pipeline_batch,
+                workers_needed=math.ceil(step["samples_per_s"] / per_worker))
+
 # %% ../nbs/14_bench.ipynb #5ef97779
 def _meta(quick: bool, threads: int, device: str) -> dict:
     load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
@@ -341,6 +384,7 @@ def run_benchmarks(sections=SECTIONS, quick: bool = False, compare_dir: str | Pa
             if sec == "geometry": out[sec] = bench_geometry(sizes, device)
             elif sec == "world": out[sec] = bench_world(sizes)
             elif sec == "recipes": out[sec] = bench_recipes(sizes, recipes, device, log=log)
+            elif sec == "pipeline": out[sec] = bench_pipeline(sizes, device)
             else: out[sec] = bench_compare(sizes, compare_dir)
             seconds[sec] = time.perf_counter() - t0
         out["meta"].update(section_seconds=seconds, peak_rss_mb=peak_rss_mb())
@@ -403,4 +447,11 @@ def format_report(report: dict) -> str:
                   + (f"  [goal < {c['peak_goal_mb'] / 1024:.0f} GB]{_goal(c['peak_meets_goal'])}" if "peak_goal_mb" in c else ""),
                   pd.DataFrame(c["per_recipe"]).round(2).to_string(index=False)]
         if c.get("note"): lines.append(f"note: {c['note']}")
+    if "pipeline" in report:
+        p = report["pipeline"]
+        lines += ["", f"== real-data pipeline ({p['images']} {p['source']}) ==",
+                  f"one worker: {p['images_per_s_per_worker']:.0f} images/s decoded + transformed at {p['image_size']} px "
+                  f"({p['images_per_s_per_worker_224']:.0f} images/s at 224 px)",
+                  f"{p['model']} training step (batch {p['batch']}, {p['device']}): {p['step_samples_per_s']:.0f} samples/s "
+                  f"→ {p['workers_needed']} worker(s) keep it fed (--workers)"]
     return "\n".join(lines)

@@ -223,7 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=_cmd_export)
 
     d = sub.add_parser("bench", help="speed and memory as ratios against baselines measured in the same run")
-    d.add_argument("--sections", default=None, help="comma-separated: geometry,world,recipes,compare (default: all)")
+    d.add_argument("--sections", default=None, help="comma-separated: geometry,world,recipes,compare,pipeline (default: all)")
     d.add_argument("--quick", action="store_true", help="tiny sizes (a plumbing check; the numbers mean nothing)")
     d.add_argument("--compare-dir", default=None, help="a `hierbench compare` output folder to read (default: run a smoke compare)")
     d.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")

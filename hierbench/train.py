@@ -543,6 +543,7 @@ def train(model: nn.Module, loss_fn: Callable, data, cfg: TrainConfig, teacher=N
                 metrics = dict(step=step, lr=lr, loss=float(vals[0]))
                 for k, v in zip(terms, vals[1:].tolist()): metrics[k if k not in metrics else f"term_{k}"] = v
                 metrics.update(grad_norm=grad_norm, **model_scalars(model), time=round(time.time() - t0, 3))
+                if device.type == "cuda": metrics["cuda_peak_mb"] = round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
                 metrics.update(extra_metrics("log", step))   # e.g. validation terms of `ValidationMonitor`
                 last = metrics
                 if info.is_main:

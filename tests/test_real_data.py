@@ -152,3 +152,14 @@ def test_bad_real_inputs_name_the_record(real, tmp_path):
     missing = RD.ImageTextRecord("8", lambda: __import__("hierbench.data").data.load_image(tmp_path / "nope.jpg"),
                                  ("a cap",), (), "ann.json")
     with pytest.raises(DataFormatError, match="ann.json.*'8'.*image"): RD.ImageTextDataset([missing], lambda im: im)[0]
+
+
+def test_eval_every_logs_benchmark_metrics_during_training(real):
+    out = real["d"] / "clip-eval"
+    main(["train", "clip", "--data", f"coco:{real['d'] / 'karpathy.json'}", "--steps", "2", "--out", str(out),
+          "--eval-every", "2", "--eval-hierarcaps", str(SHARED / "hierarcaps_test.csv"), "--eval-image-root",
+          str(SHARED / "test_imgs"), "--eval-limit", "16", *real["base"]])
+    rows = read_metrics(out)
+    evals = [r for r in rows if any(k.startswith("eval/") for k in r)]
+    assert [r["step"] for r in evals] == [2]
+    assert math.isfinite(evals[0]["eval/d_corr/hierarcaps"])
