@@ -45,23 +45,45 @@ def load_any_model(checkpoint: str | Path, model_name: str | None = None, quick_
 
 def evaluate_checkpoint(model, world: bool = True, n_test: int = 300, sugarcrepe: str | None = None,
                         sugarcrepe_pp: str | None = None, hierarcaps: str | None = None, image_root: str | None = None,
-                        limit: int | None = None, batch_size: int = 64) -> dict[str, float]:
-    "Every protocol the user points at: the world (default), SugarCrepe, SugarCrepe++, HierarCaps (PEP, d_corr, retrieval)."
+                        limit: int | None = None, batch_size: int = 64, coco_dir: str | None = None,
+                        per_item: list | None = None, log=print) -> dict[str, float]:
+    """Every protocol the user points at: the world (default), SugarCrepe, SugarCrepe++, HierarCaps (PEP, d_corr,
+    retrieval). `model`: any `hierbench.scorers.Scorer`; a text-only one runs the text protocols and each image
+    protocol logs one line saying it was skipped. `coco_dir`: find COCO images by id across the 2014/2017 namings
+    (items whose image is nowhere are set aside and counted). `per_item`: a list that receives per-item tables."""
     from hierbench import data as D, evaluate as E
+    from hierbench.scorers import has_images, skipped
+    images = has_images(model)
+    index = D.CocoImageIndex(coco_dir) if coco_dir else None
+    def usable(items, name):
+        if index is None: return list(items)
+        kept, missing = D.with_coco_images(items, index)
+        if missing and log: log(f"{name}: {missing} of {missing + len(kept)} items have no image under {coco_dir} (set aside)")
+        return kept
     out = {}
-    if world: out.update(E.evaluate_world(model, n_test=n_test))
+    if world:
+        if images: out.update(E.evaluate_world(model, n_test=n_test))
+        elif log: log(skipped("the built-in world", model))
     cut = (lambda xs: list(xs)[:limit]) if limit else list
     if sugarcrepe:
-        items = [it for subset in D.load_sugarcrepe(sugarcrepe, image_root).values() for it in cut(subset)]
-        out.update(E.evaluate_choice_benchmark(model, items, prefix="sugarcrepe", groups=E.SUGARCREPE_GROUPS, batch_size=batch_size))
+        if images:
+            items = usable([it for subset in D.load_sugarcrepe(sugarcrepe, image_root).values() for it in subset], "SugarCrepe")
+            items = [it for s in dict.fromkeys(it.subset for it in items) for it in cut(x for x in items if x.subset == s)]
+            out.update(E.evaluate_choice_benchmark(model, items, prefix="sugarcrepe", groups=E.SUGARCREPE_GROUPS,
+                                                   batch_size=batch_size, per_item=per_item))
+        elif log: log(skipped("SugarCrepe", model))
     if sugarcrepe_pp:
         items = [it for subset in D.load_sugarcrepe_pp(sugarcrepe_pp, image_root).values() for it in cut(subset)]
-        res = E.evaluate_sugarcrepe_pp(model, items, batch_size=batch_size, with_images=image_root is not None)
+        want_img = image_root is not None or index is not None   # ITT asked for; a text-only model logs its skip
+        if want_img and images and index is not None: items = usable(items, "SugarCrepe++")
+        res = E.evaluate_sugarcrepe_pp(model, items, batch_size=batch_size, with_images=want_img, per_item=per_item, log=log)
         out.update({f"scpp_{k}": v for k, v in res.items()})
     if hierarcaps:
-        chains = cut(D.load_hierarcaps(hierarcaps, image_root))
-        out.update(E.evaluate_hierarcaps(model, [c.chain for c in chains], [c.image_path for c in chains],
-                                         batch_size=batch_size, suffix="/hierarcaps"))
+        if images:
+            chains = cut(D.load_hierarcaps(hierarcaps, image_root))
+            out.update(E.evaluate_hierarcaps(model, [c.chain for c in chains], [c.image_path for c in chains],
+                                             batch_size=batch_size, suffix="/hierarcaps"))
+        elif log: log(skipped("HierarCaps", model))
     return out
 
 # %% ../nbs/15_cli.ipynb #3a74c43c
@@ -132,16 +154,53 @@ def _cmd_bench(args):
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(report, indent=1))
 
+def _items_path(metrics_path: Path) -> Path: return metrics_path.with_name(metrics_path.stem + ".items.jsonl")
+
+def _read_items(path: str | Path):
+    "A per-item table written by `hierbench eval --out` (its .items.jsonl, or the metrics JSON beside it)."
+    import pandas as pd
+    p = Path(path)
+    if p.suffix == ".json": p = _items_path(p)
+    if not p.is_file(): raise FileNotFoundError(f"per-item file not found: {p} (written by `hierbench eval --out M.json`)")
+    return pd.read_json(p, lines=True, dtype={"id": str})
+
 def _cmd_eval(args):
-    model = load_any_model(args.checkpoint, args.model, args.quick_gelu, args.geometry)
+    from hierbench.config import atomic_write_text
+    from hierbench.evaluate import paired_item_differences, results_table
+    if args.compare:
+        a, b = args.compare
+        table = paired_item_differences(_read_items(a), _read_items(b))
+        _print_table(table.round(4), f"paired differences on the same items: {a} − {b} (95% item bootstrap)")
+        return
+    if args.leaderboard:
+        import pandas as pd
+        rows = {}
+        for p in sorted(Path(args.leaderboard).glob("*.json")):
+            try: rows[p.stem] = json.loads(p.read_text())
+            except json.JSONDecodeError as err: print(f"{p}: skipped (not JSON: {err.msg})")
+        if not rows: sys.exit(f"no metrics JSON files in {args.leaderboard}")
+        df = pd.DataFrame(rows).T
+        keep = [c for c in df.columns if "chance" not in c and (c.endswith("/micro") or c.endswith("/macro") or "/" not in c)]
+        _print_table(df[keep].astype(float).round(4), f"leaderboard: {len(rows)} model(s) in {args.leaderboard}")
+        return
+    if args.model and ":" in args.model:
+        from hierbench.scorers import load_scorer
+        model, name = load_scorer(args.model, geometry=args.geometry, quick_gelu=args.quick_gelu), args.model
+    elif args.checkpoint:
+        model, name = load_any_model(args.checkpoint, args.model, args.quick_gelu, args.geometry), args.checkpoint
+    else: sys.exit("give --model KIND:PATH (hierbench:, open_clip:ARCH@FILE, hf:, st:, hf-text:) or --checkpoint")
+    per_item: list = []
     res = evaluate_checkpoint(model, world=not args.no_world, n_test=args.n_test, sugarcrepe=args.sugarcrepe,
                               sugarcrepe_pp=args.sugarcrepe_pp, hierarcaps=args.hierarcaps, image_root=args.image_root,
-                              limit=args.limit)
-    from hierbench.evaluate import results_table
-    _print_table(results_table(res), f"evaluation of {args.checkpoint}")
+                              limit=args.limit, coco_dir=args.coco_dir, per_item=per_item)
+    _print_table(results_table(res), f"evaluation of {name}")
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(res, indent=1))
+        import pandas as pd
+        out = Path(args.out)
+        atomic_write_text(out, json.dumps(res, indent=1))
+        if per_item:
+            atomic_write_text(_items_path(out), pd.concat(per_item, ignore_index=True).to_json(orient="records", lines=True))
+            print(f"wrote {out} and {_items_path(out)} (one row per item: benchmark, id, verdict, scores)")
 
 # %% ../nbs/15_cli.ipynb #a1b88402
 def _cmd_demo(args):
@@ -230,9 +289,14 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--json", default=None, help="also write the raw numbers here")
     d.set_defaults(func=_cmd_bench)
 
-    d = sub.add_parser("eval", help="evaluate a saved model or a local open_clip checkpoint")
-    d.add_argument("--checkpoint", required=True, help="hierbench run dir / model.safetensors, or an open_clip checkpoint file")
-    d.add_argument("--model", default=None, help="open_clip architecture of a foreign checkpoint (e.g. ViT-B-32-quickgelu)")
+    d = sub.add_parser("eval", help="evaluate any model (hierbench, open_clip, Hugging Face, sentence-transformers) on the benchmarks")
+    d.add_argument("--checkpoint", default=None, help="hierbench run dir / model.safetensors, or an open_clip checkpoint file")
+    d.add_argument("--model", default=None, help="KIND:PATH — hierbench:RUN, open_clip:ARCH@FILE, hf:DIR, st:DIR, hf-text:DIR; "
+                                              "or the open_clip architecture of --checkpoint (e.g. ViT-B-32-quickgelu)")
+    d.add_argument("--coco-dir", default=None, help="COCO image folder: images found by id across the val2014/val2017 namings")
+    d.add_argument("--compare", nargs=2, metavar=("A", "B"), default=None,
+                   help="paired differences between two `eval --out` results on the same items (bootstrap intervals)")
+    d.add_argument("--leaderboard", default=None, help="a folder of `eval --out` metrics JSON files: one table")
     d.add_argument("--quick-gelu", action="store_true", default=None, help="force QuickGELU (OpenAI-derived weights)")
     d.add_argument("--geometry", default="euclidean", choices=["euclidean", "lorentz"])
     d.add_argument("--no-world", action="store_true", help="skip the built-in world's protocols")
@@ -242,7 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--hierarcaps", default=None, help="hierarcaps_test.csv (images next to it in test_imgs/)")
     d.add_argument("--image-root", default=None, help="image folder (default: settings.ini data_root)")
     d.add_argument("--limit", type=int, default=None, help="items per subset (quick looks)")
-    d.add_argument("--out", default=None, help="write the metrics as JSON here")
+    d.add_argument("--out", default=None, help="metrics JSON file; the per-item rows go beside it (NAME.items.jsonl)")
     d.set_defaults(func=_cmd_eval)
     return p
 

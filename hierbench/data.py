@@ -6,7 +6,7 @@ Docs: https://hierbench.github.io/hierbench/data.html.md"""
 
 # %% ../nbs/04_data.ipynb #ab9fdd73
 from __future__ import annotations
-import ast, json, math, re
+import ast, dataclasses, json, math, re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,9 +27,9 @@ __all__ = ['CLIP_MEAN', 'CLIP_STD', 'WORLD_MEAN', 'WORLD_STD', 'Box', 'BATCH_KEY
            'collate_batch', 'ChoiceItem', 'TripletItem', 'CaptionItem', 'Phrase', 'GroundedItem', 'ChainItem',
            'ChainPairItem', 'NegClipRow', 'resolve_image_root', 'load_sugarcrepe', 'load_sugarcrepe_pp',
            'load_coco_karpathy', 'load_grit', 'hierarcaps_image_name', 'load_hierarcaps', 'load_hierarcaps_pairs',
-           'load_valse_file', 'load_valse', 'load_aro_vg', 'order_options', 'load_order_benchmark', 'load_negclip_tsv',
-           'load_whatsup_controlled', 'load_whatsup_spatial', 'load_crepe', 'nearest_scenes', 'WorldDataset',
-           'world_loader', 'ChainImageDataset']
+           'coco_id', 'CocoImageIndex', 'with_coco_images', 'load_valse_file', 'load_valse', 'load_aro_vg',
+           'order_options', 'load_order_benchmark', 'load_negclip_tsv', 'load_whatsup_controlled',
+           'load_whatsup_spatial', 'load_crepe', 'nearest_scenes', 'WorldDataset', 'world_loader', 'ChainImageDataset']
 
 # %% ../nbs/04_data.ipynb #8e1989f6
 class DataFormatError(ValueError):
@@ -505,6 +505,41 @@ def load_hierarcaps_pairs(csv_path: str | Path, image_root: str | Path | None = 
                                  _chain(path, key, "negative", r["negative"], n_levels),
                                  _image_from_url(path, key, r["image_url"], root) if has_img else None, str(i)))
     return out
+
+# %% ../nbs/04_data.ipynb #d90405bb
+_COCO_NAME_RE = re.compile(r"(?:^|[_-])(\d{6,12})\.(?:jpg|jpeg|png)$", re.I)
+
+def coco_id(name: str | Path) -> int | None:
+    "The numeric COCO id in a file name of either naming (`000000139.jpg`, `COCO_val2014_000000000139.jpg`), else None."
+    m = _COCO_NAME_RE.search(Path(str(name)).name)
+    return int(m.group(1)) if m else None
+
+class CocoImageIndex:
+    "COCO-named images under `folders` (searched recursively), by numeric id; `find(name)` resolves either naming."
+    def __init__(self, *folders: str | Path):
+        self.by_id: dict[int, Path] = {}
+        for folder in folders:
+            folder = Path(folder)
+            if not folder.is_dir(): raise FileNotFoundError(f"COCO image folder not found: {folder}")
+            for p in sorted(folder.rglob("*")):
+                i = coco_id(p.name) if p.suffix.lower() in (".jpg", ".jpeg", ".png") else None
+                if i is not None: self.by_id.setdefault(i, p)
+    def __len__(self) -> int: return len(self.by_id)
+    def find(self, name: str | Path) -> Path | None:
+        i = coco_id(name)
+        return None if i is None else self.by_id.get(i)
+
+def with_coco_images(items: Sequence, index: CocoImageIndex) -> tuple[list, int]:
+    "Items whose image exists (as named, or by COCO id in `index`, then re-pointed there), and how many were set aside."
+    kept, missing = [], 0
+    for it in items:
+        path = Path(it.image_path)
+        if not path.is_file():
+            found = index.find(path.name)
+            if found is None: missing += 1; continue
+            it = dataclasses.replace(it, image_path=found)
+        kept.append(it)
+    return kept, missing
 
 # %% ../nbs/04_data.ipynb #18214989
 VALSE_FILES = ("existence", "plurals", "counting-hard", "counting-small-quant", "counting-adversarial", "relations",

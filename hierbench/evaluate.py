@@ -37,7 +37,7 @@ __all__ = ['CHANCE_ITT_TOT', 'ZS_TEMPLATES', 'SCPP_TYPES', 'METRIC_SPLITS', 'PHI
            'WorldEvalData', 'isolated_object_images', 'world_eval_data', 'images_to_tensor', 'class_prototypes',
            'zero_shot_metrics', 'compositional_metrics', 'paraphrase_metrics', 'geometry_metrics',
            'evaluate_world_split', 'evaluate_world', 'metric_from_items', 'scene_counts', 'bootstrap_weights',
-           'bootstrap_replicates', 'pep_angle_summary']
+           'paired_item_differences', 'bootstrap_replicates', 'pep_angle_summary']
 
 # %% ../nbs/10_evaluate.ipynb #96b74ca4
 def as_numpy(x, name: str = "array", ndim: int | None = None, dtype=np.float64) -> np.ndarray:
@@ -553,7 +553,7 @@ def score_choices(scores: Sequence[np.ndarray], correct: Sequence[int]) -> np.nd
 
 def score_choice_items(model, items, image_loader: Callable | None = None, preprocess: Callable | None = None,
                        batch_size: int = 64) -> pd.DataFrame:
-    "Per item: subset, n_options, strict correctness `ok` and pessimistic `rank` of the correct option (ties counted against)."
+    "Per item: id, subset, n_options, the option `scores`, strict correctness `ok` and pessimistic `rank` of the correct option (ties counted against)."
     items = list(items)
     if not items: raise ValueError("evaluate_choice_benchmark: no items")
     options = [list(record_field(r, "options", "caption_options")) for r in items]
@@ -561,18 +561,22 @@ def score_choice_items(model, items, image_loader: Callable | None = None, prepr
     subsets = [str(record_field(r, "subset", "category", "type", default="all")) for r in items]
     embs, rows = encode_record_images(model, items, image_loader, preprocess, batch_size)
     scores = option_scores(model, embs[torch.as_tensor(rows, device=embs.device)], options, batch_size=4 * batch_size)
-    return pd.DataFrame(dict(subset=subsets, n_options=[len(o) for o in options], ok=score_choices(scores, correct),
+    ids = [str(record_field(r, "key", "id", default="") or i) for i, r in enumerate(items)]
+    return pd.DataFrame(dict(id=ids, subset=subsets, n_options=[len(o) for o in options], correct=correct,
+                             scores=[s.round(6).tolist() for s in scores], ok=score_choices(scores, correct),
                              rank=[int((np.delete(s, c) >= s[c]).sum()) for s, c in zip(scores, correct)]))
 
 def evaluate_choice_benchmark(model, items, image_loader: Callable | None = None, preprocess: Callable | None = None,
                               batch_size: int = 64, prefix: str = "acc", groups: Mapping[str, Sequence[str]] | None = None,
                               recall_ks: Sequence[int] = (), exclude_subsets: Sequence[str] = (),
-                              min_subset_size: int = 1) -> dict[str, float]:
+                              min_subset_size: int = 1, per_item: list | None = None) -> dict[str, float]:
     """Per-subset, micro and macro accuracy (strict wins; ties wrong) of multiple-choice `items`, with chance levels.
     `groups`: also the mean over each group's subsets (SugarCrepe's Replace/Swap/Add, VALSE's categories);
     `recall_ks`: also R@K of the correct option among the options (CREPE); `exclude_subsets` / `min_subset_size`:
-    subsets left out of every aggregate (ARO: symmetric relations, attribute pairs with < 25 cases)."""
+    subsets left out of every aggregate (ARO: symmetric relations, attribute pairs with < 25 cases).
+    `per_item`: a list that receives the per-item table (`score_choice_items`, with `benchmark` = `prefix`)."""
     df = score_choice_items(model, items, image_loader, preprocess, batch_size)
+    if per_item is not None: per_item.append(df.assign(benchmark=prefix))
     sub, ok, rank, n_opt = df.subset.to_numpy(object), df.ok.to_numpy(), df["rank"].to_numpy(), df.n_options.to_numpy()
     counts = df.subset.value_counts(sort=False).to_dict()
     kept = [s for s, n in counts.items() if n >= min_subset_size and s not in set(exclude_subsets)]
@@ -634,8 +638,10 @@ def evaluate_whatsup_controlled(model, items, image_loader: Callable | None = No
 
 # %% ../nbs/10_evaluate.ipynb #39f6335b
 def evaluate_sugarcrepe_pp(model, items, image_loader: Callable | None = None, preprocess: Callable | None = None,
-                           batch_size: int = 64, with_images: bool = True) -> dict[str, float]:
-    "SugarCrepe++ ITT (unless `with_images=False`) and TOT per subset, micro and macro, with chance 1/3."
+                           batch_size: int = 64, with_images: bool = True, per_item: list | None = None,
+                           log=print) -> dict[str, float]:
+    """SugarCrepe++ ITT (unless `with_images=False`, or the model is text-only: then one line says ITT was skipped) and
+    TOT per subset, micro and macro, with chance 1/3. `per_item`: a list that receives the per-item table."""
     items = list(items)
     if not items: raise ValueError("evaluate_sugarcrepe_pp: no items")
     p1 = [record_field(r, "caption", "p1") for r in items]
@@ -644,6 +650,10 @@ def evaluate_sugarcrepe_pp(model, items, image_loader: Callable | None = None, p
     subsets = [str(record_field(r, "subset", "category", "type", default="all")) for r in items]
     e1, e2, en = (encode_texts(model, t, 4 * batch_size) for t in (p1, p2, neg))
     img = None
+    if with_images and not getattr(model, "has_images", True):
+        from hierbench.scorers import skipped
+        if log: log(skipped("SugarCrepe++ ITT (image-to-text)", model))
+        with_images = False
     if with_images:
         embs, rows = encode_record_images(model, items, image_loader, preprocess, batch_size)
         img = embs[torch.as_tensor(rows, device=embs.device)]
@@ -652,6 +662,10 @@ def evaluate_sugarcrepe_pp(model, items, image_loader: Callable | None = None, p
     out = {}
     results = {"tot_acc": tot}
     if img is not None: results["itt_acc"] = itt_correct(rs(img, e1), rs(img, e2), rs(img, en))
+    if per_item is not None:
+        ids = [str(record_field(r, "key", "id", default="") or i) for i, r in enumerate(items)]
+        for name, ok in results.items():   # one table per protocol: scpp_tot, scpp_itt
+            per_item.append(pd.DataFrame(dict(benchmark=f"scpp_{name.removesuffix('_acc')}", id=ids, subset=subsets, ok=ok)))
     for name, ok in results.items():
         by_sub = defaultdict(list)
         for s, c in zip(subsets, ok): by_sub[s].append(c)
@@ -996,6 +1010,28 @@ def bootstrap_weights(n_scenes: Mapping[str, int], n_boot: int, seed: int = 0):
     rng = np.random.default_rng(seed)
     for _ in range(n_boot):
         yield {s: rng.multinomial(n, np.full(n, 1.0 / n)).astype(float) for s, n in n_scenes.items() if n}
+
+# %% ../nbs/10_evaluate.ipynb #2cda3956
+def paired_item_differences(a: pd.DataFrame, b: pd.DataFrame, n_boot: int = 2000, seed: int = 0,
+                            level: float = 0.95) -> pd.DataFrame:
+    """Per benchmark: items in common, accuracy of a and b, a − b with its paired item-bootstrap interval. An item is
+    (benchmark, subset, id) when both tables have a `subset` column (ids restart in each SugarCrepe file)."""
+    key = ["benchmark", "subset", "id"] if "subset" in a.columns and "subset" in b.columns else ["benchmark", "id"]
+    for name, t in (("a", a), ("b", b)):
+        missing = {*key, "ok"} - set(t.columns)
+        if missing: raise ValueError(f"per-item table {name} lacks column(s) {sorted(missing)}")
+        dup = t.duplicated(key)
+        if dup.any(): raise ValueError(f"per-item table {name}: duplicate item {tuple(t[dup].iloc[0][key])}")
+    m = a[[*key, "ok"]].merge(b[[*key, "ok"]], on=key, suffixes=("_a", "_b"))
+    rng, rows = np.random.default_rng(seed), []
+    for bench, g in m.groupby("benchmark", sort=True):
+        d = g.ok_a.to_numpy(float) - g.ok_b.to_numpy(float)
+        boots = d[rng.integers(0, len(d), (n_boot, len(d)))].mean(1)
+        lo, hi = np.quantile(boots, [(1 - level) / 2, (1 + level) / 2])
+        rows.append(dict(benchmark=bench, n=len(d), acc_a=float(g.ok_a.mean()), acc_b=float(g.ok_b.mean()),
+                         diff=float(d.mean()), ci_low=float(lo), ci_high=float(hi),
+                         only_a=int((a.benchmark == bench).sum() - len(d)), only_b=int((b.benchmark == bench).sum() - len(d))))
+    return pd.DataFrame(rows)
 
 # %% ../nbs/10_evaluate.ipynb #163336a0
 def _ratio_reps(W: np.ndarray, group: np.ndarray, values: np.ndarray) -> np.ndarray:

@@ -316,6 +316,7 @@ MAX_LOGIT_SCALE = 100.0  # CLIP/MERU: s = exp(logit_scale) is clamped to at most
 
 class DualEncoder(nn.Module):
     "open_clip towers + a geometry head; embeddings are float32 in the head's space."
+    has_images = True  # the `hierbench.scorers.Scorer` contract: this model embeds images too
 
     def __init__(self, clip: nn.Module, head: nn.Module, tokenizer: Callable, model_config: dict):
         super().__init__()
