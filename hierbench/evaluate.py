@@ -26,8 +26,8 @@ from .losses import pep_score as _loss_pep_score
 __all__ = ['CHANCE_ITT_TOT', 'ZS_TEMPLATES', 'SCPP_TYPES', 'METRIC_SPLITS', 'PHI_BINS', 'as_numpy', 'chance_choice',
            'chance_classification', 'chance_recall_at_k', 'chance_auc', 'chance_ap', 'chance_kendall', 'chance_key',
            'bow_key', 'results_table', 'with_suffix', 'rank_of_best_correct', 'recall_at_k', 'retrieval_recalls',
-           'choice_correct', 'choice_accuracy', 'word_bag', 'bow_ceiling', 'bag_of_words_tot', 'itt_correct',
-           'tot_correct', 'itt_tot', 'aggregate_accuracy', 'group_means', 'ancestor_set', 'hierarchical_scores',
+           'choice_correct', 'choice_accuracy', 'itt_correct', 'tot_correct', 'itt_tot', 'word_bag', 'bow_ceiling',
+           'bag_of_words_tot', 'aggregate_accuracy', 'group_means', 'ancestor_set', 'hierarchical_scores',
            'hierarchical_metrics', 'chance_hierarchical_metrics', 'pep_score', 'saturated_fraction', 'pep_auc_ap',
            'kendall_per_chain', 'd_corr', 'hierarcaps_sweep', 'hierarcaps_precision_recall', 'hierarcaps_retrieval',
            'model_device', 'eval_mode', 'encode_texts', 'encode_images', 'head_geometry', 'head_curv',
@@ -179,6 +179,24 @@ def choice_accuracy(scores, correct) -> float:
     "Fraction of items whose correct option wins strictly (ties count as wrong). `scores` (N, n_options)."
     return float(choice_correct(scores, correct).mean())
 
+# %% ../nbs/10_evaluate.ipynb #13e5c69a
+def itt_correct(sim_i_p1, sim_i_p2, sim_i_n) -> np.ndarray:
+    "SugarCrepe++ image-to-text: sim(I,P1) > sim(I,N) and sim(I,P2) > sim(I,N); arrays (N,) → bool (N,)."
+    a, b, n = (as_numpy(x, nm, ndim=1) for x, nm in [(sim_i_p1, "sim_i_p1"), (sim_i_p2, "sim_i_p2"), (sim_i_n, "sim_i_n")])
+    return (a > n) & (b > n)
+
+def tot_correct(sim_p1_p2, sim_p1_n, sim_p2_n) -> np.ndarray:
+    "SugarCrepe++ text-only: sim(P1,P2) > sim(P1,N) and sim(P1,P2) > sim(P2,N); arrays (N,) → bool (N,)."
+    pp, p1n, p2n = (as_numpy(x, nm, ndim=1) for x, nm in [(sim_p1_p2, "sim_p1_p2"), (sim_p1_n, "sim_p1_n"), (sim_p2_n, "sim_p2_n")])
+    return (pp > p1n) & (pp > p2n)
+
+def itt_tot(img, p1, p2, neg, rowwise_sim: Callable) -> dict[str, np.ndarray]:
+    "Per-item ITT and TOT correctness from embeddings (N, D) of images, paraphrases P1, P2 and negatives, with `rowwise_sim(a, b) -> (N,)`."
+    with torch.no_grad():
+        s = lambda a, b: rowwise_sim(a, b)
+        return dict(itt=itt_correct(s(img, p1), s(img, p2), s(img, neg)),
+                    tot=tot_correct(s(p1, p2), s(p1, neg), s(p2, neg)))
+
 # %% ../nbs/10_evaluate.ipynb #8b272761
 _WORD_RE = re.compile(r"[a-z0-9']+")
 
@@ -204,24 +222,6 @@ def bag_of_words_tot(p1: Sequence[str], p2: Sequence[str], neg: Sequence[str]) -
     e1, e2, en = (torch.nn.functional.normalize(_bow_vectors(t), dim=-1) for t in (p1, p2, neg))
     rs = lambda a, b: (a * b).sum(-1)
     return tot_correct(rs(e1, e2), rs(e1, en), rs(e2, en))
-
-# %% ../nbs/10_evaluate.ipynb #13e5c69a
-def itt_correct(sim_i_p1, sim_i_p2, sim_i_n) -> np.ndarray:
-    "SugarCrepe++ image-to-text: sim(I,P1) > sim(I,N) and sim(I,P2) > sim(I,N); arrays (N,) → bool (N,)."
-    a, b, n = (as_numpy(x, nm, ndim=1) for x, nm in [(sim_i_p1, "sim_i_p1"), (sim_i_p2, "sim_i_p2"), (sim_i_n, "sim_i_n")])
-    return (a > n) & (b > n)
-
-def tot_correct(sim_p1_p2, sim_p1_n, sim_p2_n) -> np.ndarray:
-    "SugarCrepe++ text-only: sim(P1,P2) > sim(P1,N) and sim(P1,P2) > sim(P2,N); arrays (N,) → bool (N,)."
-    pp, p1n, p2n = (as_numpy(x, nm, ndim=1) for x, nm in [(sim_p1_p2, "sim_p1_p2"), (sim_p1_n, "sim_p1_n"), (sim_p2_n, "sim_p2_n")])
-    return (pp > p1n) & (pp > p2n)
-
-def itt_tot(img, p1, p2, neg, rowwise_sim: Callable) -> dict[str, np.ndarray]:
-    "Per-item ITT and TOT correctness from embeddings (N, D) of images, paraphrases P1, P2 and negatives, with `rowwise_sim(a, b) -> (N,)`."
-    with torch.no_grad():
-        s = lambda a, b: rowwise_sim(a, b)
-        return dict(itt=itt_correct(s(img, p1), s(img, p2), s(img, neg)),
-                    tot=tot_correct(s(p1, p2), s(p1, neg), s(p2, neg)))
 
 # %% ../nbs/10_evaluate.ipynb #6be4dc71
 def aggregate_accuracy(correct_by_subset: Mapping[str, Sequence[bool]], prefix: str = "acc") -> dict[str, float]:
