@@ -6,7 +6,7 @@ Docs: https://hierbench.github.io/hierbench/data.html.md"""
 
 # %% ../nbs/04_data.ipynb #ab9fdd73
 from __future__ import annotations
-import ast, dataclasses, json, math, re
+import ast, dataclasses, errno, json, math, os, re, unicodedata, warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,14 +21,14 @@ from .config import load_settings
 from .negatives import ORDER_RULES, Tagger, is_changed, rewrite
 
 # %% auto #0
-__all__ = ['CLIP_MEAN', 'CLIP_STD', 'WORLD_MEAN', 'WORLD_STD', 'Box', 'BATCH_KEYS', 'SUGARCREPE_SUBSETS', 'SUGARCREPE_PP_SUBSETS',
-           'SUGARCREPE_GROUPS', 'CHAIN_SEP', 'VALSE_FILES', 'VALSE_CATEGORIES', 'WORLD_FIELDS', 'DataFormatError',
-           'MissingImageError', 'CorruptImageError', 'load_image', 'check_image', 'normalize', 'image_to_tensor',
-           'collate_batch', 'ChoiceItem', 'TripletItem', 'CaptionItem', 'Phrase', 'GroundedItem', 'ChainItem',
-           'ChainPairItem', 'NegClipRow', 'resolve_image_root', 'load_sugarcrepe', 'load_sugarcrepe_pp',
-           'load_coco_karpathy', 'load_grit', 'hierarcaps_image_name', 'load_hierarcaps', 'load_hierarcaps_pairs',
-           'coco_id', 'CocoImageIndex', 'with_coco_images', 'load_valse_file', 'load_valse', 'load_aro_vg',
-           'order_options', 'load_order_benchmark', 'load_negclip_tsv', 'load_whatsup_controlled',
+__all__ = ['CLIP_MEAN', 'CLIP_STD', 'WORLD_MEAN', 'WORLD_STD', 'Box', 'BATCH_KEYS', 'MAX_TEXT_CHARS', 'SUGARCREPE_SUBSETS',
+           'SUGARCREPE_PP_SUBSETS', 'SUGARCREPE_GROUPS', 'CHAIN_SEP', 'VALSE_FILES', 'VALSE_CATEGORIES', 'WORLD_FIELDS',
+           'DataFormatError', 'MissingImageError', 'CorruptImageError', 'load_image', 'check_image', 'normalize',
+           'image_to_tensor', 'collate_batch', 'ChoiceItem', 'TripletItem', 'CaptionItem', 'Phrase', 'GroundedItem',
+           'ChainItem', 'ChainPairItem', 'NegClipRow', 'DataWarning', 'resolve_image_root', 'load_sugarcrepe',
+           'load_sugarcrepe_pp', 'load_coco_karpathy', 'load_grit', 'hierarcaps_image_name', 'load_hierarcaps',
+           'load_hierarcaps_pairs', 'coco_id', 'CocoImageIndex', 'with_coco_images', 'load_valse_file', 'load_valse',
+           'load_aro_vg', 'order_options', 'load_order_benchmark', 'load_negclip_tsv', 'load_whatsup_controlled',
            'load_whatsup_spatial', 'load_crepe', 'nearest_scenes', 'WorldDataset', 'world_loader', 'ChainImageDataset']
 
 # %% ../nbs/04_data.ipynb #8e1989f6
@@ -77,6 +77,8 @@ def load_image(path: str | Path, box: Box | None = None) -> Image.Image:
         raise CorruptImageError(path, f"{type(err).__name__}: {err}") from err
     if box is None: return im
     x0, y0, x1, y1 = (float(v) for v in box)
+    if not all(math.isfinite(v) for v in (x0, y0, x1, y1)):
+        raise DataFormatError(path, None, "box", f"box {tuple(box)} is not finite")
     # clip to the image: annotation boxes may overhang the border by a few pixels
     x0, y0 = max(0.0, x0), max(0.0, y0)
     x1, y1 = min(float(im.width), x1), min(float(im.height), y1)
@@ -278,11 +280,25 @@ def _field(path, key, rec, name):
     if name not in rec: raise DataFormatError(path, key, name, "missing")
     return rec[name]
 
-def _str(path, key, rec, name, allow_empty=False) -> str:
-    v = _field(path, key, rec, name)
-    if not isinstance(v, str) or (not allow_empty and not v.strip()):
-        raise DataFormatError(path, key, name, f"expected a non-empty string, got {_tname(v)} {v!r:.60}")
+MAX_TEXT_CHARS = 10_000   # longer is a malformed record, not a caption (real captions stay under ~400 characters)
+
+class DataWarning(UserWarning):
+    "Records a loader set aside (each named in the message); everything else was loaded."
+
+def _visible(s: str) -> str:
+    "`s` without control, format (zero-width) and separator characters: what a reader would see of it."
+    return "".join(ch for ch in s if unicodedata.category(ch)[0] not in "CZ")
+
+def _text(path, key, name, v, allow_empty=False) -> str:
+    if not isinstance(v, str): raise DataFormatError(path, key, name, f"expected a non-empty string, got {_tname(v)} {v!r:.60}")
+    if len(v) > MAX_TEXT_CHARS:
+        raise DataFormatError(path, key, name, f"{len(v):,} characters (more than {MAX_TEXT_CHARS:,}): not a caption")
+    if not allow_empty and not _visible(v):
+        raise DataFormatError(path, key, name, f"empty in effect (only blank, invisible or control characters: {v!r:.40})")
     return v
+
+def _str(path, key, rec, name, allow_empty=False) -> str:
+    return _text(path, key, name, _field(path, key, rec, name), allow_empty)
 
 def _num(path, key, rec, name, integer=False) -> float:
     v = _field(path, key, rec, name)
@@ -295,9 +311,9 @@ def _num(path, key, rec, name, integer=False) -> float:
     return int(v) if integer else float(v)
 
 def _str_list(path, key, name, v, min_len=1) -> tuple[str, ...]:
-    if not isinstance(v, (list, tuple)) or len(v) < min_len or not all(isinstance(s, str) and s.strip() for s in v):
+    if not isinstance(v, (list, tuple)) or len(v) < min_len:
         raise DataFormatError(path, key, name, f"expected a list of >= {min_len} non-empty strings, got {v!r:.80}")
-    return tuple(v)
+    return tuple(_text(path, key, f"{name}[{j}]", s) for j, s in enumerate(v))
 
 def _literal_list(path, key, name, text) -> list:
     "Parse a Python-literal list written as text (never eval)."
@@ -309,39 +325,102 @@ def _literal_list(path, key, name, text) -> list:
     if not isinstance(v, (list, tuple)): raise DataFormatError(path, key, name, f"expected a list, got {_tname(v)}")
     return list(v)
 
+def _check_file(path: Path, what: str = "annotation file") -> Path:
+    "A readable regular file, or an error that says what is there instead (folder, symlink loop, no permission)."
+    try: st = os.stat(path)
+    except FileNotFoundError: raise FileNotFoundError(f"{what} not found: {path}") from None
+    except OSError as err:
+        if err.errno == errno.ELOOP: raise DataFormatError(path, None, None, f"{what} is a symlink loop") from None
+        raise DataFormatError(path, None, None, f"{what} cannot be read ({err.strerror})") from None
+    if os.path.isdir(path): raise IsADirectoryError(f"{what} is a folder, not a file: {path}")
+    if not os.access(path, os.R_OK): raise PermissionError(f"{what} is not readable (permission denied): {path}")
+    return path
+
+class _DuplicateKey(Exception): pass
+
+def _unique_keys(pairs):
+    "json object_pairs_hook: a repeated key would make an earlier record vanish, so it is an error."
+    seen = {}
+    for k, v in pairs:
+        if k in seen: raise _DuplicateKey(k)
+        seen[k] = v
+    return seen
+
 def _read_json(path: Path):
-    if not path.is_file(): raise FileNotFoundError(f"annotation file not found: {path}")
+    _check_file(path)
     try:
-        with open(path, encoding="utf-8") as f: return json.load(f)
+        # utf-8-sig: a byte-order mark is accepted, as it is for CSV files
+        with open(path, encoding="utf-8-sig") as f: return json.load(f, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as err:
         raise DataFormatError(path, None, None, f"not valid JSON (line {err.lineno}, column {err.colno}: {err.msg})") from None
     except UnicodeDecodeError as err: raise DataFormatError(path, None, None, f"not UTF-8 text ({err.reason})") from None
+    except RecursionError: raise DataFormatError(path, None, None, "JSON nested too deeply to be an annotation file") from None
+    except _DuplicateKey as err:
+        raise DataFormatError(path, str(err), None, "duplicate JSON key: the earlier record would be lost") from None
 
 def _read_table(path: Path, columns: Sequence[str], sep: str = ",", optional: Sequence[str] = ()) -> pd.DataFrame:
     "CSV/TSV as strings (no NaN conversion); checks that `columns` exist."
-    if not path.is_file(): raise FileNotFoundError(f"annotation file not found: {path}")
-    try: df = pd.read_csv(path, sep=sep, dtype=str, keep_default_na=False, encoding="utf-8")
+    _check_file(path)
+    try: df = pd.read_csv(path, sep=sep, dtype=str, keep_default_na=False, encoding="utf-8-sig")
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as err:
         raise DataFormatError(path, None, None, f"not a readable {'TSV' if sep == chr(9) else 'CSV'} file "
                               f"({type(err).__name__}: {str(err).strip()[:120]})") from None
     missing = [c for c in columns if c not in df.columns]
     if missing: raise DataFormatError(path, None, missing[0], f"missing column(s) {missing}; found {list(df.columns)}")
+    if df.empty: raise DataFormatError(path, None, None, "no records (a header without rows)")
     return df
 
 def _records(path: Path, data, kind: str) -> list[tuple[str, Any]]:
     "(key, record) pairs of a JSON dict-by-key or list file."
-    if isinstance(data, dict): return [(str(k), v) for k, v in data.items()]
-    if isinstance(data, list): return [(str(i), v) for i, v in enumerate(data)]
-    raise DataFormatError(path, None, None, f"expected a {kind} at top level, got {_tname(data)}")
+    if isinstance(data, dict): out = [(str(k), v) for k, v in data.items()]
+    elif isinstance(data, list): out = [(str(i), v) for i, v in enumerate(data)]
+    else: raise DataFormatError(path, None, None, f"expected a {kind} at top level, got {_tname(data)}")
+    if not out: raise DataFormatError(path, None, None, f"no records (an empty {kind})")
+    return out
+
+def _record_id(path, key, rec, name: str = "id", seen: dict | None = None) -> str:
+    "A record's own id (string or integer), unique in its file when `seen` collects them."
+    v = rec.get(name, key) if isinstance(rec, Mapping) else key
+    if isinstance(v, bool) or not isinstance(v, (str, int)) or not str(v).strip():
+        raise DataFormatError(path, key, name, f"expected a string or integer id, got {_tname(v)} {v!r:.40}")
+    v = str(v)
+    if seen is not None:
+        if v in seen: raise DataFormatError(path, key, name, f"duplicate id {v!r} (also record {seen[v]!r})")
+        seen[v] = key
+    return v
+
+def _same_text(a: str, b: str) -> bool:
+    "Equal up to case, spacing and punctuation at the ends: a 'negative' like this is its positive."
+    return not is_changed(a, b)
+
+def _set_aside(path, items: list, bad: Callable, why: str) -> list:
+    "`items` without those where `bad(item)`; a `DataWarning` names the file, the records and why."
+    out = [it for it in items if not bad(it)]
+    if len(out) < len(items):
+        keys = [getattr(it, "key", "?") for it in items if bad(it)]
+        warnings.warn(f"{path}: {len(keys)} record(s) set aside — {why}: {keys[:10]}{' …' if len(keys) > 10 else ''}",
+                      DataWarning, stacklevel=3)
+    return out
+
+def _equal_options(it) -> bool:
+    "An item whose correct option equals another option (nothing to choose between)."
+    return any(_same_text(o, it.options[it.correct]) for j, o in enumerate(it.options) if j != it.correct)
 
 def resolve_image_root(image_root: str | Path | None, default_subdir: str = "") -> Path:
     "`image_root` if given, else `load_settings().data_root / default_subdir`."
     if image_root is not None: return Path(image_root).expanduser()
     return load_settings().data_root / default_subdir
 
-def _join(root: Path, rel: str) -> Path:
-    p = Path(rel)
-    return p if p.is_absolute() else root / p
+def _join(root: Path, rel: str, path=None, key=None, name: str = "image") -> Path:
+    "`rel` under the image root; a path that leaves the root (`..`, absolute elsewhere, NUL byte) is refused."
+    where = path if path is not None else "<annotation>"
+    if "\x00" in rel: raise DataFormatError(where, key, name, f"image path contains a NUL byte: {rel!r:.60}")
+    full = Path(os.path.normpath(Path(rel) if Path(rel).is_absolute() else Path(root) / rel))
+    base = Path(os.path.normpath(Path(root).absolute() if not Path(root).is_absolute() else Path(root)))
+    full_abs = Path(os.path.normpath(full.absolute())) if not full.is_absolute() else full
+    if not (full_abs == base or base in full_abs.parents):
+        raise DataFormatError(where, key, name, f"image path {rel!r:.80} leaves the image root {root} (refused)")
+    return full
 
 # %% ../nbs/04_data.ipynb #65673bee
 SUGARCREPE_SUBSETS = ("add_att", "add_obj", "replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
@@ -365,10 +444,10 @@ def load_sugarcrepe(ann_dir: str | Path, image_root: str | Path | None = None,
     for subset, path in _subset_files(ann_dir, subsets, SUGARCREPE_SUBSETS):
         items = []
         for key, rec in _records(path, _read_json(path), "dict of records"):
-            items.append(ChoiceItem(_join(root, _str(path, key, rec, "filename")),
+            items.append(ChoiceItem(_join(root, _str(path, key, rec, "filename"), path, key, "filename"),
                                     (_str(path, key, rec, "caption"), _str(path, key, rec, "negative_caption")),
                                     0, None, subset, key))
-        out[subset] = items
+        out[subset] = _set_aside(path, items, _equal_options, "negative_caption equal to caption")
     return out
 
 def load_sugarcrepe_pp(ann_dir: str | Path, image_root: str | Path | None = None,
@@ -379,13 +458,15 @@ def load_sugarcrepe_pp(ann_dir: str | Path, image_root: str | Path | None = None
     for subset, path in _subset_files(ann_dir, subsets, SUGARCREPE_PP_SUBSETS):
         data = _read_json(path)
         if not isinstance(data, list): raise DataFormatError(path, None, None, f"expected a list of records, got {_tname(data)}")
-        items = []
+        items, seen = [], {}
         for i, rec in enumerate(data):
-            key = str(rec.get("id", i)) if isinstance(rec, Mapping) else str(i)
-            items.append(TripletItem(_join(root, _str(path, key, rec, "filename")), _str(path, key, rec, "caption"),
+            key = _record_id(path, str(i), rec, "id", seen)
+            items.append(TripletItem(_join(root, _str(path, key, rec, "filename"), path, key, "filename"), _str(path, key, rec, "caption"),
                                      _str(path, key, rec, "caption2"), _str(path, key, rec, "negative_caption"),
                                      subset, key))
-        out[subset] = items
+        if not items: raise DataFormatError(path, None, None, "no records (an empty list)")
+        out[subset] = _set_aside(path, items, lambda t: _same_text(t.negative, t.caption) or _same_text(t.negative, t.caption2),
+                                 "negative_caption equal to caption or caption2")
     return out
 
 # %% ../nbs/04_data.ipynb #6d8da4d8
@@ -410,7 +491,7 @@ def load_coco_karpathy(path: str | Path, splits: str | Sequence[str] | None = No
         if not isinstance(sents, list) or not sents:
             raise DataFormatError(path, key, "sentences", f"expected a non-empty list, got {sents!r:.60}")
         caps = tuple(_str(path, f"{key}.sentences[{j}]", s, "raw") for j, s in enumerate(sents))
-        out.append(CaptionItem(_join(root, str(Path(sub) / fname)), caps, split, str(rec.get("cocoid", rec.get("imgid", i)))))
+        out.append(CaptionItem(_join(root, str(Path(sub) / fname), path, key, "filename"), caps, split, str(rec.get("cocoid", rec.get("imgid", i)))))
     return out
 
 def load_grit(path: str | Path, image_root: str | Path | None = None, min_box_size: float = 32,
@@ -453,7 +534,7 @@ def load_grit(path: str | Path, image_root: str | Path | None = None, min_box_si
                 phrases.append(Phrase(caption[s:e], s, e, (x0, y0, x1, y1), float(sp[6])))
         img = rec.get("image_path") or rec.get("file_name") or (f"{rec['key']}.jpg" if isinstance(rec.get("key"), (str, int)) else None)
         if not isinstance(img, str): raise DataFormatError(path, key, "image_path", "no image_path, file_name or key to name the image")
-        out.append(GroundedItem(_join(root, img), caption, tuple(phrases), w, h, str(rec.get("key", ln))))
+        out.append(GroundedItem(_join(root, img, path, key, "image_path"), caption, tuple(phrases), w, h, str(rec.get("key", ln))))
     return out
 
 # %% ../nbs/04_data.ipynb #49c7f990
@@ -462,8 +543,9 @@ _COCO_ID_RE = re.compile(r"(\d+)\.(?:jpg|jpeg|png)\s*$", re.I)
 
 def _chain(path, key, name, text, n_levels) -> tuple[str, ...]:
     if not isinstance(text, str) or not text.strip(): raise DataFormatError(path, key, name, "empty chain")
+    _text(path, key, name, text)   # length and visible-content checks
     levels = tuple(c.strip() for c in text.split(CHAIN_SEP.strip()))
-    if any(not c for c in levels): raise DataFormatError(path, key, name, f"empty level in chain {text!r:.80}")
+    if any(not _visible(c) for c in levels): raise DataFormatError(path, key, name, f"empty level in chain {text!r:.80}")
     if n_levels is not None and len(levels) != n_levels:
         raise DataFormatError(path, key, name, f"expected {n_levels} levels separated by {CHAIN_SEP!r}, got {len(levels)}")
     return levels
@@ -487,8 +569,10 @@ def load_hierarcaps(csv_path: str | Path, image_root: str | Path | None = None, 
     path = Path(csv_path)
     df = _read_table(path, ["id", "captions", "image_url"])
     root = _hier_root(path, image_root)
+    seen: dict = {}
     return [ChainItem(_image_from_url(path, f"row {i} (id {r.id})", r.image_url, root),
-                      _chain(path, f"row {i} (id {r.id})", "captions", r.captions, n_levels), str(r.id))
+                      _chain(path, f"row {i} (id {r.id})", "captions", r.captions, n_levels),
+                      _record_id(path, f"row {i}", {"id": r.id}, "id", seen))
             for i, r in enumerate(df.itertuples(index=False))]
 
 def load_hierarcaps_pairs(csv_path: str | Path, image_root: str | Path | None = None,
@@ -504,7 +588,8 @@ def load_hierarcaps_pairs(csv_path: str | Path, image_root: str | Path | None = 
         out.append(ChainPairItem(_chain(path, key, "positive", r["positive"], n_levels),
                                  _chain(path, key, "negative", r["negative"], n_levels),
                                  _image_from_url(path, key, r["image_url"], root) if has_img else None, str(i)))
-    return out
+    return _set_aside(path, out, lambda p: all(_same_text(a, b) for a, b in zip(p.positive, p.negative)),
+                      "negative chain equal to the positive chain")
 
 # %% ../nbs/04_data.ipynb #d90405bb
 _COCO_NAME_RE = re.compile(r"(?:^|[_-])(\d{6,12})\.(?:jpg|jpeg|png)$", re.I)
@@ -559,14 +644,16 @@ def load_valse_file(path: str | Path, image_root: str | Path | None = None, vali
         mturk = _field(path, key, rec, "mturk")
         votes = _num(path, key, mturk, "caption", integer=True) if isinstance(mturk, Mapping) else None
         if votes is None: raise DataFormatError(path, key, "mturk", f"expected an object with 'caption', got {_tname(mturk)}")
+        if not 0 <= votes <= 3:   # three annotators judged the caption: 0-3 of them found it valid
+            raise DataFormatError(path, key, "mturk.caption", f"expected 0-3 annotator votes, got {votes}")
         if valid_only and votes < 2: continue
         dataset = _str(path, key, rec, "dataset")
         img = _str(path, key, rec, "image_file")
         folder = Path(image_dirs[dataset]) if image_dirs and dataset in image_dirs else root
-        out.append(ChoiceItem(_join(folder, img), (_str(path, key, rec, "caption"), _str(path, key, rec, "foil")), 0,
+        out.append(ChoiceItem(_join(folder, img, path, key, "image_file"), (_str(path, key, rec, "caption"), _str(path, key, rec, "foil")), 0,
                               None, path.stem, key,
                               dict(dataset=dataset, phenomenon=rec.get("linguistic_phenomena"), mturk=dict(mturk))))
-    return out
+    return _set_aside(path, out, _equal_options, "foil equal to the caption (reported, never scored)")
 
 def load_valse(ann_dir: str | Path, image_root: str | Path | None = None, valid_only: bool = True,
                image_dirs: Mapping[str, str | Path] | None = None, files: Sequence[str] | None = None) -> dict[str, list[ChoiceItem]]:
@@ -594,7 +681,7 @@ def load_aro_vg(path: str | Path, image_root: str | Path | None = None) -> list[
             subset = "_".join(attrs)
         else: subset = _str(path, key, rec, "relation_name")
         meta = {"relation_name": rec.get("relation_name"), "attributes": attrs}
-        out.append(ChoiceItem(_join(root, _str(path, key, rec, "image_path")),
+        out.append(ChoiceItem(_join(root, _str(path, key, rec, "image_path"), path, key, "image_path"),
                               (_str(path, key, rec, "false_caption"), _str(path, key, rec, "true_caption")), 1,
                               (x, y, x + w, y + h), subset, key, meta))
     return out
@@ -628,23 +715,24 @@ def load_negclip_tsv(path: str | Path, image_root: str | Path | None = None) -> 
     n, out = len(df), []
     for i, r in enumerate(df.to_dict("records")):
         key = f"row {i}"
-        title = _str(path, key, r, "title")
-        negs = _str_list(path, key, "neg_caption", _literal_list(path, key, "neg_caption", r["neg_caption"]), 1)
+        title = _str(path, key, r, "title").strip()   # 561 upstream captions and 148 negatives carry outer spaces
+        negs = tuple(n.strip() for n in _str_list(path, key, "neg_caption", _literal_list(path, key, "neg_caption", r["neg_caption"]), 1))
         ids = _literal_list(path, key, "neg_image", r["neg_image"])
         if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < n for v in ids):
             raise DataFormatError(path, key, "neg_image", f"expected row ids in [0, {n}), got {ids!r:.80}")
-        out.append(NegClipRow(_join(root, _str(path, key, r, "filepath")), title, negs, tuple(ids), key))
-    return out
+        out.append(NegClipRow(_join(root, _str(path, key, r, "filepath"), path, key, "filepath"), title, negs, tuple(ids), key))
+    return _set_aside(path, out, lambda row: any(_same_text(n, row.caption) for n in row.neg_captions), "a negative equal to the caption")
 
 # %% ../nbs/04_data.ipynb #543e96be
 def load_whatsup_controlled(path: str | Path, image_root: str | Path | None = None) -> list[ChoiceItem]:
     "WhatsUp controlled images: options = `caption_options` (4), correct 0."
     path = Path(path)
     root = resolve_image_root(image_root, "whatsup")
-    return [ChoiceItem(_join(root, _str(path, key, rec, "image_path")),
-                       _str_list(path, key, "caption_options", _field(path, key, rec, "caption_options"), 2), 0, None,
-                       path.stem, key)
-            for key, rec in _records(path, _read_json(path), "list of records")]
+    items = [ChoiceItem(_join(root, _str(path, key, rec, "image_path"), path, key, "image_path"),
+                        _str_list(path, key, "caption_options", _field(path, key, rec, "caption_options"), 2), 0, None,
+                        path.stem, key)
+             for key, rec in _records(path, _read_json(path), "list of records")]
+    return _set_aside(path, items, _equal_options, "a wrong caption option equal to the correct one")
 
 def load_whatsup_spatial(path: str | Path, image_root: str | Path | None = None, naming: str = "auto") -> list[ChoiceItem]:
     "WhatsUp COCO/GQA spatial sets: `[image_id, correct, wrong]` → options `[correct, wrong]`, correct 0."
@@ -663,8 +751,8 @@ def load_whatsup_spatial(path: str | Path, image_root: str | Path | None = None,
             raise DataFormatError(path, key, "image_id", f"COCO ids are integers, got {img_id!r:.40}")
         fname = f"{int(img_id):012d}.jpg" if coco else f"{img_id}.jpg"
         opts = _str_list(path, key, "captions", [good, bad], 2)
-        out.append(ChoiceItem(root / fname, opts, 0, None, path.stem, key))
-    return out
+        out.append(ChoiceItem(_join(root, fname, path, key, "image_id"), opts, 0, None, path.stem, key))
+    return _set_aside(path, out, _equal_options, "wrong caption equal to the correct one")
 
 def load_crepe(path: str | Path, image_root: str | Path | None = None, negatives_column: str = "hard_negs") -> list[ChoiceItem]:
     "CREPE items cropped to their VG box: options `[caption, *hard negatives]`, correct 0."
@@ -680,9 +768,9 @@ def load_crepe(path: str | Path, image_root: str | Path | None = None, negatives
         img_id = _str(path, key, r, "image_id").strip()
         if img_id.endswith(".0"): img_id = img_id[:-2]   # ids written as floats by pandas upstream
         negs = _str_list(path, key, negatives_column, _literal_list(path, key, negatives_column, r[negatives_column]), 1)
-        out.append(ChoiceItem(root / f"{img_id}.jpg", (_str(path, key, r, "caption"), *negs), 0,
+        out.append(ChoiceItem(_join(root, f"{img_id}.jpg", path, key, "image_id"), (_str(path, key, r, "caption"), *negs), 0,
                               (x, y, x + w, y + h), path.stem, key))
-    return out
+    return _set_aside(path, out, _equal_options, "a hard negative equal to the caption")
 
 # %% ../nbs/04_data.ipynb #89fd9d28
 def nearest_scenes(ws, k: int = 3, chunk: int = 1024) -> np.ndarray:

@@ -546,26 +546,38 @@ def default_preprocess(model) -> Callable:
 @torch.no_grad()
 def encode_record_images(model, records, image_loader: Callable | None = None, preprocess: Callable | None = None,
                          batch_size: int = 64) -> tuple[torch.Tensor, np.ndarray]:
-    "Embeddings of the distinct images of `records` and, per record, the row of its image: ((M, D), (N,))."
+    """Embeddings of the distinct images of `records` and, per record, the row of its image: ((M, D), (N,)).
+    An image that is missing or cannot be decoded costs only its records: their row is −1 and one `DataWarning`
+    names each (record key, file, reason) — one bad JPEG never loses an evaluation."""
+    from hierbench.data import DataFormatError, DataWarning, MissingImageError
+    import warnings
     image_loader = image_loader or default_image_loader
     keys = [_image_key(r) for r in records]
     first = {}
     for i, k in enumerate(keys): first.setdefault(k, i)
-    uniq = list(first)
+    uniq, good, failed = list(first), [], []
     def batches():
         prep = preprocess
         for i in range(0, len(uniq), batch_size):
             ims = []
             for k in uniq[i:i + batch_size]:
-                im = image_loader(records[first[k]])
+                try: im = image_loader(records[first[k]])
+                except (MissingImageError, DataFormatError, OSError) as err:
+                    failed.append(f"{record_field(records[first[k]], 'key', default='?')}: {err}"); continue
                 if not isinstance(im, torch.Tensor):
                     prep = prep or default_preprocess(model)
                     im = prep(im)
-                ims.append(im)
-            yield torch.stack(ims)
-    embs = encode_images(model, batches())
-    row = {k: j for j, k in enumerate(uniq)}
-    return embs, np.array([row[k] for k in keys])
+                ims.append(im); good.append(k)
+            if ims: yield torch.stack(ims)
+    try: embs = encode_images(model, batches())
+    except ValueError:   # every image failed
+        if not failed: raise
+        embs = torch.zeros(0, 1)
+    if failed:
+        warnings.warn(f"{len(failed)} of {len(uniq)} images could not be read; their items are set aside: "
+                      + "; ".join(failed[:5]) + (" …" if len(failed) > 5 else ""), DataWarning, stacklevel=2)
+    row = {k: j for j, k in enumerate(good)}
+    return embs, np.array([row.get(k, -1) for k in keys])
 
 @torch.no_grad()
 def option_scores(model, img_emb: torch.Tensor, options: Sequence[Sequence[str]], batch_size: int = 256) -> list[np.ndarray]:
@@ -594,9 +606,15 @@ def score_choice_items(model, items, image_loader: Callable | None = None, prepr
     correct = [int(record_field(r, "correct", "label", "answer")) for r in items]
     subsets = [str(record_field(r, "subset", "category", "type", default="all")) for r in items]
     embs, rows = encode_record_images(model, items, image_loader, preprocess, batch_size)
-    scores = option_scores(model, embs[torch.as_tensor(rows, device=embs.device)], options, batch_size=4 * batch_size)
     ids = [str(record_field(r, "key", "id", default="") or i) for i, r in enumerate(items)]
+    keep = np.flatnonzero(rows >= 0)   # items whose image could be read
+    if len(keep) == 0: raise ValueError(f"no image of the {len(items)} items could be read (see the warning)")
+    if len(keep) < len(items):
+        options, correct, subsets, ids = ([x[k] for k in keep] for x in (options, correct, subsets, ids))
+        rows = rows[keep]
+    scores = option_scores(model, embs[torch.as_tensor(rows, device=embs.device)], options, batch_size=4 * batch_size)
     return pd.DataFrame(dict(id=ids, subset=subsets, n_options=[len(o) for o in options], correct=correct,
+                             bow_ok=bow_ceiling(options, correct),
                              scores=[s.round(6).tolist() for s in scores], ok=score_choices(scores, correct),
                              rank=[int((np.delete(s, c) >= s[c]).sum()) for s, c in zip(scores, correct)]))
 
@@ -610,7 +628,9 @@ def evaluate_choice_benchmark(model, items, image_loader: Callable | None = None
     subsets left out of every aggregate (ARO: symmetric relations, attribute pairs with < 25 cases).
     `per_item`: a list that receives the per-item table (`score_choice_items`, with `benchmark` = `prefix`)."""
     df = score_choice_items(model, items, image_loader, preprocess, batch_size)
-    if per_item is not None: per_item.append(df.assign(benchmark=prefix))
+    if per_item is not None: per_item.append(df.drop(columns="bow_ok").assign(benchmark=prefix))
+    if len(df) < len(items): out_extra = {f"{prefix}_set_aside": float(len(items) - len(df))}
+    else: out_extra = {}
     sub, ok, rank, n_opt = df.subset.to_numpy(object), df.ok.to_numpy(), df["rank"].to_numpy(), df.n_options.to_numpy()
     counts = df.subset.value_counts(sort=False).to_dict()
     kept = [s for s, n in counts.items() if n >= min_subset_size and s not in set(exclude_subsets)]
@@ -620,8 +640,7 @@ def evaluate_choice_benchmark(model, items, image_loader: Callable | None = None
     for s in kept: out[chance_key(f"{prefix}/{s}")] = float(np.mean(1 / n_opt[sub == s]))
     out[chance_key(f"{prefix}/micro")] = float(np.mean(1 / n_opt[keep]))
     out[chance_key(f"{prefix}/macro")] = float(np.mean([out[chance_key(f"{prefix}/{s}")] for s in kept]))
-    bow = bow_ceiling([list(record_field(r, "options", "caption_options")) for r in items],
-                      [int(record_field(r, "correct", "label", "answer")) for r in items])
+    bow = df.bow_ok.to_numpy()
     for s in kept: out[bow_key(f"{prefix}/{s}")] = float(bow[sub == s].mean())
     out[bow_key(f"{prefix}/micro")] = float(bow[keep].mean())
     out[bow_key(f"{prefix}/macro")] = float(np.mean([out[bow_key(f"{prefix}/{s}")] for s in kept]))
@@ -638,7 +657,7 @@ def evaluate_choice_benchmark(model, items, image_loader: Callable | None = None
             out[f"{prefix}_R@{k}_chance/{s}"] = float(np.mean(np.minimum(1.0, k / n_opt[m])))
         out[f"{prefix}_R@{k}/micro"] = float((rank[keep] < k).mean())
         out[f"{prefix}_R@{k}_chance/micro"] = float(np.mean(np.minimum(1.0, k / n_opt[keep])))
-    return out
+    return {**out, **out_extra}
 
 # %% ../nbs/10_evaluate.ipynb #3311f55e
 _WHATSUP_AXES = {"left": "left-right", "right": "left-right", "on": "on-under", "under": "on-under",
@@ -696,19 +715,25 @@ def evaluate_sugarcrepe_pp(model, items, image_loader: Callable | None = None, p
         with_images = False
     if with_images:
         embs, rows = encode_record_images(model, items, image_loader, preprocess, batch_size)
-        img = embs[torch.as_tensor(rows, device=embs.device)]
+        seen = np.flatnonzero(rows >= 0)   # ITT on the items whose image could be read; TOT needs none
+        img = embs[torch.as_tensor(rows[seen], device=embs.device)] if len(seen) else None
     rs = lambda a, b: model.head.rowwise_sim(a, b.to(a.device))
     tot = tot_correct(rs(e1, e2), rs(e1, en), rs(e2, en))
     out = {}
-    results = {"tot_acc": tot}
-    if img is not None: results["itt_acc"] = itt_correct(rs(img, e1), rs(img, e2), rs(img, en))
+    every = np.arange(len(items))
+    results = {"tot_acc": (every, tot)}
+    if img is not None:
+        t = torch.as_tensor(seen, device=e1.device)
+        results["itt_acc"] = (seen, itt_correct(rs(img, e1[t]), rs(img, e2[t]), rs(img, en[t])))
+        if len(seen) < len(items): out["scpp_itt_set_aside"] = float(len(items) - len(seen))
+    ids = [str(record_field(r, "key", "id", default="") or i) for i, r in enumerate(items)]
     if per_item is not None:
-        ids = [str(record_field(r, "key", "id", default="") or i) for i, r in enumerate(items)]
-        for name, ok in results.items():   # one table per protocol: scpp_tot, scpp_itt
-            per_item.append(pd.DataFrame(dict(benchmark=f"scpp_{name.removesuffix('_acc')}", id=ids, subset=subsets, ok=ok)))
-    for name, ok in results.items():
+        for name, (idx, ok) in results.items():   # one table per protocol: scpp_tot, scpp_itt
+            per_item.append(pd.DataFrame(dict(benchmark=f"scpp_{name.removesuffix('_acc')}", id=[ids[k] for k in idx],
+                                              subset=[subsets[k] for k in idx], ok=ok)))
+    for name, (idx, ok) in results.items():
         by_sub = defaultdict(list)
-        for s, c in zip(subsets, ok): by_sub[s].append(c)
+        for s, c in zip((subsets[k] for k in idx), ok): by_sub[s].append(c)
         agg = aggregate_accuracy(by_sub, name)
         out.update(agg)
         out.update({chance_key(k): CHANCE_ITT_TOT for k in agg})

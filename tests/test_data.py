@@ -38,9 +38,11 @@ def test_real_sugarcrepe():
 
 @needs_shared
 def test_real_sugarcrepe_pp():
-    pp = load_sugarcrepe_pp(DATA / "sugarcrepe_pp", image_root="/imgs")
-    assert {k: len(v) for k, v in pp.items()} == {k: SC_COUNTS[k] for k in D.SUGARCREPE_PP_SUBSETS}
-    assert sum(map(len, pp.values())) == 4757
+    # swap_obj records 2 and 8 have a negative equal to a positive: set aside, named in a DataWarning
+    with pytest.warns(D.DataWarning, match=r"swap_obj.json: 2 record\(s\) set aside .*\['2', '8'\]"):
+        pp = load_sugarcrepe_pp(DATA / "sugarcrepe_pp", image_root="/imgs")
+    assert {k: len(v) for k, v in pp.items()} == {k: SC_COUNTS[k] - 2 * (k == "swap_obj") for k in D.SUGARCREPE_PP_SUBSETS}
+    assert sum(map(len, pp.values())) == 4755
     it = pp["swap_obj"][0]
     assert (it.key, it.caption2, it.image_path.name) == (
         "0", "The cat swats at the plant while sitting on its hind legs.", "000000222235.jpg")
@@ -156,13 +158,17 @@ def test_aro_crop_and_attribution(tmp_path):
     with pytest.raises(DataFormatError, match="no area"): outside[0].image()
 
 def test_negclip_tsv(tmp_path):
-    df = pd.DataFrame(dict(title=["a dog on a sofa", "a cat on a bed"], filepath=["train2014/1.jpg", "/abs/2.jpg"],
+    df = pd.DataFrame(dict(title=["a dog on a sofa", " a cat on a bed "], filepath=["train2014/1.jpg", str(tmp_path / "abs" / "2.jpg")],
                            neg_caption=[str(["a sofa on a dog", "a dog under a sofa"]), str(["a bed on a cat"])],
                            neg_image=["[1]", "[0]"]))
     df.to_csv(tmp_path / "n.tsv", sep="\t")             # with the unnamed index column the real file has
     rows = load_negclip_tsv(tmp_path / "n.tsv", image_root=tmp_path)
     assert rows[0].neg_captions == ("a sofa on a dog", "a dog under a sofa") and rows[0].neg_images == (1,)
-    assert rows[0].image_path == tmp_path / "train2014" / "1.jpg" and rows[1].image_path == Path("/abs/2.jpg")
+    assert rows[0].image_path == tmp_path / "train2014" / "1.jpg" and rows[1].image_path == tmp_path / "abs" / "2.jpg"
+    assert rows[1].caption == "a cat on a bed"                      # outer spaces stripped (upstream rows carry them)
+    df3 = df.copy(); df3.loc[1, "filepath"] = "/abs/2.jpg"; df3.to_csv(tmp_path / "o.tsv", sep="\t")
+    with pytest.raises(DataFormatError, match="record 'row 1', field 'filepath': image path '/abs/2.jpg' leaves the image root"):
+        load_negclip_tsv(tmp_path / "o.tsv", image_root=tmp_path)
     for bad, msg in [("__import__('os').system('echo pwned')", "not a Python list literal"), ("[3]", "expected row ids in"),
                      ("{'a': 1}", "expected a list")]:
         df2 = df.copy(); df2.loc[1, "neg_image"] = bad; df2.to_csv(tmp_path / "b.tsv", sep="\t")

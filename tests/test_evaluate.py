@@ -526,7 +526,9 @@ def test_choice_benchmark_missing_image_is_named():
     if not ann.is_dir(): pytest.skip("shared/data/sugarcrepe not present")
     from hierbench.data import load_sugarcrepe
     items = load_sugarcrepe(ann, image_root="/nonexistent/coco")["swap_obj"][:3]
-    with pytest.raises(FileNotFoundError, match="nonexistent"):
+    from hierbench.data import DataWarning
+    with pytest.warns(DataWarning, match="3 of 3 images could not be read.*nonexistent"), \
+         pytest.raises(ValueError, match="no image of the 3 items could be read"):
         ev.evaluate_choice_benchmark(ev.WordHashModel(dim=8), items, preprocess=lambda im: torch.zeros(3, 8, 8))
 
 

@@ -1,0 +1,148 @@
+"""Inputs that cannot hurt (issue #13): malformed annotation files, paths, values and images are refused with the file,
+record and field named, or set aside with a warning that names them — never silently accepted, never a lost evaluation."""
+import json, os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from PIL import Image
+
+from hierbench import data as D
+from hierbench import evaluate as E
+from hierbench.data import DataFormatError, DataWarning
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def _sc(folder: Path, records, name="swap_obj") -> Path:
+    folder.mkdir(exist_ok=True)
+    (folder / f"{name}.json").write_text(records if isinstance(records, str) else json.dumps(records))
+    return folder
+
+
+def rec(caption="a dog on a sofa", negative="a sofa on a dog", filename="000000000139.jpg"):
+    return {"filename": filename, "caption": caption, "negative_caption": negative}
+
+
+@pytest.mark.parametrize("loader,name", [(D.load_sugarcrepe, "swap_obj"), (D.load_sugarcrepe_pp, "swap_obj")])
+def test_deeply_nested_json_is_a_format_error(tmp_path, loader, name):
+    _sc(tmp_path, "[" * 1200 + "]" * 1200, name)
+    with pytest.raises(DataFormatError, match="swap_obj.json.*nested too deeply"):
+        loader(tmp_path, "/imgs", subsets=[name])
+
+
+def test_deeply_nested_valse(tmp_path):
+    (tmp_path / "existence.json").write_text("[" * 1200 + "]" * 1200)
+    with pytest.raises(DataFormatError, match="existence.json.*nested too deeply"): D.load_valse_file(tmp_path / "existence.json", "/imgs")
+
+
+def test_duplicate_json_key_loses_nothing(tmp_path):
+    _sc(tmp_path, '{"0": %s, "0": %s}' % (json.dumps(rec()), json.dumps(rec("a cat", "a hat"))))
+    with pytest.raises(DataFormatError, match="record '0'.*duplicate JSON key"): D.load_sugarcrepe(tmp_path, "/imgs", ["swap_obj"])
+
+
+@pytest.mark.parametrize("neg", ["a dog on a sofa", "A  dog on a sofa.", " a DOG on a sofa "])
+def test_sugarcrepe_negative_equal_to_positive_is_set_aside(tmp_path, neg):
+    _sc(tmp_path, {"0": rec(), "1": rec(negative=neg)})
+    with pytest.warns(DataWarning, match=r"1 record\(s\) set aside .*\['1'\]"):
+        items = D.load_sugarcrepe(tmp_path, "/imgs", ["swap_obj"])["swap_obj"]
+    assert [it.key for it in items] == ["0"]
+
+
+def test_sugarcrepe_pp_negative_equal_to_either_positive_and_duplicate_ids(tmp_path):
+    r = lambda i, n: {"id": i, "filename": "x.jpg", "caption": "a cat on a mat", "caption2": "on a mat sits a cat", "negative_caption": n}
+    _sc(tmp_path, [r(0, "a mat on a cat"), r(1, "On a mat sits a cat")])
+    with pytest.warns(DataWarning, match=r"\['1'\]"): D.load_sugarcrepe_pp(tmp_path, "/imgs", ["swap_obj"])
+    _sc(tmp_path, [r(0, "a mat on a cat"), r(0, "a hat on a cat")])
+    with pytest.raises(DataFormatError, match="duplicate id '0'"): D.load_sugarcrepe_pp(tmp_path, "/imgs", ["swap_obj"])
+    _sc(tmp_path, [r({"a": 1}, "a mat on a cat")])
+    with pytest.raises(DataFormatError, match="field 'id': expected a string or integer id, got dict"):
+        D.load_sugarcrepe_pp(tmp_path, "/imgs", ["swap_obj"])
+
+
+@pytest.mark.parametrize("caption", ["\u200b\u200b\u200b", "\x00\x01", "   ", "\u2028\t"])
+def test_captions_empty_in_effect(tmp_path, caption):
+    _sc(tmp_path, {"0": rec(caption=caption)})
+    with pytest.raises(DataFormatError, match="record '0', field 'caption': empty in effect"):
+        D.load_sugarcrepe(tmp_path, "/imgs", ["swap_obj"])
+
+
+def test_huge_caption_and_csv_cell(tmp_path):
+    _sc(tmp_path, {"0": rec(caption="a" * 20_000_000)})
+    with pytest.raises(DataFormatError, match="20,000,000 characters"): D.load_sugarcrepe(tmp_path, "/imgs", ["swap_obj"])
+    pd.DataFrame(dict(id=[0], captions=["a => b => c => " + "d" * 30_000_000], image_url=["x/COCO_val2014_000000000001.jpg"])).to_csv(tmp_path / "h.csv", index=False)
+    with pytest.raises(DataFormatError, match="h.csv.*characters"): D.load_hierarcaps(tmp_path / "h.csv", "/imgs")
+
+
+def test_empty_benchmarks(tmp_path):
+    _sc(tmp_path, {})
+    with pytest.raises(DataFormatError, match="no records"): D.load_sugarcrepe(tmp_path, "/imgs", ["swap_obj"])
+    (tmp_path / "h.csv").write_text("id,captions,image_url\n")
+    with pytest.raises(DataFormatError, match="no records"): D.load_hierarcaps(tmp_path / "h.csv", "/imgs")
+
+
+def test_hierarcaps_duplicate_ids(tmp_path):
+    row = "0,a => b => c => d,http://x/val2014/COCO_val2014_000000000001.jpg\n"
+    (tmp_path / "h.csv").write_text("id,captions,image_url\n" + row + row)
+    with pytest.raises(DataFormatError, match="duplicate id '0'"): D.load_hierarcaps(tmp_path / "h.csv", "/imgs")
+
+
+@pytest.mark.parametrize("bad", ["../../../../etc/passwd", "/etc/shadow", "a\x00b.jpg", "../imgs2/good.jpg"])
+def test_paths_that_leave_the_image_root(tmp_path, bad):
+    _sc(tmp_path / "ann", {"0": rec(filename=bad)})
+    with pytest.raises(DataFormatError, match="record '0', field 'filename'.*(leaves the image root|NUL byte)"):
+        D.load_sugarcrepe(tmp_path / "ann", tmp_path / "imgs", ["swap_obj"])
+
+
+def test_valse_votes_out_of_range_and_foil_equal_to_caption(tmp_path):
+    base = dict(dataset="coco", image_file="1.jpg", caption="two dogs", foil="three dogs", relation_name="x")
+    (tmp_path / "counting.json").write_text(json.dumps({"0": {**base, "mturk": {"caption": -7}}}))
+    with pytest.raises(DataFormatError, match="mturk.caption.*0-3 annotator votes, got -7"):
+        D.load_valse_file(tmp_path / "counting.json", "/imgs")
+    (tmp_path / "counting.json").write_text(json.dumps({"0": {**base, "mturk": {"caption": 3}},
+                                                         "1": {**base, "foil": "Two dogs.", "mturk": {"caption": 3}}}))
+    with pytest.warns(DataWarning, match=r"foil equal to the caption .*\['1'\]"):
+        assert len(D.load_valse_file(tmp_path / "counting.json", "/imgs")) == 1
+
+
+def test_whatsup_identical_options(tmp_path):
+    (tmp_path / "coco_qa_one_obj.json").write_text(json.dumps([[139, "same", "same"], [140, "a dog left of a cat", "a dog right of a cat"]]))
+    with pytest.warns(DataWarning, match="wrong caption equal"):
+        assert len(D.load_whatsup_spatial(tmp_path / "coco_qa_one_obj.json", "/imgs")) == 1
+
+
+def test_nan_box_is_refused(tmp_path):
+    Image.new("RGB", (20, 20)).save(tmp_path / "a.jpg")
+    with pytest.raises(DataFormatError, match="box .* is not finite"): D.load_image(tmp_path / "a.jpg", box=(float("nan"), 0, 10, 10))
+
+
+def test_folder_symlink_loop_and_bom(tmp_path):
+    (tmp_path / "swap_obj.json").mkdir()
+    with pytest.raises(IsADirectoryError, match="is a folder, not a file"): D.load_sugarcrepe(tmp_path, "/imgs", ["swap_obj"])
+    loop = tmp_path / "loop"; loop.mkdir()
+    os.symlink(loop / "swap_obj.json", loop / "swap_obj.json")
+    with pytest.raises(DataFormatError, match="symlink loop"): D.load_sugarcrepe(loop, "/imgs", ["swap_obj"])
+    bom = tmp_path / "bom"; bom.mkdir()
+    (bom / "swap_obj.json").write_bytes(b"\xef\xbb\xbf" + json.dumps({"0": rec()}).encode())
+    assert len(D.load_sugarcrepe(bom, "/imgs", ["swap_obj"])["swap_obj"]) == 1   # a BOM is accepted, as in CSV
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")
+def test_unreadable_file(tmp_path):
+    _sc(tmp_path, {"0": rec()})
+    os.chmod(tmp_path / "swap_obj.json", 0)
+    with pytest.raises(PermissionError, match="not readable"): D.load_sugarcrepe(tmp_path, "/imgs", ["swap_obj"])
+
+
+@pytest.mark.skipif(not (SHARED / "hierarcaps" / "test_imgs").is_dir(), reason="../shared/data not present")
+def test_one_truncated_jpeg_costs_only_its_item(tmp_path):
+    imgs = sorted((SHARED / "hierarcaps" / "test_imgs").glob("*.jpg"))[:14]
+    for p in imgs: (tmp_path / p.name).write_bytes(p.read_bytes())
+    (tmp_path / imgs[3].name).write_bytes(imgs[3].read_bytes()[:2000])        # truncated
+    (tmp_path / imgs[5].name).unlink()                                          # missing
+    items = [D.ChoiceItem(tmp_path / p.name, (f"photo {i}", f"drawing {i}"), 0, None, "s", str(i)) for i, p in enumerate(imgs)]
+    with pytest.warns(DataWarning, match="2 of 14 images could not be read"):
+        res = E.evaluate_choice_benchmark(E.WordHashModel(dim=16), items, preprocess=lambda im: torch.zeros(3, 8, 8), prefix="t")
+    assert res["t_set_aside"] == 2 and 0 <= res["t/micro"] <= 1
