@@ -38,11 +38,23 @@ def _as_float(*ts):
     return [t.to(dtype) for t in ts]
 
 def _curv(c, ref: torch.Tensor) -> torch.Tensor:
-    "Curvature magnitude `c` as a tensor with `ref`'s dtype and device."
+    """Curvature magnitude `c` as a tensor with `ref`'s dtype and device. A float must be finite and > 0 (else
+    ValueError); a tensor is checked without a device sync: where it is not finite and > 0, results are NaN (`_poison`)."""
     if isinstance(c, torch.Tensor): return c.to(device=ref.device, dtype=ref.dtype)
     cf = float(c)
     if not (math.isfinite(cf) and cf > 0): raise ValueError(f"curvature c must be a finite number > 0, got {c!r}")
     return torch.tensor(cf, dtype=ref.dtype, device=ref.device)
+
+def _poison(out: torch.Tensor, c: torch.Tensor, *points: torch.Tensor) -> torch.Tensor:
+    """`out` (...) with NaN wherever a point (...,D) has a non-finite coordinate or the curvature is not finite and
+    > 0: the safe branches below (small norms, boundaries) would otherwise turn a NaN input into a plausible 0 or π/2."""
+    bad = ~(torch.isfinite(c) & (c > 0))
+    for p in points: bad = bad | ~torch.isfinite(p).all(-1)
+    return torch.where(bad, torch.full_like(out, float("nan")), out)
+
+def _nan_rows(x: torch.Tensor) -> torch.Tensor:
+    "Points (...,D) with every coordinate NaN where any is not finite (O(B·D), before a pairwise matmul spreads it)."
+    return torch.where(torch.isfinite(x).all(-1, keepdim=True), x, torch.full_like(x, float("nan")))
 
 def _is_pos(r: torch.Tensor) -> torch.Tensor:
     # "Not the origin" for norms: r > sqrt(smallest normal float). Below that, 1/r² (which gradients of 1/r need)
@@ -94,7 +106,7 @@ def exp_map0(v, c) -> torch.Tensor:
     r_ = torch.where(small, one, r)
     # clamp: MERU's overflow guard (see EXP_MAP_MAX_R)
     factor = torch.where(small, one, torch.sinh(r_.clamp(max=EXP_MAP_MAX_R)) / r_)
-    return factor.unsqueeze(-1) * v
+    return _poison(factor, c, v).unsqueeze(-1) * v
 
 @_full_precision
 def log_map0(x, c) -> torch.Tensor:
@@ -104,13 +116,13 @@ def log_map0(x, c) -> torch.Tensor:
     small, one = _is_small(s), torch.ones_like(s)
     s_ = torch.where(small, one, s)
     factor = torch.where(small, one, torch.asinh(s_) / s_)  # acosh(sqrt(1 + s²)) = asinh(s), without cancellation
-    return factor.unsqueeze(-1) * x
+    return _poison(factor, c, x).unsqueeze(-1) * x
 
 @_full_precision
 def dist0(x, c) -> torch.Tensor:
     "Distance to the origin $\\operatorname{asinh}(\\sqrt c\\lVert x\\rVert)/\\sqrt c$: points (...,D) -> (...)."
     (x,) = _as_float(x); c = _curv(c, x)
-    return torch.asinh(torch.sqrt(c) * _norm(x)) / torch.sqrt(c)
+    return _poison(torch.asinh(torch.sqrt(c) * _norm(x)) / torch.sqrt(c), c, x)
 
 # %% ../nbs/00_geometry.ipynb #9d927c33
 def _dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -161,7 +173,7 @@ def dist(x, y, c) -> torch.Tensor:
     s = _sinh_radial_gap(r_x, r_y, dr, x_t, y_t)
     sinh_half_gap = s / torch.sqrt(2 * (1 + torch.sqrt(1 + s * s)))   # sinh(g/2) = sinh g / sqrt(2(1 + cosh g))
     z = sinh_half_gap ** 2 + c * r_x * r_y * diff_sq / 4                 # = sinh^2(sqrt(c) d / 2), a sum of squares
-    return 2 * torch.asinh(_safe_sqrt(z)) / torch.sqrt(c)
+    return _poison(2 * torch.asinh(_safe_sqrt(z)) / torch.sqrt(c), c, x, y)
 
 # %% ../nbs/00_geometry.ipynb #208f11f5
 class _AcoshFromOne(torch.autograd.Function):
@@ -191,6 +203,7 @@ def pairwise_inner(x, y, c) -> torch.Tensor:
     "All Lorentz inner products: points (...,B1,D), (...,B2,D), scalar `c` -> (...,B1,B2). One matmul."
     _check_scalar_curv(c)
     x, y = _as_float(x, y); c = _curv(c, x)
+    x, y = _nan_rows(x), _nan_rows(y)
     return _lorentz_augment(x, c, 1.0) @ _lorentz_augment(y, c, -1.0).mT
 
 @_full_precision
@@ -199,6 +212,7 @@ def pairwise_dist(x, y, c) -> torch.Tensor:
     Matmul formula: absolute error ~sqrt(2·eps·x_t·y_t) (about 5e-4 in float32); see the notes above."""
     _check_scalar_curv(c)
     x, y = _as_float(x, y); c = _curv(c, x)
+    x, y = _nan_rows(x), _nan_rows(y)                   # an infinite coordinate is not a point: NaN, as in `dist`
     a = _lorentz_augment(x, c, -1.0) * (-c)             # fold -c into the small (B1,D+1) operand, not the (B1,B2) output
     z = a @ _lorentz_augment(y, c, 1.0).mT               # = -c<x,y>_L
     if torch.is_grad_enabled() and z.requires_grad:
@@ -218,7 +232,7 @@ def half_aperture(x, c, K: float = 0.1) -> torch.Tensor:
     saturated = scaled <= 2 * K64            # arcsin argument >= 1 (apex at or near O): no division needed there
     arg = torch.where(saturated, one, 2 * K64 / torch.where(saturated, one, scaled))
     # clamp: arg > 0 always, so only the upper bound matters; it is the saturation of the cone at small norms
-    return torch.asin(arg.clamp(max=1 - HALF_APERTURE_EPS)).to(x.dtype)
+    return _poison(torch.asin(arg.clamp(max=1 - HALF_APERTURE_EPS)), c64, x.double()).to(x.dtype)
 
 # %% ../nbs/00_geometry.ipynb #c3f75040
 @_full_precision
@@ -238,7 +252,7 @@ def exterior_angle(parent, child, c) -> torch.Tensor:
     same = ~_is_pos(scale)
     scale = torch.where(same, torch.ones_like(scale), scale)
     phi = torch.atan2(num / scale, torch.where(same, torch.ones_like(den), den / scale))
-    return torch.where(_is_pos(r_x), phi, torch.full_like(phi, math.pi / 2))
+    return _poison(torch.where(_is_pos(r_x), phi, torch.full_like(phi, math.pi / 2)), c, x, y)
 
 # %% ../nbs/00_geometry.ipynb #da61f697
 @_full_precision

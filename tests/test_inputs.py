@@ -146,3 +146,27 @@ def test_one_truncated_jpeg_costs_only_its_item(tmp_path):
     with pytest.warns(DataWarning, match="2 of 14 images could not be read"):
         res = E.evaluate_choice_benchmark(E.WordHashModel(dim=16), items, preprocess=lambda im: torch.zeros(3, 8, 8), prefix="t")
     assert res["t_set_aside"] == 2 and 0 <= res["t/micro"] <= 1
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_geometry_lets_non_finite_points_through_as_nan(bad):
+    from hierbench import geometry as G
+    torch.manual_seed(0)
+    x = G.exp_map0(torch.randn(4, 5, dtype=torch.float64) * 0.5, 1.0)
+    y = x.flip(0).clone(); x_bad = x.clone(); x_bad[1, 2] = bad
+    for name, out in [("dist", G.dist(x_bad, y, 1.0)), ("dist0", G.dist0(x_bad, 1.0)),
+                      ("exterior_angle parent", G.exterior_angle(x_bad, y, 1.0)), ("exterior_angle child", G.exterior_angle(y, x_bad, 1.0)),
+                      ("half_aperture", G.half_aperture(x_bad, 1.0)), ("log_map0", G.log_map0(x_bad, 1.0)[:, 0]),
+                      ("exp_map0", G.exp_map0(x_bad, 1.0)[:, 0]), ("pairwise_dist", G.pairwise_dist(x_bad, y, 1.0)[:, 0])]:
+        assert torch.isnan(out[1]), name
+        assert torch.isfinite(out[[0, 2, 3]]).all(), name
+
+
+@pytest.mark.parametrize("c", [0.0, -1.0, float("nan"), float("inf")])
+def test_geometry_tensor_curvature_out_of_range_gives_nan(c):
+    from hierbench import geometry as G
+    x = G.exp_map0(torch.randn(3, 4) * 0.5, 1.0)
+    for out in (G.dist(x, x.flip(0), torch.tensor(c)), G.exterior_angle(x, x.flip(0), torch.tensor(c)),
+                G.dist0(x, torch.tensor(c)), G.pairwise_dist(x, x, torch.tensor(c))):
+        assert torch.isnan(out).all()
+    with pytest.raises(ValueError, match="finite number > 0"): G.dist(x, x, c)
