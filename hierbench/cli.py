@@ -108,7 +108,9 @@ def _cmd_train(args):
     res = train_recipe(args.recipe, args.out, preset=args.model or args.preset, steps=args.steps, seed=args.seed,
                        init_checkpoint=args.init, data=args.data, image_root=args.image_root, negatives=args.negatives,
                        paraphrases=args.paraphrases, decoder_path=args.decoder, decoder_steps=args.decoder_steps, n_train=args.n_train,
-                       batch_size=args.batch_size, resume=args.resume, callbacks=callbacks, log=print, **overrides)
+                       batch_size=args.batch_size, resume=args.resume, callbacks=callbacks, log=print,
+                       allow_changes=tuple(a.strip() for a in args.allow_change.split(",")) if args.allow_change else (),
+                       **overrides)
     print(f"trained {args.recipe} for {res.step} steps → {res.weights_path or res.checkpoint}")
 
 def _cmd_negatives(args):
@@ -263,6 +265,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--eval-image-root", default=None, help="image folder of the benchmarks")
     d.add_argument("--eval-limit", type=int, default=None, help="items per benchmark subset")
     d.add_argument("--resume", action="store_true", help="continue from the run dir's latest checkpoint")
+    d.add_argument("--allow-change", default=None, help="with --resume: optimiser fields that may differ from the saved run "
+                                                      "(e.g. lr,grad_clip after a NaN); recorded in config.json's history")
     d.set_defaults(func=_cmd_train)
 
     d = sub.add_parser("negatives", help="write hard negatives of real captions once (DeGLA's rules or NegCLIP's swaps)")

@@ -6,7 +6,7 @@ Docs: https://hierbench.github.io/hierbench/compare.html.md"""
 
 # %% ../nbs/11_compare.ipynb #76c9f525
 from __future__ import annotations
-import dataclasses, html, json, math, os, resource, time
+import dataclasses, html, json, math, os, resource, time, warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 import numpy as np, pandas as pd
@@ -284,7 +284,10 @@ def read_decoder(out: Path, preset: ComparePreset, quiet: bool = True):
     "READ's frozen decoder for this compare run: loaded from `out/decoder` or pre-trained on the world's captions once."
     from hierbench.decoder import CaptionDecoder, pretrain_decoder
     path = Path(out) / "decoder.safetensors"
-    if path.exists(): return CaptionDecoder.load(path).freeze()
+    if path.exists():
+        try: return CaptionDecoder.load(path).freeze()
+        except ValueError as err:   # half-written or damaged: pre-train again rather than fail every later compare
+            warnings.warn(f"{path}: unreadable ({err}); pre-training READ's decoder again")
     from hierbench.data import WorldDataset
     from hierbench.sources import world_captions  # the same corpus `train_recipe` pretrains its own decoder on
     decoder, losses = pretrain_decoder(world_captions(WorldDataset("train", n=min(preset.n_train, 2000))),
@@ -520,10 +523,26 @@ def _run_task(preset: ComparePreset, seed: int, name: str, out: str, quiet: bool
           f"  tot {g('tot_acc'):.3f}  pep_auc {g('pep_auc'):.3f}  ({time.perf_counter() - t0:.0f} s)", flush=True)
     return row
 
+def _die_with_parent():
+    "Worker initializer (Linux): the kernel kills this worker when the compare process dies, even by SIGKILL."
+    try:
+        import ctypes, signal
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
+    except (OSError, AttributeError): pass   # not Linux: workers end when their pipe closes
+
 def run_compare(preset: str | ComparePreset = "smoke", seeds: int | None = None, out: str | Path = "runs/compare",
                 recipes: list[str] | None = None, quiet: bool = True, jobs: int | None = None, log=print) -> dict:
     """Train and evaluate `recipes` (default: the preset's) over `seeds` seeds (default: the preset's) in `jobs`
-    processes; write results.json, claims.json, report.html into `out`."""
+    processes; write results.json, claims.json, report.html into `out`. `out` is locked for the run (a second
+    compare into it is told who holds it) and temporary files of killed runs are swept first."""
+    from hierbench.config import FolderLock, sweep_temporary_files
+    Path(out).mkdir(parents=True, exist_ok=True)
+    with FolderLock(out):
+        swept = sweep_temporary_files(out)
+        if swept: log(f"compare: removed {swept} temporary file(s) left by an interrupted run")
+        return _run_compare(preset, seeds, out, recipes, quiet, jobs, log)
+
+def _run_compare(preset, seeds, out, recipes, quiet, jobs, log) -> dict:
     import torch
     preset = PRESETS[preset] if isinstance(preset, str) else preset
     seeds = preset.seeds if seeds is None else seeds
@@ -553,7 +572,7 @@ def run_compare(preset: str | ComparePreset = "smoke", seeds: int | None = None,
         from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
         pending, running = list(tasks), {}
         # spawn: a fresh interpreter per worker (forking a process that holds torch's thread pools can hang)
-        with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as ex:
+        with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn"), initializer=_die_with_parent) as ex:
             while pending or running:
                 for t in [t for t in pending if ready(t)][: jobs - len(running)]:
                     pending.remove(t)

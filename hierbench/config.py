@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 # %% auto #0
-__all__ = ['ENV_PREFIX', 'Settings', 'find_settings_file', 'load_settings', 'atomic_write', 'atomic_write_text']
+__all__ = ['ENV_PREFIX', 'Settings', 'find_settings_file', 'load_settings', 'atomic_write', 'atomic_write_text',
+           'sweep_temporary_files', 'FolderLock']
 
 # %% ../nbs/01_config.ipynb #00ec37bf
 ENV_PREFIX = "HIERBENCH_"
@@ -101,3 +102,34 @@ def atomic_write(path: str | Path, write_fn: Callable[[Path], Any]) -> Path:
 def atomic_write_text(path: str | Path, text: str) -> Path:
     "`atomic_write` for a text file."
     return atomic_write(path, lambda p: p.write_text(text))
+
+def sweep_temporary_files(folder: str | Path) -> int:
+    """Delete the temporary files `atomic_write` leaves behind when a process is killed mid-write (`.NAME.*.tmp`,
+    anywhere under `folder`); call it only while no other process writes there. Returns how many were removed."""
+    folder, n = Path(folder), 0
+    if not folder.is_dir(): return 0
+    for p in folder.rglob(".*.tmp"):
+        if p.is_file() and not p.is_symlink():
+            p.unlink(missing_ok=True); n += 1
+    return n
+
+class FolderLock:
+    """An exclusive lock on an output folder (`fcntl.flock` on FOLDER/.lock, which records who holds it). The OS
+    releases it when the holder exits or is killed, so a stale lock cannot block a later run."""
+    def __init__(self, folder: str | Path): self.path, self.fd = Path(folder) / ".lock", None
+    def __enter__(self):
+        import fcntl, platform
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 200).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise RuntimeError(f"{self.path.parent} is in use by {holder}: wait for it to finish or choose another "
+                               "output folder") from None
+        os.ftruncate(fd, 0); os.write(fd, f"PID {os.getpid()} on {platform.node()}".encode())
+        self.fd = fd
+        return self
+    def __exit__(self, *exc):
+        import fcntl
+        fcntl.flock(self.fd, fcntl.LOCK_UN); os.close(self.fd); self.fd = None

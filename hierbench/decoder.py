@@ -177,14 +177,16 @@ class CaptionDecoder(nn.Module):
         return self.eval()
 
     def save(self, path: str | Path) -> Path:
-        "Weights to `path` (`.safetensors`) and config + vocabulary to `path` with suffix `.json` (atomic writes)."
+        """Weights to `path` (`.safetensors`, config + vocabulary in its metadata: one file is the whole decoder) and
+        the same config to `path` with suffix `.json` for reading. The weights are written last, atomically: a kill
+        at any moment leaves either the previous decoder or none, never weights without their config."""
         path = Path(path)
         if path.suffix != ".safetensors": raise ValueError(f"use a '.safetensors' path, got {path}")
         tensors = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}
+        meta = json.dumps({"type": "CaptionDecoder", "config": asdict(self.config), "vocab": self.tokenizer.vocab})
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, lambda tmp: save_file(tensors, str(tmp)))
-        atomic_write_text(path.with_suffix(".json"), json.dumps(
-            {"type": "CaptionDecoder", "config": asdict(self.config), "vocab": self.tokenizer.vocab}))
+        atomic_write_text(path.with_suffix(".json"), meta)
+        atomic_write(path, lambda tmp: save_file(tensors, str(tmp), metadata={"hierbench_decoder": meta}))
         return path
 
     @classmethod
@@ -192,7 +194,11 @@ class CaptionDecoder(nn.Module):
         "A decoder saved by `save` (weights loaded strictly)."
         path = Path(path); side = path.with_suffix(".json")
         if not path.is_file(): raise FileNotFoundError(f"decoder weights {path} not found")
-        try: meta = json.loads(side.read_text())
+        from safetensors import safe_open
+        try:
+            with safe_open(str(path), framework="pt") as f: embedded = (f.metadata() or {}).get("hierbench_decoder")
+        except Exception as e: raise ValueError(f"{path}: not a readable safetensors file ({e})") from e
+        try: meta = json.loads(embedded) if embedded else json.loads(side.read_text())
         except (OSError, json.JSONDecodeError) as e: raise ValueError(f"{side}: cannot read decoder config ({e})") from e
         if meta.get("type") != "CaptionDecoder": raise ValueError(f"{side}: not a CaptionDecoder config")
         dec = cls(DecoderConfig(**meta["config"]), WordTokenizer(meta["vocab"]))
@@ -285,8 +291,12 @@ class ReconstructionHead(nn.Module):
 def load_or_pretrain_decoder(path: str | Path, captions: Sequence[str], **pretrain_kwargs) -> CaptionDecoder:
     "The frozen decoder saved at `path` (`.safetensors`), or one pretrained on `captions` and saved there."
     path = Path(path)
+    dec = None
     if path.is_file():
-        dec = CaptionDecoder.load(path).freeze()
+        try: dec = CaptionDecoder.load(path).freeze()
+        except ValueError as err:   # a damaged or half-written cache is rebuilt, not a dead end
+            warnings.warn(f"{path}: unreadable cached decoder ({err}); pretraining a new one")
+    if dec is not None:
         missing = sorted({w for c in captions for w in split_words(c)} - set(dec.tokenizer.index))
         if missing: warnings.warn(f"{path}: cached decoder vocabulary lacks {len(missing)} word(s) of the captions "
                                   f"(e.g. {missing[:5]}); delete the file to pretrain again")

@@ -62,7 +62,7 @@ def train_recipe(recipe, run_dir: str | Path, preset: str = "world-tiny", steps:
                  batch_size: int | None = None, decoder: nn.Module | None = None, decoder_steps: int = 1500,
                  resume: bool = False, stop_at: int | None = None, callbacks: Iterable[Callable] = (),
                  cache_dir=None, validate_every: int | None = None, val_n: int = 256, stop_on_plateau: bool = False,
-                 log=None, **overrides) -> TrainResult:
+                 log=None, allow_changes=(), **overrides) -> TrainResult:
     """Train recipe `recipe` (name or `Recipe`) into `run_dir`. `overrides`: TrainConfig fields.
     `data`: 'world' (the built-in world, its defaults `recipe.world`) or a real source `coco:FILE`, `grit:FILE`,
     `wds:PATTERN` (`hierbench.real_data`; the paper's defaults `recipe.paper`, images under `image_root`, hard
@@ -115,6 +115,7 @@ def train_recipe(recipe, run_dir: str | Path, preset: str = "world-tiny", steps:
         extra.update(data=data, image_root=str(image_root) if image_root else None, n_train=len(source),
                      negatives=str(negatives) if negatives else None, paraphrases=str(paraphrases) if paraphrases else None)
     res = train(model, loss_fn, source, cfg, teacher=teacher, callbacks=callbacks, resume=resume, stop_at=stop_at,
-                collate_fn=collate_batch, modules=modules, extra_config=extra, save_final=M.save_model)
+                collate_fn=collate_batch, modules=modules, extra_config=extra, save_final=M.save_model,
+                allow_changes=allow_changes)
     res.plateau = monitor.plateau if monitor is not None else None
     return res

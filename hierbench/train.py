@@ -21,11 +21,11 @@ from torch import nn
 import safetensors.torch
 
 # %% auto #0
-__all__ = ['RESUME_FREE_FIELDS', 'NO_DECAY_NAME_KEYS', 'CHECKPOINTS_DIR', 'LATEST_FILE', 'STATE_FILE', 'TrainConfig',
-           'is_no_decay', 'param_groups', 'make_optimizer', 'lr_factor', 'make_scheduler', 'NonFiniteLossError',
-           'check_finite', 'get_rng_state', 'set_rng_state', 'checkpoint_dir', 'save_checkpoint', 'list_checkpoints',
-           'latest_checkpoint', 'load_checkpoint', 'batch_indices', 'model_scalars', 'clamp_hook', 'read_metrics',
-           'TrainResult', 'autocast_context', 'train', 'plateau_step', 'ValidationMonitor', 'EvalEvery']
+__all__ = ['RESUME_FREE_FIELDS', 'NO_DECAY_NAME_KEYS', 'CHECKPOINTS_DIR', 'LATEST_FILE', 'STATE_FILE', 'CHANGEABLE_ON_RESUME',
+           'TrainConfig', 'is_no_decay', 'param_groups', 'make_optimizer', 'lr_factor', 'make_scheduler',
+           'NonFiniteLossError', 'check_finite', 'get_rng_state', 'set_rng_state', 'checkpoint_dir', 'save_checkpoint',
+           'list_checkpoints', 'latest_checkpoint', 'load_checkpoint', 'batch_indices', 'model_scalars', 'clamp_hook',
+           'read_metrics', 'TrainResult', 'autocast_context', 'train', 'plateau_step', 'ValidationMonitor', 'EvalEvery']
 
 # %% ../nbs/09_train.ipynb #65c0d75c
 @dataclass
@@ -126,7 +126,7 @@ class NonFiniteLossError(FloatingPointError):
     def __init__(self, step: int, term: str, value: float):
         self.step, self.term, self.value = step, term, value
         super().__init__(f"non-finite value at step {step}: loss term '{term}' = {value}. Training stopped; the last "
-                         f"checkpoint is intact. Try a lower lr, grad_clip, or inspect the batch of step {step}.")
+                         f"checkpoint is intact. Try a lower lr or grad_clip (resume with --allow-change lr,grad_clip), or inspect the batch of step {step}.")
     def __reduce__(self): return (type(self), (self.step, self.term, self.value))
 
 def _scalar(v) -> torch.Tensor:
@@ -140,7 +140,7 @@ def check_finite(step: int, loss: torch.Tensor, terms: Mapping[str, Any]) -> Non
     if len(bad): i = int(bad[0]); raise NonFiniteLossError(step, names[i], float(vals[i]))
 
 # %% ../nbs/09_train.ipynb #e4ccdf22
-from .config import atomic_write, atomic_write_text  # one atomic writer for the whole workbench
+from .config import atomic_write, atomic_write_text, sweep_temporary_files  # one atomic writer for the whole workbench
 
 # %% ../nbs/09_train.ipynb #ece01445
 def get_rng_state() -> dict:
@@ -416,22 +416,38 @@ def _forget_after(run_dir: Path, metrics_path: Path, last_step: int) -> None:
     for ck in (run_dir / CHECKPOINTS_DIR).glob("step-*"):
         if ck.is_dir() and ck.name[5:].isdigit() and int(ck.name[5:]) > last_step: shutil.rmtree(ck, ignore_errors=True)
 
-def _check_resume_config(saved: Mapping, cfg: TrainConfig, where: Path, extra: Mapping) -> None:
+# optimiser settings a resumed run may change when asked (`train(..., allow_changes=...)`, `hierbench train --resume
+# --allow-change lr`): the change is recorded in config.json's "history"; the data order and model stay as they were
+CHANGEABLE_ON_RESUME = ("lr", "weight_decay", "grad_clip", "warmup_steps", "min_lr_ratio", "steps", "betas", "eps")
+
+def _check_resume_config(saved: Mapping, cfg: TrainConfig, where: Path, extra: Mapping,
+                         allow_changes: Sequence[str] = ()) -> dict:
+    "The allowed changes {field: [saved, now]}; any other difference is an error that names it."
     now = {**asdict(cfg), **extra}
     norm = lambda v: tuple(v) if isinstance(v, list) else v   # JSON turns tuples into lists
+    bad = [k for k in allow_changes if k not in CHANGEABLE_ON_RESUME]
+    if bad: raise ValueError(f"cannot allow changes to {bad} on resume; changeable: {list(CHANGEABLE_ON_RESUME)}")
     diff = [k for k in now if k not in RESUME_FREE_FIELDS and k in saved and norm(saved[k]) != norm(now[k])]
-    if diff: raise ValueError(f"cannot resume {where}: config differs in {', '.join(f'{k} (saved {saved[k]!r}, now {now[k]!r})' for k in diff)}")
+    refused = [k for k in diff if k not in allow_changes]
+    if refused:
+        hint = [k for k in refused if k in CHANGEABLE_ON_RESUME]
+        raise ValueError(f"cannot resume {where}: config differs in "
+                         + ", ".join(f"{k} (saved {saved[k]!r}, now {now[k]!r})" for k in refused)
+                         + (f"; to resume with new optimiser settings on purpose, allow them (allow_changes={hint}, "
+                            f"or --allow-change {','.join(hint)}): the change is recorded in config.json" if hint else ""))
+    return {k: [saved[k], now[k]] for k in diff}
 
 # %% ../nbs/09_train.ipynb #9e6af762
 def train(model: nn.Module, loss_fn: Callable, data, cfg: TrainConfig, teacher=None, callbacks: Iterable[Callable] = (),
           *, resume: bool = False, stop_at: int | None = None, collate_fn: Callable | None = None,
           modules: Mapping[str, nn.Module] | None = None, extra_config: Mapping | None = None,
-          save_final: Callable[[nn.Module, Path], Any] | None = None) -> TrainResult:
+          save_final: Callable[[nn.Module, Path], Any] | None = None, allow_changes: Sequence[str] = ()) -> TrainResult:
     """Train `model` with `loss_fn(model, batch, teacher) -> (loss, terms)` on `data` (dataset or step → batch).
     `teacher`: EMA teacher with `.update(model)`, stepped after each optimizer step. `modules`: extra trainable modules
     (optimised and checkpointed with the model). `stop_at`: end (with a checkpoint) after that many steps.
     `extra_config` is saved in config.json beside the TrainConfig (e.g. recipe and preset names).
-    `save_final(model, path)` writes the final weights (default: plain safetensors of the state dict)."""
+    `save_final(model, path)` writes the final weights (default: plain safetensors of the state dict).
+    `allow_changes`: optimiser fields (`CHANGEABLE_ON_RESUME`) a resumed run may change; recorded in config.json."""
     info = init_distributed()
     device = _resolve_device(cfg, info)
     run_dir = _resolve_run_dir(cfg, info)
@@ -463,15 +479,30 @@ def train(model: nn.Module, loss_fn: Callable, data, cfg: TrainConfig, teacher=N
     scheduler = make_scheduler(optimizer, cfg)
     batches = _Batches(data, cfg, collate_fn, info)
 
+    if info.is_main and run_dir.exists(): sweep_temporary_files(run_dir)   # half-written files of a killed run
     ckpt = latest_checkpoint(run_dir) if run_dir.exists() else None
     if not resume and (config_path.exists() or ckpt is not None):
         raise FileExistsError(f"{run_dir} already holds a run; pass resume=True to continue it or choose a new run_dir")
     if info.world_size > 1: dist.barrier()  # every rank has looked before rank 0 writes config.json
     start = 0
     if resume and ckpt is not None:
+        changes, saved_cfg = {}, None
         if config_path.is_file():
-            _check_resume_config(json.loads(config_path.read_text()), cfg, run_dir, json.loads(json.dumps(dict(extra_config or {}), default=str)))
+            saved_cfg = json.loads(config_path.read_text())
+            changes = _check_resume_config(saved_cfg, cfg, run_dir, json.loads(json.dumps(dict(extra_config or {}), default=str)),
+                                           allow_changes)
         state = load_checkpoint(ckpt, model, optimizer, scheduler, teacher=teacher, modules=modules)
+        if changes:   # the optimiser and schedule follow the new settings from the resumed step on
+            for g in optimizer.param_groups:
+                g.update(weight_decay=cfg.weight_decay if g.get("weight_decay", 0) else 0.0, betas=tuple(cfg.betas), eps=cfg.eps)
+                g["initial_lr"] = cfg.lr
+            scheduler.base_lrs = [cfg.lr for _ in optimizer.param_groups]   # its lambdas already follow the new cfg
+            for g, base, lam in zip(optimizer.param_groups, scheduler.base_lrs, scheduler.lr_lambdas):
+                g["lr"] = base * lam(int(state["step"]))
+            if info.is_main:
+                hist = list(saved_cfg.get("history", [])) + [dict(step=int(state["step"]), changed=changes)]
+                atomic_write_text(config_path, json.dumps({**cfg_dict, **dict(extra_config or {}), "history": hist},
+                                                          indent=2, default=str))
         if state["data"] != batches.state():
             raise ValueError(f"cannot resume {ckpt}: data differs (saved {state['data']}, now {batches.state()})")
         rngs = state["rng"]

@@ -170,3 +170,36 @@ def test_geometry_tensor_curvature_out_of_range_gives_nan(c):
                 G.dist0(x, torch.tensor(c)), G.pairwise_dist(x, x, torch.tensor(c))):
         assert torch.isnan(out).all()
     with pytest.raises(ValueError, match="finite number > 0"): G.dist(x, x, c)
+
+
+def test_resume_with_changed_lr_only_when_allowed_and_recorded(tmp_path):
+    from hierbench.jobs import train_recipe
+    kw = dict(preset="world-debug", steps=6, n_train=64, batch_size=16, log_every=1, ckpt_every=2, cache_dir=False)
+    train_recipe("clip", tmp_path / "r", stop_at=2, **kw)
+    (tmp_path / "r" / ".model.safetensors.dead.tmp").write_text("half-written by a killed process")
+    with pytest.raises(ValueError, match=r"config differs in lr .*allow_changes=\['lr'\]"):
+        train_recipe("clip", tmp_path / "r", resume=True, lr=1e-4, **kw)
+    res = train_recipe("clip", tmp_path / "r", resume=True, lr=1e-4, allow_changes=("lr",), **kw)
+    cfg = json.loads((tmp_path / "r" / "config.json").read_text())
+    assert res.step == 6 and cfg["lr"] == 1e-4 and cfg["history"] == [{"step": 2, "changed": {"lr": [1e-3, 1e-4]}}]
+    from hierbench.train import read_metrics
+    lrs = {r["step"]: r["lr"] for r in read_metrics(tmp_path / "r")}
+    assert lrs[3] < 1e-4 + 1e-12 and lrs[2] > 1e-4          # the schedule follows the new peak from the resumed step
+    assert not list((tmp_path / "r").glob(".*.tmp"))           # swept on resume
+    with pytest.raises(ValueError, match="cannot allow changes to"):
+        train_recipe("clip", tmp_path / "r", resume=True, allow_changes=("batch_size",), **kw)
+
+
+def test_compare_folder_is_locked_and_decoder_cache_is_rebuilt(tmp_path):
+    from hierbench.compare import PRESETS, read_decoder, run_compare
+    from hierbench.config import FolderLock
+    with FolderLock(tmp_path):
+        with pytest.raises(RuntimeError, match=f"in use by PID {os.getpid()}"):
+            run_compare("smoke", out=tmp_path, recipes=["clip"], jobs=1, log=lambda m: None)
+    (tmp_path / "decoder.safetensors").write_bytes(b"not safetensors")       # a kill mid-write, or damage
+    with pytest.warns(UserWarning, match="unreadable"):
+        dec = read_decoder(tmp_path, PRESETS["smoke"])
+    from hierbench.decoder import CaptionDecoder
+    assert isinstance(CaptionDecoder.load(tmp_path / "decoder.safetensors"), CaptionDecoder)
+    (tmp_path / "decoder.json").unlink()                                       # the weights alone are a whole decoder
+    assert CaptionDecoder.load(tmp_path / "decoder.safetensors").config == dec.config
