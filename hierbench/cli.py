@@ -127,6 +127,13 @@ def _cmd_negatives(args):
     print(json.dumps(stats, indent=1))
     print(f"wrote {args.out} ({stats['captions']} captions) and {args.out}.stats.json")
 
+def _cmd_check(args):
+    from hierbench.data import check_benchmark_folder
+    table = check_benchmark_folder(args.folder, args.image_root, args.coco_dir)
+    _print_table(table, f"benchmark folder {args.folder}")
+    bad = table[(table.error != "") | (table.records == 0)]
+    if len(bad): sys.exit(f"{len(bad)} file(s) cannot be used: " + "; ".join(f"{r.file}: {r.error or 'no records'}" for r in bad.itertuples()))
+
 def _cmd_export(args):
     from hierbench.jobs import resolve_init
     from hierbench.models import export_open_clip, load_model
@@ -278,6 +285,12 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--tagger", default="auto", choices=["auto", "lexicon"], help="auto: spaCy where installed, else the built-in lexicon")
     d.add_argument("--seed", type=int, default=0)
     d.set_defaults(func=_cmd_negatives)
+
+    d = sub.add_parser("check", help="validate a benchmark folder before a long run: counts, set-aside records, errors, missing images")
+    d.add_argument("folder", help="a folder of SugarCrepe / SugarCrepe++ / HierarCaps / VALSE / CREPE / WhatsUp files")
+    d.add_argument("--image-root", default=None, help="image folder (checks that every image is there)")
+    d.add_argument("--coco-dir", default=None, help="COCO image folder: images also found by id (2014/2017 namings)")
+    d.set_defaults(func=_cmd_check)
 
     d = sub.add_parser("export", help="write a trained model as an open_clip checkpoint (+ hierbench head file)")
     d.add_argument("run", help="a run folder or a model .safetensors saved by hierbench")

@@ -27,9 +27,10 @@ __all__ = ['CLIP_MEAN', 'CLIP_STD', 'WORLD_MEAN', 'WORLD_STD', 'Box', 'BATCH_KEY
            'image_to_tensor', 'collate_batch', 'ChoiceItem', 'TripletItem', 'CaptionItem', 'Phrase', 'GroundedItem',
            'ChainItem', 'ChainPairItem', 'NegClipRow', 'DataWarning', 'resolve_image_root', 'load_sugarcrepe',
            'load_sugarcrepe_pp', 'load_coco_karpathy', 'load_grit', 'hierarcaps_image_name', 'load_hierarcaps',
-           'load_hierarcaps_pairs', 'coco_id', 'CocoImageIndex', 'with_coco_images', 'load_valse_file', 'load_valse',
-           'load_aro_vg', 'order_options', 'load_order_benchmark', 'load_negclip_tsv', 'load_whatsup_controlled',
-           'load_whatsup_spatial', 'load_crepe', 'nearest_scenes', 'WorldDataset', 'world_loader', 'ChainImageDataset']
+           'load_hierarcaps_pairs', 'coco_id', 'CocoImageIndex', 'with_coco_images', 'check_benchmark_folder',
+           'load_valse_file', 'load_valse', 'load_aro_vg', 'order_options', 'load_order_benchmark', 'load_negclip_tsv',
+           'load_whatsup_controlled', 'load_whatsup_spatial', 'load_crepe', 'nearest_scenes', 'WorldDataset',
+           'world_loader', 'ChainImageDataset']
 
 # %% ../nbs/04_data.ipynb #8e1989f6
 class DataFormatError(ValueError):
@@ -625,6 +626,48 @@ def with_coco_images(items: Sequence, index: CocoImageIndex) -> tuple[list, int]
             it = dataclasses.replace(it, image_path=found)
         kept.append(it)
     return kept, missing
+
+# %% ../nbs/04_data.ipynb #478fccf7
+def _benchmark_files(folder: Path) -> list[tuple[str, Path, Callable]]:
+    "(benchmark, file, loader(file, image_root) -> items) for every recognised file in `folder` (not recursive)."
+    out = []
+    for f in sorted(folder.iterdir()):
+        stem = f.stem
+        if f.suffix == ".json" and stem in SUGARCREPE_PP_SUBSETS and folder.name.lower().replace("-", "_").endswith("pp"):
+            out.append(("sugarcrepe++", f, lambda p, r, s=stem: load_sugarcrepe_pp(p.parent, r, [s])[s]))
+        elif f.suffix == ".json" and stem in SUGARCREPE_SUBSETS:
+            out.append(("sugarcrepe", f, lambda p, r, s=stem: load_sugarcrepe(p.parent, r, [s])[s]))
+        elif f.suffix == ".json" and stem in VALSE_FILES: out.append(("valse", f, load_valse_file))
+        elif f.suffix == ".csv" and "hierarcaps" in stem: out.append(("hierarcaps", f, load_hierarcaps))
+        elif f.suffix == ".csv" and stem.startswith("crepe"): out.append(("crepe", f, load_crepe))
+        elif f.suffix == ".json" and stem.startswith(("controlled_images", "controlled_clevr")):
+            out.append(("whatsup", f, load_whatsup_controlled))
+        elif f.suffix == ".json" and stem.startswith(("coco_qa", "vg_qa")): out.append(("whatsup", f, load_whatsup_spatial))
+    return out
+
+def check_benchmark_folder(folder: str | Path, image_root: str | Path | None = None,
+                           coco_dir: str | Path | None = None) -> pd.DataFrame:
+    "One row per recognised benchmark file: records, set aside (with the reasons), error, missing images."
+    folder = Path(folder)
+    if not folder.is_dir(): raise FileNotFoundError(f"benchmark folder not found: {folder}")
+    files = _benchmark_files(folder)
+    if not files: raise ValueError(f"{folder}: no SugarCrepe, SugarCrepe++, HierarCaps, VALSE, CREPE or WhatsUp files recognised")
+    index = CocoImageIndex(coco_dir) if coco_dir else None
+    rows = []
+    for bench, f, loader in files:
+        row = dict(benchmark=bench, file=f.name, records=0, set_aside=0, reasons="", missing_images=None, error="")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", DataWarning)
+            try: items = loader(f, image_root)
+            except (DataFormatError, ValueError, OSError) as err: row["error"], items = str(err), []
+        notes = [str(w.message) for w in caught if issubclass(w.category, DataWarning)]
+        row["records"], row["reasons"] = len(items), " | ".join(n.split(" — ", 1)[-1] for n in notes)
+        row["set_aside"] = sum(int(re.search(r"(\d+) record\(s\) set aside", n).group(1)) for n in notes if "set aside" in n)
+        if items and (image_root is not None or index is not None) and hasattr(items[0], "image_path"):
+            row["missing_images"] = sum(1 for it in items if not Path(it.image_path).is_file()
+                                        and (index is None or index.find(Path(it.image_path).name) is None))
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 # %% ../nbs/04_data.ipynb #18214989
 VALSE_FILES = ("existence", "plurals", "counting-hard", "counting-small-quant", "counting-adversarial", "relations",

@@ -203,3 +203,13 @@ def test_compare_folder_is_locked_and_decoder_cache_is_rebuilt(tmp_path):
     assert isinstance(CaptionDecoder.load(tmp_path / "decoder.safetensors"), CaptionDecoder)
     (tmp_path / "decoder.json").unlink()                                       # the weights alone are a whole decoder
     assert CaptionDecoder.load(tmp_path / "decoder.safetensors").config == dec.config
+
+
+@pytest.mark.skipif(not (SHARED / "sugarcrepe_pp").is_dir(), reason="../shared/data not present")
+def test_check_command_on_the_real_folders(capsys):
+    from hierbench.cli import main
+    main(["check", str(SHARED / "sugarcrepe_pp"), "--coco-dir", str(SHARED / "hierarcaps" / "test_imgs")])
+    said = capsys.readouterr().out
+    assert "swap_obj.json" in said and "['2', '8']" in said
+    t = D.check_benchmark_folder(SHARED / "sugarcrepe_pp", coco_dir=SHARED / "hierarcaps" / "test_imgs")
+    assert t.records.sum() == 4755 and t.set_aside.sum() == 2 and (t.records - t.missing_images).sum() == 971
