@@ -23,14 +23,14 @@ from .negatives import ORDER_RULES, Tagger, is_changed, rewrite
 # %% auto #0
 __all__ = ['CLIP_MEAN', 'CLIP_STD', 'WORLD_MEAN', 'WORLD_STD', 'Box', 'BATCH_KEYS', 'MAX_TEXT_CHARS', 'SUGARCREPE_SUBSETS',
            'SUGARCREPE_PP_SUBSETS', 'SUGARCREPE_GROUPS', 'CHAIN_SEP', 'VALSE_FILES', 'VALSE_CATEGORIES', 'WORLD_FIELDS',
-           'DataFormatError', 'MissingImageError', 'CorruptImageError', 'load_image', 'check_image', 'normalize',
-           'image_to_tensor', 'collate_batch', 'ChoiceItem', 'TripletItem', 'CaptionItem', 'Phrase', 'GroundedItem',
-           'ChainItem', 'ChainPairItem', 'NegClipRow', 'DataWarning', 'resolve_image_root', 'load_sugarcrepe',
-           'load_sugarcrepe_pp', 'load_coco_karpathy', 'load_grit', 'hierarcaps_image_name', 'load_hierarcaps',
-           'load_hierarcaps_pairs', 'coco_id', 'CocoImageIndex', 'with_coco_images', 'check_benchmark_folder',
-           'load_valse_file', 'load_valse', 'load_aro_vg', 'order_options', 'load_order_benchmark', 'load_negclip_tsv',
-           'load_whatsup_controlled', 'load_whatsup_spatial', 'load_crepe', 'nearest_scenes', 'WorldDataset',
-           'world_loader', 'ChainImageDataset']
+           'DataFormatError', 'MissingImageError', 'CorruptImageError', 'load_image', 'crop_to_box', 'check_image',
+           'normalize', 'image_to_tensor', 'collate_batch', 'ChoiceItem', 'TripletItem', 'CaptionItem', 'Phrase',
+           'GroundedItem', 'ChainItem', 'ChainPairItem', 'NegClipRow', 'DataWarning', 'resolve_image_root',
+           'load_sugarcrepe', 'load_sugarcrepe_pp', 'load_coco_karpathy', 'load_grit', 'hierarcaps_image_name',
+           'load_hierarcaps', 'load_hierarcaps_pairs', 'coco_id', 'CocoImageIndex', 'with_coco_images',
+           'check_benchmark_folder', 'load_valse_file', 'load_valse', 'load_aro_vg', 'order_options',
+           'load_order_benchmark', 'load_negclip_tsv', 'load_whatsup_controlled', 'load_whatsup_spatial', 'load_crepe',
+           'nearest_scenes', 'WorldDataset', 'world_loader', 'ChainImageDataset']
 
 # %% ../nbs/04_data.ipynb #8e1989f6
 class DataFormatError(ValueError):
@@ -76,15 +76,19 @@ def load_image(path: str | Path, box: Box | None = None) -> Image.Image:
             im = im.convert("RGB")
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as err:
         raise CorruptImageError(path, f"{type(err).__name__}: {err}") from err
-    if box is None: return im
+    return im if box is None else crop_to_box(im, box, path)
+
+def crop_to_box(im: Image.Image, box: Box, where=None, record=None) -> Image.Image:
+    "`im` cropped to `box` (x0, y0, x1, y1 pixels) clipped to the image; a non-finite or empty box names `where`/`record`."
+    where = where if where is not None else "<image>"
     x0, y0, x1, y1 = (float(v) for v in box)
     if not all(math.isfinite(v) for v in (x0, y0, x1, y1)):
-        raise DataFormatError(path, None, "box", f"box {tuple(box)} is not finite")
+        raise DataFormatError(where, record, "box", f"box {tuple(box)} is not finite")
     # clip to the image: annotation boxes may overhang the border by a few pixels
     x0, y0 = max(0.0, x0), max(0.0, y0)
     x1, y1 = min(float(im.width), x1), min(float(im.height), y1)
     if not (x1 - x0 >= 1 and y1 - y0 >= 1):
-        raise DataFormatError(path, None, "box", f"box {tuple(box)} has no area inside the {im.width}x{im.height} image")
+        raise DataFormatError(where, record, "box", f"box {tuple(box)} has no area inside the {im.width}x{im.height} image")
     return im.crop((round(x0), round(y0), max(round(x1), round(x0) + 1), max(round(y1), round(y0) + 1)))
 
 def check_image(path: str | Path) -> tuple[int, int]:

@@ -17,15 +17,15 @@ import torch
 from PIL import Image
 
 from .config import atomic_write_text
-from .data import (CorruptImageError, DataFormatError, MissingImageError, Phrase, load_coco_karpathy,
-                            load_grit, load_image)
+from .data import (CorruptImageError, DataFormatError, MissingImageError, Phrase, crop_to_box,
+                            load_coco_karpathy, load_grit, load_image)
 from .negatives import (DEGLA_RULES, NEGCLIP_RULES, Tagger, default_tagger, is_changed, make_negatives,
                                  normalize_text)
 
 # %% auto #0
 __all__ = ['NEGATIVES_FORMAT', 'RULE_SETS', 'DATA_KINDS', 'looks_grammatical', 'generate_negatives', 'load_negatives',
-           'load_paraphrases', 'ImageTextRecord', 'coco_records', 'grit_records', 'ShardRecords', 'crop_box',
-           'ImageTextDataset', 'record_captions', 'train_transform', 'parse_data_spec', 'real_records', 'real_source']
+           'load_paraphrases', 'ImageTextRecord', 'coco_records', 'grit_records', 'ShardRecords', 'ImageTextDataset',
+           'record_captions', 'train_transform', 'parse_data_spec', 'real_records', 'real_source']
 
 # %% ../nbs/08c_real_data.ipynb #ddd3e9fa
 NEGATIVES_FORMAT = "hierbench-negatives/1"
@@ -228,17 +228,6 @@ class ShardRecords(Sequence):
         return tuple(out)
 
 # %% ../nbs/08c_real_data.ipynb #f73a8217
-def crop_box(img: Image.Image, box, rec: ImageTextRecord | None = None) -> Image.Image:
-    "`img` cropped to `box` (x0, y0, x1, y1 pixels) clipped to the image; a NaN or empty box is an error naming the record."
-    x0, y0, x1, y1 = (float(v) for v in box)
-    if not all(math.isfinite(v) for v in (x0, y0, x1, y1)):
-        raise DataFormatError(rec.source if rec else "<image>", rec.key if rec else None, "box", f"non-finite box {tuple(box)}")
-    x0, y0, x1, y1 = max(0.0, x0), max(0.0, y0), min(float(img.width), x1), min(float(img.height), y1)
-    if not (x1 - x0 >= 1 and y1 - y0 >= 1):
-        raise DataFormatError(rec.source if rec else "<image>", rec.key if rec else None, "box",
-                              f"box {tuple(box)} has no area inside the {img.width}x{img.height} image")
-    return img.crop((round(x0), round(y0), max(round(x1), round(x0) + 1), max(round(y1), round(y0) + 1)))
-
 class ImageTextDataset(torch.utils.data.Dataset):
     """Real training items in the world's batch format. Per item and epoch (seeded, so resume is exact): the caption is
     one of the image's captions; `alternatives` (READ) another caption of the same image; `paraphrases` from the
@@ -283,7 +272,7 @@ class ImageTextDataset(torch.utils.data.Dataset):
         if {"crops", "phrases"} & self.fields:
             if not rec.phrases: raise DataFormatError(rec.source, rec.key, "phrases", "no grounded phrase")
             ph = rec.phrases[int(rng.integers(len(rec.phrases)))]
-            item["crop"] = self.crop_transform(crop_box(img, ph.box, rec))
+            item["crop"] = self.crop_transform(crop_to_box(img, ph.box, rec.source, rec.key))
             item["phrase"] = ph.text
         if "negatives" in self.fields:
             negs = [t for t in self.negatives[cap] if is_changed(cap, t)]
