@@ -27,8 +27,8 @@ __all__ = ['PROJECTION_METHODS', 'check_in_ball', 'mobius_add', 'poincare_dist',
            'busemann', 'horo_project', 'HoroPCA', 'random_tree_embeddings', 'project_2d', 'projection_figure',
            'horopca_figure', 'projection_comparison_figure', 'embedding_norms', 'norms_table',
            'norm_distribution_figure', 'entailment_table', 'entailment_plane', 'cone_boundary',
-           'entailment_disk_figure', 'aperture_saturation_figure', 'training_curves_figure', 'confidence_intervals',
-           'ablation_bars_figure']
+           'entailment_disk_figure', 'aperture_saturation_figure', 'training_curves_figure', 'pep_curves_figure',
+           'confidence_intervals', 'ablation_bars_figure']
 
 # %% ../nbs/12_viz.ipynb #2e65689d
 _BALL_MARGIN = 1e-15  # smallest 1-||x||² we divide by: float64 rounding can put a far-out point a hair from the sphere
@@ -517,6 +517,27 @@ def training_curves_figure(metrics_rows: Sequence[Mapping], keys: Sequence[str] 
                       template="plotly_white", height=220 * len(panels) + 80)
     fig.update_xaxes(title_text="step", row=len(panels), col=1)
     return fig
+
+# %% ../nbs/12_viz.ipynb #5fb60cf1
+def pep_curves_figure(scores: Mapping[str, tuple], title: str = "PEP: ROC and precision-recall") -> go.Figure:
+    "ROC and PR curves side by side; `scores[name] = (positive scores, negative scores)` (AUC and AP in the legend)."
+    from sklearn.metrics import average_precision_score, precision_recall_curve, roc_auc_score, roc_curve
+    import plotly.colors
+    if not scores: raise ValueError("pep_curves_figure: no models")
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("ROC", "precision-recall"))
+    for k, (name, (pos, neg)) in enumerate(scores.items()):
+        pos, neg = np.asarray(pos, float), np.asarray(neg, float)
+        if not len(pos) or not len(neg): raise ValueError(f"pep_curves_figure: {name!r} needs positive and negative scores")
+        y, s = np.r_[np.ones(len(pos)), np.zeros(len(neg))], np.r_[pos, neg]
+        fpr, tpr, _ = roc_curve(y, s); prec, rec, _ = precision_recall_curve(y, s)
+        colour = plotly.colors.qualitative.Plotly[k % len(plotly.colors.qualitative.Plotly)]
+        fig.add_trace(go.Scatter(x=fpr, y=tpr, mode="lines", line=dict(color=colour),
+                                 name=f"{name} (AUC {roc_auc_score(y, s):.3f}, AP {average_precision_score(y, s):.3f})"), 1, 1)
+        fig.add_trace(go.Scatter(x=rec, y=prec, mode="lines", line=dict(color=colour), showlegend=False), 1, 2)
+    fig.add_trace(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", line=dict(dash="dot", color="#999"), name="chance"), 1, 1)
+    fig.update_xaxes(title_text="false positive rate", row=1, col=1); fig.update_yaxes(title_text="true positive rate", row=1, col=1)
+    fig.update_xaxes(title_text="recall", row=1, col=2); fig.update_yaxes(title_text="precision", row=1, col=2)
+    return fig.update_layout(title=title, height=360, width=820, margin=dict(l=50, r=10, t=60, b=40))
 
 # %% ../nbs/12_viz.ipynb #b7a3c334
 def _long_results(results, metric: str) -> pd.DataFrame:
