@@ -27,8 +27,8 @@ __all__ = ['PROJECTION_METHODS', 'check_in_ball', 'mobius_add', 'poincare_dist',
            'busemann', 'horo_project', 'HoroPCA', 'random_tree_embeddings', 'project_2d', 'projection_figure',
            'horopca_figure', 'projection_comparison_figure', 'embedding_norms', 'norms_table',
            'norm_distribution_figure', 'entailment_table', 'entailment_plane', 'cone_boundary',
-           'entailment_disk_figure', 'aperture_saturation_figure', 'training_curves_figure', 'pep_curves_figure',
-           'confidence_intervals', 'ablation_bars_figure']
+           'entailment_disk_figure', 'aperture_saturation_figure', 'training_curves_figure', 'TrainingHealth',
+           'pep_curves_figure', 'confidence_intervals', 'ablation_bars_figure']
 
 # %% ../nbs/12_viz.ipynb #2e65689d
 _BALL_MARGIN = 1e-15  # smallest 1-||x||² we divide by: float64 rounding can put a far-out point a hair from the sphere
@@ -487,7 +487,9 @@ def aperture_saturation_figure(history, threshold: float = 0.99, title: str | No
 _PANELS = {  # metrics key -> panel title; any other numeric key is a loss term
     "lr": "learning rate", "grad_norm": "gradient norm", "curvature": "curvature c", "curv": "curvature c",
     "alpha_image": "lifting scale α", "alpha_text": "lifting scale α", "alpha_img": "lifting scale α",
-    "alpha_txt": "lifting scale α", "logit_scale": "logit scale"}
+    "alpha_txt": "lifting scale α", "logit_scale": "logit scale", "health/norm_image": "embedding norms",
+    "health/norm_text": "embedding norms", "health/aperture_saturated": "saturated apertures",
+    "health/curv_min": "curvature c", "health/curv_max": "curvature c"}
 _IGNORED = {"step", "time", "epoch"}
 
 def training_curves_figure(metrics_rows: Sequence[Mapping], keys: Sequence[str] | None = None,
@@ -517,6 +519,77 @@ def training_curves_figure(metrics_rows: Sequence[Mapping], keys: Sequence[str] 
                       template="plotly_white", height=220 * len(panels) + 80)
     fig.update_xaxes(title_text="step", row=len(panels), col=1)
     return fig
+
+# %% ../nbs/12_viz.ipynb #1ac46ddc
+class TrainingHealth:
+    """Trainer callback (`train(..., callbacks=[TrainingHealth(...)])`): live health of a (hyperbolic) run.
+    `probe_texts` / `probe_images`: a fixed probe embedded at each logged step; `every`: redraw every so many logs;
+    `display`: 'auto' (a figure updated in place in a notebook, else a line), 'figure', 'line' or 'none'."""
+    def __init__(self, probe_texts: Sequence[str] = (), probe_images=None, every: int = 1, display: str = "auto",
+                 saturation_warn: float = 0.5, bound_tol: float = 0.01):
+        if display not in ("auto", "figure", "line", "none"): raise ValueError(f"display must be auto/figure/line/none, got {display!r}")
+        self.probe_texts, self.probe_images, self.every, self.display = list(probe_texts), probe_images, int(every), display
+        self.saturation_warn, self.bound_tol = saturation_warn, bound_tol
+        self.rows, self.warnings, self._handle, self._logs = [], [], None, 0
+
+    def measure(self, model) -> dict:
+        "Probe norms per modality, saturated share of the text apertures, curvature and its clamp bounds."
+        from hierbench.geometry import half_aperture
+        out, head = {}, getattr(model, "head", None)
+        if head is None or getattr(head, "geometry", None) != "lorentz": return out
+        out["health/curv_min"], out["health/curv_max"] = math.exp(head.log_curv_min), math.exp(head.log_curv_max)
+        was = model.training; model.eval()
+        try:
+            with torch.no_grad():
+                c = head.curv
+                if self.probe_texts:
+                    t = model.encode_text(self.probe_texts)
+                    out["health/norm_text"] = float(t.norm(dim=-1).mean())
+                    out["health/aperture_saturated"] = float((half_aperture(t, c) >= 0.99 * math.pi / 2).float().mean())
+                if self.probe_images is not None:
+                    out["health/norm_image"] = float(model.encode_image(self.probe_images).norm(dim=-1).mean())
+        finally: model.train(was)
+        return out
+
+    def _check(self, row: dict):
+        c, lo, hi = row.get("curvature"), row.get("health/curv_min"), row.get("health/curv_max")
+        if c is not None and lo is not None and "curvature" not in {w[0] for w in self.warnings}:
+            if c <= lo * (1 + self.bound_tol) or c >= hi * (1 - self.bound_tol):
+                self.warnings.append(("curvature", row["step"], f"step {row['step']}: curvature {c:.4g} sits at its "
+                                      f"clamp bound [{lo:.3g}, {hi:.3g}] (MERU issue 4: check the entailment term)"))
+        s = row.get("health/aperture_saturated")
+        if s is not None and s > self.saturation_warn and "apertures" not in {w[0] for w in self.warnings}:
+            self.warnings.append(("apertures", row["step"], f"step {row['step']}: {100 * s:.0f}% of the probe's "
+                                  "entailment cones are saturated (ω ≈ π/2: parents near the origin)"))
+            
+    def __call__(self, event: str, state: Mapping):
+        if event == "log":
+            h = self.measure(state["model"])
+            return h or None
+        if event != "step_end" or state.get("metrics") is None: return None
+        row = dict(state["metrics"]); self.rows.append(row)
+        n_warn = len(self.warnings); self._check(row)
+        for _, _, msg in self.warnings[n_warn:]: warnings.warn(f"TrainingHealth: {msg}")
+        self._logs += 1
+        if self._logs % self.every == 0: self._show(row)
+        return None
+
+    def _show(self, row: dict):
+        mode = self.display
+        if mode == "none": return
+        if mode == "auto":
+            try:
+                from IPython import get_ipython
+                mode = "figure" if get_ipython() is not None and "IPKernelApp" in get_ipython().config else "line"
+            except ImportError: mode = "line"
+        if mode == "line":
+            keys = [k for k in ("loss", "curvature", "health/norm_text", "health/norm_image", "health/aperture_saturated") if k in row]
+            print(f"[health] step {row['step']}: " + ", ".join(f"{k.removeprefix('health/')} {row[k]:.4g}" for k in keys), flush=True)
+            return
+        from IPython.display import display
+        fig = training_curves_figure(self.rows, title="Training health (live)")
+        if self._handle is None: self._handle = display(fig, display_id=True)
+        else: self._handle.update(fig)
 
 # %% ../nbs/12_viz.ipynb #5fb60cf1
 def pep_curves_figure(scores: Mapping[str, tuple], title: str = "PEP: ROC and precision-recall") -> go.Figure:
