@@ -6,7 +6,7 @@ Docs: https://hierbench.github.io/hierbench/scorers.html.md"""
 
 # %% ../nbs/05c_scorers.ipynb #89f81316
 from __future__ import annotations
-import os
+import math, os
 from pathlib import Path
 from typing import Callable, Protocol, Sequence, runtime_checkable
 
@@ -14,8 +14,9 @@ import torch
 import torch.nn.functional as F
 
 # %% auto #0
-__all__ = ['SCORER_KINDS', 'SimilarityHead', 'Scorer', 'ImagesUnsupported', 'has_images', 'skipped', 'CosineHead', 'TextScorer',
-           'sentence_transformers_scorer', 'hf_text_scorer', 'HFClipScorer', 'load_scorer']
+__all__ = ['MERU_VIT_HEADS', 'SCORER_KINDS', 'SimilarityHead', 'Scorer', 'ImagesUnsupported', 'has_images', 'skipped',
+           'CosineHead', 'TextScorer', 'sentence_transformers_scorer', 'hf_text_scorer', 'HFClipScorer',
+           'meru_state_dict', 'load_meru_checkpoint', 'load_scorer']
 
 # %% ../nbs/05c_scorers.ipynb #a9eb8bae
 @runtime_checkable
@@ -141,13 +142,86 @@ class HFClipScorer(torch.nn.Module):
         out = self.model.get_image_features(pixel_values=images.to(next(self.model.parameters()).device))
         return getattr(out, "pooler_output", out).float()
 
+# %% ../nbs/05c_scorers.ipynb #44019a74
+MERU_VIT_HEADS = {384: 12, 768: 12, 1024: 16}   # MERU's ViT-S (MoCo-v3's small, 12 heads), ViT-B, ViT-L
+
+def _meru_weights(path: Path) -> dict:
+    from hierbench.models import read_state_dict
+    sd = read_state_dict(path)     # safetensors or torch.load(weights_only=True): never unpickles code
+    if "model" in sd and isinstance(sd["model"], dict): sd = sd["model"]
+    sd = {k.removeprefix("module."): v for k, v in sd.items()}
+    need = ["visual.cls_token", "visual.pos_embed", "visual.patch_embed.proj.weight", "visual_proj.weight",
+            "textual.token_embed.weight", "textual.posit_embed", "textual_proj.weight", "logit_scale"]
+    missing = [k for k in need if k not in sd]
+    if missing: raise ValueError(f"{path}: not a MERU/HyCoCLIP checkpoint (missing {missing[:4]}); keys look like {sorted(sd)[:4]}")
+    return sd
+
+def meru_state_dict(sd: dict, vision_heads: int | None = None, text_heads: int | None = None) -> tuple[dict, dict]:
+    "(open_clip architecture, hierbench `DualEncoder` state dict) from a MERU/HyCoCLIP state dict (see above)."
+    W, patch = sd["visual.cls_token"].shape[-1], sd["visual.patch_embed.proj.weight"].shape[-1]
+    depth = len({k.split(".")[2] for k in sd if k.startswith("visual.blocks.")})
+    grid = math.isqrt(sd["visual.pos_embed"].shape[1] - 1)
+    Wt, V = sd["textual.token_embed.weight"].shape[1], sd["textual.token_embed.weight"].shape[0]
+    Lt = len({k.split(".")[2] for k in sd if k.startswith("textual.resblocks.")})
+    hv = vision_heads or MERU_VIT_HEADS.get(int(W), max(1, W // 64)); ht = text_heads or max(1, Wt // 64)
+    mean = tuple(float(v) for v in sd.get("pixel_mean", torch.tensor([0.485, 0.456, 0.406])).flatten())
+    std = tuple(float(v) for v in sd.get("pixel_std", torch.tensor([0.229, 0.224, 0.225])).flatten())
+    arch = {"embed_dim": int(sd["visual_proj.weight"].shape[0]), "quick_gelu": False,
+            "vision_cfg": {"image_size": int(grid * patch), "patch_size": int(patch), "width": int(W), "layers": depth,
+                           "head_width": int(W // hv), "mlp_ratio": sd["visual.blocks.0.mlp.fc1.weight"].shape[0] / W,
+                           "no_ln_pre": True},
+            "text_cfg": {"context_length": int(sd["textual.posit_embed"].shape[0]), "vocab_size": int(V), "width": int(Wt),
+                         "heads": int(ht), "layers": Lt},
+            "preprocess_cfg": {"mean": list(mean), "std": list(std)}}
+    out = {"clip.visual.conv1.weight": sd["visual.patch_embed.proj.weight"],
+           "clip.visual.class_embedding": sd["visual.cls_token"].reshape(W)}
+    pos = sd["visual.pos_embed"][0].clone()
+    pos[1:] += sd["visual.patch_embed.proj.bias"]          # conv(x) + b + pos  ==  conv(x) + (pos + b): patch tokens only
+    out["clip.visual.positional_embedding"] = pos
+    vmap = {"norm1": "ln_1", "attn.qkv": "attn.in_proj", "attn.proj": "attn.out_proj", "norm2": "ln_2", "mlp.fc1": "mlp.c_fc",
+            "mlp.fc2": "mlp.c_proj"}
+    for i in range(depth):
+        for src, dst in vmap.items():
+            for p in ("weight", "bias"):
+                key = f"clip.visual.transformer.resblocks.{i}.{dst}{'_' if dst == 'attn.in_proj' else '.'}{p}"
+                out[key] = sd[f"visual.blocks.{i}.{src}.{p}"]
+    out["clip.visual.ln_post.weight"], out["clip.visual.ln_post.bias"] = sd["visual.norm.weight"], sd["visual.norm.bias"]
+    out["clip.visual.proj"] = sd["visual_proj.weight"].T.contiguous()
+    out["clip.token_embedding.weight"] = sd["textual.token_embed.weight"]
+    out["clip.positional_embedding"] = sd["textual.posit_embed"]
+    for k, v in sd.items():
+        if k.startswith("textual.resblocks."): out["clip.transformer." + k.removeprefix("textual.")] = v
+    out["clip.ln_final.weight"], out["clip.ln_final.bias"] = sd["textual.ln_final.weight"], sd["textual.ln_final.bias"]
+    out["clip.text_projection"] = sd["textual_proj.weight"].T.contiguous()
+    out["clip.logit_scale"] = sd["logit_scale"].reshape(())
+    out["head.log_curv"] = sd.get("curv", torch.tensor(0.0)).reshape(())          # CLIP baselines of MERU's code: c = 1
+    out["head.log_alpha_image"] = sd.get("visual_alpha", torch.tensor(0.0)).reshape(())
+    out["head.log_alpha_text"] = sd.get("textual_alpha", torch.tensor(0.0)).reshape(())
+    return arch, out
+
+def load_meru_checkpoint(path: str | Path, vision_heads: int | None = None, text_heads: int | None = None,
+                         name: str = "meru", curv_init: float = 1.0):
+    "A hierbench Lorentz `DualEncoder` holding an official MERU / HyCoCLIP checkpoint (`curv_init`: its training's c₀)."
+    from hierbench.models import model_from_config
+    path = Path(path)
+    if not path.is_file(): raise FileNotFoundError(f"checkpoint not found: {path}")
+    arch, state = meru_state_dict(_meru_weights(path), vision_heads, text_heads)
+    config = {"format": 1, "name": f"{name}:{path.name}", "geometry": "lorentz", "arch": arch,
+              "head": {"curv_init": float(curv_init), "learn_curv": True},
+              "preprocess": {"image_size": arch["vision_cfg"]["image_size"], **arch["preprocess_cfg"]},
+              "checkpoint": str(path), "openai_derived": False}
+    model = model_from_config(config)
+    model.load_state_dict({k: v.float() for k, v in state.items()}, strict=True)
+    return model.eval()
+
 # %% ../nbs/05c_scorers.ipynb #8ed4010f
-SCORER_KINDS = ("hierbench", "open_clip", "hf", "st", "hf-text")
+SCORER_KINDS = ("hierbench", "open_clip", "hf", "st", "hf-text", "meru", "hycoclip")
 
 def load_scorer(spec: str, device: str = "cpu", geometry: str = "euclidean", quick_gelu: bool | None = None):
     """A scorer from `KIND:PATH`: `hierbench:RUN_OR_FILE` (a hierbench run or saved model), `open_clip:ARCH@FILE`
     (any open_clip architecture + a local weights file), `hf:DIR` (Hugging Face CLIP/SigLIP), `st:DIR`
-    (sentence-transformers, text-only), `hf-text:DIR` (any HF text encoder, mean-pooled, text-only)."""
+    (sentence-transformers, text-only), `hf-text:DIR` (any HF text encoder, mean-pooled, text-only), `meru:FILE` /
+    `hycoclip:FILE` (the official checkpoints, `load_meru_checkpoint`)."""
     kind, sep, loc = str(spec).partition(":")
     if not sep or kind not in SCORER_KINDS or not loc:
         raise ValueError(f"--model {spec!r}: expected KIND:PATH with KIND one of {SCORER_KINDS} "
@@ -163,6 +237,7 @@ def load_scorer(spec: str, device: str = "cpu", geometry: str = "euclidean", qui
         if not at or not arch or not file: raise ValueError(f"--model {spec!r}: open_clip needs ARCH@FILE")
         from hierbench.models import create_model
         return create_model(arch, geometry=geometry, checkpoint=file, force_quick_gelu=quick_gelu).to(device)
+    if kind in ("meru", "hycoclip"): return load_meru_checkpoint(loc, name=kind).to(device)
     if kind == "hf": return HFClipScorer(loc, device)
     if kind == "st": return sentence_transformers_scorer(loc, device)
     return hf_text_scorer(loc, device)

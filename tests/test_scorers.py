@@ -123,3 +123,72 @@ def test_minilm_tot_equals_a_plain_reimplementation(tmp_path):
         n_all += len(ok); ok_all += ok.sum()
     assert ours["scpp_tot_acc/micro"] == pytest.approx(ok_all / n_all, abs=1e-3)
     print({k: round(v, 4) for k, v in ours.items() if k.startswith("scpp_tot_acc/")})
+
+
+def _fake_meru_checkpoint(path, W=64, depth=2, heads=2, Wt=32, Lt=2, E=16, V=49408, ctx=77, seed=0):
+    """A checkpoint with the key names and shapes of MERU's code (timm ViT + CLIP-style text transformer), random
+    weights; returns (path, timm vit) so the test can run the image tower through timm itself."""
+    import timm
+    torch.manual_seed(seed)
+    vit = timm.create_model("vit_small_patch16_224", pretrained=False, img_size=32, patch_size=16, embed_dim=W,
+                            depth=depth, num_heads=heads, num_classes=0, global_pool="token", class_token=True,
+                            norm_layer=torch.nn.LayerNorm).eval()
+    sd = {f"visual.{k}": v.clone() for k, v in vit.state_dict().items()}
+    sd["visual.patch_embed.proj.bias"].normal_(0, 0.5)                        # a bias that matters
+    vit.patch_embed.proj.bias.data.copy_(sd["visual.patch_embed.proj.bias"])
+    r = lambda *s: torch.randn(*s) * 0.05
+    sd.update({"textual.token_embed.weight": r(V, Wt), "textual.posit_embed": r(ctx, Wt),
+               "textual.ln_final.weight": 1 + r(Wt), "textual.ln_final.bias": r(Wt)})
+    for i in range(Lt):
+        p = f"textual.resblocks.{i}."
+        sd.update({p + "attn.in_proj_weight": r(3 * Wt, Wt), p + "attn.in_proj_bias": r(3 * Wt),
+                   p + "attn.out_proj.weight": r(Wt, Wt), p + "attn.out_proj.bias": r(Wt),
+                   p + "ln_1.weight": 1 + r(Wt), p + "ln_1.bias": r(Wt), p + "ln_2.weight": 1 + r(Wt), p + "ln_2.bias": r(Wt),
+                   p + "mlp.c_fc.weight": r(4 * Wt, Wt), p + "mlp.c_fc.bias": r(4 * Wt),
+                   p + "mlp.c_proj.weight": r(Wt, 4 * Wt), p + "mlp.c_proj.bias": r(Wt)})
+    sd.update({"visual_proj.weight": r(E, W) * 10, "textual_proj.weight": r(E, Wt) * 10, "logit_scale": torch.tensor(2.6),
+               "curv": torch.tensor(0.3), "visual_alpha": torch.tensor(-1.5), "textual_alpha": torch.tensor(-1.2),
+               "pixel_mean": torch.tensor([0.485, 0.456, 0.406]).view(3, 1, 1), "pixel_std": torch.tensor([0.229, 0.224, 0.225]).view(3, 1, 1),
+               "textual.attn_mask": torch.triu(torch.ones(ctx, ctx, dtype=torch.bool), 1)})
+    torch.save({"model": sd, "iteration": 10}, path)
+    return path, vit, sd
+
+
+def _meru_text_reference(sd, tokens, Lt=2, heads=1):
+    "MERU's text encoder written out: token + position embedding, pre-LN causal blocks, ln_final, the [EOS] row, projection."
+    import torch.nn.functional as F
+    x = sd["textual.token_embed.weight"][tokens] + sd["textual.posit_embed"][: tokens.shape[1]]
+    L = tokens.shape[1]; mask = torch.triu(torch.full((L, L), float("-inf")), 1)
+    for i in range(Lt):
+        p = f"textual.resblocks.{i}."
+        attn = torch.nn.MultiheadAttention(x.shape[-1], heads, batch_first=True)
+        attn.load_state_dict({"in_proj_weight": sd[p + "attn.in_proj_weight"], "in_proj_bias": sd[p + "attn.in_proj_bias"],
+                              "out_proj.weight": sd[p + "attn.out_proj.weight"], "out_proj.bias": sd[p + "attn.out_proj.bias"]})
+        h = F.layer_norm(x, x.shape[-1:], sd[p + "ln_1.weight"], sd[p + "ln_1.bias"])
+        x = x + attn(h, h, h, need_weights=False, attn_mask=mask)[0]
+        h = F.layer_norm(x, x.shape[-1:], sd[p + "ln_2.weight"], sd[p + "ln_2.bias"])
+        x = x + F.linear(F.gelu(F.linear(h, sd[p + "mlp.c_fc.weight"], sd[p + "mlp.c_fc.bias"])), sd[p + "mlp.c_proj.weight"], sd[p + "mlp.c_proj.bias"])
+    x = F.layer_norm(x, x.shape[-1:], sd["textual.ln_final.weight"], sd["textual.ln_final.bias"])
+    return x[torch.arange(len(x)), tokens.argmax(-1)] @ sd["textual_proj.weight"].T
+
+
+def test_official_meru_layout_matches_a_direct_computation(tmp_path):
+    pytest.importorskip("timm")
+    from hierbench.geometry import exp_map0
+    path, vit, sd = _fake_meru_checkpoint(tmp_path / "meru.pth")
+    model = SC.load_meru_checkpoint(path, vision_heads=2, text_heads=1)
+    assert model.geometry == "lorentz" and model.image_size == 32
+    torch.testing.assert_close(model.head.curv, torch.tensor(0.3).exp())
+    raw = torch.rand(3, 3, 32, 32)                                            # MERU normalises [0,1] pixels itself
+    x = (raw - sd["pixel_mean"]) / sd["pixel_std"]
+    with torch.no_grad():
+        want_img = exp_map0(vit(raw.sub(sd["pixel_mean"]).div(sd["pixel_std"])) @ sd["visual_proj.weight"].T * sd["visual_alpha"].exp(), sd["curv"].exp())
+        torch.testing.assert_close(model.encode_image(x), want_img, rtol=1e-4, atol=1e-5)
+        texts = ["a dog on a sofa", "two cats"]
+        tokens = model.tokenize(texts)
+        want_txt = exp_map0(_meru_text_reference(sd, tokens) * sd["textual_alpha"].exp(), sd["curv"].exp())
+        torch.testing.assert_close(model.encode_text(texts), want_txt, rtol=1e-4, atol=1e-5)
+    again = SC.load_scorer(f"hycoclip:{path}")   # HyCoCLIP's checkpoints share MERU's layout
+    assert isinstance(again, SC.Scorer) and again.geometry == "lorentz"
+    torch.save({"model": {"foo": torch.zeros(1)}}, tmp_path / "other.pth")
+    with pytest.raises(ValueError, match="not a MERU/HyCoCLIP checkpoint"): SC.load_meru_checkpoint(tmp_path / "other.pth")
