@@ -743,11 +743,28 @@ def order_options(caption: str, rng=0, tagger: Tagger | None = None) -> tuple[st
 def load_order_benchmark(karpathy_json: str | Path, image_root: str | Path | None = None, split: str = "test",
                          name: str = "coco_order", seed: int = 0, tagger: Tagger | None = None,
                          max_captions: int | None = None) -> list[ChoiceItem]:
-    "ARO COCO-/Flickr-Order items from a Karpathy split file: options `[original, 4 perturbations]`, correct 0."
+    """ARO COCO-/Flickr-Order items: options `[original, 4 perturbations]`, correct 0. Reads the file ARO's own code
+    uses — BLIP's `coco_karpathy_test.json` / `flickr30k_test.json`, a list of `{image, caption: [...]}` (all of it is
+    the test split) — or a Karpathy split file (`{"images": [...]}`, filtered by `split`)."""
     import random
     rng = random.Random(seed)
     out = []
-    for img in load_coco_karpathy(karpathy_json, split, image_root):
+    path = Path(karpathy_json)
+    data = _read_json(path)
+    if isinstance(data, dict) and "images" in data: images = load_coco_karpathy(path, split, image_root)
+    elif isinstance(data, list) and data and all(isinstance(r, Mapping) and "image" in r for r in data):
+        root = resolve_image_root(image_root, "coco")
+        images = []
+        for i, rec in enumerate(data):
+            key = f"[{i}]"
+            caps = rec.get("caption")
+            caps = _str_list(path, key, "caption", [caps] if isinstance(caps, str) else caps, 1)
+            images.append(CaptionItem(_join(root, _str(path, key, rec, "image"), path, key, "image"), caps, "test",
+                                      str(rec.get("image_id", Path(str(rec["image"])).stem))))
+    else:
+        raise DataFormatError(path, None, None, "unknown layout: expected BLIP's test annotation (a list of {image, caption}), "
+                              "as ARO uses, or a Karpathy split file ({\"images\": [{filename, split, sentences}]})")
+    for img in images:
         for j, cap in enumerate(img.captions):
             if max_captions is not None and len(out) >= max_captions: return out
             opts = order_options(cap, rng, tagger)
@@ -782,10 +799,14 @@ def load_whatsup_controlled(path: str | Path, image_root: str | Path | None = No
     return _set_aside(path, items, _equal_options, "a wrong caption option equal to the correct one")
 
 def load_whatsup_spatial(path: str | Path, image_root: str | Path | None = None, naming: str = "auto") -> list[ChoiceItem]:
-    "WhatsUp COCO/GQA spatial sets: `[image_id, correct, wrong]` → options `[correct, wrong]`, correct 0."
+    """WhatsUp COCO/GQA spatial sets: `[image_id, correct, wrong]` → options `[correct, wrong]`, correct 0. Upstream
+    naming: COCO images are `{id:012d}.jpg` (val2017), Visual Genome / GQA ones `{id}.jpg` under `vg_images/`; `auto`
+    reads the kind from the file name (`coco_qa_*` / `vg_qa_*`), whatever the JSON type of the ids."""
     path = Path(path)
-    if naming not in ("auto", "coco", "gqa"): raise ValueError(f"naming must be auto/coco/gqa, got {naming!r}")
-    root = resolve_image_root(image_root, "coco/val2017" if naming != "gqa" else "gqa/images")
+    if naming not in ("auto", "coco", "gqa", "vg"): raise ValueError(f"naming must be auto/coco/vg (gqa), got {naming!r}")
+    if naming == "auto":
+        naming = "coco" if path.stem.startswith("coco") else "vg" if path.stem.startswith(("vg", "gqa")) else "auto"
+    root = resolve_image_root(image_root, "whatsup/vg_images" if naming in ("vg", "gqa") else "coco/val2017")
     out = []
     for key, rec in _records(path, _read_json(path), "list of records"):
         if not isinstance(rec, (list, tuple)) or len(rec) != 3:
@@ -793,7 +814,7 @@ def load_whatsup_spatial(path: str | Path, image_root: str | Path | None = None,
         img_id, good, bad = rec
         if isinstance(img_id, bool) or not isinstance(img_id, (int, str)) or not str(img_id).strip():
             raise DataFormatError(path, key, "image_id", f"expected an int or str id, got {img_id!r:.40}")
-        coco = naming == "coco" or (naming == "auto" and isinstance(img_id, int))
+        coco = naming == "coco" or (naming == "auto" and str(img_id).strip().isdigit() and isinstance(img_id, int))
         if coco and not str(img_id).isdigit():
             raise DataFormatError(path, key, "image_id", f"COCO ids are integers, got {img_id!r:.40}")
         fname = f"{int(img_id):012d}.jpg" if coco else f"{img_id}.jpg"
@@ -815,7 +836,10 @@ def load_crepe(path: str | Path, image_root: str | Path | None = None, negatives
         img_id = _str(path, key, r, "image_id").strip()
         if img_id.endswith(".0"): img_id = img_id[:-2]   # ids written as floats by pandas upstream
         negs = _str_list(path, key, negatives_column, _literal_list(path, key, negatives_column, r[negatives_column]), 1)
-        out.append(ChoiceItem(_join(root, f"{img_id}.jpg", path, key, "image_id"), (_str(path, key, r, "caption"), *negs), 0,
+        # Visual Genome ships its images in two folders (VG_100K, VG_100K_2): look in both, then in the root itself
+        rel = next((f"{sub}{img_id}.jpg" for sub in ("VG_100K/", "VG_100K_2/", "") if (root / f"{sub}{img_id}.jpg").is_file()),
+                   f"{img_id}.jpg")
+        out.append(ChoiceItem(_join(root, rel, path, key, "image_id"), (_str(path, key, r, "caption"), *negs), 0,
                               (x, y, x + w, y + h), path.stem, key))
     return _set_aside(path, out, _equal_options, "a hard negative equal to the caption")
 

@@ -442,3 +442,26 @@ def test_world_items_pair_captions_with_what_they_entail():
         it = negs[i]
         assert it["caption"] == negs.ws.meta[i]["chain"][-1]   # the caption the negatives were made from
         assert all(not W.holds(negs.ws.scene(i), t) for t in it["negatives"])
+
+
+def test_upstream_layouts_aro_crepe_whatsup(tmp_path):
+    "ARO reads BLIP's test list; CREPE finds VG images in either VG folder; WhatsUp follows the upstream naming."
+    blip = [{"image": "val2014/COCO_val2014_000000391895.jpg", "caption": ["a man with a red helmet on a small moped",
+                                                                          "a man riding on the back of a motorcycle"]}]
+    (tmp_path / "coco_karpathy_test.json").write_text(json.dumps(blip))
+    items = D.load_order_benchmark(tmp_path / "coco_karpathy_test.json", image_root=tmp_path)
+    assert items and all(it.image_path == tmp_path / "val2014" / "COCO_val2014_000000391895.jpg" for it in items)
+    assert all(len(it.options) == 5 for it in items)
+    (tmp_path / "weird.json").write_text(json.dumps({"annotations": []}))
+    with pytest.raises(DataFormatError, match="unknown layout: expected BLIP's test annotation"):
+        D.load_order_benchmark(tmp_path / "weird.json", image_root=tmp_path)
+    (tmp_path / "VG_100K_2").mkdir()
+    Image.new("RGB", (50, 50)).save(tmp_path / "VG_100K_2" / "2345.jpg")
+    pd.DataFrame(dict(image_id=["2345"], x=[1], y=[1], width=[20], height=[20], caption=["a dog"],
+                      hard_negs=[str(["a cat"])])).to_csv(tmp_path / "crepe.csv", index=False)
+    assert D.load_crepe(tmp_path / "crepe.csv", image_root=tmp_path)[0].image_path == tmp_path / "VG_100K_2" / "2345.jpg"
+    _json(tmp_path / "coco_qa_two_obj.json", [["139", "a dog left of a cat", "a dog right of a cat"]])
+    assert D.load_whatsup_spatial(tmp_path / "coco_qa_two_obj.json", image_root=tmp_path)[0].image_path.name == "000000000139.jpg"
+    _json(tmp_path / "vg_qa_two_obj.json", [[2354786, "x left of y", "x right of y"]])
+    assert D.load_whatsup_spatial(tmp_path / "vg_qa_two_obj.json", image_root=tmp_path)[0].image_path.name == "2354786.jpg"
+    assert D.load_whatsup_spatial(tmp_path / "vg_qa_two_obj.json")[0].image_path.parent.name == "vg_images"
