@@ -248,7 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("train", help="train one recipe on the world or on real data (torchrun-compatible)")
     d.add_argument("recipe")
     d.add_argument("--out", required=True, help="run directory (config.json, metrics.jsonl, checkpoints)")
-    d.add_argument("--data", default="world", help="world (default) | coco:KARPATHY.json | grit:FILE.jsonl | wds:'shards/{00000..00099}.tar'")
+    d.add_argument("--data", default="world", help="world (default) | coco:KARPATHY.json | grit:FILE.jsonl | wds:'shards/{00000..00099}.tar' | hierarcaps:CSV")
     d.add_argument("--image-root", default=None, help="folder the annotation file's image paths are relative to")
     d.add_argument("--negatives", default=None, help="hard-negative file of `hierbench negatives` (negclip, degla, read)")
     d.add_argument("--paraphrases", default=None, help="caption → paraphrase file, JSON or JSONL (read's alignment)")

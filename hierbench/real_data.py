@@ -24,8 +24,8 @@ from .negatives import (DEGLA_RULES, NEGCLIP_RULES, Tagger, default_tagger, is_c
 
 # %% auto #0
 __all__ = ['NEGATIVES_FORMAT', 'RULE_SETS', 'DATA_KINDS', 'looks_grammatical', 'generate_negatives', 'load_negatives',
-           'load_paraphrases', 'ImageTextRecord', 'coco_records', 'grit_records', 'ShardRecords', 'ImageTextDataset',
-           'record_captions', 'train_transform', 'parse_data_spec', 'real_records', 'real_source']
+           'load_paraphrases', 'ImageTextRecord', 'coco_records', 'hierarcaps_records', 'grit_records', 'ShardRecords',
+           'ImageTextDataset', 'record_captions', 'train_transform', 'parse_data_spec', 'real_records', 'real_source']
 
 # %% ../nbs/08c_real_data.ipynb #ddd3e9fa
 NEGATIVES_FORMAT = "hierbench-negatives/1"
@@ -151,6 +151,12 @@ def coco_records(path: str | Path, image_root: str | Path | None = None,
     items = load_coco_karpathy(path, splits, image_root)
     if not items: raise DataFormatError(Path(path), None, "split", f"no images in split(s) {splits}")
     return [ImageTextRecord(it.key, (lambda p=it.image_path: load_image(p)), it.captions, (), str(path)) for it in items]
+
+def hierarcaps_records(path: str | Path, image_root: str | Path | None = None) -> list[ImageTextRecord]:
+    "HierarCaps images with their caption chains (general → specific) as the image's captions: a step draws one level."
+    from hierbench.data import load_hierarcaps
+    return [ImageTextRecord(it.key, (lambda p=it.image_path: load_image(p)), tuple(it.chain), (), str(path))
+            for it in load_hierarcaps(path, image_root)]
 
 def grit_records(path: str | Path, image_root: str | Path | None = None, min_box_size: float = 32) -> list[ImageTextRecord]:
     """GRIT-style grounded captions (boxes under `min_box_size` px dropped, as HyCoCLIP); a phrase equal to its
@@ -300,10 +306,10 @@ def train_transform(model, is_train: bool = True) -> Callable:
     import open_clip
     return open_clip.image_transform(model.image_size, is_train=is_train, mean=model.image_mean, std=model.image_std)
 
-DATA_KINDS = ("world", "coco", "grit", "wds")
+DATA_KINDS = ("world", "coco", "grit", "wds", "hierarcaps")
 
 def parse_data_spec(spec: str) -> tuple[str, str]:
-    "`'coco:FILE'`, `'grit:FILE'`, `'wds:PATTERN'` or `'world'` → (kind, location)."
+    "`'coco:FILE'`, `'grit:FILE'`, `'wds:PATTERN'`, `'hierarcaps:CSV'` or `'world'` → (kind, location)."
     kind, _, loc = str(spec).partition(":")
     if kind not in DATA_KINDS: raise ValueError(f"--data {spec!r}: kind must be one of {DATA_KINDS} (e.g. coco:captions.json)")
     if kind != "world" and not loc: raise ValueError(f"--data {spec!r}: name the file or shard pattern after '{kind}:'")
@@ -316,6 +322,7 @@ def real_records(spec: str, image_root: str | Path | None = None,
     if kind == "world": raise ValueError("the world is not a real source (hierbench.sources.world_source serves it)")
     if kind == "coco": return coco_records(loc, image_root, splits)
     if kind == "grit": return grit_records(loc, image_root)
+    if kind == "hierarcaps": return hierarcaps_records(loc, image_root)
     return ShardRecords(loc)
 
 def real_source(spec: str, recipe, model, image_root: str | Path | None = None, negatives: str | Path | None = None,

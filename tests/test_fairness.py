@@ -155,3 +155,14 @@ def test_negclip_img_puts_each_scene_next_to_its_nearest_neighbour():
     shared = np.mean([len(objs(i) & objs(int(ds.partners[i][0]))) > 0 for i in range(len(ds))])
     assert shared > 0.9
     assert ds.batch_indices(0, 32, seed=0).tolist() == idx.tolist()   # a pure function of (step, size, seed)
+
+
+def test_every_claim_names_the_preset_that_decides_it():
+    "A claim row is decided by a preset that runs both its recipes with >= 5 seeds; quick's runs are reused by standard."
+    from hierbench.compare import CLAIMS, PRESETS, deciding_preset, plan_runs
+    for c in CLAIMS:
+        p = deciding_preset(c)
+        assert p in ("standard", "full"), c
+        assert {c.a, c.b} <= set(plan_runs(list(PRESETS[p].recipes))) and PRESETS[p].seeds >= 5
+    assert PRESETS["quick"].run_key() == PRESETS["standard"].run_key()      # standard reuses every quick run
+    assert set(PRESETS["quick"].recipes) <= set(PRESETS["standard"].recipes)

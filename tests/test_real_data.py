@@ -163,3 +163,12 @@ def test_eval_every_logs_benchmark_metrics_during_training(real):
     evals = [r for r in rows if any(k.startswith("eval/") for k in r)]
     assert [r["step"] for r in evals] == [2]
     assert math.isfinite(evals[0]["eval/d_corr/hierarcaps"])
+
+
+def test_hierarcaps_chains_as_training_captions(real, tmp_path):
+    out = tmp_path / "meru-hc"
+    main(["train", "meru", "--data", f"hierarcaps:{SHARED / 'hierarcaps_test.csv'}", "--steps", "2", "--out", str(out),
+          "--image-root", str(SHARED / "test_imgs"), "--model", "real-tiny", "--batch-size", "8", "--log-every", "1"])
+    assert len(read_metrics(out)) == 2
+    recs = RD.real_records(f"hierarcaps:{SHARED / 'hierarcaps_test.csv'}", SHARED / "test_imgs")
+    assert len(recs) == 1000 and len(recs[0].captions) == 4
