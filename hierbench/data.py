@@ -417,14 +417,19 @@ def resolve_image_root(image_root: str | Path | None, default_subdir: str = "") 
     return load_settings().data_root / default_subdir
 
 def _join(root: Path, rel: str, path=None, key=None, name: str = "image") -> Path:
-    "`rel` under the image root; a path that leaves the root (`..`, absolute elsewhere, NUL byte) is refused."
+    """`rel` under the image root; a path that leaves the root (`..`, absolute elsewhere, NUL byte) is refused unless
+    the user allows absolute paths explicitly (`HIERBENCH_ALLOW_ABSOLUTE_PATHS=1`: annotation files written with
+    absolute paths on the user's own machine); `..` never leaves the root."""
     where = path if path is not None else "<annotation>"
     if "\x00" in rel: raise DataFormatError(where, key, name, f"image path contains a NUL byte: {rel!r:.60}")
     full = Path(os.path.normpath(Path(rel) if Path(rel).is_absolute() else Path(root) / rel))
     base = Path(os.path.normpath(Path(root).absolute() if not Path(root).is_absolute() else Path(root)))
     full_abs = Path(os.path.normpath(full.absolute())) if not full.is_absolute() else full
+    if Path(rel).is_absolute() and os.environ.get("HIERBENCH_ALLOW_ABSOLUTE_PATHS") == "1" and ".." not in Path(rel).parts:
+        return full
     if not (full_abs == base or base in full_abs.parents):
-        raise DataFormatError(where, key, name, f"image path {rel!r:.80} leaves the image root {root} (refused)")
+        raise DataFormatError(where, key, name, f"image path {rel!r:.80} leaves the image root {root} (refused; "
+                              "set HIERBENCH_ALLOW_ABSOLUTE_PATHS=1 to accept absolute paths)")
     return full
 
 # %% ../nbs/04_data.ipynb #65673bee

@@ -213,3 +213,15 @@ def test_check_command_on_the_real_folders(capsys):
     assert "swap_obj.json" in said and "['2', '8']" in said
     t = D.check_benchmark_folder(SHARED / "sugarcrepe_pp", coco_dir=SHARED / "hierarcaps" / "test_imgs")
     assert t.records.sum() == 4755 and t.set_aside.sum() == 2 and (t.records - t.missing_images).sum() == 971
+
+
+def test_absolute_paths_only_when_allowed(tmp_path, monkeypatch):
+    _sc(tmp_path / "ann", {"0": rec(filename="/data/coco/val2017/000000000139.jpg")})
+    with pytest.raises(DataFormatError, match="HIERBENCH_ALLOW_ABSOLUTE_PATHS"):
+        D.load_sugarcrepe(tmp_path / "ann", tmp_path / "imgs", ["swap_obj"])
+    monkeypatch.setenv("HIERBENCH_ALLOW_ABSOLUTE_PATHS", "1")
+    it = D.load_sugarcrepe(tmp_path / "ann", tmp_path / "imgs", ["swap_obj"])["swap_obj"][0]
+    assert it.image_path == Path("/data/coco/val2017/000000000139.jpg")
+    _sc(tmp_path / "ann", {"0": rec(filename="../../etc/passwd")})
+    with pytest.raises(DataFormatError, match="leaves the image root"):   # relative escapes stay refused
+        D.load_sugarcrepe(tmp_path / "ann", tmp_path / "imgs", ["swap_obj"])
