@@ -102,6 +102,8 @@ def _cmd_train(args):
         if not (args.eval_sugarcrepe or args.eval_hierarcaps or args.eval_sugarcrepe_pp):
             sys.exit("--eval-every needs a benchmark: --eval-sugarcrepe DIR, --eval-sugarcrepe-pp DIR or --eval-hierarcaps CSV")
         overrides.setdefault("log_every", args.eval_every)
+        if args.eval_every % overrides["log_every"]:
+            sys.exit(f"--eval-every {args.eval_every} must be a multiple of --log-every {overrides['log_every']} (evaluations happen at logged steps)")
         callbacks.append(EvalEvery(lambda m: evaluate_checkpoint(
             m, world=False, sugarcrepe=args.eval_sugarcrepe, sugarcrepe_pp=args.eval_sugarcrepe_pp,
             hierarcaps=args.eval_hierarcaps, image_root=args.eval_image_root, limit=args.eval_limit), args.eval_every))
