@@ -219,11 +219,13 @@ def _cmd_demo(args):
     for name, got, ref in geometry_demo(): print(f"{name:34s} {got:10.6f} {ref:10.6f}")
 
 def _cmd_docs(args):
-    from hierbench.docs import build_docs_preview, build_readme, check_docs
+    from hierbench.docs import broken_links, build_docs_preview, build_readme, check_docs
     pages = build_docs_preview(args.root, out=args.out)
     if not args.no_readme: print(f"wrote {build_readme(args.root)}")
     problems = check_docs(args.out or Path(args.root) / "_docs", [p.name for p in pages])
     if problems: sys.exit("docs preview problems:\n" + "\n".join(problems))
+    bad = broken_links(pages[0].parent)
+    if bad: print(f"{len(bad)} internal link(s) point at a missing anchor, e.g. " + ", ".join(f"{a} → {b}#{c}" for a, b, c in bad[:5]))
     print(f"built {len(pages)} pages into {pages[0].parent}")
 
 def build_parser() -> argparse.ArgumentParser:

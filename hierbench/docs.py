@@ -11,7 +11,8 @@ from pathlib import Path
 import nbformat
 
 # %% auto #0
-__all__ = ['sanitize_proc_notebook', 'localize_scripts', 'build_docs_preview', 'check_docs', 'build_readme']
+__all__ = ['sanitize_proc_notebook', 'alias_lowercase_anchors', 'broken_links', 'localize_scripts', 'build_docs_preview',
+           'check_docs', 'build_readme']
 
 # %% ../nbs/16_docs.ipynb #d1cf9128
 _CELL_KEYS = {"markdown": {"cell_type", "id", "metadata", "source", "attachments"},
@@ -76,6 +77,25 @@ def sanitize_proc_notebook(nb: dict) -> nbformat.NotebookNode:
 _PLOTLY_CDN = re.compile(r'<script[^>]*src="https://cdn\.plot\.ly/plotly-[^"]*\.js"[^>]*>\s*</script>')
 _PLOTLY_MODULE = re.compile(r'<script type="module">\s*import "https://cdn\.plot\.ly/[^"]*"\s*</script>')
 _REMOTE_SCRIPT = re.compile(r'<script[^>]*src="https?://[^"]*"[^>]*>\s*</script>')
+
+def alias_lowercase_anchors(page: str) -> str:
+    """nbdev links a class as `page.html#classname` (lower case, as Quarto makes its ids) while the preview's heading
+    id keeps the class's spelling (`DualEncoder`): add a lower-case alias anchor beside every mixed-case id."""
+    have = set(re.findall(r'id="([^"]+)"', page))
+    def alias(m):
+        low = m.group(2).lower()
+        return m.group(0) if low == m.group(2) or low in have else m.group(0) + f'<span id="{low}"></span>'
+    return re.sub(r'(<h[1-6][^>]*\bid=")([^"]+)("[^>]*>)', alias, page)
+
+def broken_links(out: str | Path) -> list[tuple[str, str, str]]:
+    "(page, target page, anchor) for every internal `page.html#anchor` link of a built preview whose anchor is missing."
+    out = Path(out)
+    ids = {p.name: set(re.findall(r'id="([^"]+)"', p.read_text())) for p in out.glob("*.html")}
+    bad = []
+    for p in sorted(out.glob("*.html")):
+        for target, anchor in re.findall(r'href="([A-Za-z0-9_.-]+\.html)#([^"]+)"', p.read_text()):
+            if target in ids and anchor not in ids[target]: bad.append((p.name, target, anchor))
+    return sorted(set(bad))
 
 def localize_scripts(page: str, plotly_src: str = "plotly.min.js") -> str:
     "Point plotly at a local copy, load it once in <head>, and drop every other remote script from an HTML page."
@@ -151,7 +171,7 @@ def build_docs_preview(root: str | Path = ".", out: str | Path | None = None, pr
     pages = [(n, t) for n, t, _ in sorted(rendered, key=lambda r: (r[0] != "index.html", r[0]))]
     paths = []
     for name, title, body in rendered:
-        body = localize_scripts(body)
+        body = alias_lowercase_anchors(localize_scripts(body))
         if cfg.doc_url: body = body.replace(cfg.doc_url.rstrip("/") + "/", "")  # show_doc links stay inside the preview
         body = re.sub(r'\{target="_blank"[^}]*\}', "", body)  # Quarto link attributes that nbconvert leaves as text
         body = re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + _nav(pages, name), body, count=1)
