@@ -1,5 +1,4 @@
-"""One trainer for every recipe: AdamW with parameter groups, warmup + cosine, clipping, bf16 on CUDA, EMA teacher,
-NaN guard, JSON-lines metrics, atomic checkpoints, bit-exact resume, and multi-process contrastive training.
+"""One trainer for every recipe: AdamW with parameter groups, warmup + cosine, clipping, bf16 on CUDA, EMA teacher, NaN guard, JSON-lines metrics, atomic checkpoints, bit-exact resume, and multi-process contrastive training.
 
 Docs: https://hierbench.github.io/hierbench/train.html.md"""
 

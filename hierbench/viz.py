@@ -1,5 +1,4 @@
-"""HoroPCA, PCA and UMAP views of embeddings, norm distributions, entailment-cone diagrams, training curves and
-sweep bars: pure functions that return plotly figures.
+"""HoroPCA, PCA and UMAP views of embeddings, norm distributions, entailment-cone diagrams, training curves and sweep bars: pure functions that return plotly figures.
 
 Docs: https://hierbench.github.io/hierbench/viz.html.md"""
 

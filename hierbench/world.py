@@ -1,5 +1,4 @@
-"""A procedurally generated image-text universe with a known hierarchy and exact truth: scenes, caption chains,
-phrases and crops, paraphrases, alternatives, verified hard negatives, splits and an on-disk cache.
+"""A procedurally generated image-text universe with a known hierarchy and exact truth: scenes, caption chains, phrases and crops, paraphrases, alternatives, verified hard negatives, splits and an on-disk cache.
 
 Docs: https://hierbench.github.io/hierbench/world.html.md"""
 
