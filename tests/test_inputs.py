@@ -225,3 +225,26 @@ def test_absolute_paths_only_when_allowed(tmp_path, monkeypatch):
     _sc(tmp_path / "ann", {"0": rec(filename="../../etc/passwd")})
     with pytest.raises(DataFormatError, match="leaves the image root"):   # relative escapes stay refused
         D.load_sugarcrepe(tmp_path / "ann", tmp_path / "imgs", ["swap_obj"])
+
+
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+_json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) |
+                            st.text(max_size=12), lambda inner: st.lists(inner, max_size=4) |
+                            st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=20)
+_records = st.dictionaries(st.sampled_from(["filename", "caption", "negative_caption", "caption2", "id", "x"]),
+                           _json_values | st.text(max_size=20), max_size=6)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.one_of(_json_values, st.dictionaries(st.text(max_size=4), _records, max_size=4), st.lists(_records, max_size=4)))
+def test_fuzz_sugarcrepe_files_fail_only_clearly(tmp_path_factory, data):
+    "Any JSON in a SugarCrepe / SugarCrepe++ file loads, or raises DataFormatError naming the file — nothing else."
+    import warnings
+    folder = tmp_path_factory.mktemp("fz")
+    for loader in (D.load_sugarcrepe, D.load_sugarcrepe_pp):
+        (folder / "swap_obj.json").write_text(json.dumps(data))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DataWarning)
+            try: loader(folder, "/imgs", ["swap_obj"])
+            except DataFormatError as err: assert "swap_obj.json" in str(err)
