@@ -46,7 +46,8 @@ def load_any_model(checkpoint: str | Path, model_name: str | None = None, quick_
 def evaluate_checkpoint(model, world: bool = True, n_test: int = 300, sugarcrepe: str | None = None,
                         sugarcrepe_pp: str | None = None, hierarcaps: str | None = None, image_root: str | None = None,
                         limit: int | None = None, batch_size: int = 64, coco_dir: str | None = None,
-                        per_item: list | None = None, log=print) -> dict[str, float]:
+                        per_item: list | None = None, log=print, valse: str | None = None,
+                        whatsup: Sequence[str] = (), crepe: Sequence[str] = ()) -> dict[str, float]:
     """Every protocol the user points at: the world (default), SugarCrepe, SugarCrepe++, HierarCaps (PEP, d_corr,
     retrieval). `model`: any `hierbench.scorers.Scorer`; a text-only one runs the text protocols and each image
     protocol logs one line saying it was skipped. `coco_dir`: find COCO images by id across the 2014/2017 namings
@@ -78,6 +79,22 @@ def evaluate_checkpoint(model, world: bool = True, n_test: int = 300, sugarcrepe
         if want_img and images and index is not None: items = usable(items, "SugarCrepe++")
         res = E.evaluate_sugarcrepe_pp(model, items, batch_size=batch_size, with_images=want_img, per_item=per_item, log=log)
         out.update({f"scpp_{k}": v for k, v in res.items()})
+    choice_sets = []   # (name, items, options for evaluate_choice_benchmark) of the other image-text benchmarks
+    if valse:
+        items = [it for v in D.load_valse(valse, image_root).values() for it in cut(v)]
+        choice_sets.append(("valse", items, dict(groups=D.VALSE_CATEGORIES)))
+    for f in whatsup:
+        stem = Path(f).stem
+        load = D.load_whatsup_controlled if stem.startswith("controlled") else D.load_whatsup_spatial
+        choice_sets.append((f"whatsup_{stem}", cut(load(f, image_root)), "whatsup" if stem.startswith("controlled") else {}))
+    for f in crepe: choice_sets.append((f"crepe_{Path(f).stem}", cut(D.load_crepe(f, image_root)), dict(recall_ks=(1, 3, 5))))
+    for name, items, opts in choice_sets:
+        if not images:
+            if log: log(skipped(name, model))
+            continue
+        items = usable(items, name)
+        if opts == "whatsup": out.update(E.evaluate_whatsup_controlled(model, items, batch_size=batch_size, prefix=name))
+        else: out.update(E.evaluate_choice_benchmark(model, items, prefix=name, batch_size=batch_size, per_item=per_item, **opts))
     if hierarcaps:
         if images:
             chains = cut(D.load_hierarcaps(hierarcaps, image_root))
@@ -203,7 +220,8 @@ def _cmd_eval(args):
     per_item: list = []
     res = evaluate_checkpoint(model, world=not args.no_world, n_test=args.n_test, sugarcrepe=args.sugarcrepe,
                               sugarcrepe_pp=args.sugarcrepe_pp, hierarcaps=args.hierarcaps, image_root=args.image_root,
-                              limit=args.limit, coco_dir=args.coco_dir, per_item=per_item)
+                              limit=args.limit, coco_dir=args.coco_dir, per_item=per_item, valse=args.valse,
+                              whatsup=args.whatsup or (), crepe=args.crepe or ())
     _print_table(results_table(res), f"evaluation of {name}")
     if args.out:
         import pandas as pd
@@ -325,6 +343,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--sugarcrepe", default=None, help="folder of the 7 SugarCrepe JSON files")
     d.add_argument("--sugarcrepe-pp", default=None, help="folder of the 5 SugarCrepe++ JSON files")
     d.add_argument("--hierarcaps", default=None, help="hierarcaps_test.csv (images next to it in test_imgs/)")
+    d.add_argument("--valse", default=None, help="folder of VALSE JSON files")
+    d.add_argument("--whatsup", nargs="+", default=None, help="WhatsUp files (controlled_images*.json, coco_qa_*.json, vg_qa_*.json)")
+    d.add_argument("--crepe", nargs="+", default=None, help="CREPE CSV files")
     d.add_argument("--image-root", default=None, help="image folder (default: settings.ini data_root)")
     d.add_argument("--limit", type=int, default=None, help="items per subset (quick looks)")
     d.add_argument("--out", default=None, help="metrics JSON file; the per-item rows go beside it (NAME.items.jsonl)")

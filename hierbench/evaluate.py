@@ -613,7 +613,8 @@ def score_choice_items(model, items, image_loader: Callable | None = None, prepr
         options, correct, subsets, ids = ([x[k] for k in keep] for x in (options, correct, subsets, ids))
         rows = rows[keep]
     scores = option_scores(model, embs[torch.as_tensor(rows, device=embs.device)], options, batch_size=4 * batch_size)
-    return pd.DataFrame(dict(id=ids, subset=subsets, n_options=[len(o) for o in options], correct=correct,
+    return pd.DataFrame(dict(id=ids, subset=subsets, n_options=[len(o) for o in options], options=[tuple(o) for o in options],
+                             correct=correct,
                              bow_ok=bow_ceiling(options, correct),
                              scores=[s.round(6).tolist() for s in scores], ok=score_choices(scores, correct),
                              rank=[int((np.delete(s, c) >= s[c]).sum()) for s, c in zip(scores, correct)]))
@@ -681,8 +682,7 @@ def evaluate_whatsup_controlled(model, items, image_loader: Callable | None = No
     "Per-file and macro accuracy plus pair and set accuracy of WhatsUp controlled items (chance: 1/4, 1/16, 1/256)."
     items = list(items)
     df = score_choice_items(model, items, image_loader, preprocess, batch_size)
-    opts = [tuple(record_field(r, "options", "caption_options")) for r in items]
-    corr = [int(record_field(r, "correct", "label", "answer")) for r in items]
+    opts, corr = list(df.options), list(df.correct)   # the items that were scored (an unreadable image is set aside)
     df["set"] = [(s, frozenset(o)) for s, o in zip(df.subset, opts)]
     df["pair"] = [(st, whatsup_axis(o[c])) for st, o, c in zip(df["set"], opts, corr)]
     out = aggregate_accuracy({s: d.ok.to_numpy() for s, d in df.groupby("subset", sort=False)}, prefix)

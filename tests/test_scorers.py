@@ -192,3 +192,30 @@ def test_official_meru_layout_matches_a_direct_computation(tmp_path):
     assert isinstance(again, SC.Scorer) and again.geometry == "lorentz"
     torch.save({"model": {"foo": torch.zeros(1)}}, tmp_path / "other.pth")
     with pytest.raises(ValueError, match="not a MERU/HyCoCLIP checkpoint"): SC.load_meru_checkpoint(tmp_path / "other.pth")
+
+
+def test_eval_cli_runs_valse_whatsup_and_crepe(tmp_path):
+    from PIL import Image
+    from hierbench.models import save_model
+    root = tmp_path / "imgs"; root.mkdir()
+    for name in ("a.jpg", "000000000139.jpg", "7.jpg"): Image.new("RGB", (64, 64), (200, 10, 10)).save(root / name)
+    v = {str(i): dict(dataset="coco", image_file="a.jpg", caption=f"a red square {i}", foil=f"a blue circle {i}",
+                      relation_name="colour", mturk={"caption": 3}) for i in range(3)}
+    (tmp_path / "valse").mkdir(); (tmp_path / "valse" / "existence.json").write_text(json.dumps(v))
+    (tmp_path / "controlled_images.json").write_text(json.dumps([dict(image_path="a.jpg", caption_options=[
+        "a mug on a table", "a mug under a table", "a mug left of a table", "a mug right of a table"])]))
+    (tmp_path / "coco_qa_one_obj.json").write_text(json.dumps([[139, "a dog left of a cat", "a dog right of a cat"]]))
+    import pandas as pd
+    pd.DataFrame(dict(image_id=["7"], x=[1], y=[1], width=[30], height=[30], caption=["a red square"],
+                      hard_negs=[str(["a green square", "a red circle"])])).to_csv(tmp_path / "crepe_prod.csv", index=False)
+    save_model(create_model("real-tiny"), tmp_path / "run" / "model.safetensors")
+    out = tmp_path / "m.json"
+    main(["eval", "--model", f"hierbench:{tmp_path / 'run'}", "--no-world", "--valse", str(tmp_path / "valse"),
+          "--whatsup", str(tmp_path / "controlled_images.json"), str(tmp_path / "coco_qa_one_obj.json"),
+          "--crepe", str(tmp_path / "crepe_prod.csv"), "--image-root", str(root), "--out", str(out)])
+    res = json.loads(out.read_text())
+    for key in ("valse/micro", "whatsup_controlled_images/micro", "whatsup_coco_qa_one_obj/micro", "crepe_crepe_prod/micro",
+                "crepe_crepe_prod_R@3/micro"):
+        assert 0 <= res[key] <= 1, key
+    rows = [json.loads(l) for l in out.with_name("m.items.jsonl").read_text().splitlines()]
+    assert {r["benchmark"] for r in rows} == {"valse", "whatsup_coco_qa_one_obj", "crepe_crepe_prod"}
