@@ -603,7 +603,9 @@ def _run_compare(preset, seeds, out, recipes, quiet, jobs, log) -> dict:
     atomic_write_text(out / "results.json", json.dumps(_json_safe(dict(meta=meta, rows=results.to_dict("records"), **extras)), indent=1))
     atomic_write_text(out / "claims.json", json.dumps(_json_safe(dict(meta=meta, claims=ledger.to_dict("records"),
                                                                       power=power_table(ledger).reset_index().to_dict("records"))), indent=1))
-    atomic_write_text(out / "report.html", render_report(results, ledger, meta, runs))
+    import plotly, shutil
+    shutil.copy(Path(plotly.__file__).parent / "package_data" / "plotly.min.js", out / "plotly.min.js")
+    atomic_write_text(out / "report.html", render_report(results, ledger, meta, runs, plotlyjs="directory"))
     return dict(results=results, ledger=ledger, meta=meta, summary=summary_table(results), runs=runs,
                 power=power_table(ledger), stages=stage_table(runs))
 
@@ -771,9 +773,12 @@ def _paper_table(title: str, spec: dict, results: pd.DataFrame) -> str:
 def _fmt(v, digits=4):
     return "—" if v is None or (isinstance(v, float) and not np.isfinite(v)) else f"{v:.{digits}f}"
 
-def render_report(results: pd.DataFrame, ledger: pd.DataFrame, meta: dict, runs: list[dict] | None = None) -> str:
+def render_report(results: pd.DataFrame, ledger: pd.DataFrame, meta: dict, runs: list[dict] | None = None,
+                  plotlyjs: str | bool = True) -> str:
     """A self-contained HTML report: run facts, the power of the design, the claims ledger (forest plot and table),
-    the summary with chance levels, the fine-tuning stages, the angles behind PEP, the papers' tables, plots."""
+    the summary with chance levels, the fine-tuning stages, the angles behind PEP, the papers' tables, plots.
+    `plotlyjs`: True embeds plotly.js once (a 4.6 MB self-contained file); 'directory' loads `plotly.min.js` from the
+    report's folder (`run_compare` writes it there: the report itself stays a few hundred kB)."""
     from hierbench.viz import ablation_bars_figure
     runs = runs or []
     style = ("<style>body{font-family:sans-serif;margin:2em;max-width:1500px}table{border-collapse:collapse;margin:1em 0;"
@@ -784,7 +789,7 @@ def render_report(results: pd.DataFrame, ledger: pd.DataFrame, meta: dict, runs:
              f"torch {html.escape(meta['torch'])}, {meta.get('jobs', 1)} process(es) × {meta['threads']} thread(s).</p>")
     figs = []
     def add(fig):
-        figs.append(fig.to_html(full_html=False, include_plotlyjs=not figs))   # plotly.js once, in the first figure
+        figs.append(fig.to_html(full_html=False, include_plotlyjs=plotlyjs if not figs else False))   # plotly.js once
         return figs[-1]
     power = power_table(ledger)
     power_html = power.to_html(float_format=lambda v: f"{v:.4f}", escape=True) if not power.empty else "<p>no claim rows ran</p>"

@@ -68,6 +68,9 @@ def test_smoke_compare_on_a_subset_writes_everything_and_restarts(tmp_path):
     assert deg1["n"] == 2 and deg1["verdict"] in ("supported", "contradicted", "inconclusive")
     report = (out / "report.html").read_text()
     assert "Claims ledger" in report and "DEG-1" in report and "chance" in report
+    # plotly.js is shared beside the report, not embedded: the report stays small
+    assert (out / "plotly.min.js").stat().st_size > 1_000_000 and 'src="plotly.min.js"' in report
+    assert len(report) < 1_500_000
     # a second call finds every run finished and recomputes the same table without training
     again = C.run_compare("smoke", seeds=2, out=out, recipes=["clip", "negclip"], log=lambda *_: None)
     pd.testing.assert_frame_equal(again["results"], res["results"])
