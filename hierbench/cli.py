@@ -7,6 +7,7 @@ Docs: https://hierbench.github.io/hierbench/cli.html.md"""
 # %% ../nbs/15_cli.ipynb #694149e4
 from __future__ import annotations
 import argparse, json, sys
+from typing import Sequence
 from pathlib import Path
 
 # %% auto #0
