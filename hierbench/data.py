@@ -422,9 +422,8 @@ def _join(root: Path, rel: str, path=None, key=None, name: str = "image") -> Pat
     absolute paths on the user's own machine); `..` never leaves the root."""
     where = path if path is not None else "<annotation>"
     if "\x00" in rel: raise DataFormatError(where, key, name, f"image path contains a NUL byte: {rel!r:.60}")
-    full = Path(os.path.normpath(Path(rel) if Path(rel).is_absolute() else Path(root) / rel))
-    base = Path(os.path.normpath(Path(root).absolute() if not Path(root).is_absolute() else Path(root)))
-    full_abs = Path(os.path.normpath(full.absolute())) if not full.is_absolute() else full
+    full = Path(os.path.normpath(Path(root) / rel))          # an absolute `rel` replaces the root, as in Path
+    base, full_abs = Path(os.path.abspath(root)), Path(os.path.abspath(full))   # lexical: symlinked roots stay fine
     if Path(rel).is_absolute() and os.environ.get("HIERBENCH_ALLOW_ABSOLUTE_PATHS") == "1" and ".." not in Path(rel).parts:
         return full
     if not (full_abs == base or base in full_abs.parents):

@@ -184,7 +184,8 @@ class ShardRecords(Sequence):
         if missing: raise FileNotFoundError(f"{len(missing)} shard(s) not found, e.g. {missing[0]} (pattern {pattern!r})")
         spec = []
         for s in shards:
-            n = len(IndexedTarSamples(path=s))
+            idx = IndexedTarSamples(path=s)   # wids needs each shard's sample count up front
+            n = len(idx); idx.close()
             if n == 0: raise DataFormatError(Path(s), None, None, "shard has no samples")
             spec.append({"url": str(Path(s).resolve()), "nsamples": n})
         with contextlib.redirect_stderr(io.StringIO()):  # wids prints a summary line on construction
@@ -281,7 +282,7 @@ class ImageTextDataset(torch.utils.data.Dataset):
             item["crop"] = self.crop_transform(crop_to_box(img, ph.box, rec.source, rec.key))
             item["phrase"] = ph.text
         if "negatives" in self.fields:
-            negs = [t for t in self.negatives[cap] if is_changed(cap, t)]
+            negs = self.negatives[cap]   # distinct and never equal to the caption: `load_negatives` checked both
             take = [negs[int(k)] for k in rng.permutation(len(negs))[:self.k]]
             item["negatives"] = take + [""] * (self.k - len(take))
             item["negatives_mask"] = [True] * len(take) + [False] * (self.k - len(take))

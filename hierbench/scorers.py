@@ -147,9 +147,7 @@ MERU_VIT_HEADS = {384: 12, 768: 12, 1024: 16}   # MERU's ViT-S (MoCo-v3's small,
 
 def _meru_weights(path: Path) -> dict:
     from hierbench.models import read_state_dict
-    sd = read_state_dict(path)     # safetensors or torch.load(weights_only=True): never unpickles code
-    if "model" in sd and isinstance(sd["model"], dict): sd = sd["model"]
-    sd = {k.removeprefix("module."): v for k, v in sd.items()}
+    sd = read_state_dict(path)     # safetensors or torch.load(weights_only=True), {"model": ...} and "module." unwrapped
     need = ["visual.cls_token", "visual.pos_embed", "visual.patch_embed.proj.weight", "visual_proj.weight",
             "textual.token_embed.weight", "textual.posit_embed", "textual_proj.weight", "logit_scale"]
     missing = [k for k in need if k not in sd]

@@ -593,7 +593,8 @@ class TrainingHealth:
 # %% ../nbs/12_viz.ipynb #5fb60cf1
 def pep_curves_figure(scores: Mapping[str, tuple], title: str = "PEP: ROC and precision-recall") -> go.Figure:
     "ROC and PR curves side by side; `scores[name] = (positive scores, negative scores)` (AUC and AP in the legend)."
-    from sklearn.metrics import average_precision_score, precision_recall_curve, roc_auc_score, roc_curve
+    from sklearn.metrics import precision_recall_curve, roc_curve
+    from hierbench.evaluate import pep_auc_ap
     import plotly.colors
     if not scores: raise ValueError("pep_curves_figure: no models")
     fig = make_subplots(rows=1, cols=2, subplot_titles=("ROC", "precision-recall"))
@@ -603,8 +604,9 @@ def pep_curves_figure(scores: Mapping[str, tuple], title: str = "PEP: ROC and pr
         y, s = np.r_[np.ones(len(pos)), np.zeros(len(neg))], np.r_[pos, neg]
         fpr, tpr, _ = roc_curve(y, s); prec, rec, _ = precision_recall_curve(y, s)
         colour = plotly.colors.qualitative.Plotly[k % len(plotly.colors.qualitative.Plotly)]
+        m = pep_auc_ap(pos, neg)   # the evaluation's own AUC/AP, so the legend matches the reported numbers
         fig.add_trace(go.Scatter(x=fpr, y=tpr, mode="lines", line=dict(color=colour),
-                                 name=f"{name} (AUC {roc_auc_score(y, s):.3f}, AP {average_precision_score(y, s):.3f})"), 1, 1)
+                                 name=f"{name} (AUC {m['auc']:.3f}, AP {m['ap']:.3f})"), 1, 1)
         fig.add_trace(go.Scatter(x=rec, y=prec, mode="lines", line=dict(color=colour), showlegend=False), 1, 2)
     fig.add_trace(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", line=dict(dash="dot", color="#999"), name="chance"), 1, 1)
     fig.update_xaxes(title_text="false positive rate", row=1, col=1); fig.update_yaxes(title_text="true positive rate", row=1, col=1)
