@@ -609,6 +609,14 @@ def plateau_step(steps: Sequence[int], values: Sequence[float], patience: int = 
         if np.isfinite(best[k]) and later[k + 1] >= best[k] - min_delta * abs(best[k]): return int(steps[k])
     return None
 
+def _evaluating(model: nn.Module, fn: Callable):
+    "`fn()` with `model` in eval mode and without gradients; the model's training flag is restored afterwards."
+    was = model.training
+    model.eval()
+    try:
+        with torch.no_grad(): return fn()
+    finally: model.train(was)
+
 class ValidationMonitor:
     """Callback: `loss_fn(model, batch, teacher)` terms on a fixed held-out `batch` at the start and every `every`
     steps, logged as `val_<term>`; `plateau` is the step `plateau_step` finds on `val_<monitor>` (None until then)."""
@@ -623,13 +631,8 @@ class ValidationMonitor:
 
     def evaluate(self, model, teacher=None) -> dict[str, float]:
         "Validation terms of `model` now (eval mode, no gradient; the model's training flag is restored)."
-        was = model.training
-        model.eval()
-        try:
-            with torch.no_grad():
-                dev = next(model.parameters()).device
-                _, terms = self.loss_fn(model, _to_device(self.batch, dev), teacher)
-        finally: model.train(was)
+        dev = next(model.parameters()).device
+        _, terms = _evaluating(model, lambda: self.loss_fn(model, _to_device(self.batch, dev), teacher))
         return {f"val_{k}": float(v) for k, v in terms.items()}
 
     def __call__(self, event: str, state: Mapping):
@@ -658,9 +661,5 @@ class EvalEvery:
 
     def __call__(self, event: str, state: Mapping):
         if event != "log" or state["step"] % self.every: return None
-        model = state["model"]; was = model.training
-        model.eval()
-        try:
-            with torch.no_grad(): res = self.evaluate(model)
-        finally: model.train(was)
+        res = _evaluating(state["model"], lambda: self.evaluate(state["model"]))
         return {f"eval/{k}": float(v) for k, v in res.items()}

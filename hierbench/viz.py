@@ -537,17 +537,15 @@ class TrainingHealth:
         out, head = {}, getattr(model, "head", None)
         if head is None or getattr(head, "geometry", None) != "lorentz": return out
         out["health/curv_min"], out["health/curv_max"] = math.exp(head.log_curv_min), math.exp(head.log_curv_max)
-        was = model.training; model.eval()
-        try:
-            with torch.no_grad():
-                c = head.curv
-                if self.probe_texts:
-                    t = model.encode_text(self.probe_texts)
-                    out["health/norm_text"] = float(t.norm(dim=-1).mean())
-                    out["health/aperture_saturated"] = float((half_aperture(t, c) >= 0.99 * math.pi / 2).float().mean())
-                if self.probe_images is not None:
-                    out["health/norm_image"] = float(model.encode_image(self.probe_images).norm(dim=-1).mean())
-        finally: model.train(was)
+        from hierbench.evaluate import eval_mode
+        with eval_mode(model), torch.no_grad():
+            c = head.curv
+            if self.probe_texts:
+                t = model.encode_text(self.probe_texts)
+                out["health/norm_text"] = float(t.norm(dim=-1).mean())
+                out["health/aperture_saturated"] = float((half_aperture(t, c) >= 0.99 * math.pi / 2).float().mean())
+            if self.probe_images is not None:
+                out["health/norm_image"] = float(model.encode_image(self.probe_images).norm(dim=-1).mean())
         return out
 
     def _check(self, row: dict):
