@@ -6,7 +6,7 @@ Docs: https://hierbench.github.io/hierbench/cli.html.md"""
 
 # %% ../nbs/15_cli.ipynb #694149e4
 from __future__ import annotations
-import argparse, json, sys
+import argparse, collections, json, sys
 from typing import Sequence
 from pathlib import Path
 
@@ -48,11 +48,18 @@ def evaluate_checkpoint(model, world: bool = True, n_test: int = 300, sugarcrepe
                         sugarcrepe_pp: str | None = None, hierarcaps: str | None = None, image_root: str | None = None,
                         limit: int | None = None, batch_size: int = 64, coco_dir: str | None = None,
                         per_item: list | None = None, log=print, valse: str | None = None,
-                        whatsup: Sequence[str] = (), crepe: Sequence[str] = ()) -> dict[str, float]:
+                        whatsup: Sequence[str] = (), crepe: Sequence[str] = (), aro_relation: str | None = None,
+                        aro_attribution: str | None = None, aro_order: Sequence[str] = (),
+                        aro_exclude: Sequence[str] = (), vg_dir: str | None = None) -> dict[str, float]:
     """Every protocol the user points at: the world (default), SugarCrepe, SugarCrepe++, HierarCaps (PEP, d_corr,
-    retrieval). `model`: any `hierbench.scorers.Scorer`; a text-only one runs the text protocols and each image
+    retrieval), VALSE, WhatsUp, CREPE and ARO. `model`: any `hierbench.scorers.Scorer`; a text-only one runs the text protocols and each image
     protocol logs one line saying it was skipped. `coco_dir`: find COCO images by id across the 2014/2017 namings
-    (items whose image is nowhere are set aside and counted). `per_item`: a list that receives per-item tables."""
+    (items whose image is nowhere are set aside and counted). `per_item`: a list that receives per-item tables.
+    ARO: `aro_relation` / `aro_attribution` are ARO's `visual_genome_relation.json` / `visual_genome_attribution.json`
+    (images under `vg_dir`, default `image_root`); relations named in `aro_exclude` are scored per item but left out
+    of the aggregates (ARO's reported VG-Relation number leaves out relations it counts as symmetric: pass that list),
+    and attribute pairs with fewer than 25 cases are left out as ARO does; `aro_order`: BLIP's
+    `coco_karpathy_test.json` / `flickr30k_test.json` (COCO-/Flickr-Order, images under `image_root`)."""
     from hierbench import data as D, evaluate as E
     from hierbench.scorers import has_images, skipped
     images = has_images(model)
@@ -89,6 +96,19 @@ def evaluate_checkpoint(model, world: bool = True, n_test: int = 300, sugarcrepe
         load = D.load_whatsup_controlled if stem.startswith("controlled") else D.load_whatsup_spatial
         choice_sets.append((f"whatsup_{stem}", cut(load(f, image_root)), "whatsup" if stem.startswith("controlled") else {}))
     for f in crepe: choice_sets.append((f"crepe_{Path(f).stem}", cut(D.load_crepe(f, image_root)), dict(recall_ks=(1, 3, 5))))
+    vg = vg_dir or image_root
+    if aro_relation:
+        choice_sets.append(("aro_vg_relation", cut(D.load_aro_vg(aro_relation, vg)), dict(exclude_subsets=tuple(aro_exclude))))
+    if aro_attribution:
+        items = cut(D.load_aro_vg(aro_attribution, vg))
+        pairs = collections.Counter(it.subset for it in items)
+        # ARO leaves out attribute pairs with < 25 cases; a --limit'ed look has none that large: keep them all, say so
+        least = 25 if pairs and max(pairs.values()) >= 25 else 1
+        if least == 1 and log: log(f"aro_vg_attribution: no attribute pair has 25 cases ({len(items)} items): aggregates over every pair")
+        choice_sets.append(("aro_vg_attribution", items, dict(min_subset_size=least)))
+    for f in aro_order:
+        name = "flickr_order" if "flickr" in Path(f).stem.lower() else "coco_order"
+        choice_sets.append((f"aro_{name}", cut(D.load_order_benchmark(f, image_root, name=name)), {}))
     for name, items, opts in choice_sets:
         if not images:
             if log: log(skipped(name, model))
@@ -193,6 +213,12 @@ def _read_items(path: str | Path):
     if not p.is_file(): raise FileNotFoundError(f"per-item file not found: {p} (written by `hierbench eval --out M.json`)")
     return pd.read_json(p, lines=True, dtype={"id": str})
 
+def _read_names(path) -> tuple[str, ...]:
+    "Names listed one per line in a text file (blank lines and `#` comments skipped); () without a file."
+    if not path: return ()
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    return tuple(l.strip() for l in lines if l.strip() and not l.lstrip().startswith("#"))
+
 def _cmd_eval(args):
     from hierbench.config import atomic_write_text
     from hierbench.evaluate import paired_item_differences, results_table
@@ -222,7 +248,9 @@ def _cmd_eval(args):
     res = evaluate_checkpoint(model, world=not args.no_world, n_test=args.n_test, sugarcrepe=args.sugarcrepe,
                               sugarcrepe_pp=args.sugarcrepe_pp, hierarcaps=args.hierarcaps, image_root=args.image_root,
                               limit=args.limit, coco_dir=args.coco_dir, per_item=per_item, valse=args.valse,
-                              whatsup=args.whatsup or (), crepe=args.crepe or ())
+                              whatsup=args.whatsup or (), crepe=args.crepe or (),
+                              aro_relation=args.aro_relation, aro_attribution=args.aro_attribution,
+                              aro_order=args.aro_order or (), aro_exclude=_read_names(args.aro_exclude), vg_dir=args.vg_dir)
     _print_table(results_table(res), f"evaluation of {name}")
     if args.out:
         import pandas as pd
@@ -347,6 +375,12 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--valse", default=None, help="folder of VALSE JSON files")
     d.add_argument("--whatsup", nargs="+", default=None, help="WhatsUp files (controlled_images*.json, coco_qa_*.json, vg_qa_*.json)")
     d.add_argument("--crepe", nargs="+", default=None, help="CREPE CSV files")
+    d.add_argument("--aro-relation", default=None, help="ARO visual_genome_relation.json (images under --vg-dir)")
+    d.add_argument("--aro-attribution", default=None, help="ARO visual_genome_attribution.json (images under --vg-dir)")
+    d.add_argument("--aro-order", nargs="+", default=None, help="ARO COCO-/Flickr-Order: BLIP's coco_karpathy_test.json / flickr30k_test.json")
+    d.add_argument("--aro-exclude", default=None, help="text file of VG relations left out of ARO's aggregates, one per line "
+                                                       "(ARO's symmetric relations); still scored per item")
+    d.add_argument("--vg-dir", default=None, help="Visual Genome image folder for ARO (default: --image-root)")
     d.add_argument("--image-root", default=None, help="image folder (default: settings.ini data_root)")
     d.add_argument("--limit", type=int, default=None, help="items per subset (quick looks)")
     d.add_argument("--out", default=None, help="metrics JSON file; the per-item rows go beside it (NAME.items.jsonl)")

@@ -219,3 +219,36 @@ def test_eval_cli_runs_valse_whatsup_and_crepe(tmp_path):
         assert 0 <= res[key] <= 1, key
     rows = [json.loads(l) for l in out.with_name("m.items.jsonl").read_text().splitlines()]
     assert {r["benchmark"] for r in rows} == {"valse", "whatsup_coco_qa_one_obj", "crepe_crepe_prod"}
+
+
+def test_eval_cli_runs_aro(tmp_path):
+    "ARO's VG-Relation/-Attribution and COCO-Order through `hierbench eval`; an excluded relation leaves the aggregates."
+    from PIL import Image
+    from hierbench.models import save_model
+    vg, coco = tmp_path / "vg", tmp_path / "coco"; vg.mkdir(); coco.mkdir()
+    Image.new("RGB", (80, 60), (10, 200, 10)).save(vg / "5.jpg")
+    Image.new("RGB", (64, 64), (200, 10, 10)).save(coco / "c.jpg")
+    rel = dict(image_path="5.jpg", bbox_x=1, bbox_y=2, bbox_w=50, bbox_h=30, true_caption="the cup is on the table",
+               false_caption="the table is on the cup")
+    rels = [dict(rel, relation_name="on")] * 3 + [dict(rel, relation_name="near", true_caption="the cup is near the table",
+                                                       false_caption="the table is near the cup")] * 2
+    atts = [dict(rel, attributes=["white", "black"], true_caption="the white cup and the black table",
+                 false_caption="the black cup and the white table")] * 25 + \
+           [dict(rel, attributes=["red", "blue"], true_caption="the red cup and the blue table",
+                 false_caption="the blue cup and the red table")] * 2
+    (tmp_path / "rel.json").write_text(json.dumps(rels)); (tmp_path / "att.json").write_text(json.dumps(atts))
+    (tmp_path / "coco_karpathy_test.json").write_text(json.dumps([dict(image="c.jpg", caption=[
+        "a large brown dog sleeping on a soft red sofa"])]))
+    (tmp_path / "symmetric.txt").write_text("# relations ARO leaves out\nnear\n")
+    save_model(create_model("real-tiny"), tmp_path / "run" / "model.safetensors")
+    out = tmp_path / "m.json"
+    main(["eval", "--model", f"hierbench:{tmp_path / 'run'}", "--no-world", "--aro-relation", str(tmp_path / "rel.json"),
+          "--aro-attribution", str(tmp_path / "att.json"), "--aro-order", str(tmp_path / "coco_karpathy_test.json"),
+          "--aro-exclude", str(tmp_path / "symmetric.txt"), "--vg-dir", str(vg), "--image-root", str(coco), "--out", str(out)])
+    res = json.loads(out.read_text())
+    assert "aro_vg_relation/on" in res and "aro_vg_relation/near" not in res        # excluded from the aggregates
+    assert res["aro_vg_relation/micro"] == res["aro_vg_relation/on"]
+    assert "aro_vg_attribution/white_black" in res and "aro_vg_attribution/red_blue" not in res   # < 25 cases: left out
+    rows = [json.loads(l) for l in out.with_name("m.items.jsonl").read_text().splitlines()]
+    assert sum(r["benchmark"] == "aro_vg_relation" for r in rows) == 5                # excluded ones are still scored
+    assert 0 <= res["aro_coco_order/micro"] <= 1 and res["aro_coco_order_chance/micro"] == pytest.approx(0.2)
