@@ -17,9 +17,9 @@ __all__ = ['PRETRAIN_RECIPES', 'FINETUNE_RECIPES', 'ALL_RECIPES', 'QUICK_RECIPES
            'NORM_REG', 'WEIGHT_MODE', 'HARD_NEGATIVES', 'HYPERBOLIC', 'CLAIMS', 'HALF_WIDTH_TARGETS', 'KEY_METRICS',
            'TYPE_METRICS', 'PEP_RECIPES', 'PAPER_TABLES', 'ComparePreset', 'plan_runs', 'Claim', 'unfair_claims',
            'paired_effect', 'min_detectable_effect', 'verdict', 'deciding_preset', 'evaluate_claims', 'power_table',
-           'read_decoder', 'build_eval_data', 'evaluate_run', 'save_items', 'load_items', 'run_recipe', 'results_rows',
-           'summary_table', 'stage_table', 'run_compare', 'pep_analysis_table', 'pep_diagnosis', 'pep_conclusion',
-           'forest_figure', 'render_report', 'hierarcaps_smoke']
+           'read_decoder', 'build_eval_data', 'evaluate_run', 'save_items', 'load_items', 'run_fingerprint',
+           'run_recipe', 'results_rows', 'summary_table', 'stage_table', 'run_compare', 'pep_analysis_table',
+           'pep_diagnosis', 'pep_conclusion', 'forest_figure', 'render_report', 'hierarcaps_smoke']
 
 # %% ../nbs/11_compare.ipynb #0cbbca97
 PRETRAIN_RECIPES = ("clip", "meru", "hycoclip", "argent", "argent-no-weight", "argent-weight-all", "argent-no-reg")
@@ -369,6 +369,14 @@ def _stage_summary(run_dir: Path, steps: int) -> dict:
     return dict(start=pick(val[0]), end=pick(val[-1]), start_step=val[0]["step"], end_step=val[-1]["step"],
                 plateau=plateau, budget=steps, curve=curve)
 
+def run_fingerprint(recipe) -> dict:
+    """What else a finished run's numbers depend on besides the preset's run key: every field of the recipe
+    (`recipes.recipe_fields`) and the world's config hash (which includes `world.WORLD_VERSION`). Reuse checks it."""
+    from hierbench.recipes import recipe_fields
+    from hierbench.world import WorldConfig
+    fields = {f"recipe.{k}": v for k, v in recipe_fields(recipe).items()}
+    return json.loads(json.dumps(_json_safe({**fields, "world.config_hash": WorldConfig().config_hash()})))
+
 def run_recipe(name: str, seed: int, preset: ComparePreset, out: str | Path, eval_data: dict, decoder=None,
                quiet: bool = True) -> dict:
     """Train (or reuse) recipe `name` for `seed` and evaluate it; returns {metrics, train_seconds, samples_per_second,
@@ -396,7 +404,16 @@ def run_recipe(name: str, seed: int, preset: ComparePreset, out: str | Path, eva
         if saved != json.loads(json.dumps(resolve_architecture(preset.model_preset))):
             raise ValueError(f"{run_dir} holds a finished run whose model is not today's {preset.model_preset!r} "
                              "architecture: use another --out folder, or delete that run to redo it")
-        if row.get("weights_sha256") == _sha256(weights) and items_path.exists(): return row
+        recorded, now = row.get("run_fingerprint"), run_fingerprint(recipe)
+        if recorded is not None and recorded != now:
+            changed = sorted(k for k in set(recorded) | set(now) if recorded.get(k) != now.get(k))
+            raise ValueError(f"{run_dir} holds a finished run of another definition of {name!r} or of the world "
+                             f"(changed: {', '.join(changed)}): use another --out folder, or delete that run to redo it")
+        if row.get("weights_sha256") == _sha256(weights) and items_path.exists():
+            if recorded is None:   # a run finished before fingerprints were recorded: record today's, once
+                row["run_fingerprint"] = now
+                atomic_write_text(eval_path, json.dumps(_json_safe(row), indent=1))
+            return row
         # eval.json does not belong to these weights (edited, or left from another run): evaluate them again
         train_s = row.get("train_seconds", float("nan"))
     else:
@@ -424,7 +441,7 @@ def run_recipe(name: str, seed: int, preset: ComparePreset, out: str | Path, eva
                batch_size=batch, train_seconds=train_s, eval_seconds=time.perf_counter() - t1,
                samples_per_second=steps * batch / max(train_s, 1e-9),
                final_loss=float([m for m in read_metrics(run_dir) if "loss" in m][-1]["loss"]),
-               metrics=metrics, weights_sha256=_sha256(weights))
+               metrics=metrics, weights_sha256=_sha256(weights), run_fingerprint=run_fingerprint(recipe))
     if finetune: row["stage"] = _stage_summary(run_dir, steps)
     else:
         from hierbench.evaluate import evaluate_world_split

@@ -95,6 +95,22 @@ def test_a_finished_run_of_an_older_architecture_is_not_silently_reused(tmp_path
         C.run_compare("smoke", seeds=1, out=out, recipes=["clip"], jobs=1, log=lambda *_: None)
 
 
+def test_a_finished_run_of_another_recipe_definition_or_world_is_not_silently_reused(tmp_path, monkeypatch):
+    "Same preset and architecture, but the recipe's fields or the world's config changed since the run: refuse, naming them."
+    from hierbench import recipes as R, world as W
+    out = tmp_path / "cmp"
+    C.run_compare("smoke", seeds=1, out=out, recipes=["clip"], jobs=1, log=lambda *_: None)
+    assert json.loads((out / "runs" / "clip" / "seed0" / "eval.json").read_text())["run_fingerprint"] == C.run_fingerprint(R.get_recipe("clip"))
+    changed = C.dataclasses.replace(R.get_recipe("clip"), weights={**R.get_recipe("clip").weights, "contrastive": 0.5})
+    monkeypatch.setattr(R, "get_recipe", lambda name, _orig=R.get_recipe: changed if name == "clip" else _orig(name))
+    with pytest.raises(ValueError, match="recipe.weights.contrastive"):
+        C.run_compare("smoke", seeds=1, out=out, recipes=["clip"], jobs=1, log=lambda *_: None)
+    monkeypatch.undo()
+    monkeypatch.setattr(W, "WORLD_VERSION", W.WORLD_VERSION + 1)
+    with pytest.raises(ValueError, match="world.config_hash"):
+        C.run_compare("smoke", seeds=1, out=out, recipes=["clip"], jobs=1, log=lambda *_: None)
+
+
 @pytest.mark.timeout(900)
 def test_cli_compare_smoke_runs_every_recipe(tmp_path):
     "The main job end to end (all recipes, one seed) through the console script."
