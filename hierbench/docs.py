@@ -11,8 +11,10 @@ from pathlib import Path
 import nbformat
 
 # %% auto #0
-__all__ = ['sanitize_proc_notebook', 'alias_lowercase_anchors', 'broken_links', 'localize_scripts', 'build_docs_preview',
-           'check_docs', 'build_readme']
+__all__ = ['MATHJAX_CONFIG', 'sanitize_proc_notebook', 'alias_lowercase_anchors', 'broken_links', 'unlink_private_anchors',
+           'localize_scripts', 'write_source_pages', 'localize_source_links', 'sidebar_sections', 'page_outline',
+           'search_entries', 'layout_page', 'write_site_assets', 'copy_mathjax', 'build_docs_preview', 'check_docs',
+           'build_readme']
 
 # %% ../nbs/16_docs.ipynb #d1cf9128
 _CELL_KEYS = {"markdown": {"cell_type", "id", "metadata", "source", "attachments"},
@@ -97,6 +99,27 @@ def broken_links(out: str | Path) -> list[tuple[str, str, str]]:
             if target in ids and anchor not in ids[target]: bad.append((p.name, target, anchor))
     return sorted(set(bad))
 
+def unlink_private_anchors(out: str | Path) -> int:
+    """nbdev links every backticked name it indexes, private helpers (`_clock`) and attributes (`recipe.fields`) too,
+    but only public symbols get a heading to land on: turn such links (to a missing anchor) back into plain code.
+    Returns how many were unlinked; links to a missing *public* anchor stay, for `broken_links` to report."""
+    out = Path(out)
+    ids = {p.name: set(re.findall(r'id="([^"]+)"', p.read_text())) for p in out.glob("*.html")}
+    link = re.compile(r'<a\b[^>]*href="([A-Za-z0-9_.-]+\.html)#([^"]+)"[^>]*>(.*?)</a>', re.S)
+    count = 0
+    for p in sorted(out.glob("*.html")):
+        def fix(m):
+            nonlocal count
+            target, anchor = m.group(1), m.group(2)
+            if target in ids and anchor not in ids[target] and (anchor.startswith("_") or "." in anchor):
+                count += 1
+                return m.group(3)
+            return m.group(0)
+        text = p.read_text()
+        new = link.sub(fix, text)
+        if new != text: p.write_text(new)
+    return count
+
 def localize_scripts(page: str, plotly_src: str = "plotly.min.js") -> str:
     "Point plotly at a local copy, load it once in <head>, and drop every other remote script from an HTML page."
     uses_plotly = bool(_PLOTLY_CDN.search(page) or _PLOTLY_MODULE.search(page) or "Plotly.newPlot" in page)
@@ -105,6 +128,184 @@ def localize_scripts(page: str, plotly_src: str = "plotly.min.js") -> str:
     page = _REMOTE_SCRIPT.sub("", page)
     if uses_plotly: page = page.replace("</head>", f'<script charset="utf-8" src="{plotly_src}"></script>\n</head>', 1)
     return page
+
+# %% ../nbs/16_docs.ipynb #a5cea37f
+def write_source_pages(lib: str | Path, out: str | Path) -> list[Path]:
+    """Every module of the library `lib` as a highlighted page `out/source/NAME.py.html` with a numbered anchor per line
+    (`#L-12`): show_doc's "source" links land there instead of on a public host the preview may not reach."""
+    from pygments import highlight
+    from pygments.formatters import HtmlFormatter
+    from pygments.lexers import PythonLexer
+    lib, dst = Path(lib), Path(out) / "source"
+    if dst.exists(): shutil.rmtree(dst)      # a renamed module's page must not linger
+    dst.mkdir(parents=True)
+    fmt = HtmlFormatter(linenos="table", lineanchors="L", anchorlinenos=True, full=True, title="")
+    pages = []
+    for py in sorted(lib.glob("*.py")):
+        fmt.title = f"{lib.name}/{py.name}"
+        page = dst / f"{py.name}.html"
+        page.write_text(highlight(py.read_text(), PythonLexer(), fmt))
+        pages.append(page)
+    return pages
+
+def localize_source_links(page: str, lib_name: str) -> str:
+    "Point `https://github.com/OWNER/REPO/blob/BRANCH/LIB/FILE.py#LN` links at the preview's own source pages."
+    def local(m):
+        line = m.group(2)
+        return f'href="source/{m.group(1)}.html' + (f'#L-{line}"' if line and line.isdigit() else '"')
+    return re.sub(rf'href="https://github\.com/[^/"]+/[^/"]+/blob/[^/"]+/{re.escape(lib_name)}/([\w]+\.py)(?:#L(\w+))?"', local, page)
+
+# %% ../nbs/16_docs.ipynb #6fe0308c
+def sidebar_sections(nbs_path: str | Path) -> list[tuple[str | None, list[str]]]:
+    """`[(section title or None, [notebook paths relative to nbs_path])]` from `nbs_path/sidebar.yml` (Quarto's
+    `website.sidebar.contents`; nested sections are flattened as 'outer / inner'). Without the file: nbdev's own
+    listing (`nbdev_sidebar`), one untitled section per folder."""
+    import yaml
+    nbs_path = Path(nbs_path)
+    path = nbs_path / "sidebar.yml"
+    if not path.exists():
+        from nbdev.quarto import nbdev_sidebar
+        nbdev_sidebar(path=nbs_path, force=True)
+    try: contents = yaml.safe_load(path.read_text())["website"]["sidebar"]["contents"]
+    except (KeyError, TypeError) as e: raise ValueError(f"{path}: expected website.sidebar.contents ({e!r})") from None
+    out: list[tuple[str | None, list[str]]] = []
+    def walk(items, title):
+        files = []
+        for it in items:
+            if isinstance(it, str): files.append(it)
+            elif isinstance(it, dict) and "section" in it:
+                walk(it.get("contents", []), f"{title} / {it['section']}" if title else str(it["section"]))
+            elif isinstance(it, dict) and "href" in it: files.append(str(it["href"]))
+            else: raise ValueError(f"{path}: sidebar entry {it!r} is neither a file, an href nor a section")
+        if files: out.insert(0, (None, files)) if title is None else out.append((title, files))
+    walk(contents, None)
+    return out
+
+_HEADING = re.compile(r'<h([1-4])\b[^>]*\bid="([^"]+)"[^>]*>(.*?)</h\1>', re.S)
+
+def _plain(fragment: str) -> str:
+    "Text of an HTML fragment: scripts and styles dropped, tags stripped, entities decoded, whitespace collapsed."
+    fragment = re.sub(r"<(script|style)\b.*?</\1>", " ", fragment, flags=re.S | re.I)
+    return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", fragment))).replace("¶", "").strip()
+
+def page_outline(body: str, levels=(2, 3)) -> list[tuple[int, str, str]]:
+    "`[(level, id, text)]` of a rendered page's headings at `levels`, in page order (the 'On this page' list)."
+    return [(int(lv), hid, _plain(inner)) for lv, hid, inner in _HEADING.findall(body) if int(lv) in levels]
+
+def search_entries(name: str, title: str, body: str, max_chars: int = 3000) -> list[dict]:
+    """One search record per heading of a page: `{p: page, T: page title, a: anchor, h: heading, t: its text}` (the
+    text up to the next heading, at most `max_chars`); the text before the first heading is the page's own record."""
+    marks = [(m.start(), m.end(), m.group(2), _plain(m.group(3))) for m in _HEADING.finditer(body)]
+    start = body.find("<body")
+    entries = [{"p": name, "T": title, "a": "", "h": title,
+                "t": _plain(body[max(start, 0):marks[0][0] if marks else len(body)])[:max_chars]}]
+    for k, (s, e, hid, text) in enumerate(marks):
+        end = marks[k + 1][0] if k + 1 < len(marks) else len(body)
+        entries.append({"p": name, "T": title, "a": hid, "h": text, "t": _plain(body[e:end])[:max_chars]})
+    return entries
+
+# %% ../nbs/16_docs.ipynb #ee6f9e11
+_SITE_CSS = """
+body { margin-left: 272px !important; margin-right: 232px !important; }
+#hb-sidebar { position: fixed; top: 0; left: 0; bottom: 0; width: 252px; overflow-y: auto; padding: 12px 10px;
+  border-right: 1px solid #ddd; background: #fafafa; font: 14px/1.45 system-ui, sans-serif; z-index: 10; }
+#hb-sidebar a { display: block; color: #1a4f8b; text-decoration: none; padding: 1px 6px; border-radius: 3px; }
+#hb-sidebar a.current { background: #dde8f5; font-weight: 600; }
+#hb-sidebar .hb-home { font-size: 18px; font-weight: 700; color: #222; margin-bottom: 8px; }
+.hb-section-title { margin: 12px 0 2px; font-size: 12px; font-weight: 700; text-transform: uppercase; color: #666; }
+#hb-search { width: 100%; box-sizing: border-box; padding: 5px 7px; margin-bottom: 6px; border: 1px solid #bbb; border-radius: 4px; }
+#hb-results .hb-result { font-size: 13px; border-bottom: 1px solid #eee; }
+#hb-results .hb-result small { color: #777; display: block; }
+#hb-outline { position: fixed; top: 0; right: 0; bottom: 0; width: 212px; overflow-y: auto; padding: 12px 10px;
+  border-left: 1px solid #eee; font: 13px/1.4 system-ui, sans-serif; }
+#hb-outline a { display: block; color: #444; text-decoration: none; padding: 1px 0; }
+#hb-outline a.l3 { padding-left: 12px; color: #666; }
+.hb-outline-title { font-weight: 700; margin-bottom: 6px; }
+@media (max-width: 1100px) { #hb-outline { display: none; } body { margin-right: 8px !important; } }
+"""
+
+_SEARCH_JS = """(function () {
+  // full-text search over window.HB_SEARCH ({p, T, a, h, t} per heading): every word must occur; a heading that is
+  // the word ranks first, then headings containing it, then text (more occurrences, higher)
+  function find(query) {
+    var words = query.toLowerCase().split(/\\s+/).filter(Boolean), hits = [];
+    if (!words.length) return hits;
+    (window.HB_SEARCH || []).forEach(function (e) {
+      var h = e.h.toLowerCase(), t = e.t.toLowerCase(), score = 0;
+      for (var i = 0; i < words.length; i++) {
+        var w = words[i];
+        if (h === w) score += 100; else if (h.indexOf(w) >= 0) score += 20;
+        else if (t.indexOf(w) >= 0) score += 1 + Math.min(5, t.split(w).length - 1); else return;
+      }
+      hits.push([score, e]);
+    });
+    hits.sort(function (a, b) { return b[0] - a[0]; });
+    return hits.slice(0, 30).map(function (x) { return x[1]; });
+  }
+  function show(query) {
+    var box = document.getElementById('hb-results');
+    box.innerHTML = '';
+    if (!query.trim()) return;
+    var hits = find(query);
+    if (!hits.length) { box.textContent = 'no match'; return; }
+    hits.forEach(function (e) {
+      var a = document.createElement('a'), s = document.createElement('small');
+      a.className = 'hb-result'; a.href = e.p + (e.a ? '#' + e.a : ''); a.textContent = e.h;
+      s.textContent = e.T; a.appendChild(s); box.appendChild(a);
+    });
+  }
+  document.addEventListener('DOMContentLoaded', function () {
+    var input = document.getElementById('hb-search');
+    if (!input) return;
+    input.addEventListener('input', function () { show(input.value); });
+    var q = new URLSearchParams(window.location.search).get('q');
+    if (q) { input.value = q; show(q); }
+  });
+})();
+"""
+
+def layout_page(body: str, name: str, sections: list[tuple[str | None, list[tuple[str, str]]]]) -> str:
+    """One rendered page in the site's frame: stylesheet and search scripts in `<head>`, the sectioned sidebar (with
+    the search box) and the page's outline in `<body>`. `sections`: `[(title or None, [(page, page title)])]`."""
+    nav = []
+    for title, pages in sections:
+        links = "".join(f'<a href="{html.escape(p)}"{" class=current" if p == name else ""}>{html.escape(t)}</a>' for p, t in pages)
+        head = f'<div class="hb-section-title">{html.escape(title)}</div>' if title else ""
+        nav.append(f'<div class="hb-section">{head}{links}</div>')
+    side = ('<aside id="hb-sidebar"><a class="hb-home" href="index.html">hierbench</a>'
+            '<input id="hb-search" type="search" placeholder="Search the docs" aria-label="Search the docs">'
+            f'<div id="hb-results"></div><nav>{"".join(nav)}</nav></aside>')
+    items = "".join(f'<a class="l{lv}" href="#{html.escape(hid)}">{html.escape(text)}</a>' for lv, hid, text in page_outline(body))
+    outline = f'<aside id="hb-outline"><div class="hb-outline-title">On this page</div>{items}</aside>'
+    assets = '<link rel="stylesheet" href="hb-site.css"><script src="search_index.js"></script><script src="hb-search.js"></script>'
+    body = body.replace("</head>", assets + "\n</head>", 1)
+    body = re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + side, body, count=1)
+    cut = body.rfind("</body>")
+    return body[:cut] + outline + body[cut:] if cut >= 0 else body + outline
+
+def write_site_assets(out: str | Path, records: list[dict]) -> None:
+    "The stylesheet, the search script and the search index (`window.HB_SEARCH`, a script: loads from file:// too)."
+    out = Path(out)
+    (out / "hb-site.css").write_text(_SITE_CSS)
+    (out / "hb-search.js").write_text(_SEARCH_JS)
+    (out / "search_index.js").write_text("window.HB_SEARCH = " + json.dumps(records, ensure_ascii=False) + ";\n")
+
+MATHJAX_CONFIG = "TeX-AMS-MML_HTMLorMML-full"   # the combined config jupyter-server-mathjax ships (HTML-CSS output)
+
+def copy_mathjax(out: str | Path) -> str | None:
+    """Copy MathJax 2 (the `jupyter-server-mathjax` package's files, less its translations and SVG output) to
+    `out/mathjax`; returns the script URL relative to the pages, or None (with a warning) when the package is absent."""
+    try: import jupyter_server_mathjax
+    except ImportError:
+        import warnings
+        warnings.warn("jupyter-server-mathjax is not installed: the docs preview shows math as raw TeX")
+        return None
+    src = Path(jupyter_server_mathjax.__file__).parent / "static"
+    dst = Path(out) / "mathjax"
+    if dst.exists(): shutil.rmtree(dst)
+    shutil.copytree(src, dst, ignore=lambda d, names: [n for n in names if (Path(d) == src and n == "localization")
+                                                       or (Path(d).name == "output" and n == "SVG")])
+    return f"mathjax/MathJax.js?config={MATHJAX_CONFIG},Safe"
 
 # %% ../nbs/16_docs.ipynb #67c5eaec
 def _error_outputs(nb) -> list[str]:
@@ -117,14 +318,9 @@ def _error_outputs(nb) -> list[str]:
                 errs.append(f"cell {i}: traceback on stderr")
     return errs
 
-def _nav(pages: list[tuple[str, str]], current: str) -> str:
-    items = "".join(f'<a href="{html.escape(f)}"{" class=current" if f == current else ""}>{html.escape(t)}</a>'
-                    for f, t in pages)
-    return ('<nav class="hb-nav" style="font-family:sans-serif;padding:8px;border-bottom:1px solid #ddd;'
-            'display:flex;flex-wrap:wrap;gap:12px">' + items + "</nav>")
-
 def build_docs_preview(root: str | Path = ".", out: str | Path | None = None, proc: bool = True) -> list[Path]:
-    "Render every notebook under `nbs/` to `out` (default `_docs/`) as static HTML; return the page paths."
+    """Render every notebook under `nbs/` to `out` (default `_docs/`) as static HTML in the site's frame (sidebar from
+    `nbs/sidebar.yml`, outline, search, local MathJax and plotly.js); return the page paths."""
     from nbconvert import HTMLExporter
     from nbdev.config import get_config
     root = Path(root).resolve()
@@ -152,7 +348,9 @@ def build_docs_preview(root: str | Path = ".", out: str | Path | None = None, pr
     tcfg.TagRemovePreprocessor.remove_input_tags = {"remove_input"}
     tcfg.TagRemovePreprocessor.remove_all_outputs_tags = {"remove_output"}
     tcfg.HTMLExporter.preprocessors = ["nbconvert.preprocessors.TagRemovePreprocessor"]
-    exporter = HTMLExporter(config=tcfg, template_name="lab")
+    mathjax = copy_mathjax(out)
+    exporter = HTMLExporter(config=tcfg, template_name="lab", exclude_input_prompt=True, exclude_output_prompt=True,
+                            **({"mathjax_url": mathjax} if mathjax else {}))
     rendered, problems = [], []
     for src in sources:
         rel = src.relative_to(nbs)
@@ -166,18 +364,26 @@ def build_docs_preview(root: str | Path = ".", out: str | Path | None = None, pr
         name = page.get("output_file") or rel.with_suffix(".html").as_posix().replace("/", "__")
         if rel.as_posix() == cfg.readme_nb: name = "index.html"
         body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": title}})
-        rendered.append((name, title, body))
+        rendered.append((rel.as_posix(), name, title, body))
     if problems: raise RuntimeError("docs preview failed:\n" + "\n".join(problems))
-    pages = [(n, t) for n, t, _ in sorted(rendered, key=lambda r: (r[0] != "index.html", r[0]))]
-    paths = []
-    for name, title, body in rendered:
+    by_nb = {rel: (name, title) for rel, name, title, _ in rendered}
+    sections = [(t, [by_nb[f] for f in files if f in by_nb]) for t, files in sidebar_sections(nbs)]
+    listed = {f for _, files in sidebar_sections(nbs) for f in files}
+    unlisted = [by_nb[r] for r in sorted(by_nb) if r not in listed]   # a new notebook not yet in sidebar.yml: still reachable
+    if unlisted: sections.append(("Not in sidebar.yml", unlisted))
+    paths, records = [], []
+    for _, name, title, body in rendered:
         body = alias_lowercase_anchors(localize_scripts(body))
         if cfg.doc_url: body = body.replace(cfg.doc_url.rstrip("/") + "/", "")  # show_doc links stay inside the preview
+        body = localize_source_links(body, Path(cfg.lib_path).name)
         body = re.sub(r'\{target="_blank"[^}]*\}', "", body)  # Quarto link attributes that nbconvert leaves as text
-        body = re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + _nav(pages, name), body, count=1)
-        (out / name).write_text(body)
+        records += search_entries(name, title, body)
+        (out / name).write_text(layout_page(body, name, sections))
         paths.append(out / name)
     if "index.html" not in {p.name for p in paths}: raise RuntimeError(f"docs preview failed: no page from {cfg.readme_nb}")
+    write_site_assets(out, records)
+    write_source_pages(cfg.lib_path, out)
+    unlink_private_anchors(out)
     return paths
 
 # %% ../nbs/16_docs.ipynb #eb96b284

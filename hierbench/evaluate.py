@@ -1165,11 +1165,14 @@ def bootstrap_replicates(name: str, items: Mapping[str, Mapping], weights: Mappi
     # no fast form: one replicate at a time
     return np.array([metric_from_items(name, items, {s: W_s[r] for s, W_s in weights.items()}) for r in range(len(W))])
 
-# %% ../nbs/10_evaluate.ipynb #9a9fd56a
+# %% ../nbs/10_evaluate.ipynb #5fe05ce9
 PHI_BINS = np.linspace(0, np.pi, 37)   # 5° bins
 
-def pep_angle_summary(items: Mapping[str, Mapping], bins: np.ndarray = PHI_BINS) -> dict:
-    "Angles and norms behind PEP from the per-item records of one `test-iid` evaluation (see above); JSON-able."
+# %% ../nbs/10_evaluate.ipynb #9a9fd56a
+def pep_angle_summary(items: Mapping[str, Mapping], bins: np.ndarray | None = None) -> dict:
+    "Angles and norms behind PEP from the per-item records of one `test-iid` evaluation (see above); JSON-able. `bins`: φ bin edges (default `PHI_BINS`)."
+    # the default is None, not the array itself: show_doc cannot render an array default (its truth value is ambiguous)
+    bins = PHI_BINS if bins is None else bins
     rec = items["pep"]
     pos, neg, lev = np.asarray(rec["pos_phi"]), np.asarray(rec["neg_phi"]), np.asarray(rec["pos_level"])
     def describe(phi):
