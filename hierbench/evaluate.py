@@ -37,8 +37,8 @@ __all__ = ['CHANCE_ITT_TOT', 'ZS_TEMPLATES', 'SCPP_TYPES', 'METRIC_SPLITS', 'PHI
            'evaluate_whatsup_controlled', 'evaluate_sugarcrepe_pp', 'evaluate_hierarcaps', 'WorldEvalData',
            'isolated_object_images', 'world_eval_data', 'images_to_tensor', 'class_prototypes', 'zero_shot_metrics',
            'compositional_metrics', 'paraphrase_metrics', 'geometry_metrics', 'evaluate_world_split', 'evaluate_world',
-           'metric_from_items', 'scene_counts', 'bootstrap_weights', 'paired_item_differences', 'bootstrap_replicates',
-           'pep_angle_summary']
+           'relation_sensitivity', 'metric_from_items', 'scene_counts', 'bootstrap_weights', 'paired_item_differences',
+           'bootstrap_replicates', 'pep_angle_summary']
 
 # %% ../nbs/10_evaluate.ipynb #96b74ca4
 def as_numpy(x, name: str = "array", ndim: int | None = None, dtype=np.float64) -> np.ndarray:
@@ -1001,6 +1001,34 @@ def evaluate_world(model, config=None, n_test: int = 500, seed: int = 0, batch_s
         data = world_eval_data(split, n_test, seed, config, pep_pool if full else 0, cache_dir)
         out.update(evaluate_world_split(model, data, full=full, batch_size=batch_size, euclidean_phi=euclidean_phi))
     return out
+
+# %% ../nbs/10_evaluate.ipynb #f2a12366
+def relation_sensitivity(model, n: int = 100, seed: int = 0, config=None, cache_dir=None, batch_size: int = 256) -> dict:
+    """Cosines that show whether a model encodes spatial relations, over the first `n` two-object `test-iid` world scenes
+    whose top caption states a relation: `text_inverted` (caption vs. the same caption with its relation inverted),
+    `image_mirrored` (image vs. its left-right mirror), `image_unrelated` (image vs. another scene's image), and the
+    share of scenes whose image scores its own caption above the inverted one (`inverted_acc`, chance 0.5). Lorentz
+    models are compared by the cosine of their space components."""
+    from dataclasses import replace
+    from hierbench import world
+    ws = world.build_split("test-iid", max(4 * n, 64), seed=seed, config=config, cache_dir=cache_dir)
+    idx, caps, inverted = [], [], []
+    for i in range(len(ws)):
+        m = world.parse(ws.meta[i]["chain"][-1])
+        c = m.clauses[0]
+        if len(m.clauses) != 1 or c.relation is None: continue
+        idx.append(i); caps.append(world.render(m))
+        inverted.append(world.render(replace(m, clauses=(replace(c, relation=world.INVERSE_RELATION[c.relation]),))))
+        if len(idx) == n: break
+    if len(idx) < 2: raise ValueError(f"only {len(idx)} relational scenes among {len(ws)}: raise n")
+    images = np.stack([np.asarray(ws.images[i]) for i in idx])
+    unit = lambda x: torch.nn.functional.normalize(x.float(), dim=-1)
+    with eval_mode(model):
+        img, mir = unit(_model_images(model, images, batch_size)), unit(_model_images(model, images[:, :, ::-1].copy(), batch_size))
+        t, t_inv = unit(encode_texts(model, caps, batch_size)), unit(encode_texts(model, inverted, batch_size))
+    return {"n": len(idx), "text_inverted": float((t * t_inv).sum(-1).mean()), "image_mirrored": float((img * mir).sum(-1).mean()),
+            "image_unrelated": float((img * img.roll(1, 0)).sum(-1).mean()),
+            "inverted_acc": float(((img * t).sum(-1) > (img * t_inv).sum(-1)).float().mean())}
 
 # %% ../nbs/10_evaluate.ipynb #811e20ac
 def _w(rec: Mapping, weights, key: str = "group") -> np.ndarray:
