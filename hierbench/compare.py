@@ -19,7 +19,8 @@ __all__ = ['PRETRAIN_RECIPES', 'FINETUNE_RECIPES', 'ALL_RECIPES', 'QUICK_RECIPES
            'paired_effect', 'min_detectable_effect', 'verdict', 'deciding_preset', 'evaluate_claims', 'power_table',
            'read_decoder', 'build_eval_data', 'evaluate_run', 'save_items', 'load_items', 'run_fingerprint',
            'run_recipe', 'results_rows', 'summary_table', 'stage_table', 'run_compare', 'pep_analysis_table',
-           'pep_diagnosis', 'pep_conclusion', 'forest_figure', 'render_report', 'hierarcaps_smoke']
+           'pep_diagnosis', 'pep_conclusion', 'forest_figure', 'type_accuracy_figure',
+           'training_curves_by_recipe_figure', 'render_report', 'hierarcaps_smoke']
 
 # %% ../nbs/11_compare.ipynb #0cbbca97
 PRETRAIN_RECIPES = ("clip", "meru", "hycoclip", "argent", "argent-no-weight", "argent-weight-all", "argent-no-reg")
@@ -622,7 +623,7 @@ def _run_compare(preset, seeds, out, recipes, quiet, jobs, log) -> dict:
                                                                       power=power_table(ledger).reset_index().to_dict("records"))), indent=1))
     import plotly, shutil
     shutil.copy(Path(plotly.__file__).parent / "package_data" / "plotly.min.js", out / "plotly.min.js")
-    atomic_write_text(out / "report.html", render_report(results, ledger, meta, runs, plotlyjs="directory"))
+    atomic_write_text(out / "report.html", render_report(results, ledger, meta, runs, plotlyjs="directory", run_root=out / "runs"))
     return dict(results=results, ledger=ledger, meta=meta, summary=summary_table(results), runs=runs,
                 power=power_table(ledger), stages=stage_table(runs))
 
@@ -757,6 +758,44 @@ def forest_figure(ledger: pd.DataFrame):
                       yaxis=dict(autorange="reversed"))
     return fig
 
+# %% ../nbs/11_compare.ipynb #9d2ffd25
+def type_accuracy_figure(results: pd.DataFrame, types=TYPE_METRICS):
+    "Mean accuracy per negative type (columns) and recipe (rows) over seeds, as an annotated heatmap (chance 0.5)."
+    import plotly.graph_objects as go
+    sub = results[results.metric.isin(types)]
+    table = sub.groupby(["recipe", "metric"]).value.mean().unstack("metric").reindex(columns=[t for t in types if t in set(sub.metric)])
+    order = [r for r in dict.fromkeys(results.recipe) if r in table.index]
+    table = table.loc[order]
+    names = [c.split("/", 1)[1] for c in table.columns]
+    fig = go.Figure(go.Heatmap(z=table.to_numpy(), x=names, y=list(table.index), zmin=0.5, zmax=1.0, colorscale="Viridis",
+                               text=np.round(table.to_numpy(), 3), texttemplate="%{text}", colorbar=dict(title="acc")))
+    fig.update_layout(title="Accuracy per negative type (mean over seeds; chance 0.5 — the colour scale starts there)",
+                      height=max(300, 26 * len(order) + 120), width=900, yaxis=dict(autorange="reversed"),
+                      margin=dict(l=140, r=20, t=50, b=40))
+    return fig
+
+def training_curves_by_recipe_figure(run_root: str | Path, recipes: Sequence[str], key: str = "loss"):
+    """The training loss of every recipe and seed under `run_root/RECIPE/seedN/metrics.jsonl`: pre-training (left) and
+    fine-tuning (right), one colour per recipe, one line per seed."""
+    import plotly.graph_objects as go
+    from plotly.colors import qualitative
+    from plotly.subplots import make_subplots
+    from hierbench.recipes import get_recipe
+    from hierbench.train import read_metrics
+    fig = make_subplots(1, 2, subplot_titles=("pre-training", "fine-tuning"))
+    palette = qualitative.Dark24
+    for k, name in enumerate(recipes):
+        col = 2 if get_recipe(name).stage == "finetune" else 1
+        for j, run in enumerate(sorted(Path(run_root, name).glob("seed*"))):
+            rows = [r for r in read_metrics(run) if key in r] if (run / "metrics.jsonl").exists() else []
+            if not rows: continue
+            fig.add_trace(go.Scatter(x=[r["step"] for r in rows], y=[r[key] for r in rows], mode="lines", name=name,
+                                     legendgroup=name, showlegend=j == 0, line=dict(color=palette[k % len(palette)], width=1),
+                                     hovertext=f"{name} {run.name}"), row=1, col=col)
+    fig.update_xaxes(title_text="step"); fig.update_yaxes(title_text=key)
+    fig.update_layout(title=f"Training {key} per recipe (one line per seed)", height=450, width=1100)
+    return fig
+
 # %% ../nbs/11_compare.ipynb #817bee21
 PAPER_TABLES = {
     "ARGENT Table 3 (HyCoCLIP-S, CC3M; Cls. Acc. / Ret. R@5 / PEP AUC / PEP AP)": dict(
@@ -791,11 +830,12 @@ def _fmt(v, digits=4):
     return "—" if v is None or (isinstance(v, float) and not np.isfinite(v)) else f"{v:.{digits}f}"
 
 def render_report(results: pd.DataFrame, ledger: pd.DataFrame, meta: dict, runs: list[dict] | None = None,
-                  plotlyjs: str | bool = True) -> str:
+                  plotlyjs: str | bool = True, run_root: str | Path | None = None) -> str:
     """A self-contained HTML report: run facts, the power of the design, the claims ledger (forest plot and table),
     the summary with chance levels, the fine-tuning stages, the angles behind PEP, the papers' tables, plots.
     `plotlyjs`: True embeds plotly.js once (a 4.6 MB self-contained file); 'directory' loads `plotly.min.js` from the
-    report's folder (`run_compare` writes it there: the report itself stays a few hundred kB)."""
+    report's folder (`run_compare` writes it there: the report itself stays a few hundred kB). `run_root`: the folder of
+    the runs (`OUT/runs`), for the training curves."""
     from hierbench.viz import ablation_bars_figure
     runs = runs or []
     style = ("<style>body{font-family:sans-serif;margin:2em;max-width:1500px}table{border-collapse:collapse;margin:1em 0;"
@@ -824,6 +864,8 @@ def render_report(results: pd.DataFrame, ledger: pd.DataFrame, meta: dict, runs:
     forest = add(forest_figure(ledger)) if (ledger.verdict != "not run").any() else ""
     summary = summary_table(results).to_html(escape=True)
     types = summary_table(results, TYPE_METRICS).to_html(escape=True)
+    if set(TYPE_METRICS) & set(results.metric): types = add(type_accuracy_figure(results)) + types
+    curves = add(training_curves_by_recipe_figure(run_root, list(dict.fromkeys(results.recipe)))) if run_root else ""
     stages = stage_table(runs)
     stages_html = stages.to_html(escape=True) if not stages.empty else "<p>no fine-tuning runs</p>"
     pep_tab = pep_analysis_table(runs)
@@ -856,7 +898,8 @@ def render_report(results: pd.DataFrame, ledger: pd.DataFrame, meta: dict, runs:
             "<h3>Accuracy per negative type</h3>" + types +
             "<h2>Fine-tuning stages</h2><p>Validation terms (held-out scenes) at the start → end of each fine-tune, "
             "mean over seeds, and the step at which its hard-negative objective plateaued (no 1% improvement over the "
-            "next two evaluations; — = still improving at the end of the budget).</p>" + stages_html + pep_html +
+            "next two evaluations; — = still improving at the end of the budget).</p>" + stages_html +
+            ("<h2>Training curves</h2>" + curves if curves else "") + pep_html +
             "<h2>The papers' tables beside ours</h2><p>Different data, models and scale: compare directions, not values "
             "(ours in %).</p>" + papers + "<h2>Plots</h2>" + bars + "</body></html>")
 
