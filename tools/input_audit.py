@@ -1,0 +1,173 @@
+"""The input audit: every class of malformed benchmark input, generated over every loader it applies to, and what
+hierbench does with each — the fuzz table of issue #13.
+
+    python tools/input_audit.py            # prints the table (markdown); exit status 1 if any row is unsafe
+
+Outcomes: `clear` (an error naming the file, record and field), `refused` (a path that leaves the image root, named),
+`handled` (loaded, the bad records set aside with a DataWarning naming them, every good record kept; or an accepted
+variant such as a BOM giving the same items), and the three that must stay at 0: `raw crash` (any other exception, or
+an error that does not name the file), `silently accepted` (loaded without a word) and `lost data` (good records
+missing). Runs in seconds on synthetic files; `tests/test_input_audit.py` runs it in CI.
+"""
+from __future__ import annotations
+
+import json, os, sys, tempfile, warnings
+from pathlib import Path
+
+import pandas as pd
+
+from hierbench import data as D
+
+SAFE = ("clear", "refused", "handled")
+UNSAFE = ("raw crash", "silently accepted", "lost data")
+
+# ---- one valid record per format, and how to write a file of them -------------------------------------------------
+def _sc(i, **kw): return {"filename": f"{i:012d}.jpg", "caption": f"a dog on sofa {i}", "negative_caption": f"a sofa on dog {i}", **kw}
+def _scpp(i, **kw): return {"id": i, "filename": f"{i:012d}.jpg", "caption": f"a cat on mat {i}", "caption2": f"on mat {i} sits a cat",
+                            "negative_caption": f"a mat on cat {i}", **kw}
+def _valse(i, **kw): return {"dataset": "coco", "image_file": f"{i}.jpg", "caption": f"two dogs {i}", "foil": f"three dogs {i}",
+                             "relation_name": "x", "mturk": {"caption": 3}, **kw}
+def _hier(i, **kw): return {"id": i, "captions": f"animal {i} => dog => brown dog => brown dog on a sofa",
+                            "image_url": f"http://x/val2014/COCO_val2014_{i:012d}.jpg", **kw}
+def _crepe(i, **kw): return {"image_id": str(i), "x": 1, "y": 1, "width": 30, "height": 30, "caption": f"a red square {i}",
+                             "hard_negs": str([f"a green square {i}", f"a red circle {i}"]), **kw}
+
+FORMATS = {
+    # name: (record maker, caption field, negative field, path field, writer, loader)
+    "sugarcrepe": (_sc, "caption", "negative_caption", "filename",
+                   lambda p, recs: _write_json(p / "swap_obj.json", {str(k): r for k, r in enumerate(recs)}),
+                   lambda p, root: D.load_sugarcrepe(p, root, ["swap_obj"])["swap_obj"]),
+    "sugarcrepe++": (_scpp, "caption", "negative_caption", "filename",
+                     lambda p, recs: _write_json(p / "swap_obj.json", recs),
+                     lambda p, root: D.load_sugarcrepe_pp(p, root, ["swap_obj"])["swap_obj"]),
+    "valse": (_valse, "caption", "foil", "image_file",
+              lambda p, recs: _write_json(p / "existence.json", {str(k): r for k, r in enumerate(recs)}),
+              lambda p, root: D.load_valse_file(p / "existence.json", root)),
+    "hierarcaps": (_hier, "captions", None, None,
+                   lambda p, recs: pd.DataFrame(recs).to_csv(p / "hierarcaps_test.csv", index=False),
+                   lambda p, root: D.load_hierarcaps(p / "hierarcaps_test.csv", root)),
+    "crepe": (_crepe, "caption", None, "image_id",
+              lambda p, recs: pd.DataFrame(recs).to_csv(p / "crepe.csv", index=False),
+              lambda p, root: D.load_crepe(p / "crepe.csv", root)),
+}
+FILE_OF = {"sugarcrepe": "swap_obj.json", "sugarcrepe++": "swap_obj.json", "valse": "existence.json",
+           "hierarcaps": "hierarcaps_test.csv", "crepe": "crepe.csv"}
+
+def _write_json(path: Path, obj): path.write_text(obj if isinstance(obj, str) else json.dumps(obj))
+
+# ---- the classes: (class, applies to, mutate(records) -> records or raw text, expected outcome) -------------------
+def _caption_cases():
+    for label, v in (("empty", ""), ("zero-width only", "\u200b\u200b\u200b"), ("control characters", "\x00\x01"),
+                     ("blank", " \t "), ("20 MB", "a" * 20_000_000), ("a number", -7), ("null", None)):
+        yield f"caption {label}", lambda recs, f, v=v: _set(recs, f[1], v), "clear"
+
+def _set(recs, field, value, k=1):
+    recs = [dict(r) for r in recs]; recs[k][field] = value; return recs
+
+def _negative_cases():
+    for label, fn in (("exact", lambda s: s), ("case and spaces", lambda s: "  " + s.upper() + " "), ("trailing period", lambda s: s + ".")):
+        yield f"negative equal to positive ({label})", lambda recs, f, fn=fn: _set(recs, f[2], fn(recs[1][f[1]])), "handled"
+
+def _path_cases():
+    for v in ("../../../../etc/passwd", "/etc/shadow", "a\x00b.jpg", "../elsewhere/good.jpg"):
+        yield f"path {v!r}", lambda recs, f, v=v: _set(recs, f[3], v), "refused"
+
+def _record_cases():
+    yield "missing field", lambda recs, f: [recs[0], {k: v for k, v in recs[1].items() if k != f[1]}, *recs[2:]], "clear"
+    yield "record not an object", lambda recs, f: [recs[0], 42, *recs[2:]], "clear"
+    yield "duplicate id", lambda recs, f: _set(recs, "id", recs[0]["id"]), "clear"
+    yield "id is a dict", lambda recs, f: _set(recs, "id", {"a": 1}), "clear"
+
+def _file_cases():
+    yield "deeply nested JSON", "[" * 1200 + "]" * 1200, "clear"
+    yield "truncated JSON", None, "clear"            # the valid file cut in half
+    yield "not JSON (binary)", "\x89PNG\r\n\x1a\n\x00\x00", "clear"
+    yield "empty container", "{}", "clear"
+    yield "duplicate JSON key", None, "clear"
+    yield "UTF-8 BOM", None, "same items"      # accepted: the same items as without it
+
+def _applies(fmt: str, case: str) -> bool:
+    maker, cap, neg, pth, *_ = FORMATS[fmt]
+    if case.startswith("negative equal"): return neg is not None
+    if case.startswith("path"): return pth is not None
+    csv = FILE_OF[fmt].endswith(".csv")
+    # a CSV cell is always text: "-7" or "{'a': 1}" there is a (strange) string, not a value of the wrong type
+    if case in ("caption a number", "id is a dict") and csv: return False
+    if case in ("duplicate id", "id is a dict"): return "id" in maker(0)   # dict-keyed files: the key is the id
+    if case in ("record not an object",): return fmt in ("sugarcrepe", "sugarcrepe++", "valse")
+    if case in ("deeply nested JSON", "truncated JSON", "not JSON (binary)", "empty container", "duplicate JSON key"):
+        return FILE_OF[fmt].endswith(".json") or case in ("truncated JSON", "not JSON (binary)", "empty container")
+    return True
+
+# ---- running one input ---------------------------------------------------------------------------------------------
+def _classify(load, folder: Path, root: Path, file: str, expect: str, n_good: int, n_total: int) -> tuple[str, str]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try: items = load(folder, root)
+        except (D.DataFormatError, OSError) as e:
+            msg = str(e)
+            if file not in msg: return "raw crash", f"{type(e).__name__} without the file: {msg[:120]}"
+            path_msg = any(s in msg for s in ("image root", "NUL byte", "absolute"))
+            return ("refused" if path_msg else "clear"), msg[:160]
+        except Exception as e: return "raw crash", f"{type(e).__name__}: {str(e)[:120]}"
+    said = [str(w.message) for w in caught if issubclass(w.category, D.DataWarning)]
+    n = len(items)
+    if expect == "same items":
+        return ("handled", f"accepted: the same {n} items") if n == n_total and not said else ("lost data", f"{n} of {n_total} items")
+    if n < n_good: return "lost data", f"{n} of {n_good} good records loaded"
+    if said and n == n_good: return "handled", said[0][:160]
+    return "silently accepted", f"{n} items, no warning"
+
+def run_audit(n_records: int = 4) -> pd.DataFrame:
+    "Every (class, format) input once; one row per input with its outcome and the message a user would see."
+    rows = []
+    cases = [*_caption_cases(), *_negative_cases(), *_path_cases(), *_record_cases()]
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        root = tmp / "images"; root.mkdir()
+        for fmt, (maker, cap, neg, pth, write, load) in FORMATS.items():
+            good = [maker(i) for i in range(n_records)]
+            for k, (case, mutate, expect) in enumerate(cases):
+                if not _applies(fmt, case): continue
+                folder = tmp / f"{fmt}-{k}"; folder.mkdir()
+                write(folder, mutate(good, (None, cap, neg, pth)))
+                outcome, msg = _classify(load, folder, root, FILE_OF[fmt], expect, n_records - 1, n_records)
+                rows.append(dict(cls=case, format=fmt, expected=expect, outcome=outcome, message=msg))
+            for k, (case, text, expect) in enumerate(_file_cases()):
+                if not _applies(fmt, case): continue
+                folder = tmp / f"{fmt}-file-{k}"; folder.mkdir()
+                write(folder, good)
+                f = folder / FILE_OF[fmt]
+                raw = f.read_bytes()
+                if case == "truncated JSON": f.write_bytes(raw[: len(raw) // 2])
+                elif case == "duplicate JSON key":
+                    if not raw.startswith(b"{"): continue
+                    f.write_text('{"0": %s, %s' % (json.dumps(good[1]), raw.decode()[1:]))
+                elif case == "UTF-8 BOM": f.write_bytes(b"\xef\xbb\xbf" + raw)
+                elif case == "empty container" and f.suffix == ".csv": f.write_text(raw.decode().splitlines()[0] + "\n")
+                else: f.write_text(text)
+                outcome, msg = _classify(load, folder, root, FILE_OF[fmt], expect, n_records, n_records)
+                rows.append(dict(cls=case, format=fmt, expected=expect, outcome=outcome, message=msg))
+            for case, setup in (("a folder in place of the file", lambda f: f.mkdir()),
+                                ("symlink loop", lambda f: os.symlink(f, f)), ("missing file", lambda f: None)):
+                folder = tmp / f"{fmt}-{case.replace(' ', '-')}"; folder.mkdir()
+                setup(folder / FILE_OF[fmt])
+                outcome, msg = _classify(load, folder, root, FILE_OF[fmt], "clear", n_records, n_records)
+                rows.append(dict(cls=case, format=fmt, expected="clear", outcome=outcome, message=msg))
+    return pd.DataFrame(rows)
+
+def fuzz_table(audit: pd.DataFrame) -> pd.DataFrame:
+    "class | inputs | clear | refused | handled | raw crash | silently accepted | lost data (counts over formats)."
+    t = pd.crosstab(audit.cls, audit.outcome).reindex(columns=[*SAFE, *UNSAFE], fill_value=0)
+    t.insert(0, "inputs", t.sum(axis=1))
+    return t.loc[list(dict.fromkeys(audit.cls))]
+
+if __name__ == "__main__":
+    audit = run_audit()
+    table = fuzz_table(audit)
+    print("| class | " + " | ".join(table.columns) + " |\n|---|" + "---|" * len(table.columns))
+    for cls, r in table.iterrows(): print(f"| {cls} | " + " | ".join(str(v) for v in r) + " |")
+    bad = audit[audit.outcome.isin(UNSAFE)]
+    print(f"\n{len(audit)} inputs over {audit.format.nunique()} loaders: {len(bad)} unsafe")
+    for r in bad.itertuples(): print(f"  {r.cls} / {r.format}: {r.outcome} — {r.message}")
+    sys.exit(1 if len(bad) else 0)
