@@ -245,12 +245,14 @@ def _cmd_eval(args):
         model, name = load_any_model(args.checkpoint, args.model, args.quick_gelu, args.geometry), args.checkpoint
     else: sys.exit("give --model KIND:PATH (hierbench:, open_clip:ARCH@FILE, hf:, st:, hf-text:) or --checkpoint")
     per_item: list = []
-    res = evaluate_checkpoint(model, world=not args.no_world, n_test=args.n_test, sugarcrepe=args.sugarcrepe,
-                              sugarcrepe_pp=args.sugarcrepe_pp, hierarcaps=args.hierarcaps, image_root=args.image_root,
-                              limit=args.limit, coco_dir=args.coco_dir, per_item=per_item, valse=args.valse,
-                              whatsup=args.whatsup or (), crepe=args.crepe or (),
-                              aro_relation=args.aro_relation, aro_attribution=args.aro_attribution,
-                              aro_order=args.aro_order or (), aro_exclude=_read_names(args.aro_exclude), vg_dir=args.vg_dir)
+    from hierbench.evaluate import eval_progress
+    with eval_progress():   # a progress bar while each benchmark's images are encoded
+        res = evaluate_checkpoint(model, world=not args.no_world, n_test=args.n_test, sugarcrepe=args.sugarcrepe,
+                                  sugarcrepe_pp=args.sugarcrepe_pp, hierarcaps=args.hierarcaps, image_root=args.image_root,
+                                  limit=args.limit, coco_dir=args.coco_dir, per_item=per_item, valse=args.valse,
+                                  whatsup=args.whatsup or (), crepe=args.crepe or (),
+                                  aro_relation=args.aro_relation, aro_attribution=args.aro_attribution,
+                                  aro_order=args.aro_order or (), aro_exclude=_read_names(args.aro_exclude), vg_dir=args.vg_dir)
     _print_table(results_table(res), f"evaluation of {name}")
     if args.out:
         import pandas as pd

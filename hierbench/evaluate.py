@@ -6,7 +6,7 @@ Docs: https://hierbench.github.io/hierbench/evaluate.html.md"""
 
 # %% ../nbs/10_evaluate.ipynb #5eacbb69
 from __future__ import annotations
-import hashlib, math, re
+import contextlib, contextvars, hashlib, math, re
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,8 +32,8 @@ __all__ = ['CHANCE_ITT_TOT', 'ZS_TEMPLATES', 'SCPP_TYPES', 'METRIC_SPLITS', 'PHI
            'kendall_per_chain', 'd_corr', 'hierarcaps_sweep', 'hierarcaps_precision_recall', 'hierarcaps_retrieval',
            'model_device', 'eval_mode', 'encode_texts', 'encode_images', 'head_geometry', 'head_curv',
            'entailment_angle', 'embedding_radius', 'pep_metrics', 'WordHashModel', 'record_field',
-           'default_image_loader', 'default_preprocess', 'encode_record_images', 'option_scores', 'score_choices',
-           'score_choice_items', 'evaluate_choice_benchmark', 'whatsup_axis', 'group_accuracy',
+           'default_image_loader', 'default_preprocess', 'eval_progress', 'encode_record_images', 'option_scores',
+           'score_choices', 'score_choice_items', 'evaluate_choice_benchmark', 'whatsup_axis', 'group_accuracy',
            'evaluate_whatsup_controlled', 'evaluate_sugarcrepe_pp', 'evaluate_hierarcaps', 'WorldEvalData',
            'isolated_object_images', 'world_eval_data', 'images_to_tensor', 'class_prototypes', 'zero_shot_metrics',
            'compositional_metrics', 'paraphrase_metrics', 'geometry_metrics', 'evaluate_world_split', 'evaluate_world',
@@ -543,6 +543,20 @@ def default_preprocess(model) -> Callable:
     mean, std = getattr(model, "image_mean", CLIP_MEAN), getattr(model, "image_std", CLIP_STD)
     return lambda im: image_to_tensor(im, size, mean, std)
 
+_PROGRESS = contextvars.ContextVar("hierbench_eval_progress", default=False)
+
+@contextlib.contextmanager
+def eval_progress(on: bool = True):
+    "Inside this block, encoding a real benchmark's images shows a fastprogress bar (terminal or notebook); `hierbench eval` turns it on."
+    token = _PROGRESS.set(on)
+    try: yield
+    finally: _PROGRESS.reset(token)
+
+def _progress(it):
+    if not _PROGRESS.get(): return it
+    from fastprogress.fastprogress import progress_bar
+    return progress_bar(it, leave=False)
+
 @torch.no_grad()
 def encode_record_images(model, records, image_loader: Callable | None = None, preprocess: Callable | None = None,
                          batch_size: int = 64) -> tuple[torch.Tensor, np.ndarray]:
@@ -558,7 +572,7 @@ def encode_record_images(model, records, image_loader: Callable | None = None, p
     uniq, good, failed = list(first), [], []
     def batches():
         prep = preprocess
-        for i in range(0, len(uniq), batch_size):
+        for i in _progress(range(0, len(uniq), batch_size)):
             ims = []
             for k in uniq[i:i + batch_size]:
                 try: im = image_loader(records[first[k]])

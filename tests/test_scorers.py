@@ -252,3 +252,17 @@ def test_eval_cli_runs_aro(tmp_path):
     rows = [json.loads(l) for l in out.with_name("m.items.jsonl").read_text().splitlines()]
     assert sum(r["benchmark"] == "aro_vg_relation" for r in rows) == 5                # excluded ones are still scored
     assert 0 <= res["aro_coco_order/micro"] <= 1 and res["aro_coco_order_chance/micro"] == pytest.approx(0.2)
+
+
+def test_eval_progress_bar_only_when_asked(tmp_path, capsys):
+    "Encoding a benchmark's images shows a progress bar inside `eval_progress()` (what `hierbench eval` uses), none outside."
+    from PIL import Image
+    from hierbench import evaluate as E
+    for i in range(3): Image.new("RGB", (64, 64), (10 * i, 0, 0)).save(tmp_path / f"{i}.jpg")
+    recs = [dict(image_path=str(tmp_path / f"{i}.jpg"), key=str(i)) for i in range(3)]
+    model = create_model("real-tiny")
+    E.encode_record_images(model, recs, batch_size=1)
+    assert capsys.readouterr().out == ""
+    with E.eval_progress(): E.encode_record_images(model, recs, batch_size=1)
+    out = capsys.readouterr().out
+    assert "3/3" in out or "100" in out, out
