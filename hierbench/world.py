@@ -111,7 +111,7 @@ COLOUR_RGB = {"red": (215, 40, 40), "orange": (240, 135, 25), "yellow": (230, 21
               "green": (45, 165, 65), "blue": (40, 85, 215), "purple": (140, 55, 185)}
 
 # %% ../nbs/02_world.ipynb #f15d9645
-WORLD_VERSION = 2  # bump when rendering or text generation changes: it is part of the cache key
+WORLD_VERSION = 3  # bump when rendering or text generation changes: it is part of the cache key (3: add_att / reshuffle draws)
 # 2: 64 px, narrower size gap, two negatives per type, binding-hard replacements
 
 @dataclass(frozen=True)

@@ -342,3 +342,25 @@ def test_check_negative_types_names_what_is_wrong():
     assert W.check_negative_types(["swap_obj", "reshuffle"]) == ("swap_obj", "reshuffle")
     with pytest.raises(ValueError, match="unknown.*'swap'"): W.check_negative_types(["swap", "swap_att"])
     with pytest.raises(ValueError, match="empty"): W.check_negative_types([])
+
+
+# The generator's output for (seed 0, scenes 0-39 of train and test-iid) at this WORLD_VERSION. Split caches are keyed by
+# WORLD_VERSION, so a change to rendering or text generation without a bump silently reuses stale caches (it happened:
+# version 2's caches outlived a change of the add_att / reshuffle draws). If this fails after an intended change, bump
+# WORLD_VERSION in 02_world and record the new digest here.
+WORLD_DIGEST = {3: "dc34886903133c5500909409543c541d7524e2cd330234082fea11a6543662a3"}
+
+
+def test_world_output_is_pinned_to_its_version():
+    import hashlib
+    from hierbench.world import WORLD_VERSION, make_scene
+    h = hashlib.sha256()
+    for split in ("train", "test-iid"):
+        for i in range(40):
+            s = make_scene(i, 0, None, split)
+            h.update(s.image.tobytes())
+            h.update(json.dumps([s.chain, s.phrases, s.paraphrases, s.alternatives, [list(n) for n in s.negatives], s.rejected],
+                                default=str).encode())
+    assert WORLD_VERSION in WORLD_DIGEST, f"record the digest of WORLD_VERSION {WORLD_VERSION}: {h.hexdigest()}"
+    assert h.hexdigest() == WORLD_DIGEST[WORLD_VERSION], (
+        "the world's scenes changed without a WORLD_VERSION bump: stale split caches would be reused; bump it")
