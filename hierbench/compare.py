@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses, html, json, math, os, resource, time, warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 import numpy as np, pandas as pd
 from scipy import stats
 
