@@ -121,7 +121,10 @@ def evaluate_checkpoint(model, world: bool = True, n_test: int = 300, sugarcrepe
             chains = cut(D.load_hierarcaps(hierarcaps, image_root))
             out.update(E.evaluate_hierarcaps(model, [c.chain for c in chains], [c.image_path for c in chains],
                                              batch_size=batch_size, suffix="/hierarcaps"))
-        elif log: log(skipped("HierarCaps", model))
+        else:   # a text-only model: the text side (radius ordering along each chain); PEP and retrieval need images
+            chains = cut(D.load_hierarcaps(hierarcaps, image_root))
+            out.update(E.hierarcaps_text_metrics(model, [c.chain for c in chains], batch_size=4 * batch_size, suffix="/hierarcaps"))
+            if log: log(skipped("HierarCaps retrieval and PEP (d_corr from the texts alone was run)", model))
     return out
 
 # %% ../nbs/15_cli.ipynb #3a74c43c

@@ -34,11 +34,11 @@ __all__ = ['CHANCE_ITT_TOT', 'ZS_TEMPLATES', 'SCPP_TYPES', 'METRIC_SPLITS', 'PHI
            'entailment_angle', 'embedding_radius', 'pep_metrics', 'WordHashModel', 'record_field',
            'default_image_loader', 'default_preprocess', 'eval_progress', 'encode_record_images', 'option_scores',
            'score_choices', 'score_choice_items', 'evaluate_choice_benchmark', 'whatsup_axis', 'group_accuracy',
-           'evaluate_whatsup_controlled', 'evaluate_sugarcrepe_pp', 'evaluate_hierarcaps', 'WorldEvalData',
-           'isolated_object_images', 'world_eval_data', 'images_to_tensor', 'class_prototypes', 'zero_shot_metrics',
-           'compositional_metrics', 'paraphrase_metrics', 'geometry_metrics', 'evaluate_world_split', 'evaluate_world',
-           'relation_sensitivity', 'metric_from_items', 'scene_counts', 'bootstrap_weights', 'paired_item_differences',
-           'bootstrap_replicates', 'pep_angle_summary']
+           'evaluate_whatsup_controlled', 'evaluate_sugarcrepe_pp', 'hierarcaps_text_metrics', 'evaluate_hierarcaps',
+           'WorldEvalData', 'isolated_object_images', 'world_eval_data', 'images_to_tensor', 'class_prototypes',
+           'zero_shot_metrics', 'compositional_metrics', 'paraphrase_metrics', 'geometry_metrics',
+           'evaluate_world_split', 'evaluate_world', 'relation_sensitivity', 'metric_from_items', 'scene_counts',
+           'bootstrap_weights', 'paired_item_differences', 'bootstrap_replicates', 'pep_angle_summary']
 
 # %% ../nbs/10_evaluate.ipynb #96b74ca4
 def as_numpy(x, name: str = "array", ndim: int | None = None, dtype=np.float64) -> np.ndarray:
@@ -766,6 +766,22 @@ def _encode_image_list(model, images, preprocess, batch_size) -> torch.Tensor:
             yield torch.stack([preprocess(im if hasattr(im, "convert") else load_image(im)) for im in images[i:i + batch_size]])
     return encode_images(model, batches())
 
+def _chain_radii(model, chains: Sequence[Sequence[str]], batch_size: int = 256):
+    """Text embeddings of the distinct texts of `chains`, their radius (distance to the origin, or in Euclidean heads to
+    the empty text's embedding) and the (N, L) index of each chain's texts into them."""
+    geometry, c = head_geometry(model), head_curv(model)
+    texts = list(dict.fromkeys(t for ch in chains for t in ch))
+    pos = {t: i for i, t in enumerate(texts)}
+    txt = encode_texts(model, texts, batch_size)
+    root = encode_texts(model, [""])[0].to(txt.device) if geometry == "euclidean" else None
+    radius = embedding_radius(txt, geometry, c, root).cpu().numpy()
+    return txt, radius, np.array([[pos[t] for t in ch] for ch in chains])
+
+def hierarcaps_text_metrics(model, chains: Sequence[Sequence[str]], batch_size: int = 256, suffix: str = "") -> dict[str, float]:
+    "The text-side part of HierarCaps, for text-only models too: d_corr of the radius along each chain (general → specific)."
+    _, radius, chain_idx = _chain_radii(model, [list(c) for c in chains], batch_size)
+    return with_suffix({"d_corr": d_corr(radius[chain_idx]), "d_corr_chance": chance_kendall()}, suffix)
+
 def evaluate_hierarcaps(model, chains: Sequence[Sequence[str]], images, preprocess: Callable | None = None,
                         negatives: Sequence[Sequence[str]] | None = None, n_thresholds: int = 50, pep_pool: int = 100,
                         batch_size: int = 64, euclidean_phi: str = "angle", seed: int = 0, suffix: str = "") -> dict[str, float]:
@@ -774,15 +790,11 @@ def evaluate_hierarcaps(model, chains: Sequence[Sequence[str]], images, preproce
     if len(chains) != len(images): raise ValueError(f"{len(chains)} chains for {len(images)} images")
     geometry, c = head_geometry(model), head_curv(model)
     img = _encode_image_list(model, images, preprocess, batch_size)
-    texts = list(dict.fromkeys(t for ch in chains for t in ch))
-    pos = {t: i for i, t in enumerate(texts)}
-    txt = encode_texts(model, texts, 4 * batch_size).to(img.device)
+    txt, radius, chain_idx = _chain_radii(model, chains, 4 * batch_size)
+    txt = txt.to(img.device)
     with torch.no_grad():
         if geometry == "lorentz": sim = -pairwise_dist(img.double(), txt.double(), c)   # similarity = −d (benchmarks.md)
         else: sim = model.head.pairwise_sim(img, txt)
-    root = encode_texts(model, [""])[0].to(img.device) if geometry == "euclidean" else None
-    radius = embedding_radius(txt, geometry, c, root).cpu().numpy()
-    chain_idx = np.array([[pos[t] for t in ch] for ch in chains])
     hr = hierarcaps_retrieval(sim.double().cpu().numpy(), radius, chain_idx, n_thresholds, seed)
     out = {"hc_precision": hr["precision"], "hc_precision_chance": hr["precision_chance"],
            "hc_recall": hr["recall"], "hc_recall_chance": hr["recall_chance"],

@@ -266,3 +266,18 @@ def test_eval_progress_bar_only_when_asked(tmp_path, capsys):
     with E.eval_progress(): E.encode_record_images(model, recs, batch_size=1)
     out = capsys.readouterr().out
     assert "3/3" in out or "100" in out, out
+
+
+@needs_data
+def test_text_only_model_runs_hierarcaps_text_side(models):
+    "A text-only model gets HierarCaps' d_corr from its texts, and one line saying why retrieval and PEP were skipped."
+    from hierbench.evaluate import hierarcaps_text_metrics
+    model, lines = SC.load_scorer(f"st:{models['st']}"), []
+    res = evaluate_checkpoint(model, world=False, hierarcaps=str(DATA / "hierarcaps" / "hierarcaps_test.csv"), limit=40,
+                              log=lines.append)
+    assert -1 <= res["d_corr/hierarcaps"] <= 1 and "hc_precision/hierarcaps" not in res
+    assert any("HierarCaps retrieval and PEP" in l for l in lines), lines
+    # the same numbers as the function called on the chains directly
+    from hierbench.data import load_hierarcaps
+    chains = [c.chain for c in load_hierarcaps(DATA / "hierarcaps" / "hierarcaps_test.csv")][:40]
+    assert hierarcaps_text_metrics(model, chains)["d_corr"] == pytest.approx(res["d_corr/hierarcaps"])
