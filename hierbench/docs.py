@@ -367,8 +367,9 @@ def build_docs_preview(root: str | Path = ".", out: str | Path | None = None, pr
         rendered.append((rel.as_posix(), name, title, body))
     if problems: raise RuntimeError("docs preview failed:\n" + "\n".join(problems))
     by_nb = {rel: (name, title) for rel, name, title, _ in rendered}
-    sections = [(t, [by_nb[f] for f in files if f in by_nb]) for t, files in sidebar_sections(nbs)]
-    listed = {f for _, files in sidebar_sections(nbs) for f in files}
+    sidebar = sidebar_sections(nbs)
+    sections = [(t, [by_nb[f] for f in files if f in by_nb]) for t, files in sidebar]
+    listed = {f for _, files in sidebar for f in files}
     unlisted = [by_nb[r] for r in sorted(by_nb) if r not in listed]   # a new notebook not yet in sidebar.yml: still reachable
     if unlisted: sections.append(("Not in sidebar.yml", unlisted))
     paths, records = [], []
