@@ -6,10 +6,10 @@ Docs: https://hierbench.github.io/hierbench/compare.html.md"""
 
 # %% ../nbs/11_compare.ipynb #76c9f525
 from __future__ import annotations
-import dataclasses, html, json, math, os, resource, time, warnings
+import dataclasses, html, json, math, os, re, resource, time, warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 import numpy as np, pandas as pd
 from scipy import stats
 
@@ -21,7 +21,8 @@ __all__ = ['PRETRAIN_RECIPES', 'FINETUNE_RECIPES', 'ALL_RECIPES', 'QUICK_RECIPES
            'read_decoder', 'build_eval_data', 'evaluate_run', 'save_items', 'load_items', 'run_fingerprint',
            'run_recipe', 'results_rows', 'summary_table', 'stage_table', 'run_compare', 'pep_analysis_table',
            'pep_diagnosis', 'pep_conclusion', 'forest_figure', 'type_accuracy_figure',
-           'training_curves_by_recipe_figure', 'render_report', 'hierarcaps_smoke']
+           'training_curves_by_recipe_figure', 'papers_figure', 'save_static_figures', 'render_report',
+           'hierarcaps_smoke']
 
 # %% ../nbs/11_compare.ipynb #0cbbca97
 PRETRAIN_RECIPES = ("clip", "meru", "hycoclip", "argent", "argent-no-weight", "argent-weight-all", "argent-no-reg")
@@ -508,6 +509,7 @@ def summary_table(results: pd.DataFrame, metrics=KEY_METRICS) -> pd.DataFrame:
         col["(chance)"] = f"{ch.mean():.3f}" if len(ch) else "—"
         out[metric] = col
     df = pd.DataFrame(out)
+    if df.empty: return df   # none of `metrics` was measured
     return df.loc[["(chance)"] + [r for r in df.index if r != "(chance)"]]
 
 def stage_table(runs: list[dict]) -> pd.DataFrame:
@@ -624,7 +626,13 @@ def _run_compare(preset, seeds, out, recipes, quiet, jobs, log) -> dict:
                                                                       power=power_table(ledger).reset_index().to_dict("records"))), indent=1))
     import plotly, shutil
     shutil.copy(Path(plotly.__file__).parent / "package_data" / "plotly.min.js", out / "plotly.min.js")
-    atomic_write_text(out / "report.html", render_report(results, ledger, meta, runs, plotlyjs="directory", run_root=out / "runs"))
+    figures: dict = {}
+    report = render_report(results, ledger, meta, runs, plotlyjs="directory", run_root=out / "runs", figures=figures)
+    static = save_static_figures(figures, out / "figures")
+    note = (f"{len(static['written'])} figures are also saved as PNG images in <code>figures/</code>." if static["written"]
+            else f"No static copies of the figures: {html.escape(static['skipped'] or 'none drawn')}.")
+    if static["skipped"]: warnings.warn(f"compare: static figures not written ({static['skipped']})")
+    atomic_write_text(out / "report.html", report.replace("</body>", f"<p>{note}</p></body>"))
     return dict(results=results, ledger=ledger, meta=meta, summary=summary_table(results), runs=runs,
                 power=power_table(ledger), stages=stage_table(runs))
 
@@ -827,16 +835,59 @@ def _paper_table(title: str, spec: dict, results: pd.DataFrame) -> str:
         body += f"<tr><td>{html.escape(recipe)}</td>{cells}</tr>"
     return f"<h3>{html.escape(title)}</h3><table><tr><th>recipe</th>{head}</tr>{body}</table>"
 
+def papers_figure(results: pd.DataFrame, tables: Mapping = PAPER_TABLES):
+    """The papers' numbers beside ours (in %): one panel per (table, column), the paper's bar next to ours for each
+    recipe. A missing number (the paper has none, or the recipe did not run) leaves its bar out."""
+    from plotly.subplots import make_subplots
+    panels = [(title, j, col) for title, spec in tables.items() for j, col in enumerate(spec["columns"])]
+    means = results.groupby(["recipe", "metric"]).value.mean() if len(results) else pd.Series(dtype=float)
+    n_rows = max(1, math.ceil(len(panels) / 2))
+    fig = make_subplots(rows=n_rows, cols=2, vertical_spacing=min(0.15, 0.6 / n_rows),
+                        subplot_titles=[f"{t.split(' (')[0]}: {c}" for t, _, c in panels])
+    for k, (title, j, col) in enumerate(panels):
+        rows = tables[title]["rows"]
+        paper = [np.nan if v[j] is None else v[j] for v in rows.values()]
+        ours = [100 * means.get((r, col), np.nan) for r in rows]
+        where = dict(row=k // 2 + 1, col=k % 2 + 1)
+        fig.add_bar(x=list(rows), y=paper, name="paper", marker_color="#999999", legendgroup="paper",
+                    showlegend=k == 0, **where)
+        fig.add_bar(x=list(rows), y=ours, name="ours (world)", marker_color="#1f77b4", legendgroup="ours",
+                    showlegend=k == 0, **where)
+    fig.update_layout(title="The papers' numbers beside ours (%; different data and scale: compare directions)",
+                      barmode="group", height=300 * n_rows + 100, width=1100)
+    fig.update_xaxes(tickangle=-20)
+    return fig
+
+def save_static_figures(figures: Mapping[str, object], folder: str | Path, fmt: str = "png") -> dict:
+    """Write each plotly figure of `figures` (name -> figure) as `folder/NAME.fmt` with kaleido, which draws them in a
+    local Chrome/Chromium (nothing is downloaded). Returns {'written': [paths], 'skipped': reason or None}: without
+    kaleido or a browser the report keeps its interactive figures and says why the static copies are missing."""
+    if not figures: return dict(written=[], skipped=None)
+    try:
+        import plotly.io as pio
+        folder = Path(folder); folder.mkdir(parents=True, exist_ok=True)
+        paths = [folder / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', name)}.{fmt}" for name in figures]
+        tmp = [p.with_name(p.stem + ".tmp." + fmt) for p in paths]
+        figs = list(figures.values())   # kaleido draws at 700×500 unless told the layout's size
+        pio.write_images(figs, tmp, format=fmt, width=[f.layout.width or 1000 for f in figs],
+                         height=[f.layout.height or 500 for f in figs])
+        for t, p in zip(tmp, paths): os.replace(t, p)   # a figure file is whole or absent
+        return dict(written=[str(p) for p in paths], skipped=None)
+    except Exception as e:  # kaleido missing, no Chrome found, a browser that failed to start
+        return dict(written=[], skipped=f"{type(e).__name__}: {e}".splitlines()[0][:300])
+
 def _fmt(v, digits=4):
     return "—" if v is None or (isinstance(v, float) and not np.isfinite(v)) else f"{v:.{digits}f}"
 
 def render_report(results: pd.DataFrame, ledger: pd.DataFrame, meta: dict, runs: list[dict] | None = None,
-                  plotlyjs: str | bool = True, run_root: str | Path | None = None) -> str:
+                  plotlyjs: str | bool = True, run_root: str | Path | None = None,
+                  figures: dict | None = None) -> str:
     """A self-contained HTML report: run facts, the power of the design, the claims ledger (forest plot and table),
     the summary with chance levels, the fine-tuning stages, the angles behind PEP, the papers' tables, plots.
     `plotlyjs`: True embeds plotly.js once (a 4.6 MB self-contained file); 'directory' loads `plotly.min.js` from the
     report's folder (`run_compare` writes it there: the report itself stays a few hundred kB). `run_root`: the folder of
-    the runs (`OUT/runs`), for the training curves."""
+    the runs (`OUT/runs`), for the training curves. `figures`: a dict that receives every figure by name (for static
+    copies: `save_static_figures`)."""
     from hierbench.viz import ablation_bars_figure
     runs = runs or []
     style = ("<style>body{font-family:sans-serif;margin:2em;max-width:1500px}table{border-collapse:collapse;margin:1em 0;"
@@ -845,8 +896,9 @@ def render_report(results: pd.DataFrame, ledger: pd.DataFrame, meta: dict, runs:
     facts = (f"<p>preset <b>{html.escape(meta['preset']['name'])}</b>, {meta['seeds']} seed(s), {len(meta['recipes'])} recipes, "
              f"wall time {meta['wall_seconds'] / 60:.1f} min, peak memory {meta['peak_rss_mb']:.0f} MB, "
              f"torch {html.escape(meta['torch'])}, {meta.get('jobs', 1)} process(es) × {meta['threads']} thread(s).</p>")
-    figs = []
-    def add(fig):
+    figs, named = [], {} if figures is None else figures
+    def add(fig, name: str):
+        named[name] = fig
         figs.append(fig.to_html(full_html=False, include_plotlyjs=plotlyjs if not figs else False))   # plotly.js once
         return figs[-1]
     power = power_table(ledger)
@@ -862,17 +914,17 @@ def render_report(results: pd.DataFrame, ledger: pd.DataFrame, meta: dict, runs:
                    "mean A", "mean B", "effect A−B", "seed 95% low", "seed 95% high", "eval-bootstrap low", "eval-bootstrap high",
                    "min. detectable", "seeds", "verdict", "decided by (preset)")) + "</tr>" + rows + "</table>")
     counts = ledger.verdict.value_counts().to_dict()
-    forest = add(forest_figure(ledger)) if (ledger.verdict != "not run").any() else ""
+    forest = add(forest_figure(ledger), "forest") if (ledger.verdict != "not run").any() else ""
     summary = summary_table(results).to_html(escape=True)
     types = summary_table(results, TYPE_METRICS).to_html(escape=True)
-    if set(TYPE_METRICS) & set(results.metric): types = add(type_accuracy_figure(results)) + types
-    curves = add(training_curves_by_recipe_figure(run_root, list(dict.fromkeys(results.recipe)))) if run_root else ""
+    if set(TYPE_METRICS) & set(results.metric): types = add(type_accuracy_figure(results), "type_accuracy") + types
+    curves = add(training_curves_by_recipe_figure(run_root, list(dict.fromkeys(results.recipe))), "training_curves") if run_root else ""
     stages = stage_table(runs)
     stages_html = stages.to_html(escape=True) if not stages.empty else "<p>no fine-tuning runs</p>"
     pep_tab = pep_analysis_table(runs)
     pep_html = ""
     if not pep_tab.empty:
-        pep_figs = "".join(add(f) for f in _pep_figures(runs))
+        pep_figs = "".join(add(f, f"pep_{k}") for k, f in enumerate(_pep_figures(runs)))
         show = pep_tab[[c for c in pep_tab.columns if c.endswith("_wide") or c in ("pep_auc", "angle_auc", "aperture_saturated")
                         or c.startswith("norm_")]]
         pep_html = ("<h2>The angles behind PEP</h2><p>Per recipe and training step (mean over seeds): the share of "
@@ -882,8 +934,8 @@ def render_report(results: pd.DataFrame, ledger: pd.DataFrame, meta: dict, runs:
                     + "<ul>" + "".join(f"<li>{html.escape(l)}</li>" for l in pep_diagnosis(pep_tab)) + "</ul>"
                     + "<h3>Conclusion</h3><ul>" + "".join(f"<li>{html.escape(l)}</li>" for l in pep_conclusion(pep_tab))
                     + "</ul>" + pep_figs)
-    papers = "".join(_paper_table(t, s, results) for t, s in PAPER_TABLES.items())
-    bars = "".join(add(ablation_bars_figure(results, m)) for m in ("pep_auc", "zs_acc/general", "comp_acc", "tot_acc")
+    papers = add(papers_figure(results), "papers") + "".join(_paper_table(t, s, results) for t, s in PAPER_TABLES.items())
+    bars = "".join(add(ablation_bars_figure(results, m), "bars_" + m) for m in ("pep_auc", "zs_acc/general", "comp_acc", "tot_acc")
                    if m in set(results.metric))
     return ("<!doctype html><html><head><meta charset='utf-8'><title>hierbench compare</title>" + style + "</head><body>"
             "<h1>hierbench compare</h1>" + facts +
