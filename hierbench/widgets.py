@@ -187,15 +187,23 @@ def entailment_view(model, scene_or_texts, K: float = 0.1, apex: int | str = 0, 
 
 # %% ../nbs/13_widgets.ipynb #c7e5b0c9
 def _show(out, *objs):
-    "Display `objs` in Output widget `out` when running inside a kernel (outside, the explorer just keeps its state)."
+    """Make `objs` the contents of Output widget `out` when running inside a kernel (outside, the explorer just keeps
+    its state). They go into the widget's own `outputs` state rather than through `with out:` capture, so a saved
+    notebook's widget state carries the figure (JupyterLab restores it without a kernel), and a headless run
+    (nbclient) gets no output messages it waits on."""
     try: from IPython import get_ipython
     except ImportError: return
     ip = get_ipython()
     if ip is None or getattr(ip, "kernel", None) is None: return
-    from IPython.display import display
-    with out:
-        out.clear_output(wait=True)
-        for o in objs: display(o)
+    outputs = []
+    for o in objs:
+        # a plotly figure displays itself (`_ipython_display_`), so IPython's formatter returns nothing for it: ask
+        # the object for its bundle directly (plotly: its JSON mimetype, which JupyterLab draws offline)
+        bundle = o._repr_mimebundle_() if hasattr(o, "_repr_mimebundle_") else ip.display_formatter.format(o)[0]
+        if "application/vnd.plotly.v1+json" in bundle:   # the HTML alternative loads plotly.js from a CDN: not offline
+            bundle = {k: v for k, v in bundle.items() if k != "text/html"}
+        outputs.append({"output_type": "display_data", "data": bundle, "metadata": {}})
+    out.outputs = tuple(outputs)
 
 class _ModelBank:
     "name -> model, loading saved-model paths lazily (once)."
