@@ -189,6 +189,9 @@ def _cmd_export(args):
 def _cmd_compare(args):
     from hierbench.compare import run_compare
     recipes = [r.strip() for r in args.recipes.split(",")] if args.recipes else None
+    if args.out is None:
+        from hierbench.config import load_settings
+        args.out = str(load_settings().runs_dir / "compare")   # the main job's folder, where the tutorials look
     res = run_compare(args.preset, seeds=args.seeds, out=args.out, recipes=recipes, quiet=not args.verbose, jobs=args.jobs)
     _print_table(res["summary"], "summary: mean ± 95% half-width over seeds (first row: chance)")
     led = res["ledger"][["id", "a", "b", "metric", "effect", "ci_low", "ci_high", "n", "verdict"]]
@@ -295,7 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("compare", help="train every recipe over seeds, evaluate, re-test the papers' claims (main job)")
     d.add_argument("--preset", choices=["smoke", "quick", "standard", "full"], default="quick")
     d.add_argument("--seeds", type=int, default=None, help="seeds (default: the preset's: quick 2, standard 5)")
-    d.add_argument("--out", default="runs/compare")
+    d.add_argument("--out", default=None, help="output folder (default: RUNS_DIR/compare, runs_dir of settings.ini)")
     d.add_argument("--recipes", default=None, help="comma-separated subset (parents of fine-tunes are added)")
     d.add_argument("--jobs", type=int, default=None, help="parallel processes over seeds (default: one per core)")
     d.add_argument("--verbose", action="store_true", help="show progress bars")

@@ -562,12 +562,14 @@ def _die_with_parent():
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
     except (OSError, AttributeError): pass   # not Linux: workers end when their pipe closes
 
-def run_compare(preset: str | ComparePreset = "smoke", seeds: int | None = None, out: str | Path = "runs/compare",
+def run_compare(preset: str | ComparePreset = "smoke", seeds: int | None = None, out: str | Path | None = None,
                 recipes: list[str] | None = None, quiet: bool = True, jobs: int | None = None, log=print) -> dict:
     """Train and evaluate `recipes` (default: the preset's) over `seeds` seeds (default: the preset's) in `jobs`
     processes; write results.json, claims.json, report.html into `out`. `out` is locked for the run (a second
-    compare into it is told who holds it) and temporary files of killed runs are swept first."""
-    from hierbench.config import FolderLock, sweep_temporary_files
+    compare into it is told who holds it) and temporary files of killed runs are swept first. Default `out`:
+    RUNS_DIR/compare (settings.ini's `runs_dir`), the main job's folder."""
+    from hierbench.config import FolderLock, load_settings, sweep_temporary_files
+    out = Path(out) if out is not None else load_settings().runs_dir / "compare"
     Path(out).mkdir(parents=True, exist_ok=True)
     with FolderLock(out):
         swept = sweep_temporary_files(out)

@@ -36,7 +36,7 @@ class Settings:
         import torch
         return "cuda" if torch.cuda.is_available() else "cpu"
 
-_DEFAULTS = dict(data_root="data", cache_dir=".cache/hierbench", runs_dir="runs", checkpoints_dir="checkpoints",
+_DEFAULTS = dict(data_root="data", cache_dir=".cache/hierbench", runs_dir="~/hierbench-runs", checkpoints_dir="checkpoints",
                  openclip_checkpoint="", device="auto", seed="0")
 
 # %% ../nbs/01_config.ipynb #4b73d7d5
