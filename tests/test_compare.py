@@ -1,5 +1,5 @@
 """`hierbench compare`: the ledger's statistics, and the whole job end to end on the smoke preset."""
-import json, math, subprocess, sys
+import json, math, os, subprocess, sys
 from pathlib import Path
 
 import numpy as np
@@ -71,6 +71,10 @@ def test_smoke_compare_on_a_subset_writes_everything_and_restarts(tmp_path):
     # plotly.js is shared beside the report, not embedded: the report stays small
     assert (out / "plotly.min.js").stat().st_size > 1_000_000 and 'src="plotly.min.js"' in report
     assert len(report) < 1_500_000
+    # every figure also as a PNG (kaleido + local Chromium), or the report says why there are none
+    pngs = sorted((out / "figures").glob("*.png")) if (out / "figures").exists() else []
+    if pngs: assert {"forest.png", "papers.png"} <= {f.name for f in pngs} and f"{len(pngs)} figures are also saved" in report
+    else: assert "No static copies of the figures" in report
     # a second call finds every run finished and recomputes the same table without training
     again = C.run_compare("smoke", seeds=2, out=out, recipes=["clip", "negclip"], log=lambda *_: None)
     pd.testing.assert_frame_equal(again["results"], res["results"])
@@ -114,14 +118,25 @@ def test_a_finished_run_of_another_recipe_definition_or_world_is_not_silently_re
 @pytest.mark.timeout(900)
 def test_cli_compare_smoke_runs_every_recipe(tmp_path):
     "The main job end to end (all recipes, one seed) through the console script."
-    out = tmp_path / "all"
-    proc = subprocess.run([sys.executable, "-m", "hierbench.cli", "compare", "--preset", "smoke", "--seeds", "1",
-                           "--out", str(out)], capture_output=True, text=True, timeout=900)
+    out = tmp_path / "compare"   # no --out: the main job's folder, RUNS_DIR/compare (settings.ini / environment)
+    proc = subprocess.run([sys.executable, "-m", "hierbench.cli", "compare", "--preset", "smoke", "--seeds", "1"],
+                          capture_output=True, text=True, timeout=900, env={**os.environ, "HIERBENCH_RUNS_DIR": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "claims ledger" in proc.stdout
     rows = pd.DataFrame(json.loads((out / "results.json").read_text())["rows"])
     assert set(rows.recipe) == set(C.ALL_RECIPES)
     assert np.isfinite(rows.value).all()
+
+
+def test_static_figures_are_written_whole_or_skipped_with_the_reason(tmp_path, monkeypatch):
+    import plotly.graph_objects as go, plotly.io as pio
+    figs = {"a b/c": go.Figure(go.Bar(y=[1, 2]))}
+    def broken(*args, **kwargs): raise RuntimeError("no Chrome found\nsecond line")
+    monkeypatch.setattr(pio, "write_images", broken)
+    res = C.save_static_figures(figs, tmp_path / "figs")
+    assert res == {"written": [], "skipped": "RuntimeError: no Chrome found"}
+    assert not list((tmp_path / "figs").glob("*"))   # nothing half-written
+    assert C.save_static_figures({}, tmp_path / "none") == {"written": [], "skipped": None}
 
 
 def test_min_detectable_effect_matches_the_power_formula():
