@@ -865,6 +865,7 @@ def save_static_figures(figures: Mapping[str, object], folder: str | Path, fmt: 
     local Chrome/Chromium (nothing is downloaded). Returns {'written': [paths], 'skipped': reason or None}: without
     kaleido or a browser the report keeps its interactive figures and says why the static copies are missing."""
     if not figures: return dict(written=[], skipped=None)
+    tmp: list[Path] = []
     try:
         import plotly.io as pio
         folder = Path(folder); folder.mkdir(parents=True, exist_ok=True)
@@ -876,6 +877,7 @@ def save_static_figures(figures: Mapping[str, object], folder: str | Path, fmt: 
         for t, p in zip(tmp, paths): os.replace(t, p)   # a figure file is whole or absent
         return dict(written=[str(p) for p in paths], skipped=None)
     except Exception as e:  # kaleido missing, no Chrome found, a browser that failed to start
+        for t in tmp: t.unlink(missing_ok=True)   # no half-written copies
         return dict(written=[], skipped=f"{type(e).__name__}: {e}".splitlines()[0][:300])
 
 def _fmt(v, digits=4):

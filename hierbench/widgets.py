@@ -189,7 +189,7 @@ def entailment_view(model, scene_or_texts, K: float = 0.1, apex: int | str = 0, 
 def _show(out, *objs):
     """Make `objs` the contents of Output widget `out` when running inside a kernel (outside, the explorer just keeps
     its state). They go into the widget's own `outputs` state rather than through `with out:` capture, so a saved
-    notebook's widget state carries the figure (JupyterLab restores it without a kernel), and a headless run
+    notebook's widget state carries the figure (JupyterLab rebuilds it for a trusted notebook), and a headless run
     (nbclient) gets no output messages it waits on."""
     try: from IPython import get_ipython
     except ImportError: return

@@ -131,7 +131,9 @@ def test_cli_compare_smoke_runs_every_recipe(tmp_path):
 def test_static_figures_are_written_whole_or_skipped_with_the_reason(tmp_path, monkeypatch):
     import plotly.graph_objects as go, plotly.io as pio
     figs = {"a b/c": go.Figure(go.Bar(y=[1, 2]))}
-    def broken(*args, **kwargs): raise RuntimeError("no Chrome found\nsecond line")
+    def broken(figs, files, **kwargs):   # a browser that dies after starting the first file
+        Path(files[0]).write_bytes(b"partial")
+        raise RuntimeError("no Chrome found\nsecond line")
     monkeypatch.setattr(pio, "write_images", broken)
     res = C.save_static_figures(figs, tmp_path / "figs")
     assert res == {"written": [], "skipped": "RuntimeError: no Chrome found"}
