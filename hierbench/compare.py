@@ -712,26 +712,12 @@ def _pep_figures(runs: list[dict], recipes=PEP_RECIPES) -> list:
     "Histograms of φ (last step, seed-pooled) per recipe, and the share ≥ π/2 and PEP AUC over training steps."
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
+    from hierbench.viz import angle_histograms_figure
     have = [r for r in runs if r["recipe"] in recipes and r.get("pep_analysis")]
     names = [n for n in recipes if any(r["recipe"] == n for r in have)]
     if not names: return []
-    hist = make_subplots(rows=1, cols=len(names), subplot_titles=names, shared_yaxes=True)
-    colors = {"l1": "#9ecae1", "l2": "#6baed6", "l3": "#3182bd", "l4": "#08519c", "negatives": "#de2d26"}
-    for j, n in enumerate(names):
-        summaries = [r["pep_analysis"][max(r["pep_analysis"], key=int)] for r in have if r["recipe"] == n]
-        bins = np.asarray(summaries[0]["bins"]); mid = np.degrees((bins[1:] + bins[:-1]) / 2)
-        for key in ("l1", "l2", "l3", "l4", "negatives"):
-            parts = [s["negatives"] if key == "negatives" else s["positives"].get(key) for s in summaries]
-            parts = [np.asarray(p["hist"], float) for p in parts if p]
-            if not parts: continue
-            h = np.sum(parts, 0)
-            if h.sum() == 0: continue
-            hist.add_trace(go.Scatter(x=mid, y=h / h.sum(), mode="lines", name=key, line=dict(color=colors[key]),
-                                      showlegend=j == 0), 1, j + 1)
-        hist.add_vline(x=90, line=dict(dash="dot", color="#888"), row=1, col=j + 1)
-    hist.update_layout(title="φ(caption, image): positives by chain level vs PEP negatives (the dotted line is π/2, where PEP's score is floored at 0)",
-                       height=320, width=260 * len(names) + 120, margin=dict(l=40, r=10, t=60, b=40))
-    hist.update_xaxes(title_text="φ (degrees)")
+    hist = angle_histograms_figure({n: [r["pep_analysis"][max(r["pep_analysis"], key=int)] for r in have if r["recipe"] == n]
+                                    for n in names})   # the last step's summary of each seed
     table = pep_analysis_table(runs, recipes)
     steps = make_subplots(rows=1, cols=2, subplot_titles=("share of positive pairs with φ ≥ π/2", "PEP AUC (solid) and AUC of −φ (dashed)"))
     for n in names:

@@ -22,12 +22,12 @@ from .geometry import (dist0, exp_map0, exterior_angle, half_aperture, lorentz_t
 from .evaluate import pep_score, saturated_fraction  # numpy-friendly PEP score; ARGENT's saturation measure
 
 # %% auto #0
-__all__ = ['PROJECTION_METHODS', 'check_in_ball', 'mobius_add', 'poincare_dist', 'poincare_exp0', 'poincare_log0', 'frechet_mean',
-           'busemann', 'horo_project', 'HoroPCA', 'random_tree_embeddings', 'project_2d', 'projection_figure',
-           'horopca_figure', 'projection_comparison_figure', 'embedding_norms', 'norms_table',
-           'norm_distribution_figure', 'entailment_table', 'entailment_plane', 'cone_boundary',
+__all__ = ['PROJECTION_METHODS', 'ANGLE_COLOURS', 'check_in_ball', 'mobius_add', 'poincare_dist', 'poincare_exp0',
+           'poincare_log0', 'frechet_mean', 'busemann', 'horo_project', 'HoroPCA', 'random_tree_embeddings',
+           'project_2d', 'projection_figure', 'horopca_figure', 'projection_comparison_figure', 'embedding_norms',
+           'norms_table', 'norm_distribution_figure', 'entailment_table', 'entailment_plane', 'cone_boundary',
            'entailment_disk_figure', 'aperture_saturation_figure', 'training_curves_figure', 'TrainingHealth',
-           'pep_curves_figure', 'confidence_intervals', 'ablation_bars_figure']
+           'pep_curves_figure', 'angle_histograms_figure', 'confidence_intervals', 'ablation_bars_figure']
 
 # %% ../nbs/12_viz.ipynb #2e65689d
 _BALL_MARGIN = 1e-15  # smallest 1-||x||² we divide by: float64 rounding can put a far-out point a hair from the sphere
@@ -610,6 +610,33 @@ def pep_curves_figure(scores: Mapping[str, tuple], title: str = "PEP: ROC and pr
     fig.update_xaxes(title_text="false positive rate", row=1, col=1); fig.update_yaxes(title_text="true positive rate", row=1, col=1)
     fig.update_xaxes(title_text="recall", row=1, col=2); fig.update_yaxes(title_text="precision", row=1, col=2)
     return fig.update_layout(title=title, height=360, width=820, margin=dict(l=50, r=10, t=60, b=40))
+
+# %% ../nbs/12_viz.ipynb #8c3a69d0
+ANGLE_COLOURS = {"l1": "#9ecae1", "l2": "#6baed6", "l3": "#3182bd", "l4": "#08519c", "negatives": "#de2d26"}
+
+def angle_histograms_figure(summaries: Mapping[str, Sequence[Mapping] | Mapping], title: str | None = None) -> go.Figure:
+    """One panel per model: the share of pairs per φ bin for each chain level's positives and for the PEP negatives.
+    `summaries[name]`: a `pep_angle_summary` dict or a list of them (seeds: their histograms are summed)."""
+    if not summaries: raise ValueError("angle_histograms_figure: no models")
+    names = list(summaries)
+    fig = make_subplots(rows=1, cols=len(names), subplot_titles=names, shared_yaxes=True)
+    for j, name in enumerate(names):
+        runs = summaries[name]
+        runs = [runs] if isinstance(runs, Mapping) else list(runs)
+        if not runs: raise ValueError(f"angle_histograms_figure: {name!r} has no summaries")
+        bins = np.asarray(runs[0]["bins"], float); mid = np.degrees((bins[1:] + bins[:-1]) / 2)
+        for key, colour in ANGLE_COLOURS.items():
+            parts = [np.asarray(p["hist"], float) for p in (r["negatives"] if key == "negatives" else r["positives"].get(key)
+                                                            for r in runs) if p]
+            total = np.sum(parts, 0) if parts else np.zeros(len(mid))
+            if total.sum() == 0: continue
+            fig.add_trace(go.Scatter(x=mid, y=total / total.sum(), mode="lines", name=key, line=dict(color=colour),
+                                     legendgroup=key, showlegend=j == 0), 1, j + 1)
+        fig.add_vline(x=90, line=dict(dash="dot", color="#888"), row=1, col=j + 1)
+    fig.update_xaxes(title_text="φ (degrees)"); fig.update_yaxes(title_text="share of pairs", col=1)
+    return fig.update_layout(title=title or "φ(caption, image): positives by chain level vs PEP negatives "
+                             "(dotted: π/2, where PEP's score is floored at 0)",
+                             height=340, width=max(420, 260 * len(names) + 140), margin=dict(l=50, r=10, t=60, b=40))
 
 # %% ../nbs/12_viz.ipynb #b7a3c334
 def _long_results(results, metric: str) -> pd.DataFrame:
