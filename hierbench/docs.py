@@ -29,6 +29,10 @@ def _front_matter(src: str) -> dict:
     body = src.strip().strip("-").strip()
     return yaml.safe_load(body) or {}
 
+_WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+_WIDGET_NOTE = ("<p class='widget-note'><em>An interactive widget: open this notebook in JupyterLab (trusted, with a running "
+                "kernel) to use it; the static figures on this page show its views.</em></p>")
+
 def sanitize_proc_notebook(nb: dict) -> nbformat.NotebookNode:
     "Turn one `_proc/` notebook (nbdev-processed, not schema-valid) into a valid notebook for nbconvert."
     nb = copy.deepcopy(nb)
@@ -61,6 +65,8 @@ def sanitize_proc_notebook(nb: dict) -> nbformat.NotebookNode:
             cell["execution_count"] = None
             for out in cell.get("outputs", []):
                 if "execution_count" in out: out["execution_count"] = None
+                if _WIDGET_VIEW in out.get("data", {}):   # a static page has no kernel: say what the widget is
+                    out["data"] = {"text/html": _WIDGET_NOTE, "text/plain": "[interactive widget: needs a live kernel]"}
                 out.setdefault("metadata", {}) if out.get("output_type") in ("display_data", "execute_result") else None
         cell["source"] = src
         if tags: cell["metadata"]["tags"] = tags

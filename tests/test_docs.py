@@ -140,3 +140,15 @@ def test_source_links_stay_local(docs_dir):
             if anchors[target] is None or (anchor and anchor not in anchors[target]): bad.append((page.name, target, anchor))
     assert remote == [] and bad == [], (remote[:5], bad[:5])
     assert len(anchors) > 10
+
+
+def test_a_widget_output_becomes_a_note_on_the_static_page():
+    "No kernel on a docs page: a widget view is replaced by a note, never left as its `VBox(children=…` repr."
+    view = {"output_type": "execute_result", "execution_count": 3, "metadata": {},
+            "data": {"application/vnd.jupyter.widget-view+json": {"model_id": "abc", "version_major": 2, "version_minor": 0},
+                     "text/plain": "VBox(children=(HBox(children=(Dropdown(…"}}
+    nb = {"cells": [{"cell_type": "code", "id": "x", "metadata": {}, "source": "explorer", "outputs": [view],
+                     "execution_count": 3}], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    data = sanitize_proc_notebook(nb).cells[0].outputs[0]["data"]
+    assert "application/vnd.jupyter.widget-view+json" not in data and "VBox" not in json.dumps(data)
+    assert "interactive widget" in data["text/html"]
