@@ -187,11 +187,9 @@ def _cmd_export(args):
           f"open_clip.create_model({paths['weights'].stem!r}, pretrained={str(paths['weights'])!r})")
 
 def _cmd_compare(args):
-    from hierbench.compare import run_compare
+    from hierbench.compare import main_job_dir, run_compare
     recipes = [r.strip() for r in args.recipes.split(",")] if args.recipes else None
-    if args.out is None:
-        from hierbench.config import load_settings
-        args.out = str(load_settings().runs_dir / "compare")   # the main job's folder, where the tutorials look
+    if args.out is None: args.out = str(main_job_dir())   # the main job's folder, where the tutorials look
     res = run_compare(args.preset, seeds=args.seeds, out=args.out, recipes=recipes, quiet=not args.verbose, jobs=args.jobs)
     _print_table(res["summary"], "summary: mean ± 95% half-width over seeds (first row: chance)")
     led = res["ledger"][["id", "a", "b", "metric", "effect", "ci_low", "ci_high", "n", "verdict"]]

@@ -19,8 +19,8 @@ __all__ = ['PRETRAIN_RECIPES', 'FINETUNE_RECIPES', 'ALL_RECIPES', 'QUICK_RECIPES
            'TYPE_METRICS', 'PEP_RECIPES', 'PAPER_TABLES', 'ComparePreset', 'plan_runs', 'Claim', 'unfair_claims',
            'paired_effect', 'min_detectable_effect', 'verdict', 'deciding_preset', 'evaluate_claims', 'power_table',
            'read_decoder', 'build_eval_data', 'evaluate_run', 'save_items', 'load_items', 'run_fingerprint',
-           'run_recipe', 'results_rows', 'summary_table', 'stage_table', 'run_compare', 'pep_analysis_table',
-           'pep_diagnosis', 'pep_conclusion', 'forest_figure', 'type_accuracy_figure',
+           'run_recipe', 'results_rows', 'summary_table', 'stage_table', 'main_job_dir', 'run_compare',
+           'pep_analysis_table', 'pep_diagnosis', 'pep_conclusion', 'forest_figure', 'type_accuracy_figure',
            'training_curves_by_recipe_figure', 'papers_figure', 'save_static_figures', 'render_report',
            'hierarcaps_smoke']
 
@@ -562,14 +562,19 @@ def _die_with_parent():
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
     except (OSError, AttributeError): pass   # not Linux: workers end when their pipe closes
 
+def main_job_dir() -> Path:
+    "The main job's folder, RUNS_DIR/compare (settings.ini's `runs_dir`): `compare` writes there by default, the tutorials read it."
+    from hierbench.config import load_settings
+    return load_settings().runs_dir / "compare"
+
 def run_compare(preset: str | ComparePreset = "smoke", seeds: int | None = None, out: str | Path | None = None,
                 recipes: list[str] | None = None, quiet: bool = True, jobs: int | None = None, log=print) -> dict:
     """Train and evaluate `recipes` (default: the preset's) over `seeds` seeds (default: the preset's) in `jobs`
     processes; write results.json, claims.json, report.html into `out`. `out` is locked for the run (a second
     compare into it is told who holds it) and temporary files of killed runs are swept first. Default `out`:
-    RUNS_DIR/compare (settings.ini's `runs_dir`), the main job's folder."""
-    from hierbench.config import FolderLock, load_settings, sweep_temporary_files
-    out = Path(out) if out is not None else load_settings().runs_dir / "compare"
+    `main_job_dir()`."""
+    from hierbench.config import FolderLock, sweep_temporary_files
+    out = Path(out) if out is not None else main_job_dir()
     Path(out).mkdir(parents=True, exist_ok=True)
     with FolderLock(out):
         swept = sweep_temporary_files(out)
