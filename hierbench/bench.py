@@ -14,11 +14,11 @@ import pandas as pd
 import torch
 
 # %% auto #0
-__all__ = ['SECTIONS', 'FULL', 'QUICK', 'PAIRWISE_GOAL', 'WORLD_BUILD_GOAL_S', 'OUTSIDE_SHARE_GOAL', 'PEAK_SHARE_GOAL',
-           'DEGLA_RATIO_GOAL', 'COMPARE_PEAK_GOAL_MB', 'BenchSizes', 'peak_rss_mb', 'torch_threads', 'bench_geometry',
-           'bench_world', 'matmul_peak', 'step_flops', 'record_encoder_calls', 'encoder_only_loss', 'recipe_setup',
-           'time_recipe_step', 'bench_recipes', 'read_compare', 'bench_compare', 'bench_pipeline', 'run_benchmarks',
-           'format_report']
+__all__ = ['SECTIONS', 'FULL', 'QUICK', 'PAIRWISE_GOAL', 'WORLD_BUILD_GOAL_S', 'OP_CLASSES', 'OUTSIDE_SHARE_GOAL',
+           'PEAK_SHARE_GOAL', 'DEGLA_RATIO_GOAL', 'COMPARE_PEAK_GOAL_MB', 'BenchSizes', 'peak_rss_mb', 'torch_threads',
+           'bench_geometry', 'bench_world', 'matmul_peak', 'step_flops', 'record_encoder_calls', 'encoder_only_loss',
+           'recipe_setup', 'time_recipe_step', 'op_class', 'step_time_shares', 'bench_recipes', 'read_compare',
+           'bench_compare', 'bench_pipeline', 'run_benchmarks', 'format_report']
 
 # %% ../nbs/14_bench.ipynb #c31f457f
 SECTIONS = ("geometry", "world", "recipes", "compare", "pipeline")
@@ -230,6 +230,45 @@ def time_recipe_step(s: dict, steps: int = 7, warmup: int = 2, baseline: dict | 
                 ratio_to_baseline_cpu=paired(lambda a, b, c: a["total_cpu"] / max(c["total_cpu"], 1e-9)),
                 samples_per_s=B / step_s, steps=steps, warmup=warmup, flops=flops, flop_per_s=flops / step_s)
 
+# %% ../nbs/14_bench.ipynb #d78c9f5f
+# operator classes, first match wins: (class, substrings of the aten op name)
+OP_CLASSES = (("batch_norm", ("batch_norm",)),
+              ("convolution", ("convolution",)),
+              ("attention", ("scaled_dot_product", "attention")),
+              ("matmul", ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::linear", "aten::matmul")))
+
+def op_class(name: str) -> str:
+    "The class of profiler event `name` (see `OP_CLASSES`); anything else (elementwise, copies, optimizer) is 'other'."
+    for cls, keys in OP_CLASSES:
+        # matmul names are matched exactly: 'aten::mm' is a substring of unrelated ops' names
+        if any((name == k) if cls == "matmul" else (k in name) for k in keys): return cls
+    return "other"
+
+@contextlib.contextmanager
+def _quiet_fd2():
+    "Silence file descriptor 2 (C-level stderr) inside the block: the profiler's C++ side prints start/stop lines there."
+    sys.stderr.flush()
+    saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 2); yield
+    finally:
+        os.dup2(saved, 2); os.close(saved); os.close(null)
+
+def step_time_shares(s: dict, forward: Callable, steps: int = 2) -> dict:
+    "Share of the operator time of `steps` training steps (`s` from `recipe_setup`) per `op_class`, summing to 1."
+    from torch.profiler import ProfilerActivity, profile
+    if steps < 1: raise ValueError(f"steps must be >= 1, got {steps}")
+    _train_step(s, forward)   # warm-up outside the profile (allocator, AdamW state)
+    with _quiet_fd2(), profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps): _train_step(s, forward)
+    totals = {cls: 0.0 for cls, _ in OP_CLASSES} | {"other": 0.0}
+    for ev in prof.key_averages():
+        if ev.key.startswith("ProfilerStep"): continue
+        totals[op_class(ev.key)] += float(ev.self_cpu_time_total)
+    whole = sum(totals.values())
+    if whole <= 0: raise RuntimeError("the profiler recorded no operator time")
+    return {cls: t / whole for cls, t in totals.items()}
+
 # %% ../nbs/14_bench.ipynb #d95d123d
 OUTSIDE_SHARE_GOAL = 0.10  # loss + geometry + heads: under 10% of a training step for every recipe
 PEAK_SHARE_GOAL = 0.30     # every world recipe's step runs at >= 30% of the machine's measured fp32 matmul peak
@@ -251,6 +290,7 @@ def bench_recipes(sizes: BenchSizes = FULL, recipes: list[str] | None = None, de
         r = time_recipe_step(s, sizes.recipe_steps, sizes.recipe_warmup, baseline=None if name == "clip" else clip)
         r["ratio_to_clip"], r["ratio_to_clip_cpu"] = r.pop("ratio_to_baseline"), r.pop("ratio_to_baseline_cpu")
         r["peak_share"] = r["flop_per_s"] / peak
+        r["time_shares"] = step_time_shares(s, lambda: s["loss_fn"](s["model"], s["batch"], s["teacher"])[0])
         rows.append(r)
         if log: log(f"  {name:18s} {r['step_ms']:8.1f} ms  x{r['ratio_to_clip']:.2f} clip  outside {100 * r['outside_share']:5.1f}%")
         del s
@@ -439,6 +479,11 @@ def format_report(report: dict) -> str:
                   f"{next((x['ratio_to_clip'] for x in r['rows'] if x['recipe'] == 'degla'), float('nan')):.2f}x CLIP's"
                   f"  [goal <= {r['degla_ratio_goal']:.0f}x]{_goal(r['degla_meets_ratio_goal'])}",
                   f"method: {r['method']}"]
+        if all("time_shares" in x for x in r["rows"]):
+            shares = pd.DataFrame([{"recipe": x["recipe"], **{k: f"{100 * v:.1f}%" for k, v in x["time_shares"].items()}}
+                                   for x in r["rows"]])
+            lines += ["", "where each step's operator time goes (torch.profiler self CPU time, forward + backward):",
+                      shares.to_string(index=False)]
     if "compare" in report:
         c = report["compare"]
         lines += ["", f"== compare ({'SMOKE run, not --preset quick' if c.get('smoke') else 'preset ' + str(c['preset'])}) ==",

@@ -128,12 +128,27 @@ def test_every_recipe_is_timed(recipes_section):
     # hard negatives widen the text batch; boxes double both batches
     assert by["degla"]["text_rows"] == B.QUICK.recipe_batch * (1 + by["degla"]["K"])
     assert by["hycoclip"]["image_rows"] == 2 * B.QUICK.recipe_batch
+    for r in rows:   # where the step's operator time goes: every class present, shares of one whole
+        assert set(r["time_shares"]) == {c for c, _ in B.OP_CLASSES} | {"other"}
+        assert sum(r["time_shares"].values()) == pytest.approx(1.0) and min(r["time_shares"].values()) >= 0
 
 
 def test_recipes_clip_first_and_unknown():
     out = B.bench_recipes(B.QUICK, recipes=["meru"])
     assert [r["recipe"] for r in out["rows"]] == ["clip", "meru"]
     with pytest.raises(KeyError, match="no-such-recipe"): B.bench_recipes(B.QUICK, recipes=["no-such-recipe"])
+
+
+def test_op_class_matches_matmuls_exactly():
+    assert B.op_class("aten::mm") == "matmul" and B.op_class("aten::addmm") == "matmul"
+    assert B.op_class("aten::mm_backward_like") == "other"   # a substring of 'aten::mm' is not a matmul
+    assert B.op_class("aten::cudnn_batch_norm") == "batch_norm"
+    assert B.op_class("aten::convolution_backward") == "convolution"
+
+
+def test_step_time_shares_rejects_bad_steps():
+    s = B.recipe_setup("clip", "world-debug", batch_size=4)
+    with pytest.raises(ValueError, match="steps"): B.step_time_shares(s, lambda: s["loss_fn"](s["model"], s["batch"], None)[0], 0)
 
 
 def test_time_recipe_step_rejects_bad_counts():
@@ -199,7 +214,7 @@ def test_format_report(quick_report, recipes_section, tmp_path):
     rep = dict(quick_report, recipes=recipes_section, compare=B.bench_compare(B.QUICK, _write_results(tmp_path / "c")) | dict())
     text = B.format_report(json.loads(json.dumps(rep)))
     for needle in ("== geometry", "== world", "== recipes", "== compare", "QUICK", "ratio to clip", "outside enc.",
-                   "n/a", "1 thread(s)", "✓ goal met"):
+                   "n/a", "1 thread(s)", "✓ goal met", "operator time goes", "batch_norm"):
         assert needle in text, needle
     for name in R.list_recipes(): assert name in text
     assert "goal missed" not in text.split("== compare")[0]   # no goals judged at quick sizes
