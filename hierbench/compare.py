@@ -17,12 +17,12 @@ from scipy import stats
 __all__ = ['PRETRAIN_RECIPES', 'FINETUNE_RECIPES', 'ALL_RECIPES', 'QUICK_RECIPES', 'STANDARD_RECIPES', 'PRESETS', 'ENTAILMENT',
            'NORM_REG', 'WEIGHT_MODE', 'HARD_NEGATIVES', 'HYPERBOLIC', 'CLAIMS', 'HALF_WIDTH_TARGETS', 'KEY_METRICS',
            'TYPE_METRICS', 'PEP_RECIPES', 'PAPER_TABLES', 'ComparePreset', 'plan_runs', 'Claim', 'unfair_claims',
-           'paired_effect', 'min_detectable_effect', 'verdict', 'deciding_preset', 'evaluate_claims', 'power_table',
-           'read_decoder', 'build_eval_data', 'evaluate_run', 'save_items', 'load_items', 'run_fingerprint',
-           'run_recipe', 'results_rows', 'summary_table', 'stage_table', 'main_job_dir', 'run_compare',
-           'pep_analysis_table', 'pep_diagnosis', 'pep_conclusion', 'forest_figure', 'type_accuracy_figure',
-           'training_curves_by_recipe_figure', 'papers_figure', 'save_static_figures', 'render_report',
-           'hierarcaps_smoke']
+           'paired_effect', 'min_detectable_effect', 'seeds_for_half_width', 'verdict', 'deciding_preset',
+           'evaluate_claims', 'power_table', 'read_decoder', 'build_eval_data', 'evaluate_run', 'save_items',
+           'load_items', 'run_fingerprint', 'run_recipe', 'results_rows', 'summary_table', 'stage_table',
+           'main_job_dir', 'run_compare', 'pep_analysis_table', 'pep_diagnosis', 'pep_conclusion', 'forest_figure',
+           'type_accuracy_figure', 'training_curves_by_recipe_figure', 'papers_figure', 'save_static_figures',
+           'render_report', 'hierarcaps_smoke']
 
 # %% ../nbs/11_compare.ipynb #0cbbca97
 PRETRAIN_RECIPES = ("clip", "meru", "hycoclip", "argent", "argent-no-weight", "argent-weight-all", "argent-no-reg")
@@ -202,6 +202,14 @@ def min_detectable_effect(sd: float, n: int, level: float = 0.95, power: float =
     if n < 2 or not np.isfinite(sd): return float("inf")
     return float((stats.t.ppf(0.5 + level / 2, n - 1) + stats.t.ppf(power, n - 1)) * sd / np.sqrt(n))
 
+def seeds_for_half_width(sd: float, target: float, level: float = 0.95, max_seeds: int = 1000) -> float:
+    """The fewest seeds `n` whose paired t-interval half-width t_{(1+level)/2, n−1} · sd / √n is at most `target`, for
+    a seed-to-seed sd of the difference `sd` (an estimate: planning, not a promise); inf beyond `max_seeds`."""
+    if not (np.isfinite(sd) and sd >= 0) or not target > 0: return float("nan")
+    for n in range(2, max_seeds + 1):
+        if stats.t.ppf(0.5 + level / 2, n - 1) * sd / np.sqrt(n) <= target: return float(n)
+    return float("inf")
+
 def verdict(low: float, high: float, direction: str, margin: float = 0.02) -> str:
     "supported / contradicted / inconclusive for an interval [low, high] of A−B and the claimed direction."
     if not (np.isfinite(low) and np.isfinite(high)): return "inconclusive"
@@ -257,7 +265,7 @@ def evaluate_claims(results: pd.DataFrame, claims: list[Claim] | None = None, it
                     decided_by=deciding_preset(c))
         if c.metric not in wide.index.get_level_values(0) or c.a not in wide.columns or c.b not in wide.columns:
             rows.append({**base, "mean_a": np.nan, "mean_b": np.nan, "effect": np.nan, "ci_low": np.nan, "ci_high": np.nan,
-                         "n": 0, "seed_half_width": np.nan, "mde": np.nan, "boot_low": np.nan, "boot_high": np.nan,
+                         "n": 0, "seed_sd": np.nan, "seed_half_width": np.nan, "mde": np.nan, "boot_low": np.nan, "boot_high": np.nan,
                          "boot_half_width": np.nan, "verdict": "not run"}); continue
         w = wide.loc[c.metric][[c.a, c.b]].dropna()
         eff, lo, hi, n_seeds = paired_effect(w[c.a].to_numpy(), w[c.b].to_numpy())
@@ -275,22 +283,26 @@ def evaluate_claims(results: pd.DataFrame, claims: list[Claim] | None = None, it
                 blo, bhi = (float(x) for x in np.nanpercentile(diff, [2.5, 97.5]))
         rows.append({**base, "mean_a": float(w[c.a].mean()) if n_seeds else np.nan,
                      "mean_b": float(w[c.b].mean()) if n_seeds else np.nan, "effect": eff, "ci_low": lo, "ci_high": hi,
-                     "n": n_seeds, "seed_half_width": (hi - lo) / 2, "mde": min_detectable_effect(sd, n_seeds),
+                     "n": n_seeds, "seed_sd": sd, "seed_half_width": (hi - lo) / 2, "mde": min_detectable_effect(sd, n_seeds),
                      "boot_low": blo, "boot_high": bhi, "boot_half_width": (bhi - blo) / 2,
                      "verdict": verdict(lo, hi, c.direction, c.margin)})
     return pd.DataFrame(rows)
 
 def power_table(ledger: pd.DataFrame) -> pd.DataFrame:
-    "Per metric family: median seed and bootstrap half-widths and MDE over the ledger's rows, beside the target."
+    """Per metric family: median seed and bootstrap half-widths and MDE over the ledger's rows, beside the target, and
+    `seeds_needed`: the seeds at which the median row's seed sd would give the target half-width."""
     led = ledger[ledger.verdict != "not run"].copy()
-    if led.empty: return pd.DataFrame(columns=["rows", "seed_half_width", "boot_half_width", "mde", "target", "met"])
+    if led.empty: return pd.DataFrame(columns=["rows", "seed_half_width", "boot_half_width", "mde", "target", "met",
+                                               "seeds_needed"])
     led["family"] = [m if m in HALF_WIDTH_TARGETS else m.split("/")[0] for m in led.metric]
     g = led.groupby("family")
     out = pd.DataFrame({"rows": g.size(), "seed_half_width": g.seed_half_width.median(),
                         "boot_half_width": g.boot_half_width.median(), "mde": g.mde.median()})
     out["target"] = [_target(f) for f in out.index]
-    out["met"] = [bool(t is not None and np.isfinite(h) and h <= t) if t is not None else None
-                  for h, t in zip(out.seed_half_width, out.target)]
+    # a family without a target (NaN once in the column) is neither met nor missed
+    out["met"] = [bool(np.isfinite(h) and h <= t) if pd.notna(t) else None for h, t in zip(out.seed_half_width, out.target)]
+    sd = g.seed_sd.median() if "seed_sd" in led else pd.Series(np.nan, index=out.index)
+    out["seeds_needed"] = [seeds_for_half_width(s, t) if pd.notna(t) else np.nan for s, t in zip(sd, out.target)]
     return out
 
 # %% ../nbs/11_compare.ipynb #8e22ca4a

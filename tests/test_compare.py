@@ -182,6 +182,15 @@ def test_power_table_compares_half_widths_with_targets():
     p = C.power_table(led)
     assert p.loc["comp_acc", "met"] and not p.loc["zs_acc", "met"]
     assert p.loc["zs_acc", "target"] == 0.03
+    led = pd.concat([led, pd.DataFrame([dict(metric="d_corr", verdict="inconclusive", seed_half_width=0.2,
+                                             boot_half_width=0.01, mde=0.3)])], ignore_index=True)
+    p = C.power_table(led)
+    assert p.loc["d_corr", "met"] is None   # no target: neither met nor missed
+    assert np.isnan(p.loc["comp_acc", "seeds_needed"])   # a ledger without seed sds plans nothing
+    led["seed_sd"] = [0.02, 0.05, np.nan]
+    p = C.power_table(led)
+    # sd 0.02 reaches 0.02 at 7 seeds; sd 0.05 reaches 0.03 at 14 (13 seeds: 0.0302)
+    assert p.loc["comp_acc", "seeds_needed"] == 7 and p.loc["zs_acc", "seeds_needed"] == 14
 
 
 def test_a_forged_eval_json_is_not_trusted(tmp_path):
