@@ -16,11 +16,12 @@ from scipy import stats
 # %% auto #0
 __all__ = ['PRETRAIN_RECIPES', 'FINETUNE_RECIPES', 'ALL_RECIPES', 'QUICK_RECIPES', 'STANDARD_RECIPES', 'PRESETS', 'ENTAILMENT',
            'NORM_REG', 'WEIGHT_MODE', 'HARD_NEGATIVES', 'HYPERBOLIC', 'CLAIMS', 'HALF_WIDTH_TARGETS', 'KEY_METRICS',
-           'TYPE_METRICS', 'PEP_RECIPES', 'PAPER_TABLES', 'ComparePreset', 'plan_runs', 'Claim', 'unfair_claims',
-           'paired_effect', 'min_detectable_effect', 'seeds_for_half_width', 'verdict', 'deciding_preset',
-           'evaluate_claims', 'power_table', 'read_decoder', 'build_eval_data', 'evaluate_run', 'save_items',
-           'load_items', 'run_fingerprint', 'run_recipe', 'results_rows', 'summary_table', 'stage_table',
-           'main_job_dir', 'run_compare', 'pep_analysis_table', 'pep_diagnosis', 'pep_conclusion', 'forest_figure',
+           'TYPE_METRICS', 'LEARNABILITY_TARGETS', 'SATURATION_LIMIT', 'COMPARED_TYPES', 'PEP_RECIPES', 'PAPER_TABLES',
+           'ComparePreset', 'plan_runs', 'Claim', 'unfair_claims', 'paired_effect', 'min_detectable_effect',
+           'seeds_for_half_width', 'verdict', 'deciding_preset', 'evaluate_claims', 'power_table', 'read_decoder',
+           'build_eval_data', 'evaluate_run', 'save_items', 'load_items', 'run_fingerprint', 'run_recipe',
+           'results_rows', 'summary_table', 'stage_table', 'learnability_table', 'saturation_table', 'main_job_dir',
+           'run_compare', 'pep_analysis_table', 'pep_diagnosis', 'pep_conclusion', 'forest_figure',
            'type_accuracy_figure', 'training_curves_by_recipe_figure', 'papers_figure', 'save_static_figures',
            'render_report', 'hierarcaps_smoke']
 
@@ -543,6 +544,34 @@ def stage_table(runs: list[dict]) -> pd.DataFrame:
         table.append(row)
     return pd.DataFrame(table).set_index("recipe") if table else pd.DataFrame()
 
+# %% ../nbs/11_compare.ipynb #f25dac9c
+# what "a model that learns the world" means for the CLIP baseline (every seed): (metric, lowest acceptable value)
+LEARNABILITY_TARGETS = (("zs_acc/test-iid", 0.50), ("zs_acc/general", 0.60), ("i2t_R@5", 0.90),
+                        *((m, 0.60) for m in TYPE_METRICS))  # every negative type clearly above its chance of 0.5
+SATURATION_LIMIT = 0.95   # the types the claims compare must stay at or below this (add_* may saturate)
+COMPARED_TYPES = tuple(m for m in TYPE_METRICS if not m.startswith("comp_acc/add_"))
+
+def learnability_table(results: pd.DataFrame, recipe: str = "clip", targets=LEARNABILITY_TARGETS) -> pd.DataFrame:
+    """Per target metric of `recipe`: the threshold, its value on every seed, on how many seeds it is met, and whether
+    it is met on all of them (None when the recipe has no value for the metric)."""
+    rows = []
+    for metric, low in targets:
+        sub = results[(results.recipe == recipe) & (results.metric == metric)].sort_values("seed")
+        v = sub.value.to_numpy(float)
+        ok = v >= low
+        rows.append({"metric": metric, "target": f">= {low:.2f}", "chance": sub.chance.dropna().mean() if len(sub) else np.nan,
+                     "per seed": " ".join(f"{x:.3f}" for x in v), "min": v.min() if len(v) else np.nan,
+                     "seeds met": f"{int(ok.sum())}/{len(v)}", "met": bool(ok.all()) if len(v) else None})
+    return pd.DataFrame(rows).set_index("metric")
+
+def saturation_table(results: pd.DataFrame, types=COMPARED_TYPES, limit: float = SATURATION_LIMIT) -> pd.DataFrame:
+    "Per recipe: the highest seed-mean accuracy over the compared negative `types`, which type, and whether it stays <= `limit`."
+    sub = results[results.metric.isin(types)]
+    if sub.empty: return pd.DataFrame(columns=["highest type", "mean", "within limit"])
+    means = sub.groupby(["recipe", "metric"]).value.mean().unstack()
+    return pd.DataFrame({"highest type": means.idxmax(axis=1).str.removeprefix("comp_acc/"), "mean": means.max(axis=1),
+                         "within limit": means.max(axis=1) <= limit})
+
 # %% ../nbs/11_compare.ipynb #26cf743f
 _EVAL_CACHE: dict = {}
 
@@ -909,6 +938,18 @@ def render_report(results: pd.DataFrame, ledger: pd.DataFrame, meta: dict, runs:
         figs.append(fig.to_html(full_html=False, include_plotlyjs=plotlyjs if not figs else False))   # plotly.js once
         return figs[-1]
     power = power_table(ledger)
+    learn, sat = learnability_table(results), saturation_table(results)
+    learn_html = ("<h2>Does the baseline learn the world?</h2><p>The world's targets for CLIP on every seed (a mean can "
+                  "hide a seed that never learned): zero-shot shape naming, retrieval among the test scenes, and every "
+                  "negative type clearly above chance. "
+                  + (f"Met: {sum(m is True for m in learn.met)} of {int(learn.met.notna().sum())} measured targets."
+                     if learn.met.notna().any() else "CLIP did not run: nothing to check.") + "</p>"
+                  + (learn.to_html(float_format=lambda v: f"{v:.3f}", escape=True) if learn.met.notna().any() else "")
+                  + f"<p>The negative types the claims compare stay at or below {SATURATION_LIMIT} for every recipe, so "
+                  "differences stay visible: "
+                  + (("yes" if bool(sat["within limit"].all()) else "no") + f" (highest: {sat['mean'].max():.3f}, "
+                     f"{html.escape(str(sat['highest type'][sat['mean'].idxmax()]))} of {html.escape(str(sat['mean'].idxmax()))})"
+                     if len(sat) else "not measured") + ".</p>")
     power_html = power.to_html(float_format=lambda v: f"{v:.4f}", escape=True) if not power.empty else "<p>no claim rows ran</p>"
     cols = ("id", "claim", "a", "b", "metric", "direction", "differs_in", "mean_a", "mean_b", "effect", "ci_low", "ci_high",
             "boot_low", "boot_high", "mde", "n", "verdict", "decided_by")
@@ -945,7 +986,7 @@ def render_report(results: pd.DataFrame, ledger: pd.DataFrame, meta: dict, runs:
     bars = "".join(add(ablation_bars_figure(results, m), "bars_" + m) for m in ("pep_auc", "zs_acc/general", "comp_acc", "tot_acc")
                    if m in set(results.metric))
     return ("<!doctype html><html><head><meta charset='utf-8'><title>hierbench compare</title>" + style + "</head><body>"
-            "<h1>hierbench compare</h1>" + facts +
+            "<h1>hierbench compare</h1>" + facts + learn_html +
             "<h2>Power of this design</h2><p>Per metric family, the median over claim rows of the 95% half-width from "
             "training seeds (paired t), from the evaluation bootstrap over scenes, and the minimum effect the seeds "
             "can detect (80% power), beside the target half-width. A claim whose interval is wider than the effect "

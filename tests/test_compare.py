@@ -218,3 +218,17 @@ def test_fine_tunes_report_their_stage_and_pretrains_their_angles(tmp_path):
     assert len(C.pep_diagnosis(table)) == len(table.index.get_level_values(0).unique())  # one line per recipe
     html = (tmp_path / "c" / "report.html").read_text()
     for section in ("Power of this design", "Fine-tuning stages", "The angles behind PEP"): assert section in html
+
+
+def test_learnability_table_needs_every_seed():
+    rows = [dict(recipe="clip", seed=s, metric="zs_acc/general", value=v, chance=1 / 9) for s, v in enumerate((0.7, 0.59, 0.8))]
+    rows += [dict(recipe="negclip", seed=0, metric="comp_acc/replace_rel", value=0.99, chance=0.5),
+             dict(recipe="negclip", seed=0, metric="comp_acc/add_obj", value=0.999, chance=0.5)]
+    t = C.learnability_table(pd.DataFrame(rows))
+    assert t.loc["zs_acc/general", "met"] is False and t.loc["zs_acc/general", "seeds met"] == "2/3"
+    assert t.loc["zs_acc/general", "min"] == pytest.approx(0.59)
+    assert t.loc["comp_acc/replace_rel", "met"] is None      # clip has no value: not checked, not passed
+    sat = C.saturation_table(pd.DataFrame(rows))
+    # replace_rel 0.99 breaks the limit; add_obj may saturate and is not among the compared types
+    assert not sat.loc["negclip", "within limit"] and sat.loc["negclip", "highest type"] == "replace_rel"
+    assert C.saturation_table(pd.DataFrame(rows[:3])).empty
