@@ -989,7 +989,8 @@ def render_report(results: pd.DataFrame, ledger: pd.DataFrame, meta: dict, runs:
             "<h1>hierbench compare</h1>" + facts + learn_html +
             "<h2>Power of this design</h2><p>Per metric family, the median over claim rows of the 95% half-width from "
             "training seeds (paired t), from the evaluation bootstrap over scenes, and the minimum effect the seeds "
-            "can detect (80% power), beside the target half-width. A claim whose interval is wider than the effect "
+            "can detect (80% power), beside the target half-width and the seeds at which the median row's "
+            "seed-to-seed spread would reach it (seeds_needed: a plan, not a promise). A claim whose interval is wider than the effect "
             "it tests is undecided at this budget.</p>" + power_html +
             "<h2>Claims ledger</h2><p>Effect = mean over seeds of the paired difference A−B; the seed interval decides "
             "the verdict (" + ", ".join(f"{k}: {v}" for k, v in counts.items()) + "); the evaluation bootstrap shows how "
