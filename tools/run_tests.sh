@@ -11,7 +11,7 @@ n_nb=$(find nbs -name '*.ipynb' -not -path '*/.ipynb_checkpoints/*' -not -name '
 echo "== notebooks: nbdev-test ($n_nb notebooks)"
 "$BIN/nbdev-test" --do-print --n-workers 2 2>&1 | tee "$log/nb.txt"
 nb_rc=${PIPESTATUS[0]}
-nb_failed=$(awk '/Tests Failed On The Following Notebooks/{f=1;next} f&&NF{c++} END{print c+0}' "$log/nb.txt")
+nb_failed=$(awk '/Tests Failed On The Following Notebooks/{f=1;next} f&&/\.ipynb/{c++} END{print c+0}' "$log/nb.txt")  # count the listed notebooks, not the ==== rule under the header
 [ "$nb_rc" -ne 0 ] && [ "$nb_failed" -eq 0 ] && nb_failed=1
 nb_passed=$((n_nb - nb_failed))
 
