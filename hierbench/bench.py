@@ -17,8 +17,8 @@ import torch
 __all__ = ['SECTIONS', 'FULL', 'QUICK', 'PAIRWISE_GOAL', 'WORLD_BUILD_GOAL_S', 'OP_CLASSES', 'OUTSIDE_SHARE_GOAL',
            'PEAK_SHARE_GOAL', 'DEGLA_RATIO_GOAL', 'COMPARE_PEAK_GOAL_MB', 'BenchSizes', 'peak_rss_mb', 'torch_threads',
            'bench_geometry', 'bench_world', 'matmul_peak', 'step_flops', 'record_encoder_calls', 'encoder_only_loss',
-           'recipe_setup', 'time_recipe_step', 'op_class', 'step_time_shares', 'bench_recipes', 'read_compare',
-           'bench_compare', 'bench_pipeline', 'run_benchmarks', 'format_report']
+           'recipe_setup', 'recipe_forward', 'time_recipe_step', 'op_class', 'step_time_shares', 'bench_recipes',
+           'read_compare', 'bench_compare', 'bench_pipeline', 'run_benchmarks', 'format_report']
 
 # %% ../nbs/14_bench.ipynb #c31f457f
 SECTIONS = ("geometry", "world", "recipes", "compare", "pipeline")
@@ -177,6 +177,10 @@ def recipe_setup(name: str, preset: str = "world-tiny", batch_size: int = 64, de
     return dict(recipe=recipe, model=model, teacher=teacher, batch=batch, loss_fn=R.make_loss_fn(recipe, recon_head),
                 optimizer=optimizer, params=params, clamps=clamps, cfg=cfg, device=device)
 
+def recipe_forward(s: dict) -> Callable:
+    "The recipe's real training forward for a `recipe_setup` dict: `() -> loss`, as the trainer calls the loss function."
+    return lambda: s["loss_fn"](s["model"], s["batch"], s["teacher"])[0]
+
 def _train_step(s: dict, forward) -> dict:
     "One trainer step with `forward() -> loss`; wall and CPU seconds of forward, backward, optimizer and the total."
     from hierbench.train import autocast_context
@@ -202,10 +206,10 @@ def time_recipe_step(s: dict, steps: int = 7, warmup: int = 2, baseline: dict | 
     if steps < 1 or warmup < 0: raise ValueError(f"need steps >= 1 and warmup >= 0, got steps={steps}, warmup={warmup}")
     model, batch, teacher, loss_fn = s["model"], s["batch"], s["teacher"], s["loss_fn"]
     calls = record_encoder_calls(loss_fn, model, batch, teacher)
-    real = lambda: loss_fn(model, batch, teacher)[0]
+    real = recipe_forward(s)
     enc = lambda: encoder_only_loss(calls)
     if baseline is not None:
-        base_real = lambda: baseline["loss_fn"](baseline["model"], baseline["batch"], baseline["teacher"])[0]
+        base_real = recipe_forward(baseline)
     flops = step_flops(real)   # counted once, outside the timed iterations
     s["optimizer"].zero_grad(set_to_none=True)
     runs = []
@@ -254,8 +258,9 @@ def _quiet_fd2():
     finally:
         os.dup2(saved, 2); os.close(saved); os.close(null)
 
-def step_time_shares(s: dict, forward: Callable, steps: int = 2) -> dict:
+def step_time_shares(s: dict, steps: int = 2) -> dict:
     "Share of the operator time of `steps` training steps (`s` from `recipe_setup`) per `op_class`, summing to 1."
+    forward = recipe_forward(s)
     from torch.profiler import ProfilerActivity, profile
     if steps < 1: raise ValueError(f"steps must be >= 1, got {steps}")
     _train_step(s, forward)   # warm-up outside the profile (allocator, AdamW state)
@@ -290,7 +295,7 @@ def bench_recipes(sizes: BenchSizes = FULL, recipes: list[str] | None = None, de
         r = time_recipe_step(s, sizes.recipe_steps, sizes.recipe_warmup, baseline=None if name == "clip" else clip)
         r["ratio_to_clip"], r["ratio_to_clip_cpu"] = r.pop("ratio_to_baseline"), r.pop("ratio_to_baseline_cpu")
         r["peak_share"] = r["flop_per_s"] / peak
-        r["time_shares"] = step_time_shares(s, lambda: s["loss_fn"](s["model"], s["batch"], s["teacher"])[0])
+        r["time_shares"] = step_time_shares(s)
         rows.append(r)
         if log: log(f"  {name:18s} {r['step_ms']:8.1f} ms  x{r['ratio_to_clip']:.2f} clip  outside {100 * r['outside_share']:5.1f}%")
         del s
