@@ -67,13 +67,16 @@ PRESETS = {
     "smoke": ComparePreset("smoke", "world-debug", pretrain_steps=6, finetune_steps=4, decoder_steps=20, n_train=256,
                            n_test=64, pep_pool=20, batch_size=16, finetune_batch_size=16, seeds=1, validate_every=2,
                            n_boot=50),
-    # laptop CPU, the README's main job (<= 30 min on 2 cores): the headline recipes, 2 seeds
-    "quick": ComparePreset("quick", "world-tiny", pretrain_steps=500, finetune_steps=150,
-                           decoder_steps=1500, n_train=4000, n_test=300, pep_pool=100, recipes=QUICK_RECIPES, seeds=2),
+    # laptop CPU, the README's main job (<= 30 min on 2 cores): the headline recipes, 2 seeds. Pre-training takes
+    # 2,000 steps at batch 64 rather than the world default's 600 at 256: the same samples seen as 500 x 256 (the
+    # schedule before) but four times the updates. Measured on CLIP over 7 seeds (compare page, levers): zero-shot on
+    # `general` 0.53 -> 0.73, image->text R@5 0.88 -> 0.95; 500 updates stopped on the steep part of the learning curve
+    "quick": ComparePreset("quick", "world-tiny", pretrain_steps=2000, finetune_steps=150, decoder_steps=1500,
+                           n_train=4000, n_test=300, pep_pool=100, batch_size=64, recipes=QUICK_RECIPES, seeds=2),
     # the preset that decides claims: every recipe, 5 seeds. Every run setting equals quick's (run_key), so a
     # standard run into quick's folder reuses quick's finished runs and adds the rest
-    "standard": ComparePreset("standard", "world-tiny", pretrain_steps=500, finetune_steps=150,
-                              decoder_steps=1500, n_train=4000, n_test=300, pep_pool=100, recipes=STANDARD_RECIPES, seeds=5),
+    "standard": ComparePreset("standard", "world-tiny", pretrain_steps=2000, finetune_steps=150, decoder_steps=1500,
+                              n_train=4000, n_test=300, pep_pool=100, batch_size=64, recipes=STANDARD_RECIPES, seeds=5),
     # GPU: larger model, more data and steps
     "full": ComparePreset("full", "world-small", pretrain_steps=5000, finetune_steps=1000, decoder_steps=3000,
                           n_train=20000, n_test=1000, pep_pool=100, batch_size=512, finetune_batch_size=256, seeds=5,
