@@ -66,7 +66,7 @@ PRESETS: dict[str, dict] = {
     # the default: a ResNet image tower (stem width 8) + a width-64, 2-layer text transformer over the world's words
     "world-tiny": _world_preset(width=64, layers=2, heads=2, embed_dim=64, resnet_width=8),
     # world-tiny with a 256-wide joint embedding (its image tower's last stage has 256 channels; 64 squeezes them).
-    # Measured on quick's CLIP pre-training (seeds 0/1/6): R@5 >= 0.90 on all three, zero-shot on `general` +0.21 /
+    # Measured on CLIP pre-training at 500 x 256 (seeds 0/1/6): R@5 >= 0.90 on all three, zero-shot on `general` +0.21 /
     # 0.00 / +0.07 over world-tiny, relations still at chance (the compare page's levers table)
     "world-tiny-wide": _world_preset(width=64, layers=2, heads=2, embed_dim=256, resnet_width=8),
     # a ViT tower of similar cost (BatchNorm-free: the exact 2-process = 1-process tests use it)
