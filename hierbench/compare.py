@@ -73,7 +73,7 @@ PRESETS = {
     # `general` 0.53 -> 0.73, image->text R@5 0.88 -> 0.95; 500 updates stopped on the steep part of the learning curve
     "quick": ComparePreset("quick", "world-tiny", pretrain_steps=2000, finetune_steps=150, decoder_steps=1500,
                            n_train=4000, n_test=300, pep_pool=100, batch_size=64, recipes=QUICK_RECIPES, seeds=2),
-    # the preset that decides claims: every recipe, 5 seeds. Every run setting equals quick's (run_key), so a
+    # the preset that decides claims: every recipe but ARGENT's two weighting ablations, 5 seeds. Every run setting equals quick's (run_key), so a
     # standard run into quick's folder reuses quick's finished runs and adds the rest
     "standard": ComparePreset("standard", "world-tiny", pretrain_steps=2000, finetune_steps=150, decoder_steps=1500,
                               n_train=4000, n_test=300, pep_pool=100, batch_size=64, recipes=STANDARD_RECIPES, seeds=5),
