@@ -70,11 +70,12 @@ PRESETS = {
     # laptop CPU, the README's main job (<= 30 min on 2 cores): the headline recipes, 2 seeds. Pre-training takes
     # 2,000 steps at batch 64 rather than the world default's 600 at 256: the same samples seen as 500 x 256 (the
     # schedule before) but four times the updates. Measured on CLIP over 7 seeds (compare page, levers): zero-shot on
-    # `general` 0.53 -> 0.73, image->text R@5 0.88 -> 0.95; 500 updates stopped on the steep part of the learning curve
+    # `general` 0.53 -> 0.73, image->text R@5 0.88 -> 0.95; 500 updates stopped on the steep part of the learning curve.
+    # Warmup keeps the world default's fraction (30 of 600 steps: 100 of 2,000); the fine-tunes keep their world defaults
     "quick": ComparePreset("quick", "world-tiny", pretrain_steps=2000, finetune_steps=150, decoder_steps=1500,
                            n_train=4000, n_test=300, pep_pool=100, batch_size=64, recipes=QUICK_RECIPES, seeds=2),
-    # the preset that decides claims: every recipe but ARGENT's two weighting ablations, 5 seeds. Every run setting equals quick's (run_key), so a
-    # standard run into quick's folder reuses quick's finished runs and adds the rest
+    # the preset that decides claims: every recipe but ARGENT's two weighting ablations, 5 seeds. Every run setting
+    # equals quick's (run_key), so a standard run into quick's folder reuses quick's finished runs and adds the rest
     "standard": ComparePreset("standard", "world-tiny", pretrain_steps=2000, finetune_steps=150, decoder_steps=1500,
                               n_train=4000, n_test=300, pep_pool=100, batch_size=64, recipes=STANDARD_RECIPES, seeds=5),
     # GPU: larger model, more data and steps
