@@ -133,11 +133,24 @@ def _print_table(df, title: str):
     with pd.option_context("display.max_columns", None, "display.width", 200, "display.max_colwidth", 60):
         print(f"\n{title}\n{df.to_string()}")
 
+def _recipe_with_negative_types(name: str, types: str, data: str):
+    "Recipe `name` drawing only the world negative types listed in `types` (comma-separated), or exit saying why not."
+    from hierbench.recipes import get_recipe
+    base = get_recipe(name)
+    if base.num_negatives == 0:
+        sys.exit(f"--negative-types: recipe {name!r} draws no hard negatives (num_negatives 0); negclip, degla and read do")
+    if data != "world":
+        sys.exit("--negative-types chooses among the world's negative types; on real data the negatives come from --negatives FILE")
+    # Recipe checks each name against the world's types and says which one is unknown
+    try: return base.replace(negative_types=tuple(t.strip() for t in types.split(",") if t.strip()))
+    except ValueError as e: sys.exit(f"--negative-types {types!r}: {e}")
+
 def _cmd_train(args):
     from hierbench.jobs import train_recipe
     from hierbench.train import EvalEvery
     overrides = {k: v for k, v in dict(ckpt_every=args.save_every, num_workers=args.workers, lr=args.lr,
-                                       log_every=args.log_every).items() if v is not None}
+                                       weight_decay=args.weight_decay, log_every=args.log_every).items() if v is not None}
+    recipe = _recipe_with_negative_types(args.recipe, args.negative_types, args.data) if args.negative_types else args.recipe
     callbacks = []
     if args.eval_every:
         if not (args.eval_sugarcrepe or args.eval_hierarcaps or args.eval_sugarcrepe_pp):
@@ -148,7 +161,7 @@ def _cmd_train(args):
         callbacks.append(EvalEvery(lambda m: evaluate_checkpoint(
             m, world=False, sugarcrepe=args.eval_sugarcrepe, sugarcrepe_pp=args.eval_sugarcrepe_pp,
             hierarcaps=args.eval_hierarcaps, image_root=args.eval_image_root, limit=args.eval_limit), args.eval_every))
-    res = train_recipe(args.recipe, args.out, preset=args.model or args.preset, steps=args.steps, seed=args.seed,
+    res = train_recipe(recipe, args.out, preset=args.model or args.preset, steps=args.steps, seed=args.seed,
                        init_checkpoint=args.init, data=args.data, image_root=args.image_root, negatives=args.negatives,
                        paraphrases=args.paraphrases, decoder_path=args.decoder, decoder_steps=args.decoder_steps, n_train=args.n_train,
                        batch_size=args.batch_size, resume=args.resume, callbacks=callbacks, log=print,
@@ -317,6 +330,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--init", default=None, help="checkpoint or run dir to fine-tune from")
     d.add_argument("--n-train", type=int, default=2000, help="world scenes")
+    d.add_argument("--negative-types", default=None, help="world: comma-separated negative types the loader draws, e.g. "
+                                                       "replace_rel (default: the recipe's); recorded in config.json")
+    d.add_argument("--weight-decay", type=float, default=None, help="AdamW weight decay (default: the recipe's)")
     d.add_argument("--batch-size", type=int, default=None)
     d.add_argument("--lr", type=float, default=None, help="peak learning rate (default: the recipe's)")
     d.add_argument("--workers", type=int, default=None, help="DataLoader processes building batches ahead (real images)")

@@ -88,7 +88,9 @@ def train_recipe(recipe, run_dir: str | Path, preset: str = "world-tiny", steps:
     if log is not None:
         log(f"{recipe.name} on {data} ({len(source)} items): steps {cfg.steps}, batch {cfg.batch_size}, lr {cfg.lr:g}, "
             f"wd {cfg.weight_decay:g}, betas {cfg.betas}, eps {cfg.eps:g}, warmup {cfg.warmup_steps}, "
-            f"min lr ratio {cfg.min_lr_ratio:g}, grad clip {cfg.grad_clip:g}, workers {cfg.num_workers}")
+            f"min lr ratio {cfg.min_lr_ratio:g}, grad clip {cfg.grad_clip:g}, workers {cfg.num_workers}"
+            + (f", {recipe.num_negatives} negative(s) of {', '.join(recipe.negative_types)}"
+               if recipe.num_negatives and recipe.negative_types and kind == "world" else ""))
     decay = recipe.teacher_decay(cfg.steps)
     teacher = M.EMATeacher(model, decay) if recipe.needs_teacher else None
     modules, recon_head = {}, None
@@ -110,7 +112,9 @@ def train_recipe(recipe, run_dir: str | Path, preset: str = "world-tiny", steps:
         callbacks.append(monitor)
     extra = dict(recipe=recipe.name, recipe_weights=dict(recipe.weights), preset=preset, geometry=recipe.geometry,
                  init_checkpoint=str(init) if init else None, n_train=n_train, world_seed=world_seed,
-                 ema_decay=decay, validate_every=validate_every, stop_on_plateau=stop_on_plateau)
+                 ema_decay=decay, validate_every=validate_every, stop_on_plateau=stop_on_plateau,
+                 # what the loader draws negatives from (a recipe may be narrowed, e.g. to relation replacements)
+                 negative_types=list(recipe.negative_types) if recipe.negative_types is not None else None)
     if kind != "world":
         extra.update(data=data, image_root=str(image_root) if image_root else None, n_train=len(source),
                      negatives=str(negatives) if negatives else None, paraphrases=str(paraphrases) if paraphrases else None)

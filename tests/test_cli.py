@@ -63,3 +63,24 @@ def test_bench_quick_geometry_section(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     rep = json.loads((tmp_path / "b.json").read_text())
     assert "geometry" in rep and "QUICK" in p.stdout
+
+
+def test_train_narrows_the_negative_types_and_records_them(tmp_path):
+    """`--negative-types replace_rel` (the compare page's relation probes as a command): the loader draws only those,
+    the run's config.json says so, and the resolved settings line names them."""
+    out = tmp_path / "rel"
+    p = run("train", "negclip", "--out", str(out), "--preset", "world-debug", "--steps", "2", "--n-train", "64",
+            "--batch-size", "8", "--negative-types", "replace_rel", "--weight-decay", "0")
+    assert p.returncode == 0, p.stderr[-2000:]
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["negative_types"] == ["replace_rel"] and cfg["weight_decay"] == 0 and cfg["recipe"] == "negclip"
+    assert "negative(s) of replace_rel" in p.stdout
+
+
+def test_train_negative_types_bad_input_says_what_is_wrong(tmp_path):
+    p = run("train", "negclip", "--out", str(tmp_path / "a"), "--preset", "world-debug", "--steps", "1",
+            "--negative-types", "replace_rel,replace_colour")
+    assert p.returncode != 0 and "replace_colour" in p.stderr and not (tmp_path / "a").exists()
+    p = run("train", "clip", "--out", str(tmp_path / "b"), "--preset", "world-debug", "--steps", "1",
+            "--negative-types", "replace_rel")
+    assert p.returncode != 0 and "draws no hard negatives" in p.stderr
