@@ -66,8 +66,9 @@ def test_bench_quick_geometry_section(tmp_path):
 
 
 def test_train_narrows_the_negative_types_and_records_them(tmp_path):
-    """`--negative-types replace_rel` (the compare page's relation probes as a command): the loader draws only those,
-    the run's config.json says so, and the resolved settings line names them."""
+    """`--negative-types replace_rel` (the compare page's relation probes as a command): the run's config.json records
+    the narrowed list and the resolved settings line names it (that the loader then draws only those types is
+    test_fairness's `test_a_narrowed_recipe_draws_only_its_types`)."""
     out = tmp_path / "rel"
     p = run("train", "negclip", "--out", str(out), "--preset", "world-debug", "--steps", "2", "--n-train", "64",
             "--batch-size", "8", "--negative-types", "replace_rel", "--weight-decay", "0")

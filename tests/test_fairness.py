@@ -166,3 +166,17 @@ def test_every_claim_names_the_preset_that_decides_it():
         assert {c.a, c.b} <= set(plan_runs(list(PRESETS[p].recipes))) and PRESETS[p].seeds >= 5
     assert PRESETS["quick"].run_key() == PRESETS["standard"].run_key()      # standard reuses every quick run
     assert set(PRESETS["quick"].recipes) <= set(PRESETS["standard"].recipes)
+
+
+def test_a_narrowed_recipe_draws_only_its_types():
+    "`Recipe.replace(negative_types=...)` (the CLI's --negative-types): only relation replacements, masked where absent."
+    r = R.get_recipe("negclip").replace(negative_types=("replace_rel",))
+    ds = world_source(r, M.create_model("world-debug"), n=200, cache_dir=False)
+    drawn = masked = 0
+    for i in range(len(ds)):
+        it = ds[i]
+        kinds = dict((t, k) for k, t in ds.ws.meta[i]["negatives"])
+        real = [t for t, ok in zip(it["negatives"], it["negatives_mask"]) if ok]
+        assert all(kinds[t] == "replace_rel" for t in real)
+        drawn += len(real); masked += not real
+    assert drawn > 100 and masked > 0     # single-object scenes state no relation: nothing to draw, masked
