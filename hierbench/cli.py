@@ -145,12 +145,27 @@ def _recipe_with_negative_types(name: str, types: str, data: str):
     try: return base.replace(negative_types=tuple(t.strip() for t in types.split(",") if t.strip()))
     except ValueError as e: sys.exit(f"--negative-types {types!r}: {e}")
 
+def _recipe_with_weights(recipe, spec: str):
+    "`recipe` (name or Recipe) with loss-term weights changed by `spec` ('igc=1,tgc=1'), or exit naming the bad entry."
+    from hierbench.recipes import get_recipe
+    recipe = get_recipe(recipe) if isinstance(recipe, str) else recipe
+    weights = {}
+    for part in (p.strip() for p in spec.split(",") if p.strip()):
+        term, eq, value = part.partition("=")
+        try: weights[term.strip()] = float(value)
+        except ValueError: eq = ""
+        if not eq: sys.exit(f"--weights: {part!r} is not TERM=NUMBER (e.g. igc=1.0)")
+    # Recipe checks the terms (unknown names, terms the recipe's batches cannot feed) and says which
+    try: return recipe.replace(weights=weights)
+    except ValueError as e: sys.exit(f"--weights {spec!r}: {e}")
+
 def _cmd_train(args):
     from hierbench.jobs import train_recipe
     from hierbench.train import EvalEvery
     overrides = {k: v for k, v in dict(ckpt_every=args.save_every, num_workers=args.workers, lr=args.lr,
                                        weight_decay=args.weight_decay, log_every=args.log_every).items() if v is not None}
     recipe = _recipe_with_negative_types(args.recipe, args.negative_types, args.data) if args.negative_types else args.recipe
+    if args.weights: recipe = _recipe_with_weights(recipe, args.weights)
     callbacks = []
     if args.eval_every:
         if not (args.eval_sugarcrepe or args.eval_hierarcaps or args.eval_sugarcrepe_pp):
@@ -333,6 +348,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--negative-types", default=None, help="world: comma-separated negative types the loader draws, e.g. "
                                                        "replace_rel (default: the recipe's); recorded in config.json")
     d.add_argument("--weight-decay", type=float, default=None, help="AdamW weight decay (default: the recipe's)")
+    d.add_argument("--weights", default=None, help="loss-term weights to change, e.g. igc=1,tgc=1 (recorded in config.json's "
+                                                "recipe_weights)")
     d.add_argument("--batch-size", type=int, default=None)
     d.add_argument("--lr", type=float, default=None, help="peak learning rate (default: the recipe's)")
     d.add_argument("--workers", type=int, default=None, help="DataLoader processes building batches ahead (real images)")

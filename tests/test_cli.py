@@ -85,3 +85,16 @@ def test_train_negative_types_bad_input_says_what_is_wrong(tmp_path):
     p = run("train", "clip", "--out", str(tmp_path / "b"), "--preset", "world-debug", "--steps", "1",
             "--negative-types", "replace_rel")
     assert p.returncode != 0 and "draws no hard negatives" in p.stderr
+
+
+def test_train_weights_change_loss_terms_and_are_recorded(tmp_path):
+    "`--weights igc=1,tgc=1` (the compare page's relation lever): config.json's recipe_weights hold the new weights."
+    out = tmp_path / "w"
+    p = run("train", "degla", "--out", str(out), "--preset", "world-debug", "--steps", "2", "--n-train", "64",
+            "--batch-size", "8", "--negative-types", "replace_rel", "--weights", "igc=1,tgc=1")
+    assert p.returncode == 0, p.stderr[-2000:]
+    w = json.loads((out / "config.json").read_text())["recipe_weights"]
+    assert (w["igc"], w["tgc"], w["contrastive"]) == (1.0, 1.0, 1.0) and w["distill"] < 1
+    p = run("train", "degla", "--out", str(tmp_path / "bad"), "--preset", "world-debug", "--steps", "1",
+            "--weights", "igc=one")
+    assert p.returncode != 0 and "igc=one" in p.stderr and not (tmp_path / "bad").exists()
