@@ -419,19 +419,25 @@ OPENAI_DERIVED_HINTS = ("openai", "negclip", "neg_clip", "neg-clip", "degla", "c
                         "read-clip", "read_clip", "readclip", "fsc-clip", "fsc_clip", "fscclip")
 
 def openai_derived_hint(checkpoint: str | Path) -> str | None:
-    "Why `checkpoint` looks OpenAI-derived (path or safetensors metadata names such a model), else None."
+    """Why `checkpoint` looks OpenAI-derived (path or safetensors metadata names such a model), else None. A
+    checkpoint saved by hierbench is judged by what it recorded, not by its folder's name: a world run saved under
+    `runs/degla/` is DeGLA's recipe on the world, not an OpenAI fine-tune, and a world-vocabulary model cannot hold
+    OpenAI weights at all (its token embedding has the world's few dozen rows)."""
     path = Path(checkpoint)
-    for hint in OPENAI_DERIVED_HINTS:
-        if hint in str(path).lower(): return f"its path contains {hint!r}"
-    if path.suffix == ".safetensors":
+    meta = {}
+    if path.suffix == ".safetensors" and path.is_file():
         with safe_open(str(path), framework="pt") as f: meta = dict(f.metadata() or {})
-        if "hierbench_config" in meta:  # a hierbench checkpoint: trust what it recorded about its origin
-            saved = json.loads(meta.pop("hierbench_config"))
-            if saved.get("openai_derived"): return "its hierbench config records openai_derived=True"
-            meta["source checkpoint"] = saved.get("checkpoint") or ""
-        text = " ".join(f"{k} {v}" for k, v in meta.items()).lower()
+    if "hierbench_config" in meta:  # a hierbench checkpoint: trust what it recorded about its origin
+        saved = json.loads(meta.pop("hierbench_config"))
+        if saved.get("openai_derived"): return "its hierbench config records openai_derived=True"
+        if saved.get("arch", {}).get("world_vocab"): return None
+        meta["source checkpoint"] = saved.get("checkpoint") or ""
+    else:
         for hint in OPENAI_DERIVED_HINTS:
-            if hint in text: return f"its safetensors metadata mentions {hint!r}"
+            if hint in str(path).lower(): return f"its path contains {hint!r}"
+    text = " ".join(f"{k} {v}" for k, v in meta.items()).lower()
+    for hint in OPENAI_DERIVED_HINTS:
+        if hint in text: return f"its safetensors metadata mentions {hint!r}"
     return None
 
 def _warn_loudly(message: str):

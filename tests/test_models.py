@@ -362,6 +362,24 @@ def test_quick_gelu_mismatch_warnings(models, tmp_path, caplog):
     assert msgs
 
 
+def test_a_hierbench_checkpoint_is_judged_by_its_record_not_its_folder(tmp_path):
+    # a world run saved under runs/degla/ is DeGLA's recipe on the world, not an OpenAI fine-tune: no warning
+    world = save_model(create_model("world-debug"), tmp_path / "runs" / "degla" / "seed0" / "model.safetensors")
+    assert openai_derived_hint(world) is None
+    _, msgs = _caught(lambda: create_model("world-debug", checkpoint=world))
+    assert not msgs
+    # a BPE model saved by hierbench keeps the warning its recorded source earns ...
+    src = tmp_path / "negclip_vitb32.safetensors"
+    save_file({k: v.contiguous() for k, v in create_model("real-tiny").clip.state_dict().items()}, str(src))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tuned = save_model(create_model("real-tiny", checkpoint=src), tmp_path / "plain" / "model.safetensors")
+    assert "negclip" in openai_derived_hint(tuned)
+    # ... and one that recorded openai_derived=True says so, wherever it lies
+    rec = save_model(create_model("real-tiny", openai_derived=True, quick_gelu=True), tmp_path / "r.safetensors")
+    assert "openai_derived=True" in openai_derived_hint(rec)
+
+
 # ---- EMA teacher --------------------------------------------------------------------------------------------------
 def test_ema_teacher_init_freeze_and_one_step():
     torch.manual_seed(0)

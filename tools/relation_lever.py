@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""Replicate the relation lever over seeds: DeGLA's loss with relation replacements as its only hard negatives, at
+DeGLA's term weights (IGC = TGC = 0.1, the control) and with both local terms at 1.0 (the lever), each fine-tuned
+from the same CLIP seed for the same steps on the same scenes. The two arms differ in the two weights only.
+
+    .venv/bin/python tools/relation_lever.py --seeds 5                 # ≈ 1 h on 2 cores
+    .venv/bin/python tools/relation_lever.py --preset smoke --seeds 2 --steps 4 --n-train 256 --compare-dir /tmp/lever-smoke  # plumbing
+
+CLIP seeds come from a `hierbench compare --preset standard` folder (`--compare-dir`, default the main job's); the
+missing ones are trained there with that preset, so they are the runs the ledger uses. Every fine-tune is scored on
+the compare job's evaluation scenes (`compare.build_eval_data`) and by `evaluate.relation_sensitivity`. Finished runs
+are reused (an interrupted job resumes from its checkpoints). Writes `lever.json` (every run's numbers, the paired
+effects) and prints a table: per arm the mean and 95% seed half-width, then lever − control and lever − CLIP paired
+by seed, with the minimum detectable effect at that seed count. A diagnostic, not a recipe: no claim uses it."""
+import argparse, json, sys, time
+from pathlib import Path
+
+import numpy as np
+
+METRICS = ("comp_acc/replace_rel", "zs_acc/general", "zs_acc/test-iid", "i2t_R@5", "comp_acc", "tot_acc", "pep_auc")
+ARMS = {"control": {}, "lever": {"igc": 1.0, "tgc": 1.0}}
+
+
+def lever_recipe(weights: dict):
+    "DeGLA drawing only relation replacements, with `weights` changed (the arms differ in nothing else)."
+    from hierbench.recipes import get_recipe
+    r = get_recipe("degla").replace(negative_types=("replace_rel",))
+    return r.replace(weights=weights) if weights else r
+
+
+def score(model, eval_data) -> dict:
+    from hierbench.compare import evaluate_run
+    from hierbench.evaluate import relation_sensitivity
+    m = evaluate_run(model, eval_data)
+    rel = relation_sensitivity(model)
+    return {**{k: float(m[k]) for k in METRICS if k in m}, "text_inverted": rel["text_inverted"],
+            "image_mirrored": rel["image_mirrored"]}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--compare-dir", default=None, help="compare folder holding runs/clip/seedN (default: the main job's)")
+    ap.add_argument("--out", default=None, help="default: COMPARE_DIR/relation-lever")
+    ap.add_argument("--steps", type=int, default=600)
+    ap.add_argument("--batch-size", type=int, default=128)
+    ap.add_argument("--n-train", type=int, default=40000)
+    ap.add_argument("--preset", default="standard", help="compare preset of the CLIP seeds and the evaluation scenes "
+                    "(smoke: a plumbing check)")
+    ap.add_argument("--only", default=None, help="comma-separated seeds to train and score now (parallel processes, "
+                    "one per core); the table is printed once every seed is scored")
+    args = ap.parse_args(argv)
+
+    from hierbench.compare import PRESETS as COMPARE_PRESETS, build_eval_data, main_job_dir, min_detectable_effect, paired_effect, run_compare
+    from hierbench.config import atomic_write_text, load_settings
+    from hierbench.jobs import train_recipe
+    from hierbench.models import load_model
+
+    compare_dir = Path(args.compare_dir).expanduser() if args.compare_dir else main_job_dir()
+    out = Path(args.out).expanduser() if args.out else compare_dir / "relation-lever"
+    preset = COMPARE_PRESETS[args.preset]
+    seeds = list(range(args.seeds))
+    if not all((compare_dir / "runs" / "clip" / f"seed{s}" / "model.safetensors").exists() for s in seeds):
+        print(f"training the missing CLIP seeds in {compare_dir} (--preset {args.preset})", flush=True)
+        run_compare(args.preset, seeds=args.seeds, out=compare_dir, recipes=["clip"])
+    eval_data = build_eval_data(preset)
+    rows = []
+    todo = [int(s) for s in args.only.split(",")] if args.only else seeds
+    for seed in seeds:
+        clip_dir = compare_dir / "runs" / "clip" / f"seed{seed}"
+        jobs = [("clip", None)] + [(arm, w) for arm, w in ARMS.items()]
+        for arm, weights in jobs:
+            run_dir = clip_dir if arm == "clip" else out / arm / f"seed{seed}"
+            done = (out / "scores" / f"{arm}-seed{seed}.json")
+            if done.exists():
+                rows.append(json.loads(done.read_text())); continue
+            if seed not in todo: continue
+            t0 = time.perf_counter()
+            if arm != "clip":
+                train_recipe(lever_recipe(weights), run_dir, preset=preset.model_preset, steps=args.steps, seed=seed,
+                             init_checkpoint=clip_dir, n_train=args.n_train, batch_size=args.batch_size, resume=True,
+                             cache_dir=load_settings().cache_dir)
+            row = dict(arm=arm, seed=seed, train_seconds=time.perf_counter() - t0,
+                       **score(load_model(run_dir / "model.safetensors"), eval_data))
+            atomic_write_text(done, json.dumps(row, indent=1))
+            rows.append(row)
+            print(f"seed {seed} {arm}: replace_rel {row['comp_acc/replace_rel']:.3f}, zs general "
+                  f"{row['zs_acc/general']:.3f}, text cosine {row['text_inverted']:.4f} ({row['train_seconds']:.0f} s)", flush=True)
+
+    if len(rows) < len(seeds) * (1 + len(ARMS)):
+        print(f"{len(rows)} of {len(seeds) * (1 + len(ARMS))} runs scored: the table waits for the rest"); return
+    keys = METRICS + ("text_inverted", "image_mirrored")
+    by = {arm: {r["seed"]: r for r in rows if r["arm"] == arm} for arm in ("clip", *ARMS)}
+    summary = {"seeds": seeds, "steps": args.steps, "batch_size": args.batch_size, "n_train": args.n_train,
+               "arms": {}, "effects": {}}
+    from scipy import stats
+    for arm, rs in by.items():
+        summary["arms"][arm] = {}
+        for k in keys:
+            v = np.array([rs[s][k] for s in seeds if k in rs[s]])
+            hw = float(stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v))) if len(v) > 1 else float("nan")
+            summary["arms"][arm][k] = dict(mean=float(v.mean()), half_width=hw, min=float(v.min()), max=float(v.max()))
+    for a, b in (("lever", "control"), ("lever", "clip"), ("control", "clip")):
+        summary["effects"][f"{a} - {b}"] = {}
+        for k in keys:
+            x = np.array([by[a][s][k] for s in seeds]); y = np.array([by[b][s][k] for s in seeds])
+            eff, lo, hi, n = paired_effect(x, y)
+            mde = min_detectable_effect(float(np.std(x - y, ddof=1)), n) if n > 1 else float("nan")
+            summary["effects"][f"{a} - {b}"][k] = dict(effect=eff, low=lo, high=hi, n=n, mde=mde)
+    atomic_write_text(out / "lever.json", json.dumps(dict(runs=rows, **summary), indent=1))
+
+    print(f"\n{len(seeds)} seeds; mean ± 95% half-width [min, max]")
+    print("| metric | " + " | ".join(by) + " |")
+    for k in keys:
+        cells = [f"{d['mean']:.3f} ± {d['half_width']:.3f} [{d['min']:.3f}, {d['max']:.3f}]"
+                 for d in (summary["arms"][arm][k] for arm in by)]
+        print(f"| {k} | " + " | ".join(cells) + " |")
+    print("\npaired by seed: effect [95% interval] (minimum detectable effect)")
+    for name, eff in summary["effects"].items():
+        print(name + ": " + "; ".join(f"{k} {e['effect']:+.3f} [{e['low']:+.3f}, {e['high']:+.3f}] ({e['mde']:.3f})"
+                                     for k, e in eff.items()))
+    print(f"\nwrote {out / 'lever.json'}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
