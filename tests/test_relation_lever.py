@@ -1,4 +1,4 @@
-"""tools/relation_lever.py: its two arms differ in the two local-term weights only, both draw relation replacements
+"""tools/relation_lever.py: its arms differ in the two local-term weights only, all draw relation replacements
 alone, and the script runs end to end (smoke preset) and resumes from what it scored."""
 import importlib.util
 import json
@@ -17,9 +17,12 @@ def _lever():
 
 def test_the_arms_differ_in_the_local_weights_only():
     lv = _lever()
-    control, lever = (recipe_fields(lv.lever_recipe(w)) for w in (lv.ARMS["control"], lv.ARMS["lever"]))
-    changed = {k for k in control if control[k] != lever[k]}
-    assert changed == {"weights.igc", "weights.tgc"}
+    f = {arm: recipe_fields(lv.lever_recipe(w)) for arm, w in lv.ARMS.items()}
+    control, lever = f["control"], f["lever"]
+    diff = lambda a, b: {k for k in f[a] if f[a][k] != f[b][k]}
+    assert diff("lever", "control") == {"weights.igc", "weights.tgc"}
+    assert diff("igc", "control") == diff("lever", "tgc") == {"weights.igc"}
+    assert diff("tgc", "control") == diff("lever", "igc") == {"weights.tgc"}
     assert (control["weights.igc"], lever["weights.igc"]) == (0.1, 1.0)
     assert control["negative_types"] == lever["negative_types"] == ("replace_rel",)
     # and DeGLA's own recipe is what the control starts from: the relation-only draw is the one change
@@ -36,9 +39,13 @@ def test_the_script_runs_and_resumes(tmp_path, capsys):
     lv.main(args)
     out = json.loads((tmp_path / "relation-lever" / "lever.json").read_text())
     assert sorted((r["arm"], r["seed"]) for r in out["runs"]) == sorted(
-        (a, s) for a in ("clip", "control", "lever") for s in (0, 1))
+        (a, s) for a in ("clip", "control", "igc", "tgc", "lever") for s in (0, 1))
     e = out["effects"]["lever - control"]["comp_acc/replace_rel"]
     assert e["low"] <= e["effect"] <= e["high"] and e["n"] == 2
+    # the interaction is the difference of the two paired differences it names
+    r = {(x["arm"], x["seed"]): x["comp_acc/replace_rel"] for x in out["runs"]}
+    want = sum((r["lever", s] - r["tgc", s]) - (r["igc", s] - r["control", s]) for s in (0, 1)) / 2
+    assert abs(out["interaction_replace_rel"]["effect"] - want) < 1e-12
     cfg = json.loads((tmp_path / "relation-lever" / "lever" / "seed1" / "config.json").read_text())
     assert cfg["steps"] == 3 and cfg["negative_types"] == ["replace_rel"]
     # a second call trains nothing: every run is read back from its score file

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Replicate the relation lever over seeds: DeGLA's loss with relation replacements as its only hard negatives, at
-DeGLA's term weights (IGC = TGC = 0.1, the control) and with both local terms at 1.0 (the lever), each fine-tuned
-from the same CLIP seed for the same steps on the same scenes. The two arms differ in the two weights only.
+DeGLA's term weights (IGC = TGC = 0.1, the control), with one local term at 1.0 (igc, tgc) and with both (the
+lever), each fine-tuned from the same CLIP seed for the same steps on the same scenes. The arms differ in those two
+weights only.
 
     .venv/bin/python tools/relation_lever.py --seeds 5                 # ≈ 1 h on 2 cores
     .venv/bin/python tools/relation_lever.py --preset smoke --seeds 2 --steps 4 --n-train 256 --compare-dir /tmp/lever-smoke  # plumbing
@@ -18,7 +19,10 @@ from pathlib import Path
 import numpy as np
 
 METRICS = ("comp_acc/replace_rel", "zs_acc/general", "zs_acc/test-iid", "i2t_R@5", "comp_acc", "tot_acc", "pep_auc")
-ARMS = {"control": {}, "lever": {"igc": 1.0, "tgc": 1.0}}
+# a 2 x 2 over the two local terms' weights (DeGLA's 0.1 or 1.0); every other field of the recipe is the same
+ARMS = {"control": {}, "igc": {"igc": 1.0}, "tgc": {"tgc": 1.0}, "lever": {"igc": 1.0, "tgc": 1.0}}
+CONTRASTS = (("lever", "control"), ("igc", "control"), ("tgc", "control"), ("lever", "igc"), ("lever", "tgc"),
+             ("control", "clip"), ("lever", "clip"))
 
 
 def lever_recipe(weights: dict):
@@ -78,7 +82,7 @@ def main(argv=None):
             t0 = time.perf_counter()
             if arm != "clip":
                 train_recipe(lever_recipe(weights), run_dir, preset=preset.model_preset, steps=args.steps, seed=seed,
-                             init_checkpoint=clip_dir, n_train=args.n_train, batch_size=args.batch_size, resume=True,
+                             init_checkpoint=clip_dir, n_train=args.n_train, batch_size=args.batch_size, resume=True, quiet=True,
                              cache_dir=load_settings().cache_dir)
             row = dict(arm=arm, seed=seed, train_seconds=time.perf_counter() - t0,
                        **score(load_model(run_dir / "model.safetensors"), eval_data))
@@ -100,13 +104,17 @@ def main(argv=None):
             v = np.array([rs[s][k] for s in seeds if k in rs[s]])
             hw = float(stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v))) if len(v) > 1 else float("nan")
             summary["arms"][arm][k] = dict(mean=float(v.mean()), half_width=hw, min=float(v.min()), max=float(v.max()))
-    for a, b in (("lever", "control"), ("lever", "clip"), ("control", "clip")):
+    for a, b in CONTRASTS:
         summary["effects"][f"{a} - {b}"] = {}
         for k in keys:
             x = np.array([by[a][s][k] for s in seeds]); y = np.array([by[b][s][k] for s in seeds])
             eff, lo, hi, n = paired_effect(x, y)
             mde = min_detectable_effect(float(np.std(x - y, ddof=1)), n) if n > 1 else float("nan")
             summary["effects"][f"{a} - {b}"][k] = dict(effect=eff, low=lo, high=hi, n=n, mde=mde)
+    # interaction: does the second term add more when the first is on? (lever - tgc) - (igc - control), paired by seed
+    x = {arm: np.array([by[arm][s]["comp_acc/replace_rel"] for s in seeds]) for arm in ARMS}
+    eff, lo, hi, n = paired_effect(x["lever"] - x["tgc"], x["igc"] - x["control"])
+    summary["interaction_replace_rel"] = dict(effect=eff, low=lo, high=hi, n=n)
     atomic_write_text(out / "lever.json", json.dumps(dict(runs=rows, **summary), indent=1))
 
     print(f"\n{len(seeds)} seeds; mean ± 95% half-width [min, max]")
@@ -116,9 +124,12 @@ def main(argv=None):
                  for d in (summary["arms"][arm][k] for arm in by)]
         print(f"| {k} | " + " | ".join(cells) + " |")
     print("\npaired by seed: effect [95% interval] (minimum detectable effect)")
+    print("| contrast | " + " | ".join(keys) + " |")
     for name, eff in summary["effects"].items():
-        print(name + ": " + "; ".join(f"{k} {e['effect']:+.3f} [{e['low']:+.3f}, {e['high']:+.3f}] ({e['mde']:.3f})"
-                                     for k, e in eff.items()))
+        print(f"| {name} | " + " | ".join(f"{e['effect']:+.3f} [{e['low']:+.3f}, {e['high']:+.3f}] ({e['mde']:.3f})"
+                                        for e in eff.values()) + " |")
+    i = summary["interaction_replace_rel"]
+    print(f"interaction on replace_rel, (lever - tgc) - (igc - control): {i['effect']:+.3f} [{i['low']:+.3f}, {i['high']:+.3f}]")
     print(f"\nwrote {out / 'lever.json'}")
 
 
