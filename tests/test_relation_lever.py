@@ -4,6 +4,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 from hierbench.recipes import recipe_fields
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,3 +53,10 @@ def test_the_script_runs_and_resumes(tmp_path, capsys):
     # a second call trains nothing: every run is read back from its score file
     lv.main(args)
     assert "seed 0 lever" not in capsys.readouterr().out
+    # two arms: only the contrasts between arms that ran, and no interaction
+    lv.main(args + ["--arms", "control,lever"])
+    out = json.loads((tmp_path / "relation-lever" / "lever.json").read_text())
+    assert set(out["effects"]) == {"lever - control", "control - clip", "lever - clip"}
+    assert "interaction_replace_rel" not in out and {r["arm"] for r in out["runs"]} == {"clip", "control", "lever"}
+    with pytest.raises(SystemExit): lv.main(args + ["--arms", "control,levr"])
+    assert "unknown ['levr']" in capsys.readouterr().err

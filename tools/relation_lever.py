@@ -51,9 +51,13 @@ def main(argv=None):
     ap.add_argument("--n-train", type=int, default=40000)
     ap.add_argument("--preset", default="standard", help="compare preset of the CLIP seeds and the evaluation scenes "
                     "(smoke: a plumbing check)")
+    ap.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated arms (default all: {','.join(ARMS)})")
     ap.add_argument("--only", default=None, help="comma-separated seeds to train and score now (parallel processes, "
                     "one per core); the table is printed once every seed is scored")
     args = ap.parse_args(argv)
+    arms = {a: ARMS[a] for a in ARMS if a in args.arms.split(",")}
+    unknown = set(args.arms.split(",")) - set(ARMS)
+    if unknown: ap.error(f"--arms: unknown {sorted(unknown)} (arms: {', '.join(ARMS)})")
 
     from hierbench.compare import PRESETS as COMPARE_PRESETS, build_eval_data, main_job_dir, min_detectable_effect, paired_effect, run_compare
     from hierbench.config import atomic_write_text, load_settings
@@ -72,7 +76,7 @@ def main(argv=None):
     todo = [int(s) for s in args.only.split(",")] if args.only else seeds
     for seed in seeds:
         clip_dir = compare_dir / "runs" / "clip" / f"seed{seed}"
-        jobs = [("clip", None)] + [(arm, w) for arm, w in ARMS.items()]
+        jobs = [("clip", None)] + [(arm, w) for arm, w in arms.items()]
         for arm, weights in jobs:
             run_dir = clip_dir if arm == "clip" else out / arm / f"seed{seed}"
             done = (out / "scores" / f"{arm}-seed{seed}.json")
@@ -91,10 +95,11 @@ def main(argv=None):
             print(f"seed {seed} {arm}: replace_rel {row['comp_acc/replace_rel']:.3f}, zs general "
                   f"{row['zs_acc/general']:.3f}, text cosine {row['text_inverted']:.4f} ({row['train_seconds']:.0f} s)", flush=True)
 
-    if len(rows) < len(seeds) * (1 + len(ARMS)):
-        print(f"{len(rows)} of {len(seeds) * (1 + len(ARMS))} runs scored: the table waits for the rest"); return
+    rows = [r for r in rows if r["arm"] == "clip" or r["arm"] in arms]
+    if len(rows) < len(seeds) * (1 + len(arms)):
+        print(f"{len(rows)} of {len(seeds) * (1 + len(arms))} runs scored: the table waits for the rest"); return
     keys = METRICS + ("text_inverted", "image_mirrored")
-    by = {arm: {r["seed"]: r for r in rows if r["arm"] == arm} for arm in ("clip", *ARMS)}
+    by = {arm: {r["seed"]: r for r in rows if r["arm"] == arm} for arm in ("clip", *arms)}
     summary = {"seeds": seeds, "steps": args.steps, "batch_size": args.batch_size, "n_train": args.n_train,
                "arms": {}, "effects": {}}
     from scipy import stats
@@ -104,7 +109,7 @@ def main(argv=None):
             v = np.array([rs[s][k] for s in seeds if k in rs[s]])
             hw = float(stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v))) if len(v) > 1 else float("nan")
             summary["arms"][arm][k] = dict(mean=float(v.mean()), half_width=hw, min=float(v.min()), max=float(v.max()))
-    for a, b in CONTRASTS:
+    for a, b in (c for c in CONTRASTS if set(c) <= set(by)):
         summary["effects"][f"{a} - {b}"] = {}
         for k in keys:
             x = np.array([by[a][s][k] for s in seeds]); y = np.array([by[b][s][k] for s in seeds])
@@ -112,9 +117,10 @@ def main(argv=None):
             mde = min_detectable_effect(float(np.std(x - y, ddof=1)), n) if n > 1 else float("nan")
             summary["effects"][f"{a} - {b}"][k] = dict(effect=eff, low=lo, high=hi, n=n, mde=mde)
     # interaction: does the second term add more when the first is on? (lever - tgc) - (igc - control), paired by seed
-    x = {arm: np.array([by[arm][s]["comp_acc/replace_rel"] for s in seeds]) for arm in ARMS}
-    eff, lo, hi, n = paired_effect(x["lever"] - x["tgc"], x["igc"] - x["control"])
-    summary["interaction_replace_rel"] = dict(effect=eff, low=lo, high=hi, n=n)
+    if len(arms) == len(ARMS):
+        x = {arm: np.array([by[arm][s]["comp_acc/replace_rel"] for s in seeds]) for arm in ARMS}
+        eff, lo, hi, n = paired_effect(x["lever"] - x["tgc"], x["igc"] - x["control"])
+        summary["interaction_replace_rel"] = dict(effect=eff, low=lo, high=hi, n=n)
     atomic_write_text(out / "lever.json", json.dumps(dict(runs=rows, **summary), indent=1))
 
     print(f"\n{len(seeds)} seeds; mean ± 95% half-width [min, max]")
@@ -128,8 +134,8 @@ def main(argv=None):
     for name, eff in summary["effects"].items():
         print(f"| {name} | " + " | ".join(f"{e['effect']:+.3f} [{e['low']:+.3f}, {e['high']:+.3f}] ({e['mde']:.3f})"
                                         for e in eff.values()) + " |")
-    i = summary["interaction_replace_rel"]
-    print(f"interaction on replace_rel, (lever - tgc) - (igc - control): {i['effect']:+.3f} [{i['low']:+.3f}, {i['high']:+.3f}]")
+    i = summary.get("interaction_replace_rel")
+    if i: print(f"interaction on replace_rel, (lever - tgc) - (igc - control): {i['effect']:+.3f} [{i['low']:+.3f}, {i['high']:+.3f}]")
     print(f"\nwrote {out / 'lever.json'}")
 
 
