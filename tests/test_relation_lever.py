@@ -60,3 +60,5 @@ def test_the_script_runs_and_resumes(tmp_path, capsys):
     assert "interaction_replace_rel" not in out and {r["arm"] for r in out["runs"]} == {"clip", "control", "lever"}
     with pytest.raises(SystemExit): lv.main(args + ["--arms", "control,levr"])
     assert "unknown ['levr']" in capsys.readouterr().err
+    # a score made with other settings is refused, not silently reused
+    with pytest.raises(SystemExit, match="scored with"): lv.main([*args[:5], "4", *args[6:]])

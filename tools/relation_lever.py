@@ -4,15 +4,17 @@ DeGLA's term weights (IGC = TGC = 0.1, the control), with one local term at 1.0 
 lever), each fine-tuned from the same CLIP seed for the same steps on the same scenes. The arms differ in those two
 weights only.
 
-    .venv/bin/python tools/relation_lever.py --seeds 5                 # ≈ 1 h on 2 cores
+    .venv/bin/python tools/relation_lever.py --seeds 5 --only 0,2,4 &   # two processes on 2 cores: ≈ 37 min
+    .venv/bin/python tools/relation_lever.py --seeds 5 --only 1,3; wait; .venv/bin/python tools/relation_lever.py --seeds 5
     .venv/bin/python tools/relation_lever.py --preset smoke --seeds 2 --steps 4 --n-train 256 --compare-dir /tmp/lever-smoke  # plumbing
 
 CLIP seeds come from a `hierbench compare --preset standard` folder (`--compare-dir`, default the main job's); the
 missing ones are trained there with that preset, so they are the runs the ledger uses. Every fine-tune is scored on
 the compare job's evaluation scenes (`compare.build_eval_data`) and by `evaluate.relation_sensitivity`. Finished runs
-are reused (an interrupted job resumes from its checkpoints). Writes `lever.json` (every run's numbers, the paired
-effects) and prints a table: per arm the mean and 95% seed half-width, then lever − control and lever − CLIP paired
-by seed, with the minimum detectable effect at that seed count. A diagnostic, not a recipe: no claim uses it."""
+are reused (an interrupted job resumes from its checkpoints); a score made with other run settings is refused, not
+reused. Writes `lever.json` (every run's numbers, the paired effects) and prints a table: per arm the mean and 95%
+seed half-width, then the `CONTRASTS` paired by seed with the minimum detectable effect at that seed count, and the
+interaction. A diagnostic, not a recipe: no claim uses it."""
 import argparse, json, sys, time
 from pathlib import Path
 
@@ -73,6 +75,8 @@ def main(argv=None):
         run_compare(args.preset, seeds=args.seeds, out=compare_dir, recipes=["clip"])
     eval_data = build_eval_data(preset)
     rows = []
+    # what a score depends on besides its arm and seed: a score file made with other settings must not stand in
+    run_settings = dict(preset=args.preset, steps=args.steps, batch_size=args.batch_size, n_train=args.n_train)
     todo = [int(s) for s in args.only.split(",")] if args.only else seeds
     for seed in seeds:
         clip_dir = compare_dir / "runs" / "clip" / f"seed{seed}"
@@ -80,15 +84,19 @@ def main(argv=None):
         for arm, weights in jobs:
             run_dir = clip_dir if arm == "clip" else out / arm / f"seed{seed}"
             done = (out / "scores" / f"{arm}-seed{seed}.json")
+            want = dict(preset=args.preset) if arm == "clip" else run_settings
             if done.exists():
-                rows.append(json.loads(done.read_text())); continue
+                row = json.loads(done.read_text())
+                if {k: row.get("settings", {}).get(k) for k in want} != want:
+                    sys.exit(f"{done} was scored with {row.get('settings')}, not {want}: use another --out")
+                rows.append(row); continue
             if seed not in todo: continue
             t0 = time.perf_counter()
             if arm != "clip":
                 train_recipe(lever_recipe(weights), run_dir, preset=preset.model_preset, steps=args.steps, seed=seed,
                              init_checkpoint=clip_dir, n_train=args.n_train, batch_size=args.batch_size, resume=True, quiet=True,
                              cache_dir=load_settings().cache_dir)
-            row = dict(arm=arm, seed=seed, train_seconds=time.perf_counter() - t0,
+            row = dict(arm=arm, seed=seed, settings=want, train_seconds=time.perf_counter() - t0,
                        **score(load_model(run_dir / "model.safetensors"), eval_data))
             atomic_write_text(done, json.dumps(row, indent=1))
             rows.append(row)
@@ -102,19 +110,18 @@ def main(argv=None):
     by = {arm: {r["seed"]: r for r in rows if r["arm"] == arm} for arm in ("clip", *arms)}
     summary = {"seeds": seeds, "steps": args.steps, "batch_size": args.batch_size, "n_train": args.n_train,
                "arms": {}, "effects": {}}
-    from scipy import stats
     for arm, rs in by.items():
         summary["arms"][arm] = {}
         for k in keys:
-            v = np.array([rs[s][k] for s in seeds if k in rs[s]])
-            hw = float(stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v))) if len(v) > 1 else float("nan")
-            summary["arms"][arm][k] = dict(mean=float(v.mean()), half_width=hw, min=float(v.min()), max=float(v.max()))
+            v = np.array([rs[s][k] for s in seeds])
+            mean, _, high, _ = paired_effect(v, np.zeros_like(v))   # the same t-interval, against zero
+            summary["arms"][arm][k] = dict(mean=mean, half_width=high - mean, min=float(v.min()), max=float(v.max()))
     for a, b in (c for c in CONTRASTS if set(c) <= set(by)):
         summary["effects"][f"{a} - {b}"] = {}
         for k in keys:
             x = np.array([by[a][s][k] for s in seeds]); y = np.array([by[b][s][k] for s in seeds])
             eff, lo, hi, n = paired_effect(x, y)
-            mde = min_detectable_effect(float(np.std(x - y, ddof=1)), n) if n > 1 else float("nan")
+            mde = min_detectable_effect(float(np.std(x - y, ddof=1)) if n > 1 else float("nan"), n)
             summary["effects"][f"{a} - {b}"][k] = dict(effect=eff, low=lo, high=hi, n=n, mde=mde)
     # interaction: does the second term add more when the first is on? (lever - tgc) - (igc - control), paired by seed
     if len(arms) == len(ARMS):
