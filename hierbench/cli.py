@@ -229,6 +229,7 @@ def _cmd_bench(args):
     from hierbench.bench import SECTIONS, format_report, run_benchmarks
     sections = tuple(x.strip() for x in args.sections.split(",")) if args.sections else SECTIONS
     report = run_benchmarks(sections, quick=args.quick, compare_dir=args.compare_dir, threads=args.threads,
+                            model_preset=args.model_preset, batch_size=args.batch_size,
                             log=lambda m: print(m, file=sys.stderr))
     print(format_report(report))
     if args.json:
@@ -393,6 +394,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--quick", action="store_true", help="tiny sizes (a plumbing check; the numbers mean nothing)")
     d.add_argument("--compare-dir", default=None, help="a `hierbench compare` output folder to read (default: run a smoke compare)")
     d.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    d.add_argument("--model-preset", default=None, help="recipes section: the model preset to step (default world-tiny)")
+    d.add_argument("--batch-size", type=int, default=None, help="recipes section: the batch (default 64, quick/standard's pre-training batch)")
     d.add_argument("--json", default=None, help="also write the raw numbers here")
     d.set_defaults(func=_cmd_bench)
 

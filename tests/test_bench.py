@@ -141,6 +141,19 @@ def test_recipes_clip_first_and_unknown():
     with pytest.raises(KeyError, match="no-such-recipe"): B.bench_recipes(B.QUICK, recipes=["no-such-recipe"])
 
 
+def test_model_preset_and_batch_overrides():
+    # `--model-preset` / `--batch-size` reach the recipe steps; the goals are judged only for a world model at batch 64
+    r = B.run_benchmarks(("recipes",), quick=True, recipes=["clip"], model_preset="world-tiny-r16", batch_size=4)["recipes"]
+    assert r["preset"] == "world-tiny-r16" and r["batch"] == 4 and r["rows"][0]["batch"] == 4
+    assert r["rows"][0]["meets_peak_goal"] is None             # batch 4 is not the goal's batch
+    assert B.goal_applies("world-tiny") and B.goal_applies("world-tiny-r16")
+    assert not B.goal_applies("world-debug") and not B.goal_applies("real-tiny")   # smoke model; BPE model
+    from hierbench.compare import PRESETS   # the bench steps at the batch quick/standard pre-train at
+    assert B.FULL.recipe_batch == PRESETS["quick"].batch_size == PRESETS["standard"].batch_size
+    with pytest.raises(ValueError, match="no-such-model"): B.run_benchmarks(("recipes",), quick=True, model_preset="no-such-model")
+    with pytest.raises(ValueError, match="batch_size"): B.run_benchmarks(("recipes",), quick=True, batch_size=1)
+
+
 def test_op_class_matches_matmuls_exactly():
     assert B.op_class("aten::mm") == "matmul" and B.op_class("aten::addmm") == "matmul"
     assert B.op_class("aten::mm_backward_like") == "other"   # a substring of 'aten::mm' is not a matmul
