@@ -181,7 +181,7 @@ def _cmd_train(args):
                        paraphrases=args.paraphrases, decoder_path=args.decoder, decoder_steps=args.decoder_steps, n_train=args.n_train,
                        batch_size=args.batch_size, resume=args.resume, callbacks=callbacks, log=print,
                        allow_changes=tuple(a.strip() for a in args.allow_change.split(",")) if args.allow_change else (),
-                       **overrides)
+                       mirror_twins=args.mirror_twins, top_caption_p=args.top_caption_p, **overrides)
     print(f"trained {args.recipe} for {res.step} steps → {res.weights_path or res.checkpoint}")
 
 def _cmd_negatives(args):
@@ -348,6 +348,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--n-train", type=int, default=2000, help="world scenes")
     d.add_argument("--negative-types", default=None, help="world: comma-separated negative types the loader draws, e.g. "
                                                        "replace_rel (default: the recipe's); recorded in config.json")
+    d.add_argument("--mirror-twins", action="store_true", help="world: each training scene beside its left-right mirror "
+                                                            "in the batch (recorded in config.json)")
+    d.add_argument("--top-caption-p", type=float, default=0.0, help="world, recipes that sample captions (clip, meru): "
+                   "draw the top (relational) caption with this probability (default 0; recorded in config.json)")
     d.add_argument("--weight-decay", type=float, default=None, help="AdamW weight decay (default: the recipe's)")
     d.add_argument("--weights", default=None, help="loss-term weights to change, e.g. igc=1,tgc=1 (recorded in config.json's "
                                                 "recipe_weights)")

@@ -881,7 +881,7 @@ class WorldDataset(torch.utils.data.Dataset):
                  fields: Sequence[str] = ("index",), k_negatives: int = 4, caption: str = "sample",
                  image_size: int | None = None, mean: Sequence[float] = WORLD_MEAN, std: Sequence[float] = WORLD_STD,
                  cache_dir: str | Path | None | bool = None, world_split=None, negative_types: Sequence[str] | None = None,
-                 pair_neighbours: bool = False):
+                 pair_neighbours: bool = False, mirror_twins: bool = False, top_caption_p: float = 0.0):
         from hierbench import world as W
         self.negative_types = W.check_negative_types(negative_types) if negative_types is not None else None
         bad = [f for f in fields if f not in WORLD_FIELDS]
@@ -890,25 +890,43 @@ class WorldDataset(torch.utils.data.Dataset):
         if "negatives" in fields and k_negatives < 1: raise ValueError(f"k_negatives must be >= 1, got {k_negatives}")
         self.fields = set(fields) | ({"crop", "phrase"} if {"crop", "phrase"} & set(fields) else set())
         if "negatives_mask" in self.fields: raise ValueError("negatives_mask comes with 'negatives'; do not ask for it")
+        if not 0.0 <= top_caption_p <= 1.0: raise ValueError(f"top_caption_p must be in [0, 1], got {top_caption_p!r}")
+        drawn_otherwise = self.fields & {"negatives", "paraphrase", "crop", "phrase"}
+        if top_caption_p and (drawn_otherwise or caption == "top"):
+            raise ValueError(f"top_caption_p weights caption='sample' draws; with "
+                             f"{sorted(drawn_otherwise) or ['caption=top']} the caption is drawn otherwise")
+        if mirror_twins and pair_neighbours:
+            raise ValueError("mirror_twins and pair_neighbours both compose the batch; choose one")
         self.ws = world_split if world_split is not None else W.build_split(split, n, seed, config, cache_dir=cache_dir)
         self.seed, self.k, self.caption_mode, self.mean, self.std = int(seed), int(k_negatives), caption, mean, std
         self.image_size = image_size or self.ws.config.image_size
         self.crop_size = image_size or self.ws.config.crop_side
         self.epoch = 0
         self.partners = nearest_scenes(self.ws) if pair_neighbours else None
+        self.mirror_twins, self.top_caption_p = bool(mirror_twins), float(top_caption_p)
         self._entails, self._specificity = W.entails_text, W.specificity
         # per-scene candidate lists (captions of a phrase, changed negatives, alternatives): deterministic in the
         # scene, so computed once — the world's text-entailment checks cost more than the model step otherwise
         self._memo: dict = {}
 
-    def __len__(self) -> int: return len(self.ws)
+    def __len__(self) -> int: return 2 * len(self.ws) if self.mirror_twins else len(self.ws)
     def set_epoch(self, epoch: int): self.epoch = int(epoch)
 
     def batch_indices(self, step: int, batch_size: int, seed: int) -> np.ndarray:
         """Batch composition (the trainer calls it when present): with `pair_neighbours`, half the batch are scenes
         of the epoch's permutation and the other half each one's nearest neighbour (NegCLIP's hard-negative images);
         a neighbour already in the batch is replaced by its next-nearest, and the batch is topped up from the
-        permutation. Without it, None: the trainer's plain per-epoch permutation. A pure function of (step, size, seed)."""
+        permutation. With `mirror_twins`, half the batch are scenes of the epoch's permutation, each followed by its
+        mirror (item `i + n`). Otherwise None: the trainer's plain per-epoch permutation. A pure function of
+        (step, size, seed)."""
+        if self.mirror_twins:
+            if batch_size % 2: raise ValueError(f"mirror_twins needs an even batch size (scene + mirror), got {batch_size}")
+            n, half = len(self.ws), batch_size // 2
+            per = n // half
+            if per == 0: raise ValueError(f"batch_size {batch_size} is larger than twice the dataset ({n} scenes)")
+            epoch, i = divmod(step, per)
+            scenes = np.random.default_rng([seed, epoch, 7]).permutation(n)[i * half:(i + 1) * half]
+            return np.stack([scenes, scenes + n], 1).reshape(-1)    # interleaved: a rank's shard keeps whole pairs
         if self.partners is None: return None
         n = len(self)
         half = batch_size // 2
@@ -951,9 +969,16 @@ class WorldDataset(torch.utils.data.Dataset):
             out.append(item)
         return out
 
+    def _meta(self, i: int) -> dict:
+        "Scene i's stored metadata; item `n + i` of `mirror_twins` is scene i's mirror (`world.mirror_scene`, memoised)."
+        n = len(self.ws)
+        if i < n: return self.ws.meta[i]
+        from hierbench import world as W
+        return self._memoised(("mirror", i), lambda: W._scene_meta(W.mirror_scene(self.ws.scene(i - n))))
+
     def _texts(self, i: int) -> list[str]:
         "All true descriptions of scene i (chain, phrases, paraphrases, alternatives), from the stored texts."
-        m = self.ws.meta[i]
+        m = self._meta(i)
         return list(dict.fromkeys([*m["chain"], *m["phrases"], *m["paraphrases"], *m["alternatives"]]))
 
     def _memoised(self, key, compute):
@@ -973,7 +998,8 @@ class WorldDataset(torch.utils.data.Dataset):
     def _item(self, i: int) -> tuple[dict, np.ndarray, np.ndarray | None]:
         "(item without tensors, scene image uint8, crop uint8 or None)."
         if not 0 <= i < len(self): raise IndexError(f"index {i} out of range for {len(self)} scenes")
-        m, rng = self.ws.meta[i], self._rng(i)
+        m, rng = self._meta(i), self._rng(i)
+        scene, mirrored = (i - len(self.ws), True) if i >= len(self.ws) else (i, False)
         pick = lambda seq: seq[int(rng.integers(len(seq)))]
         top = m["chain"][-1]
         para_group = list(dict.fromkeys([top, *m["paraphrases"]]))
@@ -990,6 +1016,7 @@ class WorldDataset(torch.utils.data.Dataset):
             ph = m["phrases"][j]
             cap = pick(self._memoised(("caption", i, j), lambda: [
                 t for t in self._texts(i) if self._entails(t, ph) and not self._entails(ph, t)] or [m["chain"][-1]]))
+        elif self.top_caption_p and rng.random() < self.top_caption_p: cap = top
         else: cap = pick(self._texts(i))
         item, crop = {"caption": cap}, None
         if "crop" in self.fields:
@@ -997,7 +1024,8 @@ class WorldDataset(torch.utils.data.Dataset):
                 entailed = self._memoised(("phrases", i, cap), lambda: [
                     k for k, p in enumerate(m["phrases"]) if self._entails(cap, p)])
                 j = pick(entailed) if entailed else int(rng.integers(len(m["phrases"])))
-            crop = np.asarray(self.ws.crops[self.ws.crop_offsets[i] + j])
+            crop = np.asarray(self.ws.crops[self.ws.crop_offsets[scene] + j])
+            if mirrored: crop = np.ascontiguousarray(crop[:, ::-1])
             item["phrase"] = m["phrases"][j]
         if "negatives" in self.fields:
             wanted = self.negative_types
@@ -1013,7 +1041,8 @@ class WorldDataset(torch.utils.data.Dataset):
             item["alternative"] = pick(self._memoised(("alternatives", i, cap), lambda: self._alternatives(i, cap, para_group)))
         if "chain" in self.fields: item["chain"] = list(m["chain"])
         if "index" in self.fields: item["index"] = i
-        return item, np.asarray(self.ws.images[i]), crop
+        image = np.asarray(self.ws.images[scene])
+        return item, (np.ascontiguousarray(image[:, ::-1]) if mirrored else image), crop
 
 def world_loader(dataset: torch.utils.data.Dataset, batch_size: int, shuffle: bool = True, seed: int = 0,
                  num_workers: int = 0, drop_last: bool = False) -> torch.utils.data.DataLoader:

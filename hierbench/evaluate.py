@@ -37,8 +37,8 @@ __all__ = ['CHANCE_ITT_TOT', 'ZS_TEMPLATES', 'SCPP_TYPES', 'METRIC_SPLITS', 'PHI
            'evaluate_whatsup_controlled', 'evaluate_sugarcrepe_pp', 'hierarcaps_text_metrics', 'evaluate_hierarcaps',
            'WorldEvalData', 'isolated_object_images', 'world_eval_data', 'images_to_tensor', 'class_prototypes',
            'zero_shot_metrics', 'compositional_metrics', 'paraphrase_metrics', 'geometry_metrics',
-           'evaluate_world_split', 'evaluate_world', 'relation_sensitivity', 'metric_from_items', 'scene_counts',
-           'bootstrap_weights', 'paired_item_differences', 'bootstrap_replicates', 'pep_angle_summary']
+           'evaluate_world_split', 'evaluate_world', 'relation_sensitivity', 'position_readout', 'metric_from_items',
+           'scene_counts', 'bootstrap_weights', 'paired_item_differences', 'bootstrap_replicates', 'pep_angle_summary']
 
 # %% ../nbs/10_evaluate.ipynb #96b74ca4
 def as_numpy(x, name: str = "array", ndim: int | None = None, dtype=np.float64) -> np.ndarray:
@@ -1055,6 +1055,37 @@ def relation_sensitivity(model, n: int = 100, seed: int = 0, config=None, cache_
     return {"n": len(idx), "text_inverted": float((t * t_inv).sum(-1).mean()), "image_mirrored": float((img * mir).sum(-1).mean()),
             "image_unrelated": float((img * img.roll(1, 0)).sum(-1).mean()),
             "inverted_acc": float(((img * t).sum(-1) > (img * t_inv).sum(-1)).float().mean())}
+
+# %% ../nbs/10_evaluate.ipynb #a8141195
+def position_readout(model, n: int = 2000, seed: int = 0, config=None, cache_dir=None, batch_size: int = 256) -> dict:
+    """Held-out accuracy of a linear probe that reads an object's side of the image centre off the image embedding:
+    `n` single-object scenes of the `general` split (objects within the relation margin of a centre line left out
+    for that axis), fitted on the first half, scored on the second. Returns `left_right`, `above_below`, the majority
+    share of the scored half as `chance_left_right` / `chance_above_below`, and the scene counts `n_fit`, `n_scored`
+    per axis. Lorentz models are probed on their unit-normalised space components, as in `relation_sensitivity`."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+    from hierbench import world
+    ws = world.build_split("general", n, seed=seed, config=config, cache_dir=cache_dir)
+    boxes = np.array([ws.meta[i]["objects"][0]["box"] for i in range(len(ws))], float)
+    centre, margin = ws.config.image_size / 2, ws.config.margin_px
+    with eval_mode(model):
+        feats = torch.nn.functional.normalize(_model_images(model, np.asarray(ws.images), batch_size).float(), dim=-1).numpy()
+    fit = np.arange(len(ws)) < len(ws) // 2
+    out = {}
+    for name, lo, hi in (("left_right", 0, 2), ("above_below", 1, 3)):
+        offset = (boxes[:, lo] + boxes[:, hi]) / 2 - centre
+        keep = np.abs(offset) > margin
+        y = offset > 0
+        a, b = keep & fit, keep & ~fit
+        if len(set(y[a])) < 2 or not b.any(): raise ValueError(f"position_readout: too few scenes off the centre ({name}); raise n")
+        # the usual linear probe: standardised features, L2-regularised logistic regression (sklearn's defaults)
+        probe = make_pipeline(StandardScaler(), LogisticRegression(max_iter=5000)).fit(feats[a], y[a])
+        out[name] = float(probe.score(feats[b], y[b]))
+        out[f"chance_{name}"] = float(max(y[b].mean(), 1 - y[b].mean()))
+        out[f"n_fit_{name}"], out[f"n_scored_{name}"] = int(a.sum()), int(b.sum())
+    return out
 
 # %% ../nbs/10_evaluate.ipynb #811e20ac
 def _w(rec: Mapping, weights, key: str = "group") -> np.ndarray:

@@ -62,16 +62,21 @@ def train_recipe(recipe, run_dir: str | Path, preset: str = "world-tiny", steps:
                  batch_size: int | None = None, decoder: nn.Module | None = None, decoder_steps: int = 1500,
                  resume: bool = False, stop_at: int | None = None, callbacks: Iterable[Callable] = (),
                  cache_dir=None, validate_every: int | None = None, val_n: int = 256, stop_on_plateau: bool = False,
-                 log=None, allow_changes=(), **overrides) -> TrainResult:
+                 log=None, allow_changes=(), mirror_twins: bool = False, top_caption_p: float = 0.0,
+                 **overrides) -> TrainResult:
     """Train recipe `recipe` (name or `Recipe`) into `run_dir`. `overrides`: TrainConfig fields.
     `data`: 'world' (the built-in world, its defaults `recipe.world`) or a real source `coco:FILE`, `grit:FILE`,
     `wds:PATTERN` (`hierbench.real_data`; the paper's defaults `recipe.paper`, images under `image_root`, hard
     negatives from the `negatives` file, paraphrases from `paraphrases`); `preset` is then an open_clip architecture.
     `decoder`: READ's frozen caption decoder (default: the one saved at `decoder_path`, or one pretrained on the
     data's captions for `decoder_steps`). `validate_every` (world): score the recipe's terms on `val_n` validation
-    scenes every so many steps (and at the start). `log(text)` receives the resolved optimiser settings."""
+    scenes every so many steps (and at the start). `mirror_twins`, `top_caption_p` (world): each training scene beside
+    its mirror in the batch, the top caption drawn with that probability (`hierbench.data.WorldDataset`; recorded in
+    config.json). `log(text)` receives the resolved optimiser settings."""
     recipe = R.get_recipe(recipe) if isinstance(recipe, str) else recipe
     kind, _ = RD.parse_data_spec(data)
+    if kind != "world" and (mirror_twins or top_caption_p):
+        raise ValueError(f"mirror_twins / top_caption_p compose batches of the built-in world, not of {data!r}")
     init = resolve_init(init_checkpoint)
     if recipe.stage == "finetune" and init is None:
         warnings.warn(f"recipe {recipe.name!r} fine-tunes a {recipe.init_from!r} checkpoint, but no init_checkpoint "
@@ -79,7 +84,8 @@ def train_recipe(recipe, run_dir: str | Path, preset: str = "world-tiny", steps:
     torch.manual_seed(seed)
     model = _model_for(recipe, preset, init, kind)
     if kind == "world":
-        source = S.world_source(recipe, model, n_train, world_seed, cache_dir=cache_dir)
+        source = S.world_source(recipe, model, n_train, world_seed, cache_dir=cache_dir, mirror_twins=mirror_twins,
+                                top_caption_p=top_caption_p)
         cfg = recipe_config(recipe, run_dir, steps, seed, batch_size, **overrides)
     else:
         source = RD.real_source(data, recipe, model, image_root, negatives, paraphrases, seed=seed)
@@ -90,7 +96,8 @@ def train_recipe(recipe, run_dir: str | Path, preset: str = "world-tiny", steps:
             f"wd {cfg.weight_decay:g}, betas {cfg.betas}, eps {cfg.eps:g}, warmup {cfg.warmup_steps}, "
             f"min lr ratio {cfg.min_lr_ratio:g}, grad clip {cfg.grad_clip:g}, workers {cfg.num_workers}"
             + (f", {recipe.num_negatives} negative(s) of {', '.join(recipe.negative_types)}"
-               if recipe.num_negatives and recipe.negative_types and kind == "world" else ""))
+               if recipe.num_negatives and recipe.negative_types and kind == "world" else "")
+            + (", mirror twins" if mirror_twins else "") + (f", top caption p {top_caption_p:g}" if top_caption_p else ""))
     decay = recipe.teacher_decay(cfg.steps)
     teacher = M.EMATeacher(model, decay) if recipe.needs_teacher else None
     modules, recon_head = {}, None
@@ -115,6 +122,7 @@ def train_recipe(recipe, run_dir: str | Path, preset: str = "world-tiny", steps:
                  ema_decay=decay, validate_every=validate_every, stop_on_plateau=stop_on_plateau,
                  # what the loader draws negatives from (a recipe may be narrowed, e.g. to relation replacements)
                  negative_types=list(recipe.negative_types) if recipe.negative_types is not None else None)
+    if kind == "world": extra.update(mirror_twins=bool(mirror_twins), top_caption_p=float(top_caption_p))
     if kind != "world":
         extra.update(data=data, image_root=str(image_root) if image_root else None, n_train=len(source),
                      negatives=str(negatives) if negatives else None, paraphrases=str(paraphrases) if paraphrases else None)

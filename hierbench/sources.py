@@ -26,12 +26,13 @@ def world_fields(recipe) -> tuple[str, ...]:
     return tuple(dict.fromkeys(RECIPE_WORLD_FIELDS[f] for f in recipe.fields if f in RECIPE_WORLD_FIELDS)) + ("index",)
 
 def world_source(recipe, model, n: int = 2000, world_seed: int = 0, split: str = "train", cache_dir=None,
-                 config=None) -> WorldDataset:
-    "The world split with the item fields `recipe` reads, images sized and normalised for `model`."
+                 config=None, mirror_twins: bool = False, top_caption_p: float = 0.0) -> WorldDataset:
+    """The world split with the item fields `recipe` reads, images sized and normalised for `model`; `mirror_twins`
+    and `top_caption_p` as in `WorldDataset` (batch composition and caption draws; off by default)."""
     return WorldDataset(split, n=n, seed=world_seed, config=config, fields=world_fields(recipe),
                         k_negatives=max(1, recipe.num_negatives), negative_types=recipe.negative_types,
                         image_size=model.image_size, mean=model.image_mean, std=model.image_std, cache_dir=cache_dir,
-                        pair_neighbours=recipe.image_negatives)
+                        pair_neighbours=recipe.image_negatives, mirror_twins=mirror_twins, top_caption_p=top_caption_p)
 
 def validation_batch(recipe, model, n: int = 256, world_seed: int = 0, cache_dir=None, config=None) -> dict:
     "A fixed batch of `n` scenes of the world's `val` split with the fields `recipe` reads (epoch 0 draws)."

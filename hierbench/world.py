@@ -18,9 +18,9 @@ __all__ = ['SHAPES', 'COLOURS', 'SIZES', 'RELATIONS', 'INVERSE_RELATION', 'COLOU
            'parse', 'Obj', 'Relation', 'Negative', 'check_negative_types', 'relation_holds', 'np_matches', 'evaluate',
            'holds', 'entails', 'specificity', 'entails_text', 'scene_rng', 'Scene', 'true_texts', 'shape_mask',
            'shape_alpha', 'render_image', 'resize_bilinear', 'heldout_combinations', 'full_np', 'mentions_heldout',
-           'make_negatives', 'make_scene', 'classify_negative', 'audit_negatives', 'builtin_negatives',
-           'sloppy_negatives', 'WorldSplit', 'split_cache_path', 'build_split', 'world_speed', 'image_grid_figure',
-           'scene_grid_figure', 'crops_figure', 'taxonomy_figure']
+           'make_negatives', 'make_scene', 'mirror_text', 'mirror_scene', 'classify_negative', 'audit_negatives',
+           'builtin_negatives', 'sloppy_negatives', 'WorldSplit', 'split_cache_path', 'build_split', 'world_speed',
+           'image_grid_figure', 'scene_grid_figure', 'crops_figure', 'taxonomy_figure']
 
 # %% ../nbs/02_world.ipynb #651d1077
 @dataclass(frozen=True, eq=False)
@@ -694,6 +694,25 @@ def make_scene(index: int, seed: int = 0, config: WorldConfig | None = None, spl
                  relations=relations, chain=[render(m) for m in chain], phrases=[render_np(full_np(o)) for o in objects],
                  crops=crops, paraphrases=paraphrases, alternatives=alternatives, negatives=negatives,
                  rejected=rejected)
+
+# %% ../nbs/02_world.ipynb #3ab98871
+_MIRROR_WORDS = {"left": "right", "right": "left"}
+
+def mirror_text(text: str) -> str:
+    "`text` as it reads of the scene's left-right mirror: the words 'left' and 'right' trade places."
+    return " ".join(_MIRROR_WORDS.get(w, w) for w in text.split(" "))
+
+def mirror_scene(scene: Scene) -> Scene:
+    """The left-right mirror of `scene`: image and crops flipped, boxes reflected (x -> S - x), relations restated from
+    the new boxes, every text and negative through `mirror_text` (phrases do not change)."""
+    side = scene.image.shape[1]
+    objects = [replace(o, box=(side - o.box[2], o.box[1], side - o.box[0], o.box[3])) for o in scene.objects]
+    mirrored = lambda texts: [mirror_text(t) for t in texts]
+    return replace(scene, image=scene.image[:, ::-1].copy(), crops=scene.crops[:, :, ::-1].copy(), objects=objects,
+                   relations=_stated_relations(objects, scene.config.margin_px), chain=mirrored(scene.chain),
+                   phrases=list(scene.phrases), paraphrases=mirrored(scene.paraphrases),
+                   alternatives=mirrored(scene.alternatives),
+                   negatives=[Negative(n.type, mirror_text(n.text)) for n in scene.negatives])
 
 # %% ../nbs/02_world.ipynb #50e95361
 def _one_edit_neighbours(m: Meaning) -> Iterable[Meaning]:

@@ -465,3 +465,71 @@ def test_upstream_layouts_aro_crepe_whatsup(tmp_path):
     _json(tmp_path / "vg_qa_two_obj.json", [[2354786, "x left of y", "x right of y"]])
     assert D.load_whatsup_spatial(tmp_path / "vg_qa_two_obj.json", image_root=tmp_path)[0].image_path.name == "2354786.jpg"
     assert D.load_whatsup_spatial(tmp_path / "vg_qa_two_obj.json")[0].image_path.parent.name == "vg_images"
+
+
+# ---------------------------------------------------------------- WorldDataset: mirror twins and the top caption
+def _draw_digest(ds, epochs=(0, 3)) -> str:
+    import hashlib
+    out = []
+    for e in epochs:
+        ds.set_epoch(e)
+        for i in range(len(ds)):
+            it, _, _ = ds._item(i)
+            out.append({k: v for k, v in it.items() if k not in ("image", "crop")})
+    return hashlib.sha256(json.dumps(out, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def test_world_draws_without_the_new_options_are_unchanged():
+    "Off by default, mirror twins and top_caption_p leave every caption, crop and negative draw as it was (pinned)."
+    assert _draw_digest(D.WorldDataset("train", 64, fields=("index",), cache_dir=False)) == "dc6f954f103516d7"
+    assert _draw_digest(D.WorldDataset("train", 64, fields=("crop", "index"), cache_dir=False)) == "a9f8129847d47f2f"
+    assert _draw_digest(D.WorldDataset("train", 64, fields=("negatives", "alternative", "index"), k_negatives=4,
+                                       cache_dir=False)) == "6c80eacf0094d16a"
+    assert _draw_digest(D.WorldDataset("train", 64, fields=("paraphrase", "index"), cache_dir=False)) == "4fdf26161481aa6b"
+
+
+def test_mirror_twins_batches_are_scene_mirror_pairs():
+    from hierbench.world import holds, mirror_scene
+    ds = D.WorldDataset("train", 48, fields=("crop", "index"), cache_dir=False, mirror_twins=True)
+    n = 48
+    assert len(ds) == 2 * n
+    seen = []
+    for step in range(3):   # one epoch: 48 scenes in batches of 16 pairs... 3 steps of 16 scenes
+        idx = ds.batch_indices(step, 32, seed=5)
+        assert np.array_equal(idx, ds.batch_indices(step, 32, seed=5))          # a pure function of (step, size, seed)
+        assert np.array_equal(idx[1::2], idx[0::2] + n) and (idx[0::2] < n).all()
+        seen += list(idx[0::2])
+        items = ds.__getitems__(idx)
+        for a, b in zip(items[0::2], items[1::2]):
+            assert torch.equal(b["image"], a["image"].flip(-1))
+        for i, it in zip(idx[1::2], items[1::2]):
+            mirror = mirror_scene(ds.ws.scene(int(i) - n))
+            assert holds(mirror, it["caption"]) and it["phrase"] in mirror.phrases
+    assert sorted(seen) == list(range(n))   # every scene once per epoch, each with its mirror
+    with pytest.raises(ValueError, match="even batch size"): ds.batch_indices(0, 31, 0)
+    with pytest.raises(ValueError, match="choose one"):
+        D.WorldDataset("train", 8, cache_dir=False, mirror_twins=True, pair_neighbours=True)
+
+
+def test_mirror_twin_negatives_are_false_for_the_mirror():
+    from hierbench.world import holds, mirror_scene
+    ds = D.WorldDataset("train", 40, fields=("negatives",), k_negatives=4, cache_dir=False, mirror_twins=True)
+    for i in range(40, 80):
+        it = ds[i]
+        mirror = mirror_scene(ds.ws.scene(i - 40))
+        assert holds(mirror, it["caption"])
+        assert not any(holds(mirror, t, margin=0.0) for t, ok in zip(it["negatives"], it["negatives_mask"]) if ok)
+
+
+def test_top_caption_p():
+    always = D.WorldDataset("train", 60, cache_dir=False, top_caption_p=1.0)
+    assert all(always[i]["caption"] == always.ws.meta[i]["chain"][-1] for i in range(60))
+    half = D.WorldDataset("train", 400, cache_dir=False, top_caption_p=0.5)
+    plain = D.WorldDataset("train", 400, cache_dir=False)
+    share = lambda ds: np.mean([ds[i]["caption"] == ds.ws.meta[i]["chain"][-1] for i in range(len(ds))])
+    p0 = share(plain)   # the top caption's share among uniform draws over all true texts
+    assert abs(share(half) - (0.5 + 0.5 * p0)) < 0.08 and p0 < 0.2
+    for bad in (-0.1, 1.5):
+        with pytest.raises(ValueError, match="top_caption_p"): D.WorldDataset("train", 8, cache_dir=False, top_caption_p=bad)
+    with pytest.raises(ValueError, match="caption='sample'"):
+        D.WorldDataset("train", 8, fields=("crop",), cache_dir=False, top_caption_p=0.3)

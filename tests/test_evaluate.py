@@ -581,3 +581,24 @@ def test_hierarchical_metric_properties(pairs):
     assert (a.h_precision == b.h_recall).all()                                   # hP and hR swap roles
     assert ((a.tie == 0) == (np.array(pred) == np.array(true))).all()
     assert (a.lca >= 1).all() and a.jaccard.between(0, 1).all()
+
+
+# ---------------------------------------------------------------- position_readout
+class _PixelModel(torch.nn.Module):
+    """A stand-in image encoder over each pixel's distance from the image's median colour: `profile` keeps its mean per
+    column and per row (where the object is), else its mean and spread over the whole image (how big, not where)."""
+    def __init__(self, profile: bool):
+        super().__init__(); self.profile = profile
+    def encode_image(self, x):
+        d = (x - x.flatten(2).median(-1).values[..., None, None]).abs().sum(1)
+        if self.profile: return torch.cat([d.mean(1), d.mean(2)], 1)
+        return torch.stack([d.mean(dim=(1, 2)), d.std(dim=(1, 2)), x.mean(dim=(1, 2, 3))], 1)
+
+
+def test_position_readout_tells_a_position_aware_embedding_from_a_blind_one():
+    aware = ev.position_readout(_PixelModel(True), n=600, cache_dir=False)
+    blind = ev.position_readout(_PixelModel(False), n=600, cache_dir=False)
+    for r in (aware, blind):
+        assert r["n_fit_left_right"] > 100 and r["n_scored_left_right"] > 100 and 0.5 <= r["chance_left_right"] < 0.62
+    assert aware["left_right"] > 0.9 and aware["above_below"] > 0.9
+    assert blind["left_right"] < 0.65 and blind["above_below"] < 0.65

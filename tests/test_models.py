@@ -417,3 +417,33 @@ def test_ema_teacher_averages_parameters_only_and_checks_decay():
     assert teacher.num_updates.item() == 2
     with pytest.raises(ValueError, match="decay"): EMATeacher(net, decay=1.5)
     with pytest.raises(ValueError, match="differ"): teacher.update(torch.nn.Linear(3, 3))
+
+
+# ---------------------------------------------------------------- image readout
+def test_flatten_readout_preset_differs_from_world_tiny_in_the_readout_only(tmp_path):
+    from hierbench.models import FlattenReadout, export_open_clip, load_model, resolve_architecture, save_model
+    flat, tiny = resolve_architecture("world-tiny-flat"), resolve_architecture("world-tiny")
+    assert {k for k in set(flat) | set(tiny) if flat.get(k) != tiny.get(k)} == {"image_readout"}
+    assert "image_readout" not in PRESETS["world-tiny"]          # the default presets' configs are what they were
+    torch.manual_seed(0)
+    m = create_model("world-tiny-flat")
+    pool = m.clip.visual.attnpool
+    assert isinstance(pool, FlattenReadout) and pool.proj.in_features == 256 * 4 and pool.proj.out_features == 64
+    x = torch.randn(3, 3, 64, 64)
+    m.eval()
+    with torch.no_grad(): a = m.encode_image(x)
+    assert a.shape == (3, 64) and torch.isfinite(a).all()
+    # the readout sees where things are: a mirrored feature map moves it as far as an unrelated one (attention
+    # pooling, near-uniform at initialisation, hardly moves)
+    fmap, other = torch.randn(6, 256, 2, 2).relu(), torch.randn(6, 256, 2, 2).relu()
+    attn = create_model("world-tiny").clip.visual.attnpool.eval()
+    with torch.no_grad():
+        shift = {name: ((p(fmap) - p(fmap.flip(-1))).norm(dim=-1) / (p(fmap) - p(other)).norm(dim=-1)).mean()
+                 for name, p in (("flatten", pool.eval()), ("attention", attn))}
+    assert shift["flatten"] > 0.5 and shift["attention"] < 0.1
+    save_model(m, tmp_path / "m.safetensors")
+    m2 = load_model(tmp_path / "m.safetensors").eval()
+    with torch.no_grad(): assert torch.equal(m2.encode_image(x), a)
+    with pytest.raises(ValueError, match="readout 'flatten'"): export_open_clip(m, tmp_path / "export")
+    with pytest.raises(ValueError, match="ResNet"): create_model("world-debug", image_readout="flatten")
+    with pytest.raises(ValueError, match="image_readout must be one of"): create_model("world-tiny", image_readout="mean")

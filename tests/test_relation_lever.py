@@ -62,3 +62,55 @@ def test_the_script_runs_and_resumes(tmp_path, capsys):
     assert "unknown ['levr']" in capsys.readouterr().err
     # a score made with other settings is refused, not silently reused
     with pytest.raises(SystemExit, match="scored with"): lv.main([*args[:5], "4", *args[6:]])
+
+
+# ---------------------------------------------------------------- tools/relation_pretrain.py
+def _pretrain():
+    import sys
+    sys.path.insert(0, str(ROOT / "tools"))
+    spec = importlib.util.spec_from_file_location("relation_pretrain", ROOT / "tools" / "relation_pretrain.py")
+    mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
+    return mod
+
+
+def test_pretrain_arms_differ_from_clip_in_their_named_settings_only():
+    from hierbench.compare import PRESETS
+    from hierbench.models import resolve_architecture
+    rp = _pretrain()
+    std = PRESETS["standard"]
+    clip = rp.train_kwargs("clip", std)
+    # plain CLIP is the compare job's call: quick/standard's schedule, model and scenes, plain batches
+    assert clip == dict(preset=std.model_preset, steps=std.pretrain_steps, n_train=std.n_train,
+                        batch_size=std.batch_size, mirror_twins=False, top_caption_p=0.0)
+    for arm, change in rp.ARMS.items():
+        kw = rp.train_kwargs(arm, std)
+        assert {k for k in kw if kw[k] != clip[k]} == set(change), arm
+    # the one model change is the readout
+    a, b = resolve_architecture(rp.ARMS["flat"]["preset"]), resolve_architecture(clip["preset"])
+    assert {k for k in set(a) | set(b) if a.get(k) != b.get(k)} == {"image_readout"}
+    # the contrasts of the design: the readout alone, then twins with the caption weight, then the caption weight
+    # alone, then the readout alone again (with twins and relational captions)
+    diff = lambda a, b: {k for k in clip if rp.train_kwargs(a, std)[k] != rp.train_kwargs(b, std)[k]}
+    assert [diff(a, b) for a, b in rp.CONTRASTS[:4]] == [{"preset"}, {"mirror_twins", "top_caption_p"},
+                                                         {"top_caption_p"}, {"preset"}]
+    assert rp.train_kwargs("flat+twins+top100", std)["top_caption_p"] == 1.0
+
+
+def test_pretrain_script_runs_and_resumes(tmp_path, capsys):
+    rp = _pretrain()
+    args = ["--preset", "smoke", "--seeds", "2", "--compare-dir", str(tmp_path), "--arms", "clip,flat+twins+top30"]
+    rp.main(args + ["--only", "0"])
+    assert "the tables wait" in capsys.readouterr().out
+    rp.main(args)
+    out = json.loads((tmp_path / "relation-pretrain" / "relation-pretrain.json").read_text())
+    assert sorted((r["arm"], r["seed"]) for r in out["runs"]) == [("clip", 0), ("clip", 1), ("flat+twins+top30", 0),
+                                                                   ("flat+twins+top30", 1)]
+    e = out["effects"]["flat+twins+top30 - clip"]["comp_acc/replace_rel"]
+    assert e["low"] <= e["effect"] <= e["high"] and e["n"] == 2
+    cfg = json.loads((tmp_path / "relation-pretrain" / "flat+twins+top30" / "seed1" / "config.json").read_text())
+    assert cfg["mirror_twins"] is True and cfg["top_caption_p"] == 0.3 and cfg["preset"] == "world-tiny-flat"
+    assert set(out["learnability"]["clip"]) >= {"comp_acc/replace_rel", "i2t_R@5", "zs_acc/general"}
+    rp.main(args)                                   # everything is read back: nothing trains
+    assert "seed 0 flat+twins+top30" not in capsys.readouterr().out
+    with pytest.raises(SystemExit): rp.main(args[:-1] + ["clip,flatt"])
+    assert "unknown ['flatt']" in capsys.readouterr().err

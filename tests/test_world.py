@@ -364,3 +364,32 @@ def test_world_output_is_pinned_to_its_version():
     assert WORLD_VERSION in WORLD_DIGEST, f"record the digest of WORLD_VERSION {WORLD_VERSION}: {h.hexdigest()}"
     assert h.hexdigest() == WORLD_DIGEST[WORLD_VERSION], (
         "the world's scenes changed without a WORLD_VERSION bump: stale split caches would be reused; bump it")
+
+
+# ---------------------------------------------------------------- the mirror of a scene
+def test_mirror_text_swaps_left_and_right_only():
+    t = "a large red circle to the left of a small blue square and a star right of a ring"
+    m = W.mirror_text(t)
+    assert m == "a large red circle to the right of a small blue square and a star left of a ring"
+    assert W.mirror_text(m) == t
+    assert W.mirror_text("a heart above a cross") == "a heart above a cross"
+
+
+def test_a_mirrored_scene_is_a_scene_of_the_world(scenes):
+    "Every text true of a scene holds, mirrored, of its mirror; every negative stays false, even leniently."
+    flip = {"left": "right", "right": "left"}
+    changed = 0
+    for sc in scenes[:600]:
+        mi = W.mirror_scene(sc)
+        assert mi.image.shape == sc.image.shape and np.array_equal(mi.image, sc.image[:, ::-1])
+        assert np.array_equal(mi.crops, sc.crops[:, :, ::-1])
+        assert sorted(mi.relations) == sorted(W.Relation(r.subject, flip.get(r.relation, r.relation), r.object)
+                                              for r in sc.relations)
+        for t in true_texts(sc):
+            assert holds(mi, W.mirror_text(t)), (sc.index, t)
+        for n in mi.negatives:
+            assert not holds(mi, n.text, margin=0.0), (sc.index, n)
+        changed += any(not holds(mi, t) for t in true_texts(sc))   # a horizontal relation makes the mirror differ
+        back = W.mirror_scene(mi)
+        assert back.objects == sc.objects and np.array_equal(back.image, sc.image) and back.chain == sc.chain
+    assert changed > 200   # most multi-object scenes state a horizontal relation that the mirror falsifies

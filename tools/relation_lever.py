@@ -43,6 +43,52 @@ def score(model, eval_data) -> dict:
             "image_mirrored": rel["image_mirrored"]}
 
 
+def read_score(done: Path, want: dict) -> dict | None:
+    "The row scored into `done`, None when there is none; a row scored with other `settings` than `want` is refused."
+    if not done.exists(): return None
+    row = json.loads(done.read_text())
+    if {k: row.get("settings", {}).get(k) for k in want} != want:
+        sys.exit(f"{done} was scored with {row.get('settings')}, not {want}: use another --out")
+    return row
+
+
+def summarise(rows: list, seeds: list, arms, contrasts, keys) -> dict:
+    """Per arm and metric the mean, 95% seed half-width, min and max; per contrast (a, b) between arms that ran the
+    paired effect a − b with its interval and the minimum detectable effect at that seed count."""
+    from hierbench.compare import min_detectable_effect, paired_effect
+    by = {arm: {r["seed"]: r for r in rows if r["arm"] == arm} for arm in arms}
+    out = {"arms": {}, "effects": {}}
+    for arm, rs in by.items():
+        out["arms"][arm] = {}
+        for k in keys:
+            v = np.array([rs[s][k] for s in seeds])
+            mean, _, high, _ = paired_effect(v, np.zeros_like(v))   # the same t-interval, against zero
+            out["arms"][arm][k] = dict(mean=mean, half_width=high - mean, min=float(v.min()), max=float(v.max()))
+    for a, b in (c for c in contrasts if set(c) <= set(by)):
+        out["effects"][f"{a} - {b}"] = {}
+        for k in keys:
+            x = np.array([by[a][s][k] for s in seeds]); y = np.array([by[b][s][k] for s in seeds])
+            eff, lo, hi, n = paired_effect(x, y)
+            mde = min_detectable_effect(float(np.std(x - y, ddof=1)) if n > 1 else float("nan"), n)
+            out["effects"][f"{a} - {b}"][k] = dict(effect=eff, low=lo, high=hi, n=n, mde=mde)
+    return out
+
+
+def print_summary(summary: dict, keys) -> None:
+    "The two markdown tables of `summarise`: per arm mean ± half-width [min, max], then the paired contrasts."
+    print(f"\n{len(summary['seeds'])} seeds; mean ± 95% half-width [min, max]")
+    print("| metric | " + " | ".join(summary["arms"]) + " |")
+    for k in keys:
+        cells = [f"{d['mean']:.3f} ± {d['half_width']:.3f} [{d['min']:.3f}, {d['max']:.3f}]"
+                 for d in (summary["arms"][arm][k] for arm in summary["arms"])]
+        print(f"| {k} | " + " | ".join(cells) + " |")
+    print("\npaired by seed: effect [95% interval] (minimum detectable effect)")
+    print("| contrast | " + " | ".join(keys) + " |")
+    for name, eff in summary["effects"].items():
+        print(f"| {name} | " + " | ".join(f"{e['effect']:+.3f} [{e['low']:+.3f}, {e['high']:+.3f}] ({e['mde']:.3f})"
+                                        for e in eff.values()) + " |")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, default=5)
@@ -61,7 +107,7 @@ def main(argv=None):
     unknown = set(args.arms.split(",")) - set(ARMS)
     if unknown: ap.error(f"--arms: unknown {sorted(unknown)} (arms: {', '.join(ARMS)})")
 
-    from hierbench.compare import PRESETS as COMPARE_PRESETS, build_eval_data, main_job_dir, min_detectable_effect, paired_effect, run_compare
+    from hierbench.compare import PRESETS as COMPARE_PRESETS, build_eval_data, main_job_dir, paired_effect, run_compare
     from hierbench.config import atomic_write_text, load_settings
     from hierbench.jobs import train_recipe
     from hierbench.models import load_model
@@ -85,11 +131,8 @@ def main(argv=None):
             run_dir = clip_dir if arm == "clip" else out / arm / f"seed{seed}"
             done = (out / "scores" / f"{arm}-seed{seed}.json")
             want = dict(preset=args.preset) if arm == "clip" else run_settings
-            if done.exists():
-                row = json.loads(done.read_text())
-                if {k: row.get("settings", {}).get(k) for k in want} != want:
-                    sys.exit(f"{done} was scored with {row.get('settings')}, not {want}: use another --out")
-                rows.append(row); continue
+            row = read_score(done, want)
+            if row is not None: rows.append(row); continue
             if seed not in todo: continue
             t0 = time.perf_counter()
             if arm != "clip":
@@ -107,22 +150,9 @@ def main(argv=None):
     if len(rows) < len(seeds) * (1 + len(arms)):
         print(f"{len(rows)} of {len(seeds) * (1 + len(arms))} runs scored: the table waits for the rest"); return
     keys = METRICS + ("text_inverted", "image_mirrored")
-    by = {arm: {r["seed"]: r for r in rows if r["arm"] == arm} for arm in ("clip", *arms)}
     summary = {"seeds": seeds, "steps": args.steps, "batch_size": args.batch_size, "n_train": args.n_train,
-               "arms": {}, "effects": {}}
-    for arm, rs in by.items():
-        summary["arms"][arm] = {}
-        for k in keys:
-            v = np.array([rs[s][k] for s in seeds])
-            mean, _, high, _ = paired_effect(v, np.zeros_like(v))   # the same t-interval, against zero
-            summary["arms"][arm][k] = dict(mean=mean, half_width=high - mean, min=float(v.min()), max=float(v.max()))
-    for a, b in (c for c in CONTRASTS if set(c) <= set(by)):
-        summary["effects"][f"{a} - {b}"] = {}
-        for k in keys:
-            x = np.array([by[a][s][k] for s in seeds]); y = np.array([by[b][s][k] for s in seeds])
-            eff, lo, hi, n = paired_effect(x, y)
-            mde = min_detectable_effect(float(np.std(x - y, ddof=1)) if n > 1 else float("nan"), n)
-            summary["effects"][f"{a} - {b}"][k] = dict(effect=eff, low=lo, high=hi, n=n, mde=mde)
+               **summarise(rows, seeds, ("clip", *arms), CONTRASTS, keys)}
+    by = {arm: {r["seed"]: r for r in rows if r["arm"] == arm} for arm in ("clip", *arms)}
     # interaction: does the second term add more when the first is on? (lever - tgc) - (igc - control), paired by seed
     if len(arms) == len(ARMS):
         x = {arm: np.array([by[arm][s]["comp_acc/replace_rel"] for s in seeds]) for arm in ARMS}
@@ -130,17 +160,7 @@ def main(argv=None):
         summary["interaction_replace_rel"] = dict(effect=eff, low=lo, high=hi, n=n)
     atomic_write_text(out / "lever.json", json.dumps(dict(runs=rows, **summary), indent=1))
 
-    print(f"\n{len(seeds)} seeds; mean ± 95% half-width [min, max]")
-    print("| metric | " + " | ".join(by) + " |")
-    for k in keys:
-        cells = [f"{d['mean']:.3f} ± {d['half_width']:.3f} [{d['min']:.3f}, {d['max']:.3f}]"
-                 for d in (summary["arms"][arm][k] for arm in by)]
-        print(f"| {k} | " + " | ".join(cells) + " |")
-    print("\npaired by seed: effect [95% interval] (minimum detectable effect)")
-    print("| contrast | " + " | ".join(keys) + " |")
-    for name, eff in summary["effects"].items():
-        print(f"| {name} | " + " | ".join(f"{e['effect']:+.3f} [{e['low']:+.3f}, {e['high']:+.3f}] ({e['mde']:.3f})"
-                                        for e in eff.values()) + " |")
+    print_summary(summary, keys)
     i = summary.get("interaction_replace_rel")
     if i: print(f"interaction on replace_rel, (lever - tgc) - (igc - control): {i['effect']:+.3f} [{i['low']:+.3f}, {i['high']:+.3f}]")
     print(f"\nwrote {out / 'lever.json'}")
