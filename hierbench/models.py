@@ -137,7 +137,7 @@ class FlattenReadout(nn.Module):
     """A ResNet image tower's last feature map (N, C, H, W) flattened and projected to the embedding: one weight per
     channel *and cell*, so where a feature sits changes the embedding from the first step. open_clip's attention
     pooling starts from near-uniform attention over the cells — an average, blind to position — and contrastive
-    training on the world never makes it look (`hierbench.evaluate.position_readout`)."""
+    training on the world leaves it nearly so (`hierbench.evaluate.position_readout`)."""
     def __init__(self, channels: int, cells: int, out_dim: int):
         super().__init__()
         self.proj = nn.Linear(channels * cells, out_dim)
@@ -628,12 +628,12 @@ def load_model(path: str | Path, map_location: str | torch.device = "cpu") -> Du
 def export_open_clip(model: DualEncoder, out_dir: str | Path, name: str | None = None) -> dict[str, Path]:
     """Write `NAME.safetensors` (open_clip's state dict), `NAME.json` (its model config) and `NAME.head.json`
     (geometry, curvature, α) into `out_dir`; `name` defaults to the model's architecture name. Returns the paths."""
-    out_dir = Path(out_dir); out_dir.mkdir(parents=True, exist_ok=True)
     name = name or str(model.model_config["name"])
     readout = model.model_config["arch"].get("image_readout", "attention")
     if readout != "attention":
         raise ValueError(f"model {name!r}: its image readout {readout!r} is hierbench's, not open_clip's, which could not "
                          "load the export; save it with `save_model` instead")
+    out_dir = Path(out_dir); out_dir.mkdir(parents=True, exist_ok=True)
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name): raise ValueError(f"export name {name!r}: letters, digits, '-', '_', '.' only")
     # open_clip's model config holds the towers only: the world vocabulary and the normalisation stay in NAME.head.json
     arch = {k: v for k, v in copy.deepcopy(model.model_config["arch"]).items() if k not in ("world_vocab", "preprocess_cfg")}

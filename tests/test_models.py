@@ -445,5 +445,6 @@ def test_flatten_readout_preset_differs_from_world_tiny_in_the_readout_only(tmp_
     m2 = load_model(tmp_path / "m.safetensors").eval()
     with torch.no_grad(): assert torch.equal(m2.encode_image(x), a)
     with pytest.raises(ValueError, match="readout 'flatten'"): export_open_clip(m, tmp_path / "export")
+    assert not (tmp_path / "export").exists()          # refused before anything is written
     with pytest.raises(ValueError, match="ResNet"): create_model("world-debug", image_readout="flatten")
     with pytest.raises(ValueError, match="image_readout must be one of"): create_model("world-tiny", image_readout="mean")
