@@ -339,7 +339,10 @@ class _Batches:
         if collate_fn is None:
             from torch.utils.data import default_collate as collate_fn
         self.collate_fn = collate_fn
-        if self.is_dataset: batch_indices(0, len(data), cfg.batch_size, cfg.seed)  # fail early if too small
+        if self.is_dataset:   # fail early — before the run folder is written — if the size does not fit the data, or
+            compose = getattr(data, "batch_indices", None)   # the dataset's own batch composition refuses it
+            if (compose(0, cfg.batch_size, cfg.seed) if callable(compose) else None) is None:
+                batch_indices(0, len(data), cfg.batch_size, cfg.seed)
 
     def state(self) -> dict:
         return dict(seed=self.cfg.seed, batch_size=self.cfg.batch_size,

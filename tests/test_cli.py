@@ -98,3 +98,21 @@ def test_train_weights_change_loss_terms_and_are_recorded(tmp_path):
     p = run("train", "degla", "--out", str(tmp_path / "bad"), "--preset", "world-debug", "--steps", "1",
             "--weights", "igc=one")
     assert p.returncode != 0 and "igc=one" in p.stderr and not (tmp_path / "bad").exists()
+
+
+def test_train_mirror_twins_and_top_caption_p_are_recorded(tmp_path):
+    "`--mirror-twins --top-caption-p P` (the compare page's relations under CLIP's own loss): recorded in config.json."
+    out = tmp_path / "t"
+    p = run("train", "clip", "--out", str(out), "--preset", "world-tiny-flat", "--steps", "2", "--n-train", "64",
+            "--batch-size", "8", "--mirror-twins", "--top-caption-p", "0.5")
+    assert p.returncode == 0, p.stderr[-2000:]
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["mirror_twins"] is True and cfg["top_caption_p"] == 0.5 and cfg["preset"] == "world-tiny-flat"
+    assert "mirror twins, top caption p 0.5" in p.stdout
+    # a recipe whose captions are not sampled (NegCLIP's positive is the top caption) refuses the weight, writing nothing
+    p = run("train", "negclip", "--out", str(tmp_path / "n"), "--preset", "world-debug", "--steps", "1",
+            "--top-caption-p", "0.5")
+    assert p.returncode != 0 and "top_caption_p" in p.stderr and not (tmp_path / "n").exists()
+    p = run("train", "clip", "--out", str(tmp_path / "o"), "--preset", "world-debug", "--steps", "1", "--batch-size", "7",
+            "--mirror-twins")
+    assert p.returncode != 0 and "even batch size" in p.stderr and not (tmp_path / "o").exists()
