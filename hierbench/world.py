@@ -710,7 +710,7 @@ def mirror_scene(scene: Scene) -> Scene:
     mirrored = lambda texts: [mirror_text(t) for t in texts]
     return replace(scene, image=scene.image[:, ::-1].copy(), crops=scene.crops[:, :, ::-1].copy(), objects=objects,
                    relations=_stated_relations(objects, scene.config.margin_px), chain=mirrored(scene.chain),
-                   phrases=list(scene.phrases), paraphrases=mirrored(scene.paraphrases),
+                   paraphrases=mirrored(scene.paraphrases),
                    alternatives=mirrored(scene.alternatives),
                    negatives=[Negative(n.type, mirror_text(n.text)) for n in scene.negatives])
 

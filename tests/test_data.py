@@ -494,7 +494,7 @@ def test_mirror_twins_batches_are_scene_mirror_pairs():
     n = 48
     assert len(ds) == 2 * n
     seen = []
-    for step in range(3):   # one epoch: 48 scenes in batches of 16 pairs... 3 steps of 16 scenes
+    for step in range(3):   # one epoch: 3 steps of 16 scenes, each followed by its mirror
         idx = ds.batch_indices(step, 32, seed=5)
         assert np.array_equal(idx, ds.batch_indices(step, 32, seed=5))          # a pure function of (step, size, seed)
         assert np.array_equal(idx[1::2], idx[0::2] + n) and (idx[0::2] < n).all()

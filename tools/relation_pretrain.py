@@ -100,7 +100,7 @@ def main(argv=None):
             if arm != "clip":
                 train_recipe("clip", run_dir, seed=seed, resume=True, quiet=True, log_every=10,
                              cache_dir=load_settings().cache_dir, **train_kwargs(arm, preset))
-            eval_data = eval_data or build_eval_data(preset)
+            if eval_data is None: eval_data = build_eval_data(preset)   # once, and only when something is scored
             row = dict(arm=arm, seed=seed, settings=want, train_seconds=time.perf_counter() - t0,
                        **score(load_model(run_dir / "model.safetensors"), eval_data))
             atomic_write_text(out / "scores" / f"{arm}-seed{seed}.json", json.dumps(row, indent=1))
