@@ -6,18 +6,43 @@ Docs: https://hierbench.github.io/hierbench/cli.html.md"""
 
 # %% ../nbs/15_cli.ipynb #694149e4
 from __future__ import annotations
-import argparse, collections, json, sys
-from typing import Sequence
+import argparse, dataclasses, json, math, sys
 from pathlib import Path
 
+import pandas as pd
+import torch
+
+from .bench import SECTIONS as BENCH_SECTIONS, format_report, run_benchmarks
+from .benchmarks import evaluate_benchmarks
+from .budgets import BUDGETS
+from .compare import main_job_dir
+from .config import atomic_write_text
+from .distributed import dist_info
+from .encoding import eval_progress
+from .geometry import dist, dist0, exp_map0, exterior_angle, half_aperture
+from .jobs import DecoderSpec, resolve_init, train_recipe
+from .launch import LAUNCHERS, launch_compare
+from .loaders import check_benchmark_folder
+from .metrics import results_table
+from .models import create_model, export_open_clip, load_model
+from .negatives import LexiconTagger
+from .paraphrases import generate_paraphrases
+from .precision import PRECISIONS, apply_precision
+from .real_data import MissingTrainingFileError, RealData, generate_negatives, parse_data_spec, real_records
+from .recipes import get_recipe
+from .scorers import load_scorer
+from .sources import WorldData
+from .stats import paired_item_differences
+from .train import PREEMPTED_EXIT_CODE, EvalEvery
+
 # %% auto #0
-__all__ = ['geometry_demo', 'load_any_model', 'evaluate_checkpoint', 'build_parser', 'main']
+__all__ = ['SUBCOMMANDS', 'geometry_demo', 'load_any_model', 'DeprecatedFlag', 'deprecated_alias', 'add_train_parser',
+           'add_negatives_parser', 'add_paraphrases_parser', 'add_check_parser', 'add_export_parser',
+           'add_compare_parser', 'add_bench_parser', 'add_eval_parser', 'add_demo_docs_parsers', 'build_parser', 'main']
 
 # %% ../nbs/15_cli.ipynb #776195d0
 def geometry_demo() -> list[tuple[str, float, float]]:
     "Rows (quantity, computed, reference) for the spec's geometry reference values (c = 1 unless stated)."
-    import math, torch
-    from hierbench.geometry import dist, dist0, exp_map0, half_aperture, exterior_angle
     t = lambda *v: torch.tensor(v, dtype=torch.float64)
     e1, e2 = t(1., 0.), t(0., 1.)
     rows = [("d(O,(1,0))", dist0(e1, 1.0), 0.881374), ("d((1,0),(0,1))", dist(e1, e2, 1.0), 1.316958),
@@ -34,123 +59,113 @@ def geometry_demo() -> list[tuple[str, float, float]]:
 def load_any_model(checkpoint: str | Path, model_name: str | None = None, quick_gelu: bool | None = None,
                    geometry: str = "euclidean"):
     "A hierbench run dir / saved model, or an open_clip checkpoint file (then `model_name` names the architecture)."
-    from hierbench.models import create_model, load_model
     p = Path(checkpoint)
     if p.is_dir(): p = p / "model.safetensors"
     if not p.exists(): raise FileNotFoundError(f"checkpoint {p} does not exist")
     if p.with_suffix(".json").exists() and model_name is None: return load_model(p)
     if model_name is None:
-        raise ValueError(f"{p} has no hierbench sidecar ({p.with_suffix('.json').name}): pass --model ARCH "
+        raise ValueError(f"{p} has no hierbench sidecar ({p.with_suffix('.json').name}): pass --arch ARCH "
                          "(an open_clip architecture such as ViT-B-32-quickgelu) to load it as an open_clip checkpoint")
     return create_model(model_name, geometry=geometry, checkpoint=p, force_quick_gelu=quick_gelu)
 
-def evaluate_checkpoint(model, world: bool = True, n_test: int = 300, sugarcrepe: str | None = None,
-                        sugarcrepe_pp: str | None = None, hierarcaps: str | None = None, image_root: str | None = None,
-                        limit: int | None = None, batch_size: int = 64, coco_dir: str | None = None,
-                        per_item: list | None = None, log=print, valse: str | None = None,
-                        whatsup: Sequence[str] = (), crepe: Sequence[str] = (), aro_relation: str | None = None,
-                        aro_attribution: str | None = None, aro_order: Sequence[str] = (),
-                        aro_exclude: Sequence[str] = (), vg_dir: str | None = None) -> dict[str, float]:
-    """Every protocol the user points at: the world (default), SugarCrepe, SugarCrepe++, HierarCaps (PEP, d_corr,
-    retrieval), VALSE, WhatsUp, CREPE and ARO. `model`: any `hierbench.scorers.Scorer`; a text-only one runs the text protocols and each image
-    protocol logs one line saying it was skipped. `coco_dir`: find COCO images by id across the 2014/2017 namings
-    (items whose image is nowhere are set aside and counted). `per_item`: a list that receives per-item tables.
-    ARO: `aro_relation` / `aro_attribution` are ARO's `visual_genome_relation.json` / `visual_genome_attribution.json`
-    (images under `vg_dir`, default `image_root`); relations named in `aro_exclude` are scored per item but left out
-    of the aggregates (ARO's reported VG-Relation number leaves out relations it counts as symmetric: pass that list),
-    and attribute pairs with fewer than 25 cases are left out as ARO does; `aro_order`: BLIP's
-    `coco_karpathy_test.json` / `flickr30k_test.json` (COCO-/Flickr-Order, images under `image_root`)."""
-    from hierbench import data as D, evaluate as E
-    from hierbench.scorers import has_images, skipped
-    images = has_images(model)
-    index = D.CocoImageIndex(coco_dir) if coco_dir else None
-    def usable(items, name):
-        if index is None: return list(items)
-        kept, missing = D.with_coco_images(items, index)
-        if missing and log: log(f"{name}: {missing} of {missing + len(kept)} items have no image under {coco_dir} (set aside)")
-        return kept
-    out = {}
-    if world:
-        if images: out.update(E.evaluate_world(model, n_test=n_test))
-        elif log: log(skipped("the built-in world", model))
-    cut = (lambda xs: list(xs)[:limit]) if limit else list
-    if sugarcrepe:
-        if images:
-            items = usable([it for subset in D.load_sugarcrepe(sugarcrepe, image_root).values() for it in subset], "SugarCrepe")
-            items = [it for s in dict.fromkeys(it.subset for it in items) for it in cut(x for x in items if x.subset == s)]
-            out.update(E.evaluate_choice_benchmark(model, items, prefix="sugarcrepe", groups=E.SUGARCREPE_GROUPS,
-                                                   batch_size=batch_size, per_item=per_item))
-        elif log: log(skipped("SugarCrepe", model))
-    if sugarcrepe_pp:
-        items = [it for subset in D.load_sugarcrepe_pp(sugarcrepe_pp, image_root).values() for it in cut(subset)]
-        want_img = image_root is not None or index is not None   # ITT asked for; a text-only model logs its skip
-        if want_img and images and index is not None: items = usable(items, "SugarCrepe++")
-        res = E.evaluate_sugarcrepe_pp(model, items, batch_size=batch_size, with_images=want_img, per_item=per_item, log=log)
-        out.update({f"scpp_{k}": v for k, v in res.items()})
-    choice_sets = []   # (name, items, options for evaluate_choice_benchmark) of the other image-text benchmarks
-    if valse:
-        items = [it for v in D.load_valse(valse, image_root).values() for it in cut(v)]
-        choice_sets.append(("valse", items, dict(groups=D.VALSE_CATEGORIES)))
-    for f in whatsup:
-        stem = Path(f).stem
-        load = D.load_whatsup_controlled if stem.startswith("controlled") else D.load_whatsup_spatial
-        choice_sets.append((f"whatsup_{stem}", cut(load(f, image_root)), "whatsup" if stem.startswith("controlled") else {}))
-    for f in crepe: choice_sets.append((f"crepe_{Path(f).stem}", cut(D.load_crepe(f, image_root)), dict(recall_ks=(1, 3, 5))))
-    vg = vg_dir or image_root
-    if aro_relation:
-        choice_sets.append(("aro_vg_relation", cut(D.load_aro_vg(aro_relation, vg)), dict(exclude_subsets=tuple(aro_exclude))))
-    if aro_attribution:
-        items = cut(D.load_aro_vg(aro_attribution, vg))
-        pairs = collections.Counter(it.subset for it in items)
-        # ARO leaves out attribute pairs with < 25 cases; a --limit'ed look has none that large: keep them all, say so
-        least = 25 if pairs and max(pairs.values()) >= 25 else 1
-        if least == 1 and log: log(f"aro_vg_attribution: no attribute pair has 25 cases ({len(items)} items): aggregates over every pair")
-        choice_sets.append(("aro_vg_attribution", items, dict(min_subset_size=least)))
-    for f in aro_order:
-        name = "flickr_order" if "flickr" in Path(f).stem.lower() else "coco_order"
-        choice_sets.append((f"aro_{name}", cut(D.load_order_benchmark(f, image_root, name=name)), {}))
-    for name, items, opts in choice_sets:
-        if not images:
-            if log: log(skipped(name, model))
-            continue
-        items = usable(items, name)
-        if opts == "whatsup": out.update(E.evaluate_whatsup_controlled(model, items, batch_size=batch_size, prefix=name))
-        else: out.update(E.evaluate_choice_benchmark(model, items, prefix=name, batch_size=batch_size, per_item=per_item, **opts))
-    if hierarcaps:
-        if images:
-            chains = cut(D.load_hierarcaps(hierarcaps, image_root))
-            out.update(E.evaluate_hierarcaps(model, [c.chain for c in chains], [c.image_path for c in chains],
-                                             batch_size=batch_size, suffix="/hierarcaps"))
-        else:   # a text-only model: the text side (radius ordering along each chain); PEP and retrieval need images
-            chains = cut(D.load_hierarcaps(hierarcaps, image_root))
-            out.update(E.hierarcaps_text_metrics(model, [c.chain for c in chains], batch_size=4 * batch_size, suffix="/hierarcaps"))
-            if log: log(skipped("HierarCaps retrieval and PEP (d_corr from the texts alone was run)", model))
-    return out
+# %% ../nbs/15_cli.ipynb #957b3651
+class DeprecatedFlag(argparse.Action):
+    "An old spelling of a flag kept for one release: stores into the new flag's destination and says so on stderr."
+    def __init__(self, option_strings, dest, new: str = "", **kwargs):
+        self.new = new
+        super().__init__(option_strings, dest, **kwargs)
 
-# %% ../nbs/15_cli.ipynb #3a74c43c
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"hierbench: {option_string} is deprecated, use {self.new} (the old spelling goes in the next release)",
+              file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+def deprecated_alias(parser, old: str, new: str, **kwargs):
+    "Accept `old` as a hidden, deprecated spelling of the flag `new` (same destination)."
+    dest = new.lstrip("-").replace("-", "_")
+    parser.add_argument(old, dest=dest, action=DeprecatedFlag, new=new, help=argparse.SUPPRESS,
+                        default=argparse.SUPPRESS, **kwargs)
+
+# %% ../nbs/15_cli.ipynb #f84c0aaa
 def _print_table(df, title: str):
-    import pandas as pd
     with pd.option_context("display.max_columns", None, "display.width", 200, "display.max_colwidth", 60):
         print(f"\n{title}\n{df.to_string()}")
 
+def _csv(text: str | None) -> list[str] | None:
+    "Comma-separated names as a list (None stays None)."
+    return None if text is None else [t.strip() for t in text.split(",") if t.strip()]
+
+# %% ../nbs/15_cli.ipynb #cba3f7a7
+def add_train_parser(sub):
+    "The `train` subcommand's flags (each named after the `train_recipe` / `TrainConfig` field it sets)."
+    d = sub.add_parser("train", help="train one recipe on the world or on real data (torchrun-compatible)")
+    d.add_argument("recipe")
+    d.add_argument("--out", required=True, help="run folder (config.json, metrics.jsonl, checkpoints)")
+    d.add_argument("--data", default="world", help="world (default) | coco:KARPATHY.json | grit:FILE.jsonl | "
+                   "wds:'shards/{00000..00099}.tar' | hierarcaps:CSV")
+    d.add_argument("--image-root", default=None, help="folder the annotation file's image paths are relative to")
+    d.add_argument("--negatives", default=None, help="hard-negative file of `hierbench negatives` (negclip, degla, read)")
+    d.add_argument("--paraphrases", default=None, help="caption → paraphrase file, JSON or JSONL (read's alignment)")
+    d.add_argument("--decoder-path", default=None, help="READ's frozen decoder (.safetensors; pretrained and saved there if absent)")
+    d.add_argument("--decoder-steps", type=int, default=1500, help="READ: decoder pre-training steps when it is trained here")
+    d.add_argument("--arch", default="world-tiny", help="architecture: a world preset (world-tiny, world-debug, ...) or an "
+                   "open_clip name for real data, e.g. ViT-B-32-quickgelu")
+    d.add_argument("--steps", type=int, default=None, help="default: the recipe's (world) or the paper's epochs over the data")
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--init-checkpoint", default=None, help="checkpoint file or finished run folder to fine-tune from")
+    d.add_argument("--n-train", type=int, default=2000, help="world scenes")
+    d.add_argument("--negative-types", default=None, help="world: comma-separated negative types the loader draws, e.g. "
+                   "replace_rel (default: the recipe's); recorded in config.json")
+    d.add_argument("--mirror-twins", action="store_true", help="world: each training scene beside its left-right mirror "
+                   "in the batch (recorded in config.json)")
+    d.add_argument("--top-caption-p", type=float, default=0.0, help="world, recipes that sample captions (clip, meru): "
+                   "draw the top (relational) caption with this probability (default 0; recorded in config.json)")
+    d.add_argument("--weights", default=None, help="loss-term weights to change, e.g. igc=1,tgc=1 (config.json's recipe_weights)")
+    for flag, kind, what in (("--batch-size", int, "global batch over all processes"), ("--lr", float, "peak learning rate"),
+                             ("--weight-decay", float, "AdamW weight decay"),
+                             ("--num-workers", int, "DataLoader processes building batches ahead (real images)"),
+                             ("--ckpt-every", int, "steps between checkpoints"), ("--log-every", int, "steps between metrics.jsonl lines")):
+        d.add_argument(flag, type=kind, default=None, help=f"{what} (default: the recipe's)")
+    d.add_argument("--precision", choices=PRECISIONS, default=None, help="fp32 (default) | bf16 | fp16 | amp_bf16 | amp_fp16 "
+                   "(open_clip's names; autocast on CPU and CUDA; geometry and heads stay float32)")
+    d.add_argument("--batch-scope", choices=["global", "process"], default=None, help="whether --batch-size counts all "
+                   "processes (global, the default) or each process (open_clip's meaning)")
+    d.add_argument("--keep-checkpoints", type=int, default=None, help="recent checkpoints kept on disk (default 2; 0 = all)")
+    d.add_argument("--no-save-optimizer", dest="save_optimizer", action="store_false", default=None,
+                   help="checkpoints without optimizer state (smaller; such a run cannot be resumed exactly)")
+    d.add_argument("--eval-every", type=int, default=None, help="evaluate the benchmarks below every N steps into metrics.jsonl")
+    d.add_argument("--eval-sugarcrepe", default=None, help="SugarCrepe annotation folder")
+    d.add_argument("--eval-sugarcrepe-pp", default=None, help="SugarCrepe++ annotation folder")
+    d.add_argument("--eval-hierarcaps", default=None, help="HierarCaps CSV")
+    d.add_argument("--eval-image-root", default=None, help="image folder of the benchmarks")
+    d.add_argument("--eval-limit", type=int, default=None, help="items per benchmark subset")
+    d.add_argument("--resume", action="store_true", help="continue from the run folder's latest checkpoint")
+    d.add_argument("--allow-change", default=None, help="with --resume: optimiser fields that may differ from the saved run "
+                   "(e.g. lr,grad_clip after a NaN); recorded in config.json's history")
+    for old, new in (("--preset", "--arch"), ("--model", "--arch"), ("--init", "--init-checkpoint"),
+                     ("--save-every", "--ckpt-every"), ("--workers", "--num-workers"), ("--decoder", "--decoder-path")):
+        deprecated_alias(d, old, new, type=int if new in ("--ckpt-every", "--num-workers") else None)
+    d.set_defaults(func=_cmd_train)
+    return d
+
+# %% ../nbs/15_cli.ipynb #2c76167f
 def _recipe_with_negative_types(name: str, types: str, data: str):
     "Recipe `name` drawing only the world negative types listed in `types` (comma-separated), or exit saying why not."
-    from hierbench.recipes import get_recipe
     base = get_recipe(name)
     if base.num_negatives == 0:
         sys.exit(f"--negative-types: recipe {name!r} draws no hard negatives (num_negatives 0); negclip, degla and read do")
     if data != "world":
         sys.exit("--negative-types chooses among the world's negative types; on real data the negatives come from --negatives FILE")
     # Recipe checks each name against the world's types and says which one is unknown
-    try: return base.replace(negative_types=tuple(t.strip() for t in types.split(",") if t.strip()))
+    try: return base.replace(negative_types=tuple(_csv(types)))
     except ValueError as e: sys.exit(f"--negative-types {types!r}: {e}")
 
+# %% ../nbs/15_cli.ipynb #f671e79f
 def _recipe_with_weights(recipe, spec: str):
     "`recipe` (name or Recipe) with loss-term weights changed by `spec` ('igc=1,tgc=1'), or exit naming the bad entry."
-    from hierbench.recipes import get_recipe
     recipe = get_recipe(recipe) if isinstance(recipe, str) else recipe
     weights = {}
-    for part in (p.strip() for p in spec.split(",") if p.strip()):
+    for part in _csv(spec):
         term, eq, value = part.partition("=")
         try: weights[term.strip()] = float(value)
         except ValueError: eq = ""
@@ -159,91 +174,242 @@ def _recipe_with_weights(recipe, spec: str):
     try: return recipe.replace(weights=weights)
     except ValueError as e: sys.exit(f"--weights {spec!r}: {e}")
 
+# %% ../nbs/15_cli.ipynb #e7393554
+def _eval_callback(args):
+    "The `--eval-every` callback: the benchmarks named by the `--eval-*` flags, scored into metrics.jsonl."
+    if not (args.eval_sugarcrepe or args.eval_hierarcaps or args.eval_sugarcrepe_pp):
+        sys.exit("--eval-every needs a benchmark: --eval-sugarcrepe DIR, --eval-sugarcrepe-pp DIR or --eval-hierarcaps CSV")
+    return EvalEvery(lambda m: evaluate_benchmarks(
+        m, world=False, sugarcrepe=args.eval_sugarcrepe, sugarcrepe_pp=args.eval_sugarcrepe_pp,
+        hierarcaps=args.eval_hierarcaps, image_root=args.eval_image_root, limit=args.eval_limit), args.eval_every)
+
+def _train_data(args) -> WorldData | RealData:
+    "The data description `train_recipe` takes, from `--data` and the flags that go with it."
+    if args.data == "world":
+        return WorldData(n_train=args.n_train, mirror_twins=args.mirror_twins, top_caption_p=args.top_caption_p)
+    if args.mirror_twins or args.top_caption_p:
+        sys.exit(f"--mirror-twins / --top-caption-p compose batches of the built-in world, not of {args.data!r}")
+    return RealData(args.data, args.image_root, args.negatives, args.paraphrases)
+
 def _cmd_train(args):
-    from hierbench.jobs import train_recipe
-    from hierbench.train import EvalEvery
-    overrides = {k: v for k, v in dict(ckpt_every=args.save_every, num_workers=args.workers, lr=args.lr,
-                                       weight_decay=args.weight_decay, log_every=args.log_every).items() if v is not None}
+    config = {k: v for k, v in dict(ckpt_every=args.ckpt_every, num_workers=args.num_workers, lr=args.lr,
+                                    weight_decay=args.weight_decay, log_every=args.log_every, batch_size=args.batch_size,
+                                    precision=args.precision, batch_scope=args.batch_scope,
+                                    keep_checkpoints=args.keep_checkpoints, save_optimizer=args.save_optimizer).items()
+              if v is not None}
     recipe = _recipe_with_negative_types(args.recipe, args.negative_types, args.data) if args.negative_types else args.recipe
     if args.weights: recipe = _recipe_with_weights(recipe, args.weights)
     callbacks = []
     if args.eval_every:
-        if not (args.eval_sugarcrepe or args.eval_hierarcaps or args.eval_sugarcrepe_pp):
-            sys.exit("--eval-every needs a benchmark: --eval-sugarcrepe DIR, --eval-sugarcrepe-pp DIR or --eval-hierarcaps CSV")
-        overrides.setdefault("log_every", args.eval_every)
-        if args.eval_every % overrides["log_every"]:
-            sys.exit(f"--eval-every {args.eval_every} must be a multiple of --log-every {overrides['log_every']} (evaluations happen at logged steps)")
-        callbacks.append(EvalEvery(lambda m: evaluate_checkpoint(
-            m, world=False, sugarcrepe=args.eval_sugarcrepe, sugarcrepe_pp=args.eval_sugarcrepe_pp,
-            hierarcaps=args.eval_hierarcaps, image_root=args.eval_image_root, limit=args.eval_limit), args.eval_every))
-    res = train_recipe(recipe, args.out, preset=args.model or args.preset, steps=args.steps, seed=args.seed,
-                       init_checkpoint=args.init, data=args.data, image_root=args.image_root, negatives=args.negatives,
-                       paraphrases=args.paraphrases, decoder_path=args.decoder, decoder_steps=args.decoder_steps, n_train=args.n_train,
-                       batch_size=args.batch_size, resume=args.resume, callbacks=callbacks, log=print,
-                       allow_changes=tuple(a.strip() for a in args.allow_change.split(",")) if args.allow_change else (),
-                       mirror_twins=args.mirror_twins, top_caption_p=args.top_caption_p, **overrides)
-    print(f"trained {args.recipe} for {res.step} steps → {res.weights_path or res.checkpoint}")
+        config.setdefault("log_every", args.eval_every)
+        if args.eval_every % config["log_every"]:
+            sys.exit(f"--eval-every {args.eval_every} must be a multiple of --log-every {config['log_every']} "
+                     "(evaluations happen at logged steps)")
+        callbacks.append(_eval_callback(args))
+    try: res = train_recipe(recipe, args.out, _train_data(args), arch=args.arch, steps=args.steps, seed=args.seed,
+                            init_checkpoint=args.init_checkpoint, decoder=DecoderSpec(args.decoder_path, args.decoder_steps),
+                            resume=args.resume, callbacks=callbacks, log=print,
+                            allow_changes=tuple(_csv(args.allow_change) or ()), **config)
+    except MissingTrainingFileError as e: sys.exit(str(e))   # one line naming the command that writes the file
+    if res.preempted:   # SLURM's warning signal: stopped after a checkpoint; "try again" (--resume continues exactly)
+        if dist_info().rank == 0: print(f"{args.recipe}: {res.preempted} after step {res.step}, checkpoint {res.checkpoint}; "
+                                        "run again with --resume to continue", file=sys.stderr)
+        sys.exit(PREEMPTED_EXIT_CODE)
+    if dist_info().rank == 0: print(f"trained {args.recipe} for {res.step} steps → {res.weights_path or res.checkpoint}")
+
+# %% ../nbs/15_cli.ipynb #66e05205
+def add_negatives_parser(sub):
+    d = sub.add_parser("negatives", help="write hard negatives of real captions once (DeGLA's rules or NegCLIP's swaps)")
+    d.add_argument("--data", required=True, help="coco:KARPATHY.json | grit:FILE.jsonl | wds:PATTERN")
+    d.add_argument("--image-root", default=None)
+    d.add_argument("--jsonl", default=None, help="JSONL file to write (statistics beside it in JSONL.stats.json); required")
+    d.add_argument("--rules", default="degla", choices=["degla", "negclip"])
+    d.add_argument("--per-rule", type=int, default=1, help="negatives per rule and caption")
+    d.add_argument("--tagger", default="auto", choices=["auto", "lexicon"], help="auto: spaCy where installed, else the built-in lexicon")
+    d.add_argument("--keep-ungrammatical", action="store_true", help="keep the negatives the rules' own checks call "
+                   "ungrammatical (dropped and counted by default)")
+    d.add_argument("--seed", type=int, default=0)
+    deprecated_alias(d, "--out", "--jsonl")
+    d.set_defaults(func=_cmd_negatives)
+    return d
 
 def _cmd_negatives(args):
-    from hierbench.real_data import generate_negatives, parse_data_spec, real_records
-    kind, loc = parse_data_spec(args.data)
+    if not args.jsonl: sys.exit("hierbench negatives: give --jsonl FILE, the negatives file to write")
+    kind, _ = parse_data_spec(args.data)
     if kind == "world": sys.exit("the world brings its own verified negatives; give --data coco:FILE, grit:FILE or wds:PATTERN")
     records = real_records(args.data, args.image_root)
     captions = [c for i in range(len(records)) for c in records[i].captions]
-    tagger = None
-    if args.tagger == "lexicon":
-        from hierbench.negatives import LexiconTagger
-        tagger = LexiconTagger()
-    stats = generate_negatives(captions, args.out, args.rules, per_rule=args.per_rule, tagger=tagger, seed=args.seed)
+    tagger = LexiconTagger() if args.tagger == "lexicon" else None
+    stats = generate_negatives(captions, args.jsonl, args.rules, per_rule=args.per_rule, tagger=tagger, seed=args.seed,
+                               keep_ungrammatical=args.keep_ungrammatical, log=print)
     print(json.dumps(stats, indent=1))
-    print(f"wrote {args.out} ({stats['captions']} captions) and {args.out}.stats.json")
+    print(f"wrote {args.jsonl} ({stats['captions']} captions) and {args.jsonl}.stats.json")
+
+# %% ../nbs/15_cli.ipynb #c2e6b660
+def add_paraphrases_parser(sub):
+    d = sub.add_parser("paraphrases", help="write paraphrases of real captions once (READ's alignment targets)")
+    d.add_argument("--data", required=True, help="coco:KARPATHY.json | grit:FILE.jsonl | wds:PATTERN")
+    d.add_argument("--image-root", default=None)
+    d.add_argument("--jsonl", required=True, help="JSONL file to write (statistics beside it in JSONL.stats.json)")
+    d.add_argument("--generator", default="rules", help="rules (rule-based rewrites, not a language model) | hf:DIR "
+                   "(a local Hugging Face seq2seq or causal LM)")
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--num-candidates", type=int, default=None, help="hf: candidates drawn per caption")
+    d.add_argument("--prompt", default=None, help="hf: the prompt template ({caption} is replaced)")
+    d.add_argument("--batch-size", type=int, default=None, help="hf: captions per generation batch")
+    d.add_argument("--device", default=None, help="hf: torch device")
+    d.set_defaults(func=_cmd_paraphrases)
+    return d
+
+def _cmd_paraphrases(args):
+    records = real_records(args.data, args.image_root)
+    captions = [c for i in range(len(records)) for c in records[i].captions]
+    hf = {k: v for k, v in dict(num_candidates=args.num_candidates, prompt=args.prompt, batch_size=args.batch_size,
+                                device=args.device).items() if v is not None}
+    stats = generate_paraphrases(captions, args.jsonl, args.generator, seed=args.seed, log=print, **hf)
+    print(json.dumps(stats, indent=1))
+    print(f"wrote {args.jsonl} and {args.jsonl}.stats.json")
+
+# %% ../nbs/15_cli.ipynb #7115147d
+def add_check_parser(sub):
+    d = sub.add_parser("check", help="validate a benchmark folder before a long run: counts, set-aside records, errors, missing images")
+    d.add_argument("folder", help="a folder of SugarCrepe / SugarCrepe++ / HierarCaps / VALSE / CREPE / WhatsUp files")
+    d.add_argument("--image-root", default=None, help="image folder (checks that every image is there)")
+    d.add_argument("--coco-dir", default=None, help="COCO image folder: images also found by id (2014/2017 namings)")
+    d.set_defaults(func=_cmd_check)
+    return d
 
 def _cmd_check(args):
-    from hierbench.data import check_benchmark_folder
     table = check_benchmark_folder(args.folder, args.image_root, args.coco_dir)
     _print_table(table, f"benchmark folder {args.folder}")
     bad = table[(table.error != "") | (table.records == 0)]
     if len(bad): sys.exit(f"{len(bad)} file(s) cannot be used: " + "; ".join(f"{r.file}: {r.error or 'no records'}" for r in bad.itertuples()))
 
+def add_export_parser(sub):
+    d = sub.add_parser("export", help="write a trained model as an open_clip checkpoint (+ hierbench head file)")
+    d.add_argument("run", help="a run folder or a model .safetensors saved by hierbench")
+    d.add_argument("--out", required=True, help="output folder")
+    d.add_argument("--name", default=None, help="architecture name of the exported config (default: the model's)")
+    d.set_defaults(func=_cmd_export)
+    return d
+
 def _cmd_export(args):
-    from hierbench.jobs import resolve_init
-    from hierbench.models import export_open_clip, load_model
     model = load_model(resolve_init(args.run))
     paths = export_open_clip(model, args.out, args.name)
     print("\n".join(f"{k}: {v}" for k, v in paths.items()))
     print(f"load with: open_clip.add_model_config({str(paths['config'])!r}); "
           f"open_clip.create_model({paths['weights'].stem!r}, pretrained={str(paths['weights'])!r})")
 
+# %% ../nbs/15_cli.ipynb #158b3f21
+def add_compare_parser(sub):
+    d = sub.add_parser("compare", help="train every recipe over seeds, evaluate, re-test the papers' claims (main job)")
+    d.add_argument("--budget", choices=["smoke", "quick", "standard", "full"], default="quick",
+                   help="how much work: smoke (seconds, plumbing), quick (the main job), standard (decides the claims), full (GPU)")
+    d.add_argument("--seeds", type=int, default=None, help="seeds (default: the budget's: quick 2, standard 5)")
+    d.add_argument("--out", default=None, help="output folder (default: RUNS_DIR/compare, runs_dir of settings.ini)")
+    d.add_argument("--recipes", default=None, help="comma-separated subset (parents of fine-tunes are added)")
+    d.add_argument("--jobs", type=int, default=None, help="parallel processes over seeds (default: one per core)")
+    d.add_argument("--verbose", action="store_true", help="show progress bars")
+    d.add_argument("--precision", choices=PRECISIONS, default="fp32", help="training precision of every run (fp32: the ledger's)")
+    d.add_argument("--launcher", choices=LAUNCHERS, default="processes", help="processes (a local pool, default) | "
+                   "submitit-local (submitit's local executor) | slurm (job arrays per stage; see 'Running on a cluster')")
+    d.add_argument("--slurm-partition", default=None)
+    d.add_argument("--slurm-account", default=None)
+    d.add_argument("--gpus-per-run", type=int, default=None)
+    d.add_argument("--cpus-per-run", type=int, default=None)
+    d.add_argument("--timeout-min", type=int, default=None, help="SLURM time limit of each run's job")
+    d.add_argument("--slurm-extra", action="append", default=None, metavar="KEY=VALUE", help="any other sbatch option (repeatable)")
+    d.add_argument("--report-only", action="store_true", help="rebuild results.json, claims.json and the report from the folder")
+    deprecated_alias(d, "--preset", "--budget", choices=["smoke", "quick", "standard", "full"])
+    d.set_defaults(func=_cmd_compare)
+    return d
+
 def _cmd_compare(args):
-    from hierbench.compare import main_job_dir, run_compare
-    recipes = [r.strip() for r in args.recipes.split(",")] if args.recipes else None
     if args.out is None: args.out = str(main_job_dir())   # the main job's folder, where the tutorials look
-    res = run_compare(args.preset, seeds=args.seeds, out=args.out, recipes=recipes, quiet=not args.verbose, jobs=args.jobs)
+    budget = args.budget if args.precision == "fp32" else dataclasses.replace(BUDGETS[args.budget], precision=args.precision)
+    try: res = launch_compare(budget, seeds=args.seeds, out=args.out, recipes=_csv(args.recipes), launcher=args.launcher,
+                              jobs=args.jobs, slurm_partition=args.slurm_partition, slurm_account=args.slurm_account,
+                              gpus_per_run=args.gpus_per_run, cpus_per_run=args.cpus_per_run, timeout_min=args.timeout_min,
+                              slurm_extra=args.slurm_extra, report_only=args.report_only, quiet=not args.verbose)
+    except ValueError as e: sys.exit(f"hierbench compare: {e}")   # launcher settings that do not fit together
     _print_table(res["summary"], "summary: mean ± 95% half-width over seeds (first row: chance)")
     led = res["ledger"][["id", "a", "b", "metric", "effect", "ci_low", "ci_high", "n", "verdict"]]
     _print_table(led.round(4), "claims ledger (effect = A − B, paired by seed)")
-    print(f"\nwrote {Path(args.out) / 'results.json'}, claims.json, report.html "
-          f"({res['meta']['wall_seconds'] / 60:.1f} min, peak {res['meta']['peak_rss_mb']:.0f} MB)")
+    meta = res["meta"]   # a rebuilt report (--report-only) has no run time of its own
+    cost = f" ({meta['wall_seconds'] / 60:.1f} min, peak {meta['peak_rss_mb']:.0f} MB)" if meta.get("wall_seconds") else ""
+    print(f"\nwrote {Path(args.out) / 'results.json'}, claims.json, report.html{cost}")
+
+# %% ../nbs/15_cli.ipynb #6ab28ea5
+def add_bench_parser(sub):
+    d = sub.add_parser("bench", help="speed and memory as ratios against baselines measured in the same run")
+    d.add_argument("--sections", default=None, help="comma-separated: " + ",".join(BENCH_SECTIONS) + " (default: all but real, which steps a ViT-B/32 beside open_clip_train)")
+    d.add_argument("--quick", action="store_true", help="tiny sizes (a plumbing check; the numbers mean nothing)")
+    d.add_argument("--compare-dir", default=None, help="a `hierbench compare` output folder to read (default: run a smoke compare)")
+    d.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    d.add_argument("--arch", default=None, help="recipes section: the architecture to step (default world-tiny)")
+    d.add_argument("--batch-size", type=int, default=None, help="recipes section: the batch (default 64, quick/standard's pre-training batch)")
+    d.add_argument("--precision", choices=PRECISIONS, default="fp32", help="recipes and real sections: the step's precision")
+    d.add_argument("--json", default=None, help="also write the raw numbers to this file")
+    deprecated_alias(d, "--model-preset", "--arch")
+    d.set_defaults(func=_cmd_bench)
+    return d
 
 def _cmd_bench(args):
-    from hierbench.bench import SECTIONS, format_report, run_benchmarks
-    sections = tuple(x.strip() for x in args.sections.split(",")) if args.sections else SECTIONS
+    sections = tuple(_csv(args.sections)) if args.sections else tuple(s for s in BENCH_SECTIONS if s != "real")
     report = run_benchmarks(sections, quick=args.quick, compare_dir=args.compare_dir, threads=args.threads,
-                            model_preset=args.model_preset, batch_size=args.batch_size,
+                            model_preset=args.arch, batch_size=args.batch_size, precision=args.precision,
                             log=lambda m: print(m, file=sys.stderr))
     print(format_report(report))
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(report, indent=1))
+    if args.json: atomic_write_text(args.json, json.dumps(report, indent=1))
 
+# %% ../nbs/15_cli.ipynb #199607e1
+class _OldModelFlag(DeprecatedFlag):
+    "eval's old `--model`: a `KIND:PATH` is now `--scorer`, an architecture name `--arch`."
+    def __call__(self, parser, namespace, values, option_string=None):
+        self.dest, self.new = ("scorer", "--scorer") if ":" in values else ("arch", "--arch")
+        super().__call__(parser, namespace, values, option_string)
+
+def add_eval_parser(sub):
+    d = sub.add_parser("eval", help="evaluate any model (hierbench, open_clip, Hugging Face, sentence-transformers) on the benchmarks")
+    d.add_argument("--scorer", default=None, help="KIND:PATH — hierbench:RUN, open_clip:ARCH@FILE, hf:DIR, st:DIR, hf-text:DIR")
+    d.add_argument("--checkpoint", default=None, help="hierbench run folder / model.safetensors, or an open_clip checkpoint file (with --arch)")
+    d.add_argument("--arch", default=None, help="open_clip architecture of --checkpoint, e.g. ViT-B-32-quickgelu")
+    d.add_argument("--coco-dir", default=None, help="COCO image folder: images found by id across the val2014/val2017 namings")
+    d.add_argument("--compare", nargs=2, metavar=("A", "B"), default=None,
+                   help="paired differences between two `eval --json` results on the same items (bootstrap intervals)")
+    d.add_argument("--leaderboard", default=None, help="a folder of `eval --json` metrics files: one table")
+    d.add_argument("--quick-gelu", action="store_true", default=None, help="force QuickGELU (OpenAI-derived weights)")
+    d.add_argument("--geometry", default="euclidean", choices=["euclidean", "lorentz"])
+    d.add_argument("--no-world", action="store_true", help="skip the built-in world's protocols")
+    d.add_argument("--n-test", type=int, default=300)
+    for flag, what in (("--sugarcrepe", "folder of the 7 SugarCrepe JSON files"), ("--sugarcrepe-pp", "folder of the 5 SugarCrepe++ JSON files"),
+                       ("--hierarcaps", "hierarcaps_test.csv (images next to it in test_imgs/)"), ("--valse", "folder of VALSE JSON files"),
+                       ("--aro-relation", "ARO visual_genome_relation.json (images under --vg-dir)"),
+                       ("--aro-attribution", "ARO visual_genome_attribution.json (images under --vg-dir)"),
+                       ("--aro-exclude", "text file of VG relations left out of ARO's aggregates, one per line (ARO's "
+                                         "symmetric relations); still scored per item"),
+                       ("--vg-dir", "Visual Genome image folder for ARO (default: --image-root)"),
+                       ("--image-root", "image folder (default: settings.ini data_root)")):
+        d.add_argument(flag, default=None, help=what)
+    d.add_argument("--whatsup", nargs="+", default=None, help="WhatsUp files (controlled_images*.json, coco_qa_*.json, vg_qa_*.json)")
+    d.add_argument("--crepe", nargs="+", default=None, help="CREPE CSV files")
+    d.add_argument("--aro-order", nargs="+", default=None, help="ARO COCO-/Flickr-Order: BLIP's coco_karpathy_test.json / flickr30k_test.json")
+    d.add_argument("--precision", choices=PRECISIONS, default="fp32", help="encode in this precision (recorded in the JSON)")
+    d.add_argument("--limit", type=int, default=None, help="items per subset (quick looks)")
+    d.add_argument("--json", default=None, help="metrics JSON file; the per-item rows go beside it (NAME.items.jsonl)")
+    d.add_argument("--model", action=_OldModelFlag, help=argparse.SUPPRESS, default=argparse.SUPPRESS)
+    deprecated_alias(d, "--out", "--json")
+    d.set_defaults(func=_cmd_eval)
+    return d
+
+# %% ../nbs/15_cli.ipynb #10e97884
 def _items_path(metrics_path: Path) -> Path: return metrics_path.with_name(metrics_path.stem + ".items.jsonl")
 
-def _read_items(path: str | Path):
-    "A per-item table written by `hierbench eval --out` (its .items.jsonl, or the metrics JSON beside it)."
-    import pandas as pd
+def _read_items(path: str | Path) -> pd.DataFrame:
+    "A per-item table written by `hierbench eval --json` (its .items.jsonl, or the metrics JSON beside it)."
     p = Path(path)
     if p.suffix == ".json": p = _items_path(p)
-    if not p.is_file(): raise FileNotFoundError(f"per-item file not found: {p} (written by `hierbench eval --out M.json`)")
+    if not p.is_file(): raise FileNotFoundError(f"per-item file not found: {p} (written by `hierbench eval --json M.json`)")
     return pd.read_json(p, lines=True, dtype={"id": str})
 
 def _read_names(path) -> tuple[str, ...]:
@@ -252,68 +418,56 @@ def _read_names(path) -> tuple[str, ...]:
     lines = Path(path).read_text(encoding="utf-8").splitlines()
     return tuple(l.strip() for l in lines if l.strip() and not l.lstrip().startswith("#"))
 
+def _leaderboard(folder) -> pd.DataFrame:
+    "One row per `eval --json` metrics file of `folder`: the aggregate columns (no chance levels, no per-subset cells)."
+    rows = {}
+    for p in sorted(Path(folder).glob("*.json")):
+        try: rows[p.stem] = json.loads(p.read_text())
+        except json.JSONDecodeError as err: print(f"{p}: skipped (not JSON: {err.msg})")
+    if not rows: sys.exit(f"no metrics JSON files in {folder}")
+    df = pd.DataFrame(rows).T
+    keep = [c for c in df.columns if "chance" not in c and (c.endswith("/micro") or c.endswith("/macro") or "/" not in c)]
+    # numbers only: a text field (the precision an eval ran in) is not a column to rank by
+    return df[keep].apply(pd.to_numeric, errors="coerce").dropna(axis=1, how="all")
+
+# %% ../nbs/15_cli.ipynb #8c94f7d7
+def _scorer_for(args):
+    "The model `eval` scores, and its display name: `--scorer KIND:PATH` or `--checkpoint` (+ `--arch`)."
+    if args.scorer:
+        return load_scorer(args.scorer, geometry=args.geometry, quick_gelu=args.quick_gelu), args.scorer
+    if args.checkpoint:
+        return load_any_model(args.checkpoint, args.arch, args.quick_gelu, args.geometry), args.checkpoint
+    sys.exit("give --scorer KIND:PATH (hierbench:, open_clip:ARCH@FILE, hf:, st:, hf-text:) or --checkpoint FILE [--arch ARCH]")
+
 def _cmd_eval(args):
-    from hierbench.config import atomic_write_text
-    from hierbench.evaluate import paired_item_differences, results_table
     if args.compare:
         a, b = args.compare
         table = paired_item_differences(_read_items(a), _read_items(b))
-        _print_table(table.round(4), f"paired differences on the same items: {a} − {b} (95% item bootstrap)")
-        return
+        return _print_table(table.round(4), f"paired differences on the same items: {a} − {b} (95% item bootstrap)")
     if args.leaderboard:
-        import pandas as pd
-        rows = {}
-        for p in sorted(Path(args.leaderboard).glob("*.json")):
-            try: rows[p.stem] = json.loads(p.read_text())
-            except json.JSONDecodeError as err: print(f"{p}: skipped (not JSON: {err.msg})")
-        if not rows: sys.exit(f"no metrics JSON files in {args.leaderboard}")
-        df = pd.DataFrame(rows).T
-        keep = [c for c in df.columns if "chance" not in c and (c.endswith("/micro") or c.endswith("/macro") or "/" not in c)]
-        _print_table(df[keep].astype(float).round(4), f"leaderboard: {len(rows)} model(s) in {args.leaderboard}")
-        return
-    if args.model and ":" in args.model:
-        from hierbench.scorers import load_scorer
-        model, name = load_scorer(args.model, geometry=args.geometry, quick_gelu=args.quick_gelu), args.model
-    elif args.checkpoint:
-        model, name = load_any_model(args.checkpoint, args.model, args.quick_gelu, args.geometry), args.checkpoint
-    else: sys.exit("give --model KIND:PATH (hierbench:, open_clip:ARCH@FILE, hf:, st:, hf-text:) or --checkpoint")
+        table = _leaderboard(args.leaderboard)
+        return _print_table(table.round(4), f"leaderboard: {len(table)} model(s) in {args.leaderboard}")
+    model, name = _scorer_for(args)
+    model = apply_precision(model, args.precision)
     per_item: list = []
-    from hierbench.evaluate import eval_progress
     with eval_progress():   # a progress bar while each benchmark's images are encoded
-        res = evaluate_checkpoint(model, world=not args.no_world, n_test=args.n_test, sugarcrepe=args.sugarcrepe,
+        res = evaluate_benchmarks(model, world=not args.no_world, n_test=args.n_test, sugarcrepe=args.sugarcrepe,
                                   sugarcrepe_pp=args.sugarcrepe_pp, hierarcaps=args.hierarcaps, image_root=args.image_root,
                                   limit=args.limit, coco_dir=args.coco_dir, per_item=per_item, valse=args.valse,
-                                  whatsup=args.whatsup or (), crepe=args.crepe or (),
-                                  aro_relation=args.aro_relation, aro_attribution=args.aro_attribution,
-                                  aro_order=args.aro_order or (), aro_exclude=_read_names(args.aro_exclude), vg_dir=args.vg_dir)
-    _print_table(results_table(res), f"evaluation of {name}")
-    if args.out:
-        import pandas as pd
-        out = Path(args.out)
+                                  whatsup=args.whatsup or (), crepe=args.crepe or (), aro_relation=args.aro_relation,
+                                  aro_attribution=args.aro_attribution, aro_order=args.aro_order or (),
+                                  aro_exclude=_read_names(args.aro_exclude), vg_dir=args.vg_dir)
+    _print_table(results_table(res), f"evaluation of {name} ({args.precision})")
+    res["precision"] = args.precision
+    if args.json:
+        out = Path(args.json)
         atomic_write_text(out, json.dumps(res, indent=1))
         if per_item:
             atomic_write_text(_items_path(out), pd.concat(per_item, ignore_index=True).to_json(orient="records", lines=True))
             print(f"wrote {out} and {_items_path(out)} (one row per item: benchmark, id, verdict, scores)")
 
-# %% ../nbs/15_cli.ipynb #a1b88402
-def _cmd_demo(args):
-    print(f"{'quantity':34s} {'computed':>10s} {'reference':>10s}")
-    for name, got, ref in geometry_demo(): print(f"{name:34s} {got:10.6f} {ref:10.6f}")
-
-def _cmd_docs(args):
-    from hierbench.docs import broken_links, build_docs_preview, build_readme, check_docs
-    pages = build_docs_preview(args.root, out=args.out)
-    if not args.no_readme: print(f"wrote {build_readme(args.root)}")
-    problems = check_docs(args.out or Path(args.root) / "_docs", [p.name for p in pages])
-    if problems: sys.exit("docs preview problems:\n" + "\n".join(problems))
-    bad = broken_links(pages[0].parent)
-    if bad: print(f"{len(bad)} internal link(s) point at a missing anchor, e.g. " + ", ".join(f"{a} → {b}#{c}" for a, b, c in bad[:5]))
-    print(f"built {len(pages)} pages into {pages[0].parent}")
-
-def build_parser() -> argparse.ArgumentParser:
-    "The `hierbench` argument parser (one subparser per job)."
-    p = argparse.ArgumentParser(prog="hierbench", description="hierbench: a workbench for hierarchical and compositional image-text representations")
-    sub = p.add_subparsers(dest="command", required=True)
+# %% ../nbs/15_cli.ipynb #aa5a5030
+def add_demo_docs_parsers(sub):
     d = sub.add_parser("demo", help="print the geometry reference table (install check)")
     d.set_defaults(func=_cmd_demo)
     d = sub.add_parser("docs", help="build the Quarto-free HTML docs preview")
@@ -322,115 +476,30 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--no-readme", action="store_true", help="do not regenerate README.md from nbs/index.ipynb")
     d.set_defaults(func=_cmd_docs)
 
-    d = sub.add_parser("compare", help="train every recipe over seeds, evaluate, re-test the papers' claims (main job)")
-    d.add_argument("--preset", choices=["smoke", "quick", "standard", "full"], default="quick")
-    d.add_argument("--seeds", type=int, default=None, help="seeds (default: the preset's: quick 2, standard 5)")
-    d.add_argument("--out", default=None, help="output folder (default: RUNS_DIR/compare, runs_dir of settings.ini)")
-    d.add_argument("--recipes", default=None, help="comma-separated subset (parents of fine-tunes are added)")
-    d.add_argument("--jobs", type=int, default=None, help="parallel processes over seeds (default: one per core)")
-    d.add_argument("--verbose", action="store_true", help="show progress bars")
-    d.set_defaults(func=_cmd_compare)
+def _cmd_demo(args):
+    print(f"{'quantity':34s} {'computed':>10s} {'reference':>10s}")
+    for name, got, ref in geometry_demo(): print(f"{name:34s} {got:10.6f} {ref:10.6f}")
 
-    d = sub.add_parser("train", help="train one recipe on the world or on real data (torchrun-compatible)")
-    d.add_argument("recipe")
-    d.add_argument("--out", required=True, help="run directory (config.json, metrics.jsonl, checkpoints)")
-    d.add_argument("--data", default="world", help="world (default) | coco:KARPATHY.json | grit:FILE.jsonl | wds:'shards/{00000..00099}.tar' | hierarcaps:CSV")
-    d.add_argument("--image-root", default=None, help="folder the annotation file's image paths are relative to")
-    d.add_argument("--negatives", default=None, help="hard-negative file of `hierbench negatives` (negclip, degla, read)")
-    d.add_argument("--paraphrases", default=None, help="caption → paraphrase file, JSON or JSONL (read's alignment)")
-    d.add_argument("--decoder", default=None, help="READ's frozen decoder (.safetensors; pretrained and saved there if absent)")
-    d.add_argument("--decoder-steps", type=int, default=1500, help="READ: decoder pre-training steps when it is trained here")
-    d.add_argument("--model", default=None, help="open_clip architecture for real data, e.g. ViT-B-32-quickgelu (alias of --preset)")
-    d.add_argument("--preset", default="world-tiny", help="model preset or open_clip architecture")
-    d.add_argument("--steps", type=int, default=None, help="default: the recipe's (world) or the paper's epochs over the data")
-    d.add_argument("--seed", type=int, default=0)
-    d.add_argument("--init", default=None, help="checkpoint or run dir to fine-tune from")
-    d.add_argument("--n-train", type=int, default=2000, help="world scenes")
-    d.add_argument("--negative-types", default=None, help="world: comma-separated negative types the loader draws, e.g. "
-                                                       "replace_rel (default: the recipe's); recorded in config.json")
-    d.add_argument("--mirror-twins", action="store_true", help="world: each training scene beside its left-right mirror "
-                                                            "in the batch (recorded in config.json)")
-    d.add_argument("--top-caption-p", type=float, default=0.0, help="world, recipes that sample captions (clip, meru): "
-                   "draw the top (relational) caption with this probability (default 0; recorded in config.json)")
-    d.add_argument("--weight-decay", type=float, default=None, help="AdamW weight decay (default: the recipe's)")
-    d.add_argument("--weights", default=None, help="loss-term weights to change, e.g. igc=1,tgc=1 (recorded in config.json's "
-                                                "recipe_weights)")
-    d.add_argument("--batch-size", type=int, default=None)
-    d.add_argument("--lr", type=float, default=None, help="peak learning rate (default: the recipe's)")
-    d.add_argument("--workers", type=int, default=None, help="DataLoader processes building batches ahead (real images)")
-    d.add_argument("--save-every", type=int, default=None, help="steps between checkpoints (default 200)")
-    d.add_argument("--log-every", type=int, default=None, help="steps between metrics.jsonl lines (default 10)")
-    d.add_argument("--eval-every", type=int, default=None, help="evaluate the benchmarks below every N steps into metrics.jsonl")
-    d.add_argument("--eval-sugarcrepe", default=None, help="SugarCrepe annotation folder")
-    d.add_argument("--eval-sugarcrepe-pp", default=None, help="SugarCrepe++ annotation folder")
-    d.add_argument("--eval-hierarcaps", default=None, help="HierarCaps CSV")
-    d.add_argument("--eval-image-root", default=None, help="image folder of the benchmarks")
-    d.add_argument("--eval-limit", type=int, default=None, help="items per benchmark subset")
-    d.add_argument("--resume", action="store_true", help="continue from the run dir's latest checkpoint")
-    d.add_argument("--allow-change", default=None, help="with --resume: optimiser fields that may differ from the saved run "
-                                                      "(e.g. lr,grad_clip after a NaN); recorded in config.json's history")
-    d.set_defaults(func=_cmd_train)
+def _cmd_docs(args):
+    from hierbench.docs import broken_links, build_docs_preview, build_readme, check_docs   # the [docs] extra (nbconvert)
+    pages = build_docs_preview(args.root, out=args.out)
+    if not args.no_readme: print(f"wrote {build_readme(args.root)}")
+    problems = check_docs(args.out or Path(args.root) / "_docs", [p.name for p in pages])
+    if problems: sys.exit("docs preview problems:\n" + "\n".join(problems))
+    bad = broken_links(pages[0].parent)
+    if bad: print(f"{len(bad)} internal link(s) point at a missing anchor, e.g. " + ", ".join(f"{a} → {b}#{c}" for a, b, c in bad[:5]))
+    print(f"built {len(pages)} pages into {pages[0].parent}")
 
-    d = sub.add_parser("negatives", help="write hard negatives of real captions once (DeGLA's rules or NegCLIP's swaps)")
-    d.add_argument("--data", required=True, help="coco:KARPATHY.json | grit:FILE.jsonl | wds:PATTERN")
-    d.add_argument("--image-root", default=None)
-    d.add_argument("--out", required=True, help="JSONL file (statistics beside it in OUT.stats.json)")
-    d.add_argument("--rules", default="degla", choices=["degla", "negclip"])
-    d.add_argument("--per-rule", type=int, default=1, help="negatives per rule and caption")
-    d.add_argument("--tagger", default="auto", choices=["auto", "lexicon"], help="auto: spaCy where installed, else the built-in lexicon")
-    d.add_argument("--seed", type=int, default=0)
-    d.set_defaults(func=_cmd_negatives)
+# %% ../nbs/15_cli.ipynb #17a666a3
+SUBCOMMANDS = (add_demo_docs_parsers, add_compare_parser, add_train_parser, add_negatives_parser, add_paraphrases_parser,
+               add_check_parser,
+               add_export_parser, add_bench_parser, add_eval_parser)
 
-    d = sub.add_parser("check", help="validate a benchmark folder before a long run: counts, set-aside records, errors, missing images")
-    d.add_argument("folder", help="a folder of SugarCrepe / SugarCrepe++ / HierarCaps / VALSE / CREPE / WhatsUp files")
-    d.add_argument("--image-root", default=None, help="image folder (checks that every image is there)")
-    d.add_argument("--coco-dir", default=None, help="COCO image folder: images also found by id (2014/2017 namings)")
-    d.set_defaults(func=_cmd_check)
-
-    d = sub.add_parser("export", help="write a trained model as an open_clip checkpoint (+ hierbench head file)")
-    d.add_argument("run", help="a run folder or a model .safetensors saved by hierbench")
-    d.add_argument("--out", required=True, help="output folder")
-    d.add_argument("--name", default=None, help="architecture name of the exported config (default: the model's)")
-    d.set_defaults(func=_cmd_export)
-
-    d = sub.add_parser("bench", help="speed and memory as ratios against baselines measured in the same run")
-    d.add_argument("--sections", default=None, help="comma-separated: geometry,world,recipes,compare,pipeline (default: all)")
-    d.add_argument("--quick", action="store_true", help="tiny sizes (a plumbing check; the numbers mean nothing)")
-    d.add_argument("--compare-dir", default=None, help="a `hierbench compare` output folder to read (default: run a smoke compare)")
-    d.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
-    d.add_argument("--model-preset", default=None, help="recipes section: the model preset to step (default world-tiny)")
-    d.add_argument("--batch-size", type=int, default=None, help="recipes section: the batch (default 64, quick/standard's pre-training batch)")
-    d.add_argument("--json", default=None, help="also write the raw numbers here")
-    d.set_defaults(func=_cmd_bench)
-
-    d = sub.add_parser("eval", help="evaluate any model (hierbench, open_clip, Hugging Face, sentence-transformers) on the benchmarks")
-    d.add_argument("--checkpoint", default=None, help="hierbench run dir / model.safetensors, or an open_clip checkpoint file")
-    d.add_argument("--model", default=None, help="KIND:PATH — hierbench:RUN, open_clip:ARCH@FILE, hf:DIR, st:DIR, hf-text:DIR; "
-                                              "or the open_clip architecture of --checkpoint (e.g. ViT-B-32-quickgelu)")
-    d.add_argument("--coco-dir", default=None, help="COCO image folder: images found by id across the val2014/val2017 namings")
-    d.add_argument("--compare", nargs=2, metavar=("A", "B"), default=None,
-                   help="paired differences between two `eval --out` results on the same items (bootstrap intervals)")
-    d.add_argument("--leaderboard", default=None, help="a folder of `eval --out` metrics JSON files: one table")
-    d.add_argument("--quick-gelu", action="store_true", default=None, help="force QuickGELU (OpenAI-derived weights)")
-    d.add_argument("--geometry", default="euclidean", choices=["euclidean", "lorentz"])
-    d.add_argument("--no-world", action="store_true", help="skip the built-in world's protocols")
-    d.add_argument("--n-test", type=int, default=300)
-    d.add_argument("--sugarcrepe", default=None, help="folder of the 7 SugarCrepe JSON files")
-    d.add_argument("--sugarcrepe-pp", default=None, help="folder of the 5 SugarCrepe++ JSON files")
-    d.add_argument("--hierarcaps", default=None, help="hierarcaps_test.csv (images next to it in test_imgs/)")
-    d.add_argument("--valse", default=None, help="folder of VALSE JSON files")
-    d.add_argument("--whatsup", nargs="+", default=None, help="WhatsUp files (controlled_images*.json, coco_qa_*.json, vg_qa_*.json)")
-    d.add_argument("--crepe", nargs="+", default=None, help="CREPE CSV files")
-    d.add_argument("--aro-relation", default=None, help="ARO visual_genome_relation.json (images under --vg-dir)")
-    d.add_argument("--aro-attribution", default=None, help="ARO visual_genome_attribution.json (images under --vg-dir)")
-    d.add_argument("--aro-order", nargs="+", default=None, help="ARO COCO-/Flickr-Order: BLIP's coco_karpathy_test.json / flickr30k_test.json")
-    d.add_argument("--aro-exclude", default=None, help="text file of VG relations left out of ARO's aggregates, one per line "
-                                                       "(ARO's symmetric relations); still scored per item")
-    d.add_argument("--vg-dir", default=None, help="Visual Genome image folder for ARO (default: --image-root)")
-    d.add_argument("--image-root", default=None, help="image folder (default: settings.ini data_root)")
-    d.add_argument("--limit", type=int, default=None, help="items per subset (quick looks)")
-    d.add_argument("--out", default=None, help="metrics JSON file; the per-item rows go beside it (NAME.items.jsonl)")
-    d.set_defaults(func=_cmd_eval)
+def build_parser() -> argparse.ArgumentParser:
+    "The `hierbench` argument parser: one subparser per job, each added by its `add_*_parser` function."
+    p = argparse.ArgumentParser(prog="hierbench", description="hierbench: a workbench for hierarchical and compositional image-text representations")
+    sub = p.add_subparsers(dest="command", required=True)
+    for add in SUBCOMMANDS: add(sub)
     return p
 
 def main(argv: list[str] | None = None):

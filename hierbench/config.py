@@ -6,14 +6,14 @@ Docs: https://hierbench.github.io/hierbench/config.html.md"""
 
 # %% ../nbs/01_config.ipynb #a9af16c3
 from __future__ import annotations
-import configparser, os, tempfile
+import configparser, os, tempfile, time
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable
 
 # %% auto #0
 __all__ = ['ENV_PREFIX', 'Settings', 'find_settings_file', 'load_settings', 'atomic_write', 'atomic_write_text',
-           'sweep_temporary_files', 'FolderLock']
+           'sweep_temporary_files', 'FolderLock', 'run_once']
 
 # %% ../nbs/01_config.ipynb #00ec37bf
 ENV_PREFIX = "HIERBENCH_"
@@ -105,31 +105,71 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
 
 def sweep_temporary_files(folder: str | Path) -> int:
     """Delete the temporary files `atomic_write` leaves behind when a process is killed mid-write (`.NAME.*.tmp`,
-    anywhere under `folder`); call it only while no other process writes there. Returns how many were removed."""
-    folder, n = Path(folder), 0
+    anywhere under `folder`), except under a subfolder whose `FolderLock` another process holds (a run still writing,
+    e.g. a cluster job of an earlier launcher). Returns how many were removed."""
+    folder, n, held = Path(folder), 0, {}
     if not folder.is_dir(): return 0
+    def busy(p: Path) -> bool:
+        for d in p.parents:
+            if d == folder or folder not in d.parents: return False
+            if d not in held: held[d] = FolderLock.is_held(d)
+            if held[d]: return True
+        return False
     for p in folder.rglob(".*.tmp"):
-        if p.is_file() and not p.is_symlink():
+        if p.is_file() and not p.is_symlink() and not busy(p):
             p.unlink(missing_ok=True); n += 1
     return n
 
 class FolderLock:
-    """An exclusive lock on an output folder (`fcntl.flock` on FOLDER/.lock, which records who holds it). The OS
-    releases it when the holder exits or is killed, so a stale lock cannot block a later run."""
-    def __init__(self, folder: str | Path): self.path, self.fd = Path(folder) / ".lock", None
+    """An exclusive lock on a folder (`fcntl.flock` on FOLDER/.lock, which records who holds it), between any processes:
+    a parent is not needed, and on NFS Linux turns it into a lock on the server. The OS releases it when the holder exits
+    or is killed, so a stale lock cannot block a later run. `timeout`: 0 fails at once naming the holder, None waits
+    as long as it takes, a number of seconds waits that long."""
+    def __init__(self, folder: str | Path, timeout: float | None = 0):
+        self.path, self.fd, self.timeout = Path(folder) / ".lock", None, timeout
     def __enter__(self):
         import fcntl, platform
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.read(fd, 200).decode(errors="replace").strip() or "another process"
-            os.close(fd)
-            raise RuntimeError(f"{self.path.parent} is in use by {holder}: wait for it to finish or choose another "
-                               "output folder") from None
-        os.ftruncate(fd, 0); os.write(fd, f"PID {os.getpid()} on {platform.node()}".encode())
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        while True:
+            try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); break
+            except BlockingIOError:
+                if deadline is not None and time.monotonic() >= deadline:
+                    holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+                    os.close(fd)
+                    raise RuntimeError(f"{self.path.parent} is in use by {holder}: wait for it to finish or choose "
+                                       "another output folder") from None
+                time.sleep(0.1)
+            except OSError as e:
+                os.close(fd)
+                raise OSError(e.errno, f"cannot lock {self.path}: {e.strerror}; the folder's filesystem must support "
+                              "file locks (NFS with its lock service, Lustre mounted with -o flock)") from None
+        os.ftruncate(fd, 0); os.pwrite(fd, f"PID {os.getpid()} on {platform.node()}".encode(), 0)
         self.fd = fd
         return self
     def __exit__(self, *exc):
         import fcntl
         fcntl.flock(self.fd, fcntl.LOCK_UN); os.close(self.fd); self.fd = None
+    @staticmethod
+    def is_held(folder: str | Path) -> bool:
+        "Does some process (this one included) hold `folder`'s lock right now?"
+        import fcntl
+        try: fd = os.open(Path(folder) / ".lock", os.O_RDONLY)
+        except FileNotFoundError: return False
+        try: fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB); fcntl.flock(fd, fcntl.LOCK_UN); return False
+        except BlockingIOError: return True
+        finally: os.close(fd)
+
+# %% ../nbs/01_config.ipynb #b8632af3
+def run_once(folder: str | Path,                      # the run's folder (its lock is FOLDER/.lock)
+             finished: Callable[[], Any],             # the finished run's record, or None when it still has to run
+             work: Callable[[], Any],                 # trains (or resumes) the run; returns its record
+             wait: float | None = None) -> tuple[Any, bool]:  # seconds to wait for another holder (None: as long as it takes)
+    "`(record, ran)`: the finished run's record without running it again, or `work()`'s under the run's lock."
+    done = finished()
+    if done is not None: return done, False
+    with FolderLock(folder, timeout=wait):
+        done = finished()     # another process may have finished it while we waited for the lock
+        if done is not None: return done, False
+        return work(), True

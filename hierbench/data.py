@@ -1,4 +1,4 @@
-"""The one batch format, image tensors, and loaders for real data: COCO Karpathy, GRIT, HierarCaps, SugarCrepe(++), VALSE, ARO, WhatsUp, CREPE.
+"""The one batch format, errors that say where, images as tensors and the records every loader returns.
 
 Docs: https://hierbench.github.io/hierbench/data.html.md"""
 
@@ -6,33 +6,26 @@ Docs: https://hierbench.github.io/hierbench/data.html.md"""
 
 # %% ../nbs/04_data.ipynb #ab9fdd73
 from __future__ import annotations
-import ast, dataclasses, errno, json, math, os, re, unicodedata, warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import functools, importlib, math, warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
-import pandas as pd
+import open_clip
 import torch
 from PIL import Image
 
-from .config import load_settings
-from .negatives import ORDER_RULES, Tagger, is_changed, rewrite
+from .negatives import is_changed
 
 # %% auto #0
-__all__ = ['CLIP_MEAN', 'CLIP_STD', 'WORLD_MEAN', 'WORLD_STD', 'Box', 'BATCH_KEYS', 'MAX_TEXT_CHARS', 'SUGARCREPE_SUBSETS',
-           'SUGARCREPE_PP_SUBSETS', 'SUGARCREPE_GROUPS', 'CHAIN_SEP', 'VALSE_FILES', 'VALSE_CATEGORIES', 'WORLD_FIELDS',
-           'DataFormatError', 'MissingImageError', 'CorruptImageError', 'load_image', 'crop_to_box', 'check_image',
-           'normalize', 'image_to_tensor', 'collate_batch', 'ChoiceItem', 'TripletItem', 'CaptionItem', 'Phrase',
-           'GroundedItem', 'ChainItem', 'ChainPairItem', 'NegClipRow', 'DataWarning', 'resolve_image_root',
-           'load_sugarcrepe', 'load_sugarcrepe_pp', 'load_coco_karpathy', 'load_grit', 'hierarcaps_image_name',
-           'load_hierarcaps', 'load_hierarcaps_pairs', 'coco_id', 'CocoImageIndex', 'with_coco_images',
-           'check_benchmark_folder', 'load_valse_file', 'load_valse', 'load_aro_vg', 'order_options',
-           'load_order_benchmark', 'load_negclip_tsv', 'load_whatsup_controlled', 'load_whatsup_spatial', 'load_crepe',
-           'nearest_scenes', 'WorldDataset', 'world_loader', 'ChainImageDataset']
+__all__ = ['CLIP_MEAN', 'CLIP_STD', 'WORLD_MEAN', 'WORLD_STD', 'Box', 'BATCH_KEYS', 'DataFormatError', 'MissingImageError',
+           'CorruptImageError', 'DataWarning', 'load_image', 'crop_to_box', 'check_image', 'normalize',
+           'open_clip_transform', 'image_to_tensor', 'collate_batch', 'ChoiceItem', 'TripletItem', 'CaptionItem',
+           'Phrase', 'GroundedItem', 'ChainItem', 'ChainPairItem', 'NegClipRow']
 
-# %% ../nbs/04_data.ipynb #8e1989f6
+# %% ../nbs/04_data.ipynb #ab3c9a03
 class DataFormatError(ValueError):
     "A malformed annotation file; `path`, `record` (key or index, may be None) and `field` say where."
     def __init__(self, path, record=None, field=None, problem: str = "malformed"):
@@ -43,6 +36,7 @@ class DataFormatError(ValueError):
         super().__init__(f"{where}: {problem}")
     def __reduce__(self): return (type(self), (self.path, self.record, self.field, self.problem))   # picklable
 
+# %% ../nbs/04_data.ipynb #eeab6882
 class MissingImageError(FileNotFoundError):
     "An image a record refers to is not on disk; `path` is where it was expected."
     def __init__(self, path, hint: str = ""):
@@ -51,12 +45,17 @@ class MissingImageError(FileNotFoundError):
         super().__init__(f"image not found: expected {self.path}" + (f" ({hint})" if hint else ""))
     def __reduce__(self): return (type(self), (self.path, self.hint))
 
+# %% ../nbs/04_data.ipynb #7530684d
 class CorruptImageError(DataFormatError):
     "An image file exists but cannot be decoded."
     def __init__(self, path, reason: str):
         self.reason = reason
         super().__init__(path, None, None, f"cannot decode image ({reason})")
     def __reduce__(self): return (type(self), (self.path, self.reason))
+
+# %% ../nbs/04_data.ipynb #8e1989f6
+class DataWarning(UserWarning):
+    "Records a loader set aside (each named in the message); everything else was loaded."
 
 # %% ../nbs/04_data.ipynb #c8a55ac0
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)   # OpenAI CLIP preprocessing (open_clip's OPENAI_DATASET_MEAN)
@@ -111,9 +110,30 @@ def normalize(x: torch.Tensor, mean: Sequence[float] = CLIP_MEAN, std: Sequence[
     s = torch.as_tensor(std, dtype=x.dtype, device=x.device).view(3, 1, 1)
     return (x - m) / s
 
-def image_to_tensor(img, size: int, mean: Sequence[float] = CLIP_MEAN, std: Sequence[float] = CLIP_STD) -> torch.Tensor:
-    """Model input `(3, size, size)` float32 from a PIL image or a uint8 `(H, W, 3)` array/tensor:
-    shorter side resized to `size` (bicubic), centre crop, scaled to [0, 1], normalised."""
+
+# %% ../nbs/04_data.ipynb #9152b5a4
+@functools.lru_cache(maxsize=32)
+def _image_transform(size, mean, std, interpolation, resize_mode, is_train):
+    return open_clip.image_transform(size, is_train=is_train, mean=mean, std=std, interpolation=interpolation,
+                                     resize_mode=resize_mode)
+
+def open_clip_transform(size: int, mean: Sequence[float] = CLIP_MEAN, std: Sequence[float] = CLIP_STD,
+                        interpolation: str = "bicubic", resize_mode: str = "shortest", is_train: bool = False) -> Callable:
+    """open_clip's own image transform (`open_clip.image_transform`, cached) for a tower of input `size`: at evaluation
+    the shorter side resized to `size` (long side `int(size·L/S)`, torchvision's rule), centre crop, to tensor,
+    normalise; `is_train`: open_clip_train's training transform (RandomResizedCrop, scale 0.9-1)."""
+    if interpolation not in ("bicubic", "bilinear"): raise ValueError(f"interpolation must be 'bicubic' or 'bilinear', got {interpolation!r}")
+    if resize_mode not in ("shortest", "longest", "squash"): raise ValueError(f"resize_mode must be 'shortest', 'longest' or 'squash', got {resize_mode!r}")
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size <= 0: raise ValueError(f"size must be a positive int, got {size!r}")
+    mean, std = tuple(float(v) for v in mean), tuple(float(v) for v in std)
+    if len(mean) != 3 or len(std) != 3 or min(std) <= 0: raise ValueError(f"mean/std must be 3 values (std > 0), got {mean}, {std}")
+    return _image_transform(int(size), mean, std, interpolation, resize_mode, bool(is_train))
+
+def image_to_tensor(img, size: int, mean: Sequence[float] = CLIP_MEAN, std: Sequence[float] = CLIP_STD,
+                    interpolation: str = "bicubic", resize_mode: str = "shortest") -> torch.Tensor:
+    """Model input `(3, size, size)` float32 from a PIL image or a uint8 `(H, W, 3)` array/tensor, through open_clip's
+    evaluation transform (`open_clip_transform`): bit-identical to open_clip's `preprocess`. An array that already is
+    `size×size` (the world's images) is only scaled to [0, 1] and normalised."""
     if isinstance(img, torch.Tensor): img = img.detach().cpu().numpy()
     if isinstance(img, np.ndarray):
         if img.dtype != np.uint8 or img.ndim != 3 or img.shape[2] != 3:
@@ -123,15 +143,7 @@ def image_to_tensor(img, size: int, mean: Sequence[float] = CLIP_MEAN, std: Sequ
             return normalize(x, mean, std)
         img = Image.fromarray(img)
     if not isinstance(img, Image.Image): raise TypeError(f"expected a PIL image or uint8 array, got {type(img).__name__}")
-    img = img.convert("RGB")
-    w, h = img.size
-    scale = size / min(w, h)
-    nw, nh = max(size, round(w * scale)), max(size, round(h * scale))
-    img = img.resize((nw, nh), Image.BICUBIC)
-    left, top = (nw - size) // 2, (nh - size) // 2
-    img = img.crop((left, top, left + size, top + size))
-    x = torch.from_numpy(np.asarray(img, dtype=np.uint8).copy()).permute(2, 0, 1).float() / 255.0
-    return normalize(x, mean, std)
+    return open_clip_transform(size, mean, std, interpolation, resize_mode)(img.convert("RGB"))
 
 # %% ../nbs/04_data.ipynb #18436f93
 BATCH_KEYS = {"image": "images", "caption": "captions", "crop": "crops", "phrase": "phrases", "negatives": "negatives",
@@ -192,7 +204,7 @@ def collate_batch(items: Sequence[Mapping[str, Any]]) -> dict:
     if "index" in keys: batch["index"] = torch.as_tensor([int(it["index"]) for it in items], dtype=torch.long)
     return batch
 
-# %% ../nbs/04_data.ipynb #9d1349b8
+# %% ../nbs/04_data.ipynb #740f7735
 class _HasImage:
     def image(self) -> Image.Image:
         "The record's image, opened now (RGB), cropped to `self.box` when the record has one."
@@ -213,6 +225,7 @@ class ChoiceItem(_HasImage):
     key: str = ""
     meta: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
+# %% ../nbs/04_data.ipynb #fb7b6693
 @dataclass(frozen=True)
 class TripletItem(_HasImage):
     "SugarCrepe++: two captions that mean the same (`caption`, `caption2`) and a `negative` that does not."
@@ -223,6 +236,7 @@ class TripletItem(_HasImage):
     subset: str = ""
     key: str = ""
 
+# %% ../nbs/04_data.ipynb #99685b94
 @dataclass(frozen=True)
 class CaptionItem(_HasImage):
     "An image with its reference captions (COCO / Flickr Karpathy splits)."
@@ -231,6 +245,7 @@ class CaptionItem(_HasImage):
     split: str = ""
     key: str = ""
 
+# %% ../nbs/04_data.ipynb #da5fbb99
 @dataclass(frozen=True)
 class Phrase:
     "A grounded phrase: `caption[start:end]`, its box (x0, y0, x1, y1 pixels) and detector score."
@@ -240,6 +255,7 @@ class Phrase:
     box: Box
     score: float
 
+# %% ../nbs/04_data.ipynb #fcc5abd5
 @dataclass(frozen=True)
 class GroundedItem(_HasImage):
     "A GRIT-style grounded caption: phrases with boxes (boxes smaller than the loader's minimum are dropped)."
@@ -253,6 +269,7 @@ class GroundedItem(_HasImage):
         "The image cropped to phrase `i`'s box."
         return load_image(self.image_path, self.phrases[i].box)
 
+# %% ../nbs/04_data.ipynb #6238a30c
 @dataclass(frozen=True)
 class ChainItem(_HasImage):
     "HierarCaps test item: an image and its caption chain, general → specific."
@@ -260,6 +277,7 @@ class ChainItem(_HasImage):
     chain: tuple[str, ...]
     key: str = ""
 
+# %% ../nbs/04_data.ipynb #ddecc26f
 @dataclass(frozen=True)
 class ChainPairItem(_HasImage):
     "HierarCaps expanded-test / training item: a true chain and a negative chain (image optional)."
@@ -268,6 +286,7 @@ class ChainPairItem(_HasImage):
     image_path: Path | None = None
     key: str = ""
 
+# %% ../nbs/04_data.ipynb #9d1349b8
 @dataclass(frozen=True)
 class NegClipRow(_HasImage):
     "A row of NegCLIP's training TSV: caption, image, its hard-negative captions and hard-negative image rows."
@@ -277,796 +296,19 @@ class NegClipRow(_HasImage):
     neg_images: tuple[int, ...]
     key: str = ""
 
-# %% ../nbs/04_data.ipynb #5c261fc1
-def _tname(v) -> str: return type(v).__name__
-
-def _field(path, key, rec, name):
-    if not isinstance(rec, Mapping): raise DataFormatError(path, key, None, f"expected an object/dict record, got {_tname(rec)}")
-    if name not in rec: raise DataFormatError(path, key, name, "missing")
-    return rec[name]
-
-MAX_TEXT_CHARS = 10_000   # longer is a malformed record, not a caption (real captions stay under ~400 characters)
-
-class DataWarning(UserWarning):
-    "Records a loader set aside (each named in the message); everything else was loaded."
-
-def _visible(s: str) -> str:
-    "`s` without control, format (zero-width) and separator characters: what a reader would see of it."
-    return "".join(ch for ch in s if unicodedata.category(ch)[0] not in "CZ")
-
-def _text(path, key, name, v, allow_empty=False) -> str:
-    if not isinstance(v, str): raise DataFormatError(path, key, name, f"expected a non-empty string, got {_tname(v)} {v!r:.60}")
-    if len(v) > MAX_TEXT_CHARS:
-        raise DataFormatError(path, key, name, f"{len(v):,} characters (more than {MAX_TEXT_CHARS:,}): not a caption")
-    if not allow_empty and not _visible(v):
-        raise DataFormatError(path, key, name, f"empty in effect (only blank, invisible or control characters: {v!r:.40})")
-    return v
-
-def _str(path, key, rec, name, allow_empty=False) -> str:
-    return _text(path, key, name, _field(path, key, rec, name), allow_empty)
-
-def _num(path, key, rec, name, integer=False) -> float:
-    v = _field(path, key, rec, name)
-    if isinstance(v, str):
-        try: v = float(v)
-        except ValueError: raise DataFormatError(path, key, name, f"expected a number, got {v!r:.60}") from None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise DataFormatError(path, key, name, f"expected a finite number, got {_tname(v)} {v!r:.60}")
-    if integer and v != int(v): raise DataFormatError(path, key, name, f"expected an integer, got {v!r}")
-    return int(v) if integer else float(v)
-
-def _str_list(path, key, name, v, min_len=1) -> tuple[str, ...]:
-    if not isinstance(v, (list, tuple)) or len(v) < min_len:
-        raise DataFormatError(path, key, name, f"expected a list of >= {min_len} non-empty strings, got {v!r:.80}")
-    return tuple(_text(path, key, f"{name}[{j}]", s) for j, s in enumerate(v))
-
-def _literal_list(path, key, name, text) -> list:
-    "Parse a Python-literal list written as text (never eval)."
-    if isinstance(text, list): return text
-    if not isinstance(text, str): raise DataFormatError(path, key, name, f"expected a list literal, got {_tname(text)}")
-    try: v = ast.literal_eval(text.strip())
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError) as err:
-        raise DataFormatError(path, key, name, f"not a Python list literal ({type(err).__name__}): {text!r:.60}") from None
-    if not isinstance(v, (list, tuple)): raise DataFormatError(path, key, name, f"expected a list, got {_tname(v)}")
-    return list(v)
-
-def _check_file(path: Path, what: str = "annotation file") -> Path:
-    "A readable regular file, or an error that says what is there instead (folder, symlink loop, no permission)."
-    try: st = os.stat(path)
-    except FileNotFoundError: raise FileNotFoundError(f"{what} not found: {path}") from None
-    except OSError as err:
-        if err.errno == errno.ELOOP: raise DataFormatError(path, None, None, f"{what} is a symlink loop") from None
-        raise DataFormatError(path, None, None, f"{what} cannot be read ({err.strerror})") from None
-    if os.path.isdir(path): raise IsADirectoryError(f"{what} is a folder, not a file: {path}")
-    if not os.access(path, os.R_OK): raise PermissionError(f"{what} is not readable (permission denied): {path}")
-    return path
-
-class _DuplicateKey(Exception): pass
-
-def _unique_keys(pairs):
-    "json object_pairs_hook: a repeated key would make an earlier record vanish, so it is an error."
-    seen = {}
-    for k, v in pairs:
-        if k in seen: raise _DuplicateKey(k)
-        seen[k] = v
-    return seen
-
-def _read_json(path: Path):
-    _check_file(path)
-    try:
-        # utf-8-sig: a byte-order mark is accepted, as it is for CSV files
-        with open(path, encoding="utf-8-sig") as f: return json.load(f, object_pairs_hook=_unique_keys)
-    except json.JSONDecodeError as err:
-        raise DataFormatError(path, None, None, f"not valid JSON (line {err.lineno}, column {err.colno}: {err.msg})") from None
-    except UnicodeDecodeError as err: raise DataFormatError(path, None, None, f"not UTF-8 text ({err.reason})") from None
-    except RecursionError: raise DataFormatError(path, None, None, "JSON nested too deeply to be an annotation file") from None
-    except _DuplicateKey as err:
-        raise DataFormatError(path, str(err), None, "duplicate JSON key: the earlier record would be lost") from None
-
-def _read_table(path: Path, columns: Sequence[str], sep: str = ",", optional: Sequence[str] = ()) -> pd.DataFrame:
-    "CSV/TSV as strings (no NaN conversion); checks that `columns` exist."
-    _check_file(path)
-    try: df = pd.read_csv(path, sep=sep, dtype=str, keep_default_na=False, encoding="utf-8-sig")
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as err:
-        raise DataFormatError(path, None, None, f"not a readable {'TSV' if sep == chr(9) else 'CSV'} file "
-                              f"({type(err).__name__}: {str(err).strip()[:120]})") from None
-    missing = [c for c in columns if c not in df.columns]
-    if missing: raise DataFormatError(path, None, missing[0], f"missing column(s) {missing}; found {list(df.columns)}")
-    if df.empty: raise DataFormatError(path, None, None, "no records (a header without rows)")
-    return df
-
-def _records(path: Path, data, kind: str) -> list[tuple[str, Any]]:
-    "(key, record) pairs of a JSON dict-by-key or list file."
-    if isinstance(data, dict): out = [(str(k), v) for k, v in data.items()]
-    elif isinstance(data, list): out = [(str(i), v) for i, v in enumerate(data)]
-    else: raise DataFormatError(path, None, None, f"expected a {kind} at top level, got {_tname(data)}")
-    if not out: raise DataFormatError(path, None, None, f"no records (an empty {kind})")
-    return out
-
-def _record_id(path, key, rec, name: str = "id", seen: dict | None = None) -> str:
-    "A record's own id (string or integer), unique in its file when `seen` collects them."
-    v = rec.get(name, key) if isinstance(rec, Mapping) else key
-    if isinstance(v, bool) or not isinstance(v, (str, int)) or not str(v).strip():
-        raise DataFormatError(path, key, name, f"expected a string or integer id, got {_tname(v)} {v!r:.40}")
-    v = str(v)
-    if seen is not None:
-        if v in seen: raise DataFormatError(path, key, name, f"duplicate id {v!r} (also record {seen[v]!r})")
-        seen[v] = key
-    return v
-
-def _same_text(a: str, b: str) -> bool:
-    "Equal up to case, spacing and punctuation at the ends: a 'negative' like this is its positive."
-    return not is_changed(a, b)
-
-def _set_aside(path, items: list, bad: Callable, why: str) -> list:
-    "`items` without those where `bad(item)`; a `DataWarning` names the file, the records and why."
-    out = [it for it in items if not bad(it)]
-    if len(out) < len(items):
-        keys = [getattr(it, "key", "?") for it in items if bad(it)]
-        warnings.warn(f"{path}: {len(keys)} record(s) set aside — {why}: {keys[:10]}{' …' if len(keys) > 10 else ''}",
-                      DataWarning, stacklevel=3)
-    return out
-
-def _equal_options(it) -> bool:
-    "An item whose correct option equals another option (nothing to choose between)."
-    return any(_same_text(o, it.options[it.correct]) for j, o in enumerate(it.options) if j != it.correct)
-
-def resolve_image_root(image_root: str | Path | None, default_subdir: str = "") -> Path:
-    "`image_root` if given, else `load_settings().data_root / default_subdir`."
-    if image_root is not None: return Path(image_root).expanduser()
-    return load_settings().data_root / default_subdir
-
-def _join(root: Path, rel: str, path=None, key=None, name: str = "image") -> Path:
-    """`rel` under the image root; a path that leaves the root (`..`, absolute elsewhere, NUL byte) is refused unless
-    the user allows absolute paths explicitly (`HIERBENCH_ALLOW_ABSOLUTE_PATHS=1`: annotation files written with
-    absolute paths on the user's own machine); `..` never leaves the root."""
-    where = path if path is not None else "<annotation>"
-    if "\x00" in rel: raise DataFormatError(where, key, name, f"image path contains a NUL byte: {rel!r:.60}")
-    full = Path(os.path.normpath(Path(root) / rel))          # an absolute `rel` replaces the root, as in Path
-    base, full_abs = Path(os.path.abspath(root)), Path(os.path.abspath(full))   # lexical: symlinked roots stay fine
-    if Path(rel).is_absolute() and os.environ.get("HIERBENCH_ALLOW_ABSOLUTE_PATHS") == "1" and ".." not in Path(rel).parts:
-        return full
-    if not (full_abs == base or base in full_abs.parents):
-        raise DataFormatError(where, key, name, f"image path {rel!r:.80} leaves the image root {root} (refused; "
-                              "set HIERBENCH_ALLOW_ABSOLUTE_PATHS=1 to accept absolute paths)")
-    return full
-
-# %% ../nbs/04_data.ipynb #65673bee
-SUGARCREPE_SUBSETS = ("add_att", "add_obj", "replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
-SUGARCREPE_PP_SUBSETS = ("replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
-SUGARCREPE_GROUPS = {"replace": ("replace_obj", "replace_att", "replace_rel"), "swap": ("swap_obj", "swap_att"),
-                     "add": ("add_obj", "add_att")}
-
-def _subset_files(ann_dir, subsets, known) -> list[tuple[str, Path]]:
-    ann_dir = Path(ann_dir)
-    if not ann_dir.is_dir(): raise FileNotFoundError(f"annotation folder not found: {ann_dir}")
-    subsets = known if subsets is None else tuple(subsets)
-    for s in subsets:
-        if s not in known: raise ValueError(f"unknown subset {s!r}; known: {list(known)}")
-    return [(s, ann_dir / f"{s}.json") for s in subsets]
-
-def load_sugarcrepe(ann_dir: str | Path, image_root: str | Path | None = None,
-                    subsets: Sequence[str] | None = None) -> dict[str, list[ChoiceItem]]:
-    "SugarCrepe items per subset; options `[caption, negative_caption]`, correct 0."
-    root = resolve_image_root(image_root, "coco/val2017")
-    out = {}
-    for subset, path in _subset_files(ann_dir, subsets, SUGARCREPE_SUBSETS):
-        items = []
-        for key, rec in _records(path, _read_json(path), "dict of records"):
-            items.append(ChoiceItem(_join(root, _str(path, key, rec, "filename"), path, key, "filename"),
-                                    (_str(path, key, rec, "caption"), _str(path, key, rec, "negative_caption")),
-                                    0, None, subset, key))
-        out[subset] = _set_aside(path, items, _equal_options, "negative_caption equal to caption")
-    return out
-
-def load_sugarcrepe_pp(ann_dir: str | Path, image_root: str | Path | None = None,
-                       subsets: Sequence[str] | None = None) -> dict[str, list[TripletItem]]:
-    "SugarCrepe++ triplets per subset (`caption`, `caption2` = paraphrase, `negative`)."
-    root = resolve_image_root(image_root, "coco/val2017")
-    out = {}
-    for subset, path in _subset_files(ann_dir, subsets, SUGARCREPE_PP_SUBSETS):
-        data = _read_json(path)
-        if not isinstance(data, list): raise DataFormatError(path, None, None, f"expected a list of records, got {_tname(data)}")
-        items, seen = [], {}
-        for i, rec in enumerate(data):
-            key = _record_id(path, str(i), rec, "id", seen)
-            items.append(TripletItem(_join(root, _str(path, key, rec, "filename"), path, key, "filename"), _str(path, key, rec, "caption"),
-                                     _str(path, key, rec, "caption2"), _str(path, key, rec, "negative_caption"),
-                                     subset, key))
-        if not items: raise DataFormatError(path, None, None, "no records (an empty list)")
-        out[subset] = _set_aside(path, items, lambda t: _same_text(t.negative, t.caption) or _same_text(t.negative, t.caption2),
-                                 "negative_caption equal to caption or caption2")
-    return out
-
-# %% ../nbs/04_data.ipynb #6d8da4d8
-def load_coco_karpathy(path: str | Path, splits: str | Sequence[str] | None = None,
-                       image_root: str | Path | None = None) -> list[CaptionItem]:
-    "Images with their raw captions from a Karpathy split file; `splits` filters (e.g. 'test' or ['train', 'restval'])."
-    path = Path(path)
-    root = resolve_image_root(image_root, "coco")
-    data = _read_json(path)
-    images = _field(path, None, data, "images")
-    if not isinstance(images, list): raise DataFormatError(path, None, "images", f"expected a list, got {_tname(images)}")
-    want = None if splits is None else ({splits} if isinstance(splits, str) else set(splits))
-    out = []
-    for i, rec in enumerate(images):
-        key = f"images[{i}]"
-        split = _str(path, key, rec, "split")
-        if want is not None and split not in want: continue
-        fname = _str(path, key, rec, "filename")
-        sub = rec.get("filepath", "")
-        if not isinstance(sub, str): raise DataFormatError(path, key, "filepath", f"expected a string, got {_tname(sub)}")
-        sents = _field(path, key, rec, "sentences")
-        if not isinstance(sents, list) or not sents:
-            raise DataFormatError(path, key, "sentences", f"expected a non-empty list, got {sents!r:.60}")
-        caps = tuple(_str(path, f"{key}.sentences[{j}]", s, "raw") for j, s in enumerate(sents))
-        out.append(CaptionItem(_join(root, str(Path(sub) / fname), path, key, "filename"), caps, split, str(rec.get("cocoid", rec.get("imgid", i)))))
-    return out
-
-def load_grit(path: str | Path, image_root: str | Path | None = None, min_box_size: float = 32,
-              span_fields: Sequence[str] = ("noun_chunks", "ref_exps"), box_units: str = "auto") -> list[GroundedItem]:
-    "Grounded captions from a GRIT-style JSONL file; boxes in pixels, those under `min_box_size` px dropped."
-    path = Path(path)
-    if box_units not in ("auto", "normalized", "pixels"): raise ValueError(f"box_units must be auto/normalized/pixels, got {box_units!r}")
-    if not path.is_file(): raise FileNotFoundError(f"annotation file not found: {path}")
-    root = resolve_image_root(image_root, "grit")
-    out = []
-    with open(path, encoding="utf-8", errors="strict") as f:
-        try: lines = f.read().splitlines()
-        except UnicodeDecodeError as err: raise DataFormatError(path, None, None, f"not UTF-8 text ({err.reason})") from None
-    for ln, line in enumerate(lines, 1):
-        if not line.strip(): continue
-        key = f"line {ln}"
-        try: rec = json.loads(line)
-        except json.JSONDecodeError as err: raise DataFormatError(path, key, None, f"not valid JSON ({err.msg})") from None
-        caption = _str(path, key, rec, "caption")
-        w, h = _num(path, key, rec, "width", True), _num(path, key, rec, "height", True)
-        if w <= 0 or h <= 0: raise DataFormatError(path, key, "width", f"image size must be positive, got {w}x{h}")
-        phrases = []
-        for fld in span_fields:
-            spans = rec.get(fld)
-            if spans is None: continue
-            if not isinstance(spans, list): raise DataFormatError(path, key, fld, f"expected a list of spans, got {_tname(spans)}")
-            for j, sp in enumerate(spans):
-                where = f"{fld}[{j}]"
-                if not isinstance(sp, (list, tuple)) or len(sp) != 7 or not all(
-                        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in sp):
-                    raise DataFormatError(path, key, where, f"expected [start, end, x0, y0, x1, y1, score], got {sp!r:.80}")
-                s, e = int(sp[0]), int(sp[1])
-                if not (0 <= s < e <= len(caption)):
-                    raise DataFormatError(path, key, where, f"span {s}:{e} outside the caption (length {len(caption)})")
-                x0, y0, x1, y1 = (float(v) for v in sp[2:6])
-                normalized = box_units == "normalized" or (box_units == "auto" and max(x0, y0, x1, y1) <= 1.0)
-                if normalized: x0, x1, y0, y1 = x0 * w, x1 * w, y0 * h, y1 * h
-                if x1 < x0 or y1 < y0: raise DataFormatError(path, key, where, f"box corners out of order: {sp[2:6]}")
-                if x1 - x0 < min_box_size or y1 - y0 < min_box_size: continue
-                phrases.append(Phrase(caption[s:e], s, e, (x0, y0, x1, y1), float(sp[6])))
-        img = rec.get("image_path") or rec.get("file_name") or (f"{rec['key']}.jpg" if isinstance(rec.get("key"), (str, int)) else None)
-        if not isinstance(img, str): raise DataFormatError(path, key, "image_path", "no image_path, file_name or key to name the image")
-        out.append(GroundedItem(_join(root, img, path, key, "image_path"), caption, tuple(phrases), w, h, str(rec.get("key", ln))))
-    return out
-
-# %% ../nbs/04_data.ipynb #49c7f990
-CHAIN_SEP = " => "
-_COCO_ID_RE = re.compile(r"(\d+)\.(?:jpg|jpeg|png)\s*$", re.I)
-
-def _chain(path, key, name, text, n_levels) -> tuple[str, ...]:
-    if not isinstance(text, str) or not text.strip(): raise DataFormatError(path, key, name, "empty chain")
-    _text(path, key, name, text)   # length and visible-content checks
-    levels = tuple(c.strip() for c in text.split(CHAIN_SEP.strip()))
-    if any(not _visible(c) for c in levels): raise DataFormatError(path, key, name, f"empty level in chain {text!r:.80}")
-    if n_levels is not None and len(levels) != n_levels:
-        raise DataFormatError(path, key, name, f"expected {n_levels} levels separated by {CHAIN_SEP!r}, got {len(levels)}")
-    return levels
-
-def hierarcaps_image_name(image_url: str) -> str:
-    "`COCO_val2014_<12-digit id>.jpg` from an image URL (or file name) that ends in the COCO id."
-    m = _COCO_ID_RE.search(image_url or "")
-    if m is None: raise ValueError(f"no COCO image id at the end of {image_url!r}")
-    return f"COCO_val2014_{int(m.group(1)):012d}.jpg"
-
-def _hier_root(path: Path, image_root):
-    if image_root is None and (path.parent / "test_imgs").is_dir(): return path.parent / "test_imgs"
-    return resolve_image_root(image_root, "hierarcaps/test_imgs")
-
-def _image_from_url(path, key, url, root) -> Path:
-    try: return root / hierarcaps_image_name(url)
-    except ValueError as err: raise DataFormatError(path, key, "image_url", str(err)) from None
-
-def load_hierarcaps(csv_path: str | Path, image_root: str | Path | None = None, n_levels: int | None = 4) -> list[ChainItem]:
-    "HierarCaps test chains (`id, captions, image_url`) with their image paths."
-    path = Path(csv_path)
-    df = _read_table(path, ["id", "captions", "image_url"])
-    root = _hier_root(path, image_root)
-    seen: dict = {}
-    return [ChainItem(_image_from_url(path, f"row {i} (id {r.id})", r.image_url, root),
-                      _chain(path, f"row {i} (id {r.id})", "captions", r.captions, n_levels),
-                      _record_id(path, f"row {i}", {"id": r.id}, "id", seen))
-            for i, r in enumerate(df.itertuples(index=False))]
-
-def load_hierarcaps_pairs(csv_path: str | Path, image_root: str | Path | None = None,
-                          n_levels: int | None = 4) -> list[ChainPairItem]:
-    "HierarCaps expanded test (`positive, negative, image_url`) or training (`positive, negative`) chain pairs."
-    path = Path(csv_path)
-    df = _read_table(path, ["positive", "negative"])
-    has_img = "image_url" in df.columns
-    root = _hier_root(path, image_root) if has_img else None
-    out = []
-    for i, r in enumerate(df.to_dict("records")):
-        key = f"row {i}"
-        out.append(ChainPairItem(_chain(path, key, "positive", r["positive"], n_levels),
-                                 _chain(path, key, "negative", r["negative"], n_levels),
-                                 _image_from_url(path, key, r["image_url"], root) if has_img else None, str(i)))
-    return _set_aside(path, out, lambda p: all(_same_text(a, b) for a, b in zip(p.positive, p.negative)),
-                      "negative chain equal to the positive chain")
-
-# %% ../nbs/04_data.ipynb #d90405bb
-_COCO_NAME_RE = re.compile(r"(?:^|[_-])(\d{6,12})\.(?:jpg|jpeg|png)$", re.I)
-
-def coco_id(name: str | Path) -> int | None:
-    "The numeric COCO id in a file name of either naming (`000000139.jpg`, `COCO_val2014_000000000139.jpg`), else None."
-    m = _COCO_NAME_RE.search(Path(str(name)).name)
-    return int(m.group(1)) if m else None
-
-class CocoImageIndex:
-    "COCO-named images under `folders` (searched recursively), by numeric id; `find(name)` resolves either naming."
-    def __init__(self, *folders: str | Path):
-        self.by_id: dict[int, Path] = {}
-        for folder in folders:
-            folder = Path(folder)
-            if not folder.is_dir(): raise FileNotFoundError(f"COCO image folder not found: {folder}")
-            for p in sorted(folder.rglob("*")):
-                i = coco_id(p.name) if p.suffix.lower() in (".jpg", ".jpeg", ".png") else None
-                if i is not None: self.by_id.setdefault(i, p)
-    def __len__(self) -> int: return len(self.by_id)
-    def find(self, name: str | Path) -> Path | None:
-        i = coco_id(name)
-        return None if i is None else self.by_id.get(i)
-
-def with_coco_images(items: Sequence, index: CocoImageIndex) -> tuple[list, int]:
-    "Items whose image exists (as named, or by COCO id in `index`, then re-pointed there), and how many were set aside."
-    kept, missing = [], 0
-    for it in items:
-        path = Path(it.image_path)
-        if not path.is_file():
-            found = index.find(path.name)
-            if found is None: missing += 1; continue
-            it = dataclasses.replace(it, image_path=found)
-        kept.append(it)
-    return kept, missing
-
-# %% ../nbs/04_data.ipynb #478fccf7
-def _benchmark_files(folder: Path) -> list[tuple[str, Path, Callable]]:
-    "(benchmark, file, loader(file, image_root) -> items) for every recognised file in `folder` (not recursive)."
-    out = []
-    for f in sorted(folder.iterdir()):
-        stem = f.stem
-        if f.suffix == ".json" and stem in SUGARCREPE_PP_SUBSETS and folder.name.lower().replace("-", "_").endswith("pp"):
-            out.append(("sugarcrepe++", f, lambda p, r, s=stem: load_sugarcrepe_pp(p.parent, r, [s])[s]))
-        elif f.suffix == ".json" and stem in SUGARCREPE_SUBSETS:
-            out.append(("sugarcrepe", f, lambda p, r, s=stem: load_sugarcrepe(p.parent, r, [s])[s]))
-        elif f.suffix == ".json" and stem in VALSE_FILES: out.append(("valse", f, load_valse_file))
-        elif f.suffix == ".csv" and "hierarcaps" in stem: out.append(("hierarcaps", f, load_hierarcaps))
-        elif f.suffix == ".csv" and stem.startswith("crepe"): out.append(("crepe", f, load_crepe))
-        elif f.suffix == ".json" and stem.startswith(("controlled_images", "controlled_clevr")):
-            out.append(("whatsup", f, load_whatsup_controlled))
-        elif f.suffix == ".json" and stem.startswith(("coco_qa", "vg_qa")): out.append(("whatsup", f, load_whatsup_spatial))
-    return out
-
-def check_benchmark_folder(folder: str | Path, image_root: str | Path | None = None,
-                           coco_dir: str | Path | None = None) -> pd.DataFrame:
-    "One row per recognised benchmark file: records, set aside (with the reasons), error, missing images."
-    folder = Path(folder)
-    if not folder.is_dir(): raise FileNotFoundError(f"benchmark folder not found: {folder}")
-    files = _benchmark_files(folder)
-    if not files: raise ValueError(f"{folder}: no SugarCrepe, SugarCrepe++, HierarCaps, VALSE, CREPE or WhatsUp files recognised")
-    index = CocoImageIndex(coco_dir) if coco_dir else None
-    rows = []
-    for bench, f, loader in files:
-        row = dict(benchmark=bench, file=f.name, records=0, set_aside=0, reasons="", missing_images=None, error="")
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", DataWarning)
-            try: items = loader(f, image_root)
-            except (DataFormatError, ValueError, OSError) as err: row["error"], items = str(err), []
-        notes = [str(w.message) for w in caught if issubclass(w.category, DataWarning)]
-        row["records"], row["reasons"] = len(items), " | ".join(n.split(" — ", 1)[-1] for n in notes)
-        row["set_aside"] = sum(int(re.search(r"(\d+) record\(s\) set aside", n).group(1)) for n in notes if "set aside" in n)
-        if items and (image_root is not None or index is not None) and hasattr(items[0], "image_path"):
-            row["missing_images"] = sum(1 for it in items if not Path(it.image_path).is_file()
-                                        and (index is None or index.find(Path(it.image_path).name) is None))
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-# %% ../nbs/04_data.ipynb #18214989
-VALSE_FILES = ("existence", "plurals", "counting-hard", "counting-small-quant", "counting-adversarial", "relations",
-               "action-replacement", "actant-swap", "coreference-standard", "coreference-hard", "foil-it")
-VALSE_CATEGORIES = {"existence": ("existence",), "plurality": ("plurals",),
-                    "counting": ("counting-hard", "counting-small-quant", "counting-adversarial"),
-                    "relations": ("relations",), "actions": ("action-replacement", "actant-swap"),
-                    "coreference": ("coreference-standard", "coreference-hard"), "foil-it": ("foil-it",)}
-
-def load_valse_file(path: str | Path, image_root: str | Path | None = None, valid_only: bool = True,
-                    image_dirs: Mapping[str, str | Path] | None = None) -> list[ChoiceItem]:
-    "One VALSE file as ChoiceItems (options `[caption, foil]`, correct 0); `valid_only` keeps mturk.caption >= 2."
-    path = Path(path)
-    root = resolve_image_root(image_root, "valse")
-    out = []
-    for key, rec in _records(path, _read_json(path), "dict of samples"):
-        mturk = _field(path, key, rec, "mturk")
-        votes = _num(path, key, mturk, "caption", integer=True) if isinstance(mturk, Mapping) else None
-        if votes is None: raise DataFormatError(path, key, "mturk", f"expected an object with 'caption', got {_tname(mturk)}")
-        if not 0 <= votes <= 3:   # three annotators judged the caption: 0-3 of them found it valid
-            raise DataFormatError(path, key, "mturk.caption", f"expected 0-3 annotator votes, got {votes}")
-        if valid_only and votes < 2: continue
-        dataset = _str(path, key, rec, "dataset")
-        img = _str(path, key, rec, "image_file")
-        folder = Path(image_dirs[dataset]) if image_dirs and dataset in image_dirs else root
-        out.append(ChoiceItem(_join(folder, img, path, key, "image_file"), (_str(path, key, rec, "caption"), _str(path, key, rec, "foil")), 0,
-                              None, path.stem, key,
-                              dict(dataset=dataset, phenomenon=rec.get("linguistic_phenomena"), mturk=dict(mturk))))
-    return _set_aside(path, out, _equal_options, "foil equal to the caption (reported, never scored)")
-
-def load_valse(ann_dir: str | Path, image_root: str | Path | None = None, valid_only: bool = True,
-               image_dirs: Mapping[str, str | Path] | None = None, files: Sequence[str] | None = None) -> dict[str, list[ChoiceItem]]:
-    "VALSE items per file (those of `VALSE_FILES` present in `ann_dir`, or exactly `files`)."
-    ann_dir = Path(ann_dir)
-    if not ann_dir.is_dir(): raise FileNotFoundError(f"annotation folder not found: {ann_dir}")
-    names = [n for n in VALSE_FILES if (ann_dir / f"{n}.json").is_file()] if files is None else list(files)
-    if not names: raise FileNotFoundError(f"no VALSE files ({', '.join(VALSE_FILES)}).json in {ann_dir}")
-    return {n: load_valse_file(ann_dir / f"{n}.json", image_root, valid_only, image_dirs) for n in names}
-
-# %% ../nbs/04_data.ipynb #7b4c9b96
-def load_aro_vg(path: str | Path, image_root: str | Path | None = None) -> list[ChoiceItem]:
-    "ARO VG-Relation / VG-Attribution items, cropped to their box; options `[false_caption, true_caption]`, correct 1."
-    path = Path(path)
-    root = resolve_image_root(image_root, "vg/images")
-    out = []
-    for key, rec in _records(path, _read_json(path), "list of records"):
-        x, y = _num(path, key, rec, "bbox_x"), _num(path, key, rec, "bbox_y")
-        w, h = _num(path, key, rec, "bbox_w"), _num(path, key, rec, "bbox_h")
-        if w <= 0 or h <= 0: raise DataFormatError(path, key, "bbox_w", f"box size must be positive, got {w}x{h}")
-        attrs = rec.get("attributes") if isinstance(rec, Mapping) else None
-        if attrs is not None:
-            if not isinstance(attrs, (list, tuple)) or not all(isinstance(a, str) for a in attrs):
-                raise DataFormatError(path, key, "attributes", f"expected a list of strings, got {attrs!r:.60}")
-            subset = "_".join(attrs)
-        else: subset = _str(path, key, rec, "relation_name")
-        meta = {"relation_name": rec.get("relation_name"), "attributes": attrs}
-        out.append(ChoiceItem(_join(root, _str(path, key, rec, "image_path"), path, key, "image_path"),
-                              (_str(path, key, rec, "false_caption"), _str(path, key, rec, "true_caption")), 1,
-                              (x, y, x + w, y + h), subset, key, meta))
-    return out
-
-def order_options(caption: str, rng=0, tagger: Tagger | None = None) -> tuple[str, ...] | None:
-    "`(caption, 4 ARO order perturbations)` or None when a perturbation cannot change the caption."
-    import random
-    gen = rng if isinstance(rng, random.Random) else random.Random(rng)
-    perturbed = [rewrite(caption, r, tagger=tagger, rng=gen) for r in ORDER_RULES]
-    return None if any(p is None for p in perturbed) else (caption, *perturbed)
-
-def load_order_benchmark(karpathy_json: str | Path, image_root: str | Path | None = None, split: str = "test",
-                         name: str = "coco_order", seed: int = 0, tagger: Tagger | None = None,
-                         max_captions: int | None = None) -> list[ChoiceItem]:
-    """ARO COCO-/Flickr-Order items: options `[original, 4 perturbations]`, correct 0. Reads the file ARO's own code
-    uses — BLIP's `coco_karpathy_test.json` / `flickr30k_test.json`, a list of `{image, caption: [...]}` (all of it is
-    the test split) — or a Karpathy split file (`{"images": [...]}`, filtered by `split`)."""
-    import random
-    rng = random.Random(seed)
-    out = []
-    path = Path(karpathy_json)
-    data = _read_json(path)
-    if isinstance(data, dict) and "images" in data: images = load_coco_karpathy(path, split, image_root)
-    elif isinstance(data, list) and data and all(isinstance(r, Mapping) and "image" in r for r in data):
-        root = resolve_image_root(image_root, "coco")
-        images = []
-        for i, rec in enumerate(data):
-            key = f"[{i}]"
-            caps = rec.get("caption")
-            caps = _str_list(path, key, "caption", [caps] if isinstance(caps, str) else caps, 1)
-            images.append(CaptionItem(_join(root, _str(path, key, rec, "image"), path, key, "image"), caps, "test",
-                                      str(rec.get("image_id", Path(str(rec["image"])).stem))))
-    else:
-        raise DataFormatError(path, None, None, "unknown layout: expected BLIP's test annotation (a list of {image, caption}), "
-                              "as ARO uses, or a Karpathy split file ({\"images\": [{filename, split, sentences}]})")
-    for img in images:
-        for j, cap in enumerate(img.captions):
-            if max_captions is not None and len(out) >= max_captions: return out
-            opts = order_options(cap, rng, tagger)
-            if opts is not None: out.append(ChoiceItem(img.image_path, opts, 0, None, name, f"{img.key}/{j}"))
-    return out
-
-def load_negclip_tsv(path: str | Path, image_root: str | Path | None = None) -> list[NegClipRow]:
-    "NegCLIP training rows: caption (`title`), image (`filepath`), negative captions and negative image row ids."
-    path = Path(path)
-    df = _read_table(path, ["title", "filepath", "neg_caption", "neg_image"], sep="\t")
-    root = resolve_image_root(image_root, "coco")
-    n, out = len(df), []
-    for i, r in enumerate(df.to_dict("records")):
-        key = f"row {i}"
-        title = _str(path, key, r, "title").strip()   # 561 upstream captions and 148 negatives carry outer spaces
-        negs = tuple(n.strip() for n in _str_list(path, key, "neg_caption", _literal_list(path, key, "neg_caption", r["neg_caption"]), 1))
-        ids = _literal_list(path, key, "neg_image", r["neg_image"])
-        if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < n for v in ids):
-            raise DataFormatError(path, key, "neg_image", f"expected row ids in [0, {n}), got {ids!r:.80}")
-        out.append(NegClipRow(_join(root, _str(path, key, r, "filepath"), path, key, "filepath"), title, negs, tuple(ids), key))
-    return _set_aside(path, out, lambda row: any(_same_text(n, row.caption) for n in row.neg_captions), "a negative equal to the caption")
-
-# %% ../nbs/04_data.ipynb #543e96be
-def load_whatsup_controlled(path: str | Path, image_root: str | Path | None = None) -> list[ChoiceItem]:
-    "WhatsUp controlled images: options = `caption_options` (4), correct 0."
-    path = Path(path)
-    root = resolve_image_root(image_root, "whatsup")
-    items = [ChoiceItem(_join(root, _str(path, key, rec, "image_path"), path, key, "image_path"),
-                        _str_list(path, key, "caption_options", _field(path, key, rec, "caption_options"), 2), 0, None,
-                        path.stem, key)
-             for key, rec in _records(path, _read_json(path), "list of records")]
-    return _set_aside(path, items, _equal_options, "a wrong caption option equal to the correct one")
-
-def load_whatsup_spatial(path: str | Path, image_root: str | Path | None = None, naming: str = "auto") -> list[ChoiceItem]:
-    """WhatsUp COCO/GQA spatial sets: `[image_id, correct, wrong]` → options `[correct, wrong]`, correct 0. Upstream
-    naming: COCO images are `{id:012d}.jpg` (val2017), Visual Genome / GQA ones `{id}.jpg` under `vg_images/`; `auto`
-    reads the kind from the file name (`coco_qa_*` / `vg_qa_*`), whatever the JSON type of the ids."""
-    path = Path(path)
-    if naming not in ("auto", "coco", "gqa", "vg"): raise ValueError(f"naming must be auto/coco/vg (gqa), got {naming!r}")
-    if naming == "auto":
-        naming = "coco" if path.stem.startswith("coco") else "vg" if path.stem.startswith(("vg", "gqa")) else "auto"
-    root = resolve_image_root(image_root, "whatsup/vg_images" if naming in ("vg", "gqa") else "coco/val2017")
-    out = []
-    for key, rec in _records(path, _read_json(path), "list of records"):
-        if not isinstance(rec, (list, tuple)) or len(rec) != 3:
-            raise DataFormatError(path, key, None, f"expected [image_id, correct_caption, wrong_caption], got {rec!r:.80}")
-        img_id, good, bad = rec
-        if isinstance(img_id, bool) or not isinstance(img_id, (int, str)) or not str(img_id).strip():
-            raise DataFormatError(path, key, "image_id", f"expected an int or str id, got {img_id!r:.40}")
-        coco = naming == "coco" or (naming == "auto" and str(img_id).strip().isdigit() and isinstance(img_id, int))
-        if coco and not str(img_id).isdigit():
-            raise DataFormatError(path, key, "image_id", f"COCO ids are integers, got {img_id!r:.40}")
-        fname = f"{int(img_id):012d}.jpg" if coco else f"{img_id}.jpg"
-        opts = _str_list(path, key, "captions", [good, bad], 2)
-        out.append(ChoiceItem(_join(root, fname, path, key, "image_id"), opts, 0, None, path.stem, key))
-    return _set_aside(path, out, _equal_options, "wrong caption equal to the correct one")
-
-def load_crepe(path: str | Path, image_root: str | Path | None = None, negatives_column: str = "hard_negs") -> list[ChoiceItem]:
-    "CREPE items cropped to their VG box: options `[caption, *hard negatives]`, correct 0."
-    path = Path(path)
-    df = _read_table(path, ["image_id", "x", "y", "width", "height", "caption", negatives_column])
-    root = resolve_image_root(image_root, "vg/images")
-    out = []
-    for i, r in enumerate(df.to_dict("records")):
-        key = f"row {i}"
-        x, y = _num(path, key, r, "x"), _num(path, key, r, "y")
-        w, h = _num(path, key, r, "width"), _num(path, key, r, "height")
-        if w <= 0 or h <= 0: raise DataFormatError(path, key, "width", f"box size must be positive, got {w}x{h}")
-        img_id = _str(path, key, r, "image_id").strip()
-        if img_id.endswith(".0"): img_id = img_id[:-2]   # ids written as floats by pandas upstream
-        negs = _str_list(path, key, negatives_column, _literal_list(path, key, negatives_column, r[negatives_column]), 1)
-        # Visual Genome ships its images in two folders (VG_100K, VG_100K_2): look in both, then in the root itself
-        rel = next((f"{sub}{img_id}.jpg" for sub in ("VG_100K/", "VG_100K_2/", "") if (root / f"{sub}{img_id}.jpg").is_file()),
-                   f"{img_id}.jpg")
-        out.append(ChoiceItem(_join(root, rel, path, key, "image_id"), (_str(path, key, r, "caption"), *negs), 0,
-                              (x, y, x + w, y + h), path.stem, key))
-    return _set_aside(path, out, _equal_options, "a hard negative equal to the caption")
-
-# %% ../nbs/04_data.ipynb #89fd9d28
-def nearest_scenes(ws, k: int = 3, chunk: int = 1024) -> np.ndarray:
-    """(n, k) indices of each scene's k most similar other scenes of a `WorldSplit`: 3 × shared objects (same shape,
-    colour and size) + shared shapes + shared colours, the nearest first (ties: lower index). What NegCLIP mines with
-    CLIP image features, the world knows exactly."""
-    from hierbench import world as W
-    objs = [[(o["shape"], o["colour"], o["size"]) for o in m["objects"]] for m in ws.meta]
-    shapes, colours, sizes = W.SHAPES.leaves, W.COLOURS.leaves, list(W.SIZES)
-    def hist(key, n_bins):
-        h = np.zeros((len(objs), n_bins), np.float32)
-        for i, os_ in enumerate(objs):
-            for o in os_: h[i, key(o)] += 1
-        return h
-    full = hist(lambda o: (shapes.index(o[0]) * len(colours) + colours.index(o[1])) * 2 + sizes.index(o[2]),
-                len(shapes) * len(colours) * 2)
-    feats = np.concatenate([np.sqrt(3) * full, hist(lambda o: shapes.index(o[0]), len(shapes)),
-                            hist(lambda o: colours.index(o[1]), len(colours))], 1)
-    n, out = len(objs), np.zeros((len(objs), k), np.int64)
-    for a in range(0, n, chunk):
-        s = feats[a:a + chunk] @ feats.T
-        s[np.arange(len(s)), np.arange(a, a + len(s))] = -np.inf      # never its own neighbour
-        # stable: sort by (-similarity, index)
-        out[a:a + chunk] = np.argsort(-s, axis=1, kind="stable")[:, :k]
-    return out
-
-# %% ../nbs/04_data.ipynb #5b95a5db
-WORLD_FIELDS = ("crop", "phrase", "negatives", "paraphrase", "alternative", "chain", "index")
-
-class WorldDataset(torch.utils.data.Dataset):
-    "Items of a built-in world split for `collate_batch` (see the field list above)."
-    def __init__(self, split: str = "train", n: int = 1000, seed: int = 0, config=None,
-                 fields: Sequence[str] = ("index",), k_negatives: int = 4, caption: str = "sample",
-                 image_size: int | None = None, mean: Sequence[float] = WORLD_MEAN, std: Sequence[float] = WORLD_STD,
-                 cache_dir: str | Path | None | bool = None, world_split=None, negative_types: Sequence[str] | None = None,
-                 pair_neighbours: bool = False, mirror_twins: bool = False, top_caption_p: float = 0.0):
-        from hierbench import world as W
-        self.negative_types = W.check_negative_types(negative_types) if negative_types is not None else None
-        bad = [f for f in fields if f not in WORLD_FIELDS]
-        if bad: raise ValueError(f"unknown world field(s) {bad}; known: {list(WORLD_FIELDS)}")
-        if caption not in ("sample", "top"): raise ValueError(f"caption must be 'sample' or 'top', got {caption!r}")
-        if "negatives" in fields and k_negatives < 1: raise ValueError(f"k_negatives must be >= 1, got {k_negatives}")
-        self.fields = set(fields) | ({"crop", "phrase"} if {"crop", "phrase"} & set(fields) else set())
-        if "negatives_mask" in self.fields: raise ValueError("negatives_mask comes with 'negatives'; do not ask for it")
-        if not 0.0 <= top_caption_p <= 1.0: raise ValueError(f"top_caption_p must be in [0, 1], got {top_caption_p!r}")
-        drawn_otherwise = self.fields & {"negatives", "paraphrase", "crop", "phrase"}
-        if top_caption_p and (drawn_otherwise or caption == "top"):
-            raise ValueError(f"top_caption_p weights caption='sample' draws; with "
-                             f"{sorted(drawn_otherwise) or ['caption=top']} the caption is drawn otherwise")
-        if mirror_twins and pair_neighbours:
-            raise ValueError("mirror_twins and pair_neighbours both compose the batch; choose one")
-        self.ws = world_split if world_split is not None else W.build_split(split, n, seed, config, cache_dir=cache_dir)
-        self.seed, self.k, self.caption_mode, self.mean, self.std = int(seed), int(k_negatives), caption, mean, std
-        self.image_size = image_size or self.ws.config.image_size
-        self.crop_size = image_size or self.ws.config.crop_side
-        self.epoch = 0
-        self.partners = nearest_scenes(self.ws) if pair_neighbours else None
-        self.mirror_twins, self.top_caption_p = bool(mirror_twins), float(top_caption_p)
-        self._entails, self._specificity = W.entails_text, W.specificity
-        # per-scene candidate lists (captions of a phrase, changed negatives, alternatives): deterministic in the
-        # scene, so computed once — the world's text-entailment checks cost more than the model step otherwise
-        self._memo: dict = {}
-
-    def __len__(self) -> int: return 2 * len(self.ws) if self.mirror_twins else len(self.ws)
-    def set_epoch(self, epoch: int): self.epoch = int(epoch)
-
-    def batch_indices(self, step: int, batch_size: int, seed: int) -> np.ndarray:
-        """Batch composition (the trainer calls it when present): with `pair_neighbours`, half the batch are scenes
-        of the epoch's permutation and the other half each one's nearest neighbour (NegCLIP's hard-negative images);
-        a neighbour already in the batch is replaced by its next-nearest, and the batch is topped up from the
-        permutation. With `mirror_twins`, half the batch are scenes of the epoch's permutation, each followed by its
-        mirror (item `i + n`). Otherwise None: the trainer's plain per-epoch permutation. A pure function of
-        (step, size, seed)."""
-        if self.mirror_twins:
-            if batch_size % 2: raise ValueError(f"mirror_twins needs an even batch size (scene + mirror), got {batch_size}")
-            n, half = len(self.ws), batch_size // 2
-            per = n // half
-            if per == 0: raise ValueError(f"batch_size {batch_size} is larger than twice the dataset ({n} scenes)")
-            epoch, i = divmod(step, per)
-            scenes = np.random.default_rng([seed, epoch, 7]).permutation(n)[i * half:(i + 1) * half]
-            return np.stack([scenes, scenes + n], 1).reshape(-1)    # interleaved: a rank's shard keeps whole pairs
-        if self.partners is None: return None
-        n = len(self)
-        half = batch_size // 2
-        per = n // half
-        if per == 0: raise ValueError(f"batch_size {batch_size} is larger than twice the dataset ({n} items)")
-        epoch, i = divmod(step, per)
-        perm = np.random.default_rng([seed, epoch, 7]).permutation(n)
-        out, seen = [], set()
-        for a in perm[i * half:(i + 1) * half]:
-            if a in seen: continue
-            out.append(int(a)); seen.add(int(a))
-            b = next((int(p) for p in self.partners[a] if int(p) not in seen), None)
-            if b is not None: out.append(b); seen.add(b)
-        for a in np.roll(perm, -(i + 1) * half):      # top up (collisions) from the rest of the permutation
-            if len(out) >= batch_size: break
-            if int(a) not in seen: out.append(int(a)); seen.add(int(a))
-        return np.array(out[:batch_size])
-
-    def _rng(self, i: int) -> np.random.Generator: return np.random.default_rng([self.seed, self.epoch, int(i), 4])
-
-    def __getitem__(self, i: int) -> dict:
-        item, img, crop = self._item(i)
-        item["image"] = image_to_tensor(img, self.image_size, self.mean, self.std)
-        if crop is not None: item["crop"] = image_to_tensor(crop, self.crop_size, self.mean, self.std)
-        return item
-
-    def __getitems__(self, indices: Sequence[int]) -> list[dict]:
-        "Items of several scenes at once (the trainer and DataLoader use it): one image conversion for the batch."
-        parts = [self._item(int(i)) for i in indices]
-        def convert(arrays, size):
-            if arrays[0].shape[:2] != (size, size): return [image_to_tensor(a, size, self.mean, self.std) for a in arrays]
-            x = torch.from_numpy(np.stack(arrays)).permute(0, 3, 1, 2).float().div_(255.0)
-            return list(normalize(x, self.mean, self.std).unbind(0))
-        imgs = convert([p[1] for p in parts], self.image_size)
-        crops = convert([p[2] for p in parts], self.crop_size) if parts and parts[0][2] is not None else None
-        out = []
-        for k, (item, _, _) in enumerate(parts):
-            item["image"] = imgs[k]
-            if crops is not None: item["crop"] = crops[k]
-            out.append(item)
-        return out
-
-    def _meta(self, i: int) -> dict:
-        "Scene i's stored metadata; item `n + i` of `mirror_twins` is scene i's mirror (`world.mirror_scene`, memoised)."
-        n = len(self.ws)
-        if i < n: return self.ws.meta[i]
-        from hierbench import world as W
-        return self._memoised(("mirror", i), lambda: W._scene_meta(W.mirror_scene(self.ws.scene(i - n))))
-
-    def _texts(self, i: int) -> list[str]:
-        "All true descriptions of scene i (chain, phrases, paraphrases, alternatives), from the stored texts."
-        m = self._meta(i)
-        return list(dict.fromkeys([*m["chain"], *m["phrases"], *m["paraphrases"], *m["alternatives"]]))
-
-    def _memoised(self, key, compute):
-        "`compute()` once per key (lists that depend on the scene and caption only, never on the epoch's draws)."
-        out = self._memo.get(key)
-        if out is None: out = self._memo[key] = compute()
-        return out
-
-    def _alternatives(self, i: int, cap: str, para_group: list) -> list[str]:
-        "READ's reconstruction targets for `cap`: other true texts of scene i of comparable detail (≥ 0.75× its specificity)."
-        same = {cap, *para_group} if cap in para_group else {cap}
-        alts = [t for t in self._texts(i) if t not in same]
-        if not alts: raise ValueError(f"world scene {i} of split {self.ws.split!r} has no alternative caption")
-        need = 0.75 * self._specificity(cap)
-        return [t for t in alts if self._specificity(t) >= need] or [max(alts, key=self._specificity)]
-
-    def _item(self, i: int) -> tuple[dict, np.ndarray, np.ndarray | None]:
-        "(item without tensors, scene image uint8, crop uint8 or None)."
-        if not 0 <= i < len(self): raise IndexError(f"index {i} out of range for {len(self)} scenes")
-        m, rng = self._meta(i), self._rng(i)
-        scene, mirrored = (i - len(self.ws), True) if i >= len(self.ws) else (i, False)
-        pick = lambda seq: seq[int(rng.integers(len(seq)))]
-        top = m["chain"][-1]
-        para_group = list(dict.fromkeys([top, *m["paraphrases"]]))
-        j = None  # the crop / phrase drawn for this item
-        # the world's hard negatives are one-edit changes of the top caption: with negatives the positive *is* the top
-        # caption; paraphrase pairs are drawn within the top caption's paraphrase group
-        if "negatives" in self.fields: cap = top
-        elif "paraphrase" in self.fields: cap = pick(para_group)
-        elif self.caption_mode == "top": cap = top
-        elif "crop" in self.fields:
-            # HyCoCLIP's phrase → caption entailment needs a caption that entails the phrase and says more: draw the
-            # crop first, then a true description that entails its phrase but not the other way round
-            j = int(rng.integers(len(m["phrases"])))
-            ph = m["phrases"][j]
-            cap = pick(self._memoised(("caption", i, j), lambda: [
-                t for t in self._texts(i) if self._entails(t, ph) and not self._entails(ph, t)] or [m["chain"][-1]]))
-        elif self.top_caption_p and rng.random() < self.top_caption_p: cap = top
-        else: cap = pick(self._texts(i))
-        item, crop = {"caption": cap}, None
-        if "crop" in self.fields:
-            if j is None:
-                entailed = self._memoised(("phrases", i, cap), lambda: [
-                    k for k, p in enumerate(m["phrases"]) if self._entails(cap, p)])
-                j = pick(entailed) if entailed else int(rng.integers(len(m["phrases"])))
-            crop = np.asarray(self.ws.crops[self.ws.crop_offsets[scene] + j])
-            if mirrored: crop = np.ascontiguousarray(crop[:, ::-1])
-            item["phrase"] = m["phrases"][j]
-        if "negatives" in self.fields:
-            wanted = self.negative_types
-            negs = self._memoised(("negatives", i, cap), lambda: list(dict.fromkeys(
-                t for kind, t in m["negatives"] if (wanted is None or kind in wanted) and is_changed(cap, t))))
-            take = [negs[int(k)] for k in rng.permutation(len(negs))[:self.k]]   # distinct, never repeated
-            item["negatives"] = take + [""] * (self.k - len(take))
-            item["negatives_mask"] = [True] * len(take) + [False] * (self.k - len(take))
-        if "paraphrase" in self.fields:
-            others = [p for p in para_group if p != cap]
-            item["paraphrase"] = pick(others) if others else cap
-        if "alternative" in self.fields:
-            item["alternative"] = pick(self._memoised(("alternatives", i, cap), lambda: self._alternatives(i, cap, para_group)))
-        if "chain" in self.fields: item["chain"] = list(m["chain"])
-        if "index" in self.fields: item["index"] = i
-        image = np.asarray(self.ws.images[scene])
-        return item, (np.ascontiguousarray(image[:, ::-1]) if mirrored else image), crop
-
-def world_loader(dataset: torch.utils.data.Dataset, batch_size: int, shuffle: bool = True, seed: int = 0,
-                 num_workers: int = 0, drop_last: bool = False) -> torch.utils.data.DataLoader:
-    "A DataLoader over `dataset` that yields `collate_batch` dicts; shuffling is seeded."
-    g = torch.Generator(); g.manual_seed(int(seed))
-    return torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, generator=g,
-                                       num_workers=num_workers, drop_last=drop_last, collate_fn=collate_batch)
-
-# %% ../nbs/04_data.ipynb #59757705
-class ChainImageDataset(torch.utils.data.Dataset):
-    "Real (image, caption chain) records as training items: the image tensor, one chain level as caption, the chain."
-    def __init__(self, items: Sequence, image_size: int, mean: Sequence[float] = CLIP_MEAN,
-                 std: Sequence[float] = CLIP_STD, seed: int = 0):
-        self.items = list(items)
-        if not self.items: raise ValueError("ChainImageDataset: no items")
-        bad = [i for i, it in enumerate(self.items) if not getattr(it, "chain", None)]
-        if bad: raise ValueError(f"ChainImageDataset: item {bad[0]} ({getattr(self.items[bad[0]], 'key', '')!r}) has no chain")
-        self.image_size, self.mean, self.std, self.seed, self.epoch = int(image_size), mean, std, int(seed), 0
-
-    def __len__(self) -> int: return len(self.items)
-    def set_epoch(self, epoch: int): self.epoch = int(epoch)
-
-    def __getitem__(self, i: int) -> dict:
-        it = self.items[i]
-        level = int(np.random.default_rng([self.seed, self.epoch, int(i), 5]).integers(len(it.chain)))
-        return {"image": it.image_tensor(self.image_size, self.mean, self.std), "caption": it.chain[level],
-                "chain": list(it.chain), "index": i}
+# %% ../nbs/04_data.ipynb #2edadadb
+_MOVED = {"loaders": ("MAX_TEXT_CHARS", "SUGARCREPE_SUBSETS", "SUGARCREPE_PP_SUBSETS", "SUGARCREPE_GROUPS", "CHAIN_SEP",
+                      "VALSE_FILES", "VALSE_CATEGORIES", "resolve_image_root", "load_sugarcrepe", "load_sugarcrepe_pp",
+                      "load_coco_karpathy", "load_grit", "hierarcaps_image_name", "load_hierarcaps",
+                      "load_hierarcaps_pairs", "coco_id", "CocoImageIndex", "with_coco_images", "check_benchmark_folder",
+                      "load_valse_file", "load_valse", "load_aro_vg", "order_options", "load_order_benchmark",
+                      "load_negclip_tsv", "load_whatsup_controlled", "load_whatsup_spatial", "load_crepe"),
+          "sources": ("WORLD_FIELDS", "nearest_scenes", "WorldDataset", "world_loader", "ChainImageDataset")}
+
+def __getattr__(name: str):
+    "Names that moved to `hierbench.loaders` / `hierbench.sources` resolve here for one release, with a `DeprecationWarning`."
+    for mod, names in _MOVED.items():
+        if name in names:
+            warnings.warn(f"hierbench.data.{name} moved: use hierbench.{mod}.{name}", DeprecationWarning, stacklevel=2)
+            return getattr(importlib.import_module(f"hierbench.{mod}"), name)
+    raise AttributeError(f"module 'hierbench.data' has no attribute {name!r}")

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
 # %% auto #0
-__all__ = ['split_words', 'normalize_text', 'WordTokenizer', 'DecoderConfig', 'CaptionDecoder', 'SentenceEncoder',
+__all__ = ['split_words', 'normalize_caption', 'WordTokenizer', 'DecoderConfig', 'CaptionDecoder', 'SentenceEncoder',
            'pretrain_decoder', 'ReconstructionHead', 'load_or_pretrain_decoder', 'T5DecoderAdapter']
 
 # %% ../nbs/06_decoder.ipynb #cadd0c2e
@@ -29,7 +29,7 @@ def split_words(text: str) -> list[str]:
     "Lower-cased word and punctuation tokens of `text`."
     return _WORD_RE.findall(text.lower())
 
-def normalize_text(text: str) -> str:
+def normalize_caption(text: str) -> str:
     "`text` as the decoder sees it: lower-case tokens joined by single spaces."
     return " ".join(split_words(text))
 

@@ -6,7 +6,7 @@ Docs: https://hierbench.github.io/hierbench/distributed.html.md"""
 
 # %% ../nbs/07b_distributed.ipynb #730b2e1f
 from __future__ import annotations
-import os, warnings
+import os, re, shutil, subprocess, warnings
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
@@ -15,8 +15,76 @@ import torch.distributed as dist
 from torch import nn
 
 # %% auto #0
-__all__ = ['DistInfo', 'is_distributed', 'dist_info', 'init_distributed', 'gather_features', 'gather_with_negatives',
-           'local_labels', 'allreduce_gradients', 'broadcast_module', 'shard_batch']
+__all__ = ['expand_nodelist', 'first_host', 'slurm_port', 'launch_env', 'DistInfo', 'is_distributed', 'dist_info',
+           'init_distributed', 'gather_features', 'gather_with_negatives', 'local_labels', 'allreduce_gradients',
+           'broadcast_module', 'shard_batch']
+
+# %% ../nbs/07b_distributed.ipynb #390e82fc
+def _expand_host(group: str, whole: str) -> list[str]:
+    "One host expression of a node list: a prefix, then `[ranges]` and more (e.g. 'rack[1-2]-n[01-02]')."
+    m = re.fullmatch(r"([^\[\],]*)\[([^\[\]]*)\](.*)", group)
+    if m is None:
+        if not group or any(c in group for c in "[]"): raise ValueError(f"SLURM node list {whole!r}: bad host {group!r}")
+        return [group]
+    prefix, body, rest = m.groups()
+    tails = _expand_host(rest, whole) if rest else [""]
+    out = []
+    for part in body.split(","):
+        lo, dash, hi = part.partition("-")
+        if not lo.isdigit() or (dash and (not hi.isdigit() or int(hi) < int(lo))):
+            raise ValueError(f"SLURM node list {whole!r}: bad range {part!r} in {group!r}")
+        for n in range(int(lo), int(hi if dash else lo) + 1):
+            out += [f"{prefix}{n:0{len(lo)}d}{t}" for t in tails]   # zero padding as written: 01-10 → 01 … 10
+    return out
+
+def expand_nodelist(nodelist: str) -> list[str]:
+    "SLURM's compressed host list as host names, in order: 'gpu[01-02,07],cpu5' → gpu01, gpu02, gpu07, cpu5."
+    groups, depth, start = [], 0, 0
+    for i, ch in enumerate(nodelist + ","):
+        depth += (ch == "[") - (ch == "]")
+        if depth not in (0, 1) or (depth and i == len(nodelist)):
+            raise ValueError(f"SLURM node list {nodelist!r}: unbalanced brackets")
+        if ch == "," and depth == 0: groups.append(nodelist[start:i].strip()); start = i + 1
+    return [h for g in groups for h in _expand_host(g, nodelist)]
+
+# %% ../nbs/07b_distributed.ipynb #5baa0c88
+def first_host(nodelist: str) -> str:
+    "The first host of a SLURM node list: `scontrol show hostnames` where SLURM is installed, else `expand_nodelist`."
+    if shutil.which("scontrol"):
+        try:
+            out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
+                                 timeout=30, check=True).stdout.split()
+            if out: return out[0]
+        except (OSError, subprocess.SubprocessError): pass
+    return expand_nodelist(nodelist)[0]
+
+def slurm_port(job_id: str | int) -> int:
+    "The rendezvous port every task of a job derives alike from `SLURM_JOB_ID`: 10000 + id mod 20000."
+    return 10_000 + int(job_id) % 20_000
+
+def launch_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) derived from SLURM's when this
+    process is one of several tasks of an `srun` step and torchrun's are absent; {} otherwise (torchrun's win).
+    MASTER_ADDR/MASTER_PORT already set are kept (e.g. a port chosen in the sbatch script)."""
+    env = os.environ if environ is None else environ
+    if "WORLD_SIZE" in env or "RANK" in env or "SLURM_PROCID" not in env: return {}
+    if "SLURM_STEP_NUM_TASKS" not in env:   # the batch script itself (no srun): one process, whatever --ntasks says
+        if int(env.get("SLURM_NTASKS", "1")) > 1:
+            warnings.warn(f"SLURM_NTASKS={env['SLURM_NTASKS']} but this process is not an srun task: it trains alone; "
+                          "start it with `srun` to use every task")
+        return {}
+    def num(name):
+        try: return int(env[name])
+        except (KeyError, ValueError): raise ValueError(f"{name}={env.get(name)!r}: expected an integer (set by srun)") from None
+    world, rank = num("SLURM_STEP_NUM_TASKS"), num("SLURM_PROCID")
+    if world <= 1: return {}
+    out = dict(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(num("SLURM_LOCALID")))
+    if "MASTER_ADDR" not in env:
+        nodes = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+        if not nodes: raise ValueError("srun task without SLURM_STEP_NODELIST/SLURM_JOB_NODELIST: cannot find rank 0's host")
+        out["MASTER_ADDR"] = first_host(nodes)
+    if "MASTER_PORT" not in env: out["MASTER_PORT"] = str(slurm_port(num("SLURM_JOB_ID")))
+    return out
 
 # %% ../nbs/07b_distributed.ipynb #7d02c4b2
 @dataclass(frozen=True)
@@ -38,12 +106,14 @@ def dist_info() -> DistInfo:
     return DistInfo(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", dist.get_rank())))
 
 def init_distributed(backend: str | None = None) -> DistInfo:
-    "Join the process group described by torchrun's environment when `WORLD_SIZE` > 1 (NCCL on CUDA, else gloo)."
+    """Join the process group described by torchrun's environment when `WORLD_SIZE` > 1 (NCCL on CUDA, else gloo);
+    under `srun` without torchrun, that environment is first derived from SLURM's (`launch_env`)."""
     if dist.is_available() and dist.is_initialized(): return dist_info()
+    for k, v in launch_env().items(): os.environ.setdefault(k, v)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1: return DistInfo()
     missing = [k for k in ("RANK", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
-    if missing: raise RuntimeError(f"WORLD_SIZE={world} but {missing} not set; launch with torchrun")
+    if missing: raise RuntimeError(f"WORLD_SIZE={world} but {missing} not set; launch with torchrun or srun")
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
     if backend == "nccl": torch.cuda.set_device(local_rank)

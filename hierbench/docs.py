@@ -6,15 +6,15 @@ Docs: https://hierbench.github.io/hierbench/docs.html.md"""
 
 # %% ../nbs/16_docs.ipynb #6c575db9
 from __future__ import annotations
-import copy, html, json, re, shutil
+import copy, html, json, posixpath, re, shutil
 from pathlib import Path
 import nbformat
 
 # %% auto #0
 __all__ = ['MATHJAX_CONFIG', 'sanitize_proc_notebook', 'alias_lowercase_anchors', 'broken_links', 'unlink_private_anchors',
            'localize_scripts', 'write_source_pages', 'localize_source_links', 'sidebar_sections', 'page_outline',
-           'search_entries', 'layout_page', 'write_site_assets', 'copy_mathjax', 'build_docs_preview', 'check_docs',
-           'build_readme']
+           'search_entries', 'layout_page', 'write_site_assets', 'copy_mathjax', 'page_name', 'localize_relative_links',
+           'readme_links', 'require_docs_extra', 'build_docs_preview', 'check_docs', 'build_readme']
 
 # %% ../nbs/16_docs.ipynb #d1cf9128
 _CELL_KEYS = {"markdown": {"cell_type", "id", "metadata", "source", "attachments"},
@@ -313,6 +313,51 @@ def copy_mathjax(out: str | Path) -> str | None:
                                                        or (Path(d).name == "output" and n == "SVG")])
     return f"mathjax/MathJax.js?config={MATHJAX_CONFIG},Safe"
 
+# %% ../nbs/16_docs.ipynb #7eb3c419
+def page_name(rel: str, output_file: str | None, readme_nb: str, taken: set[str]) -> str:
+    """The preview's file name for the page of notebook `rel` (its path under `nbs/`): `index.html` for the tour, else
+    nbdev's `output_file`, else the path with `/` as `__`. A name another page already has (`results/index.ipynb`
+    beside the tour) falls back to the path form; the name is added to `taken`."""
+    flat = posixpath.splitext(rel)[0].replace("/", "__") + ".html"
+    name = "index.html" if rel == readme_nb else output_file or flat
+    if name in taken or (name == "index.html" and rel != readme_nb): name = flat
+    if name in taken: raise ValueError(f"docs preview: notebook {rel} would overwrite the page {name} of another notebook")
+    taken.add(name)
+    return name
+
+# %% ../nbs/16_docs.ipynb #7f4f1ea2
+_TAG = re.compile(r"<[A-Za-z][^<>]*>")   # a real tag: in highlighted code `<` is `&lt;`, so examples are left alone
+_REL_LINK = re.compile(r'\b(href|src)="(?![A-Za-z][A-Za-z0-9+.-]*:|#|/)([^"#?]+)([^"]*)"')
+
+def localize_relative_links(body: str, rel: str, pages: dict[str, str], nbs: str | Path | None = None) -> tuple[str, list[str]]:
+    """Relative links of the page made from notebook `rel` (its path under `nbs/`) as they work in the flat preview:
+    a link to a notebook becomes its page (`results/a.ipynb` -> `pages["results/a.ipynb"]`), a link to a file that
+    exists under `nbs` its path under `nbs`. Only attributes of real tags change (not code that shows a link). Returns
+    the body and those files (to copy beside the pages); any other link is left as it is."""
+    base, files = posixpath.dirname(rel), []
+    def fix(m):
+        kind, target, tail = m.groups()
+        path = posixpath.normpath(posixpath.join(base, target))
+        if path in pages: return f'{kind}="{pages[path]}{tail}"'
+        if nbs is not None and not path.startswith("../") and (Path(nbs) / path).is_file():
+            files.append(path); return f'{kind}="{path}{tail}"'
+        return m.group(0)
+    return _TAG.sub(lambda t: _REL_LINK.sub(fix, t.group(0)), body), files
+
+# %% ../nbs/16_docs.ipynb #bf06cd48
+_MD_LINK = re.compile(r'(!?\[[^\]]*\]\()(?![A-Za-z][A-Za-z0-9+.-]*:|#|/)([^)\s]+)\)')
+
+def readme_links(text: str, nbs_dir: str = "nbs") -> str:
+    "Markdown links of `index.ipynb` (relative to `nbs/`) rewritten for `README.md` at the top of the repository."
+    return _MD_LINK.sub(lambda m: f"{m.group(1)}{posixpath.normpath(posixpath.join(nbs_dir, m.group(2)))})", text)
+
+# %% ../nbs/16_docs.ipynb #617faf8b
+def require_docs_extra(*modules: str) -> None:
+    "ImportError naming the `[docs]` extra when a module the docs build needs (nbconvert, nbdev, yaml) is not installed."
+    import importlib.util
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing: raise ImportError(f"the docs build needs {', '.join(missing)}: pip install -e '.[docs]' (or '.[dev]')")
+
 # %% ../nbs/16_docs.ipynb #67c5eaec
 def _error_outputs(nb) -> list[str]:
     "Descriptions of error outputs (exceptions, tracebacks on stderr) in a notebook."
@@ -327,6 +372,7 @@ def _error_outputs(nb) -> list[str]:
 def build_docs_preview(root: str | Path = ".", out: str | Path | None = None, proc: bool = True) -> list[Path]:
     """Render every notebook under `nbs/` to `out` (default `_docs/`) as static HTML in the site's frame (sidebar from
     `nbs/sidebar.yml`, outline, search, local MathJax and plotly.js); return the page paths."""
+    require_docs_extra("nbconvert", "nbdev", "yaml")
     from nbconvert import HTMLExporter
     from nbdev.config import get_config
     root = Path(root).resolve()
@@ -357,7 +403,7 @@ def build_docs_preview(root: str | Path = ".", out: str | Path | None = None, pr
     mathjax = copy_mathjax(out)
     exporter = HTMLExporter(config=tcfg, template_name="lab", exclude_input_prompt=True, exclude_output_prompt=True,
                             **({"mathjax_url": mathjax} if mathjax else {}))
-    rendered, problems = [], []
+    rendered, problems, taken = [], [], set()
     for src in sources:
         rel = src.relative_to(nbs)
         pnb = proc_dir / rel
@@ -367,8 +413,7 @@ def build_docs_preview(root: str | Path = ".", out: str | Path | None = None, pr
         if errs: problems.append(f"{rel}: error output(s): " + "; ".join(errs))
         page = nb.metadata.get("docs_page", {})
         title = page.get("title") or rel.stem
-        name = page.get("output_file") or rel.with_suffix(".html").as_posix().replace("/", "__")
-        if rel.as_posix() == cfg.readme_nb: name = "index.html"
+        name = page_name(rel.as_posix(), page.get("output_file"), cfg.readme_nb, taken)
         body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": title}})
         rendered.append((rel.as_posix(), name, title, body))
     if problems: raise RuntimeError("docs preview failed:\n" + "\n".join(problems))
@@ -379,7 +424,11 @@ def build_docs_preview(root: str | Path = ".", out: str | Path | None = None, pr
     unlisted = [by_nb[r] for r in sorted(by_nb) if r not in listed]   # a new notebook not yet in sidebar.yml: still reachable
     if unlisted: sections.append(("Not in sidebar.yml", unlisted))
     paths, records = [], []
-    for _, name, title, body in rendered:
+    pages, copied = {rel: name for rel, name, _, _ in rendered}, set()
+    for rel, name, title, body in rendered:
+        body, files = localize_relative_links(body, rel, pages, nbs)
+        for f in set(files) - copied:   # images and other files the notebooks link to, at the same path
+            (out / f).parent.mkdir(parents=True, exist_ok=True); shutil.copy(nbs / f, out / f); copied.add(f)
         body = alias_lowercase_anchors(localize_scripts(body))
         if cfg.doc_url: body = body.replace(cfg.doc_url.rstrip("/") + "/", "")  # show_doc links stay inside the preview
         body = localize_source_links(body, Path(cfg.lib_path).name)
@@ -409,6 +458,7 @@ def check_docs(out: str | Path, expected: list[str]) -> list[str]:
 # %% ../nbs/16_docs.ipynb #31fa11b8
 def build_readme(root: str | Path = ".", proc: bool = False) -> Path:
     "Write `README.md` from the processed `index.ipynb` (run `build_docs_preview` first, or pass `proc=True`)."
+    require_docs_extra("nbconvert", "nbdev", "yaml")
     from nbconvert import MarkdownExporter
     from nbdev.config import get_config
     root = Path(root).resolve()
@@ -424,7 +474,7 @@ def build_readme(root: str | Path = ".", proc: bool = False) -> Path:
     nb = sanitize_proc_notebook(json.loads(src.read_text()))
     nb.cells = [c for c in nb.cells if "remove_cell" not in c.metadata.get("tags", [])]
     text, _ = MarkdownExporter().from_notebook_node(nb)
-    text = re.sub(r"\n{3,}", "\n\n", text).strip() + "\n"
+    text = readme_links(re.sub(r"\n{3,}", "\n\n", text).strip() + "\n", Path(cfg.nbs_path).resolve().relative_to(root).as_posix())
     out = root / "README.md"
     out.write_text(text)
     return out

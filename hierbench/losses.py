@@ -20,7 +20,7 @@ __all__ = ['MERU_WEIGHTS', 'HYCOCLIP_WEIGHTS', 'NORM_EPS', 'ARGENT_WEIGHTS', 'NE
            'ReconHead', 'READ_WEIGHTS', 'Similarity', 'CosineSimilarity', 'LorentzSimilarity', 'similarity_of',
            'diagonal_ce', 'clip_contrastive', 'entailment_cone', 'meru_terms', 'hycoclip_contrastive',
            'hycoclip_entailment', 'huber_penalty', 'intra_modality_weight', 'AdaEntConfig', 'adaptive_entailment',
-           'argent_entailment', 'norm_regularizer', 'pep_score', 'argent_terms', 'hycoclip_terms', 'validate_negatives',
+           'argent_entailment', 'norm_regularizer', 'argent_terms', 'hycoclip_terms', 'validate_negatives',
            'flatten_negatives', 'hard_negative_contrastive', 'own_negative_sims', 'image_grounded_contrast',
            'text_grounded_contrast', 'self_distillation', 'reconstruction_loss', 'paraphrase_alignment',
            'weighted_total']
@@ -172,10 +172,6 @@ def norm_regularizer(*embeddings: Tensor) -> Tensor:
     # a point at the exact origin has no direction to be pushed in anyway.
     r = x.norm(dim=-1).clamp_min(NORM_EPS)
     return (r * r - torch.log(r)).mean()
-
-def pep_score(phi: Tensor) -> Tensor:
-    "ARGENT's PEP angular score `max(0, 1 − 2φ/π)`: 1 at φ = 0, 0 for φ ≥ π/2."
-    return (1 - 2 * phi / math.pi).clamp_min(0)
 
 ARGENT_WEIGHTS = dict(contrastive=1.0, adaent=0.1, reg=0.1)
 

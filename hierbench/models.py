@@ -19,13 +19,14 @@ import open_clip
 from open_clip.transformer import QuickGELU, TextTransformer, text_global_pool
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
+from fastcore.basics import patch
 
 from .geometry import exp_map0, pairwise_dist, dist, pairwise_inner
 
 _logger = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['WORLD_IMAGE_SIZE', 'WORLD_CONTEXT_LENGTH', 'PRESETS', 'DEFAULT_PRESET', 'IMAGE_READOUTS', 'TEXT_BUCKET',
+__all__ = ['WORLD_IMAGE_SIZE', 'WORLD_CONTEXT_LENGTH', 'ARCHS', 'DEFAULT_PRESET', 'IMAGE_READOUTS', 'TEXT_BUCKET',
            'MAX_LOGIT_SCALE', 'OPENAI_DERIVED_HINTS', 'GEOMETRIES', 'resolve_architecture', 'FlattenReadout',
            'build_open_clip', 'EuclideanHead', 'LorentzHead', 'text_pooled_and_projected', 'WordLevelTokenizer',
            'make_tokenizer', 'DualEncoder', 'openai_derived_hint', 'make_head', 'model_from_config', 'create_model',
@@ -33,7 +34,7 @@ __all__ = ['WORLD_IMAGE_SIZE', 'WORLD_CONTEXT_LENGTH', 'PRESETS', 'DEFAULT_PRESE
            'EMATeacher']
 
 # %% ../nbs/05_models.ipynb #7686589f
-from .world import LEXICON as WORLD_LEXICON
+from .world import WORLD_LEXICON
 
 WORLD_IMAGE_SIZE = 64     # the synthetic world's image side (px)
 WORLD_CONTEXT_LENGTH = 20 # longest world text: 17 words + start and end tokens (word-level tokenizer)
@@ -65,31 +66,21 @@ def _world_preset(width: int, layers: int, heads: int, embed_dim: int, resnet_wi
         "preprocess_cfg": {"mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5]},
     }
 
-PRESETS: dict[str, dict] = {
+ARCHS: dict[str, dict] = {
     # smoke tests and notebooks: a one-layer ViT (no BatchNorm: exact multi-process equality tests)
     "world-debug": _world_preset(width=32, layers=1, heads=2, embed_dim=32),
     # the default: a ResNet image tower (stem width 8) + a width-64, 2-layer text transformer over the world's words
     "world-tiny": _world_preset(width=64, layers=2, heads=2, embed_dim=64, resnet_width=8),
-    # world-tiny with a 256-wide joint embedding (its image tower's last stage has 256 channels; 64 squeezes them).
-    # Measured on CLIP pre-training at 500 x 256 (seeds 0/1/6): R@5 >= 0.90 on all three, zero-shot on `general` +0.21 /
-    # 0.00 / +0.07 over world-tiny, relations still at chance (the compare page's levers table)
+    # world-tiny with a 256-wide joint embedding (its image tower's last stage has 256 channels; 64 squeezes them)
     "world-tiny-wide": _world_preset(width=64, layers=2, heads=2, embed_dim=256, resnet_width=8),
-    # world-tiny with a twice-wider ResNet (stem width 16, last stage 512 channels): 3.4x the FLOPs of a step for
-    # 1.6x its step time at 2 threads (2.1x at 1; 1.5x a compare run's wall time), because world-tiny's 4- to
-    # 32-channel maps stream memory (BatchNorm, small convolutions) rather than compute. Its steps reach 26-36% of the
-    # matmul peak against world-tiny's 17-28%; CLIP on it learns the world as well (R@5 +0.017, paired over 5 seeds),
-    # relations still at chance
-    # (14_bench, "A wider tower")
+    # world-tiny with a twice-wider ResNet (stem width 16, last stage 512 channels)
     "world-tiny-r16": _world_preset(width=64, layers=2, heads=2, embed_dim=64, resnet_width=16),
     # a ViT tower of similar cost (BatchNorm-free: the exact 2-process = 1-process tests use it)
     "world-tiny-vit": _world_preset(width=64, layers=2, heads=2, embed_dim=64),
     # world-tiny with a readout that keeps where things are (`FlattenReadout`: the last 2x2 map flattened and
-    # projected) instead of attention pooling, whose embedding hardly says where an object is (`evaluate.position_readout`,
-    # left/right of single objects: 0.68-0.74 against 0.98-1.00 over CLIP's 5 seeds; R@5 -0.05). With mirror twins in
-    # the batch and every caption relational, CLIP's own loss then learns relations on 2 seeds of 5, and loses
-    # zero-shot naming (compare page, "Relations under CLIP's own loss"); not the default
+    # projected) instead of attention pooling, whose embedding hardly says where an object is; not the default
     "world-tiny-flat": _world_preset(width=64, layers=2, heads=2, embed_dim=64, resnet_width=8, image_readout="flatten"),
-    # more capacity for GPU runs (`compare --preset full`): a 2x wider ResNet with 2 blocks per stage, text width 128
+    # more capacity for GPU runs (`compare --budget full`): a 2x wider ResNet with 2 blocks per stage, text width 128
     "world-small": _world_preset(width=128, layers=4, heads=4, embed_dim=128, resnet_width=16, resnet_layers=(2, 2, 2, 2)),
     # CPU tests and demos of the real-data path: open_clip's BPE tokenizer and CLIP normalisation on a tiny ViT
     # (64 px, patch 16; 32-token context) — what a real architecture such as ViT-B-32 looks like, in miniature
@@ -99,10 +90,17 @@ PRESETS: dict[str, dict] = {
 }
 DEFAULT_PRESET = "world-tiny"
 
+def __getattr__(name: str):
+    "`PRESETS`, the old name of `ARCHS`, answers for one release with a `DeprecationWarning`."
+    if name == "PRESETS":
+        warnings.warn("hierbench.models.PRESETS is now hierbench.models.ARCHS", DeprecationWarning, stacklevel=2)
+        return ARCHS
+    raise AttributeError(f"module 'hierbench.models' has no attribute {name!r}")
+
 # %% ../nbs/05_models.ipynb #df19cee8
 def resolve_architecture(preset_or_name: str, **overrides) -> dict:
     "A fresh open_clip config dict for a preset or an open_clip architecture name, with `overrides` applied."
-    if preset_or_name in PRESETS: arch = copy.deepcopy(PRESETS[preset_or_name])
+    if preset_or_name in ARCHS: arch = copy.deepcopy(ARCHS[preset_or_name])
     else:
         if str(preset_or_name).startswith("hf-hub:"):
             raise ValueError(f"model {preset_or_name!r}: 'hf-hub:' architectures download their config; hierbench "
@@ -110,7 +108,7 @@ def resolve_architecture(preset_or_name: str, **overrides) -> dict:
         lookup = preset_or_name if preset_or_name.startswith("local-dir:") else preset_or_name.replace("/", "-")
         arch = open_clip.get_model_config(lookup)  # open_clip accepts the 'ViT-B/32' spelling too
         if arch is None:
-            raise ValueError(f"unknown model {preset_or_name!r}: not a hierbench preset {sorted(PRESETS)} and not an "
+            raise ValueError(f"unknown model {preset_or_name!r}: not a hierbench preset {sorted(ARCHS)} and not an "
                              "open_clip architecture (see open_clip.list_models(); register a JSON config with "
                              "open_clip.add_model_config)")
         arch = copy.deepcopy(arch)
@@ -130,7 +128,7 @@ def resolve_architecture(preset_or_name: str, **overrides) -> dict:
                              f"context_length, {sorted(set(arch) | {'quick_gelu'})}")
     return arch
 
-# %% ../nbs/05_models.ipynb #9f12bf7f
+# %% ../nbs/05_models.ipynb #84710917
 IMAGE_READOUTS = ("attention", "flatten")
 
 class FlattenReadout(nn.Module):
@@ -143,6 +141,7 @@ class FlattenReadout(nn.Module):
         self.proj = nn.Linear(channels * cells, out_dim)
     def forward(self, x: torch.Tensor) -> torch.Tensor: return self.proj(x.flatten(1))
 
+# %% ../nbs/05_models.ipynb #9f12bf7f
 def build_open_clip(arch: dict) -> nn.Module:
     "A randomly initialised open_clip `CLIP`/`CustomTextCLIP` from a config dict (never downloads weights)."
     cfg = copy.deepcopy(arch)
@@ -310,7 +309,7 @@ def text_pooled_and_projected(clip: nn.Module, tokens: torch.Tensor) -> tuple[to
     raise NotImplementedError(f"pooled text state is available for open_clip's own text transformer only; this model "
                               f"has a {type(tower).__name__} text tower")
 
-# %% ../nbs/05_models.ipynb #a244e7b4
+# %% ../nbs/05_models.ipynb #0ca447f1
 @lru_cache(maxsize=8)
 def _simple_tokenizer(context_length: int):
     return open_clip.tokenizer.SimpleTokenizer(context_length=context_length)
@@ -337,6 +336,7 @@ class WordLevelTokenizer:
             out[row, :len(ids)] = torch.tensor(ids)
         return out
 
+# %% ../nbs/05_models.ipynb #a244e7b4
 def make_tokenizer(arch: dict) -> Callable:
     "The tokenizer for a config dict: `list[str] -> LongTensor (B, context_length)`."
     text_cfg = arch["text_cfg"]
@@ -397,61 +397,70 @@ class DualEncoder(nn.Module):
         self.clip.logit_scale.clamp_(max=math.log(MAX_LOGIT_SCALE))
         if hasattr(self.head, "clamp_parameters_"): self.head.clamp_parameters_()
 
-    # ---- text ----------------------------------------------------------------------------------------------------
-    def tokenize(self, texts: Sequence[str]) -> torch.LongTensor:
-        "Token ids `(B, context_length)` of `texts` (on CPU)."
-        if isinstance(texts, str): raise TypeError("tokenize expects a list of strings, got a single str")
-        return self.tokenizer(list(texts))
-
-    def _tokens(self, texts) -> torch.Tensor:
-        if isinstance(texts, torch.Tensor):
-            if texts.dtype != torch.long or texts.ndim != 2 or texts.shape[1] != self.context_length:
-                raise ValueError(f"token tensor must be LongTensor (B, {self.context_length}), "
-                                 f"got {texts.dtype} {tuple(texts.shape)}")
-            return texts.to(self.device)
-        return self.tokenize(texts).to(self.device)
-
-    def text_features(self, texts, return_pooled: bool = False):
-        "Projected (un-lifted) text features `(B,D)`; with `return_pooled`, also the pooled state `(B,width)`."
-        projected, pooled = text_pooled_and_projected(self.clip, self._tokens(texts))
-        return (projected, pooled) if return_pooled else projected
-
-    def encode_text(self, texts, return_pooled: bool = False):
-        "Text embeddings `(B,D)` float32 in the head's space; with `return_pooled`, `(emb, pooled (B,width))`."
-        projected, pooled = text_pooled_and_projected(self.clip, self._tokens(texts))
-        emb = self.head(projected, "text")
-        return (emb, pooled) if return_pooled else emb
-
-    # ---- images --------------------------------------------------------------------------------------------------
-    def image_features(self, images: torch.Tensor) -> torch.Tensor:
-        "Projected (un-lifted) image features `(B,D)` of normalised images `(B,3,S,S)`."
-        images = images.to(self.device)
-        if _is_conv_tower(self.clip.visual): images = images.contiguous(memory_format=torch.channels_last)
-        return self.clip.encode_image(images)
-
-    def encode_image(self, images: torch.Tensor) -> torch.Tensor:
-        "Image embeddings `(B,D)` float32 in the head's space."
-        return self.head(self.image_features(images), "image")
-
-    def embed_features(self, features: torch.Tensor, modality: str) -> torch.Tensor:
-        "Apply the head to projected features `(B,D)` of `modality` ('image' or 'text')."
-        return self.head(features, modality)
-
-    def forward(self, images: torch.Tensor, texts) -> tuple[torch.Tensor, torch.Tensor]:
-        "`(image_emb, text_emb)`."
-        return self.encode_image(images), self.encode_text(texts)
-
-    def encode_prototypes(self, prompts_per_class: Sequence[Sequence[str]], batch_size: int = 256) -> torch.Tensor:
-        "Class prototypes `(C,D)` from prompt lists (MERU: average un-lifted features, then lift; Euclidean: mean of unit vectors, renormalised)."
-        if not prompts_per_class or any(len(p) == 0 for p in prompts_per_class):
-            raise ValueError("encode_prototypes needs a non-empty list of prompts for every class")
-        flat = [p for prompts in prompts_per_class for p in prompts]
-        feats = torch.cat([self.text_features(flat[i:i + batch_size]) for i in range(0, len(flat), batch_size)])
-        per_class = torch.split(feats, [len(p) for p in prompts_per_class])
-        return self.head(torch.stack([self.head.average_prompts(f) for f in per_class]), "text")
-
     def extra_repr(self) -> str:
         return f"name={self.model_config['name']!r}, geometry={self.geometry!r}, embed_dim={self.embed_dim}"
+
+# %% ../nbs/05_models.ipynb #727d33cb
+@patch
+def tokenize(self: DualEncoder, texts: Sequence[str]) -> torch.LongTensor:
+    "Token ids `(B, context_length)` of `texts` (on CPU)."
+    if isinstance(texts, str): raise TypeError("tokenize expects a list of strings, got a single str")
+    return self.tokenizer(list(texts))
+
+@patch
+def _tokens(self: DualEncoder, texts) -> torch.Tensor:
+    if isinstance(texts, torch.Tensor):
+        if texts.dtype != torch.long or texts.ndim != 2 or texts.shape[1] != self.context_length:
+            raise ValueError(f"token tensor must be LongTensor (B, {self.context_length}), "
+                             f"got {texts.dtype} {tuple(texts.shape)}")
+        return texts.to(self.device)
+    return self.tokenize(texts).to(self.device)
+
+@patch
+def text_features(self: DualEncoder, texts, return_pooled: bool = False):
+    "Projected (un-lifted) text features `(B,D)`; with `return_pooled`, also the pooled state `(B,width)`."
+    projected, pooled = text_pooled_and_projected(self.clip, self._tokens(texts))
+    return (projected, pooled) if return_pooled else projected
+
+@patch
+def encode_text(self: DualEncoder, texts, return_pooled: bool = False):
+    "Text embeddings `(B,D)` float32 in the head's space; with `return_pooled`, `(emb, pooled (B,width))`."
+    projected, pooled = text_pooled_and_projected(self.clip, self._tokens(texts))
+    emb = self.head(projected, "text")
+    return (emb, pooled) if return_pooled else emb
+
+# %% ../nbs/05_models.ipynb #92db550c
+@patch
+def image_features(self: DualEncoder, images: torch.Tensor) -> torch.Tensor:
+    "Projected (un-lifted) image features `(B,D)` of normalised images `(B,3,S,S)`."
+    images = images.to(self.device)
+    if _is_conv_tower(self.clip.visual): images = images.contiguous(memory_format=torch.channels_last)
+    return self.clip.encode_image(images)
+
+@patch
+def encode_image(self: DualEncoder, images: torch.Tensor) -> torch.Tensor:
+    "Image embeddings `(B,D)` float32 in the head's space."
+    return self.head(self.image_features(images), "image")
+
+@patch
+def embed_features(self: DualEncoder, features: torch.Tensor, modality: str) -> torch.Tensor:
+    "Apply the head to projected features `(B,D)` of `modality` ('image' or 'text')."
+    return self.head(features, modality)
+
+@patch
+def forward(self: DualEncoder, images: torch.Tensor, texts) -> tuple[torch.Tensor, torch.Tensor]:
+    "`(image_emb, text_emb)`."
+    return self.encode_image(images), self.encode_text(texts)
+
+@patch
+def encode_prototypes(self: DualEncoder, prompts_per_class: Sequence[Sequence[str]], batch_size: int = 256) -> torch.Tensor:
+    "Class prototypes `(C,D)` from prompt lists (MERU: average un-lifted features, then lift; Euclidean: mean of unit vectors, renormalised)."
+    if not prompts_per_class or any(len(p) == 0 for p in prompts_per_class):
+        raise ValueError("encode_prototypes needs a non-empty list of prompts for every class")
+    flat = [p for prompts in prompts_per_class for p in prompts]
+    feats = torch.cat([self.text_features(flat[i:i + batch_size]) for i in range(0, len(flat), batch_size)])
+    per_class = torch.split(feats, [len(p) for p in prompts_per_class])
+    return self.head(torch.stack([self.head.average_prompts(f) for f in per_class]), "text")
 
 # %% ../nbs/05_models.ipynb #be6188e2
 OPENAI_DERIVED_HINTS = ("openai", "negclip", "neg_clip", "neg-clip", "degla", "ce-clip", "ce_clip", "ceclip",
@@ -502,7 +511,7 @@ def _require_local_file(checkpoint) -> Path:
                                 f"downloads weights.{hint}")
     return path
 
-# %% ../nbs/05_models.ipynb #32522b81
+# %% ../nbs/05_models.ipynb #02bd604d
 GEOMETRIES = ("euclidean", "lorentz")
 
 def make_head(geometry: str, embed_dim: int, curv_init: float = 1.0, learn_curv: bool = True) -> nn.Module:
@@ -511,6 +520,7 @@ def make_head(geometry: str, embed_dim: int, curv_init: float = 1.0, learn_curv:
     if geometry == "lorentz": return LorentzHead(embed_dim, curv_init=curv_init, learn_curv=learn_curv)
     raise ValueError(f"geometry must be one of {GEOMETRIES}, got {geometry!r}")
 
+# %% ../nbs/05_models.ipynb #32522b81
 def model_from_config(model_config: dict) -> DualEncoder:
     "A randomly initialised `DualEncoder` from a `model_config` dict (as stored on a model / in its JSON sidecar)."
     cfg = copy.deepcopy(model_config)
@@ -546,7 +556,7 @@ def create_model(preset_or_name: str = DEFAULT_PRESET, geometry: str = "euclidea
     if ckpt_path is not None: load_weights_(model, ckpt_path)
     return model
 
-# %% ../nbs/05_models.ipynb #f75ef5b7
+# %% ../nbs/05_models.ipynb #eab19249
 def _torch_load(path: Path, mmap: bool):
     "`torch.load(weights_only=True)`, memory-mapped when asked and possible; clear errors for what it refuses."
     try:
@@ -572,6 +582,7 @@ def read_state_dict(path: str | Path, mmap: bool = False) -> dict[str, torch.Ten
         raise ValueError(f"{path}: not a state dict of tensors")
     return {k.removeprefix("module."): v for k, v in sd.items()}
 
+# %% ../nbs/05_models.ipynb #f75ef5b7
 def _state_dict_keys(path: Path) -> list[str]:
     "Keys of a checkpoint without reading its tensors (safetensors header, or a memory-mapped torch file)."
     if path.suffix == ".safetensors":
@@ -596,7 +607,7 @@ def load_weights_(model: DualEncoder, checkpoint: str | Path) -> DualEncoder:
             raise ValueError(f"{path}: weights do not fit architecture {name!r}: {str(e)[:500]}") from e
     return model
 
-# %% ../nbs/05_models.ipynb #9170894b
+# %% ../nbs/05_models.ipynb #327cce7b
 def _sidecar(path: Path) -> Path: return path.with_suffix(".json")
 
 def save_model(model: DualEncoder, path: str | Path) -> Path:
@@ -609,6 +620,7 @@ def save_model(model: DualEncoder, path: str | Path) -> Path:
     atomic_write_text(_sidecar(path), config_json)
     return path
 
+# %% ../nbs/05_models.ipynb #9170894b
 def load_model(path: str | Path, map_location: str | torch.device = "cpu") -> DualEncoder:
     "Rebuild a model saved by `save_model` (config from the JSON sidecar, else from the file's metadata)."
     path = _require_local_file(path)
@@ -650,7 +662,7 @@ def export_open_clip(model: DualEncoder, out_dir: str | Path, name: str | None =
     atomic_write_text(paths["head"], json.dumps(head, indent=1, default=str))
     return paths
 
-# %% ../nbs/05_models.ipynb #c2bb5e04
+# %% ../nbs/05_models.ipynb #c6e462b8
 def unwrap_model(model: nn.Module) -> nn.Module:
     "The model inside DistributedDataParallel / `torch.compile` wrappers (parameter names without their prefixes)."
     while True:
@@ -658,6 +670,7 @@ def unwrap_model(model: nn.Module) -> nn.Module:
         elif hasattr(model, "_orig_mod") and isinstance(model._orig_mod, nn.Module): model = model._orig_mod
         else: return model
 
+# %% ../nbs/05_models.ipynb #c2bb5e04
 class EMATeacher(nn.Module):
     "A frozen exponential-moving-average copy of a model (parameters averaged; buffers stay the teacher's own)."
 

@@ -6,7 +6,7 @@ Docs: https://hierbench.github.io/hierbench/real_data.html.md"""
 
 # %% ../nbs/08c_real_data.ipynb #0a579ac4
 from __future__ import annotations
-import contextlib, io, json, math, os, re
+import contextlib, io, json, math, os, re, warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,15 +17,17 @@ import torch
 from PIL import Image
 
 from .config import atomic_write_text
-from .data import (CorruptImageError, DataFormatError, MissingImageError, Phrase, crop_to_box,
-                            load_coco_karpathy, load_grit, load_image)
+from .data import (CorruptImageError, DataFormatError, DataWarning, MissingImageError, Phrase, crop_to_box, load_image,
+                            open_clip_transform)
+from .loaders import load_coco_karpathy, load_grit
 from .negatives import (DEGLA_RULES, NEGCLIP_RULES, Tagger, default_tagger, is_changed, make_negatives,
                                  normalize_text)
 
 # %% auto #0
 __all__ = ['NEGATIVES_FORMAT', 'RULE_SETS', 'DATA_KINDS', 'looks_grammatical', 'generate_negatives', 'load_negatives',
-           'load_paraphrases', 'ImageTextRecord', 'coco_records', 'hierarcaps_records', 'grit_records', 'ShardRecords',
-           'ImageTextDataset', 'record_captions', 'train_transform', 'parse_data_spec', 'real_records', 'real_source']
+           'load_paraphrases', 'negative_rules', 'ImageTextRecord', 'coco_records', 'hierarcaps_records',
+           'grit_records', 'ShardRecords', 'ImageTextDataset', 'record_captions', 'train_transform', 'parse_data_spec',
+           'real_records', 'RealData', 'MissingTrainingFileError', 'require_training_files', 'real_source']
 
 # %% ../nbs/08c_real_data.ipynb #ddd3e9fa
 NEGATIVES_FORMAT = "hierbench-negatives/1"
@@ -45,11 +47,13 @@ def looks_grammatical(text: str) -> bool:
 
 def generate_negatives(captions: Sequence[str], out: str | Path, rules: Sequence[str] | str = "degla",
                        per_rule: int = 1, tagger: Tagger | None = None, llm: Callable | None = None,
-                       seed: int = 0) -> dict:
+                       seed: int = 0, keep_ungrammatical: bool = False, log: Callable | None = None) -> dict:
     """Hard negatives of every distinct caption, once, into the JSONL file `out` (one line per caption:
     `{"caption", "negatives": [{"rule", "text"}]}`), with the generation statistics in `out.stats.json`.
     `rules`: 'degla' (DeGLA's five), 'negclip' (NegCLIP's swaps) or a list; `tagger`: spaCy where installed, else the
-    built-in lexicon (`default_tagger`); `llm(prompt) -> text`: DeGLA's LLM rewrite instead of rules."""
+    built-in lexicon (`default_tagger`); `llm(prompt) -> text`: DeGLA's LLM rewrite instead of rules. Negatives that
+    fail `looks_grammatical` are dropped (counted as `rejected_ungrammatical`) unless `keep_ungrammatical`.
+    `log`: receives one line with the counts (captions left without a negative included)."""
     rules = tuple(RULE_SETS[rules] if isinstance(rules, str) else rules)
     tagger = tagger if (tagger is not None or llm is not None) else default_tagger()
     distinct = list(dict.fromkeys(c for c in captions))
@@ -65,19 +69,27 @@ def generate_negatives(captions: Sequence[str], out: str | Path, rules: Sequence
             stats[rule].update({f"rejected_{k}": v for k, v in rej.items()})
             for n in made:
                 if normalize_text(n.text) in seen: stats[rule]["rejected_duplicate"] += 1; continue
+                ok = looks_grammatical(n.text)
+                if not ok and not keep_ungrammatical: stats[rule]["rejected_ungrammatical"] += 1; continue
                 seen.add(normalize_text(n.text))
                 negs.append({"rule": rule, "text": n.text})
                 stats[rule]["produced"] += 1
-                stats[rule]["grammatical" if looks_grammatical(n.text) else "ungrammatical"] += 1
+                stats[rule]["grammatical" if ok else "ungrammatical"] += 1
         lines.append(json.dumps({"caption": cap, "negatives": negs}, ensure_ascii=False))
     out = Path(out)
     summary = dict(format=NEGATIVES_FORMAT, captions=len(distinct), rules=list(rules), negatives_per_rule=per_rule,
                    generator="llm" if llm is not None else f"rules ({type(tagger).__name__})", seed=seed,
                    grammar_heuristic=looks_grammatical.__doc__.split(":", 1)[1].strip(),
+                   kept_ungrammatical=bool(keep_ungrammatical),
                    captions_without_negatives=sum('"negatives": []' in l for l in lines),
                    by_rule={r: dict(sorted(c.items())) for r, c in stats.items()})
     atomic_write_text(out, "\n".join(lines) + "\n")
     atomic_write_text(out.with_name(out.name + ".stats.json"), json.dumps(summary, indent=1))
+    if log is not None:
+        made = sum(c["produced"] for c in stats.values())
+        dropped = sum(c["rejected_ungrammatical"] for c in stats.values())
+        log(f"negatives: {made} for {len(distinct)} captions; {summary['captions_without_negatives']} caption(s) left "
+            f"without a negative; {dropped} ungrammatical negative(s) " + ("kept" if keep_ungrammatical else "dropped"))
     return summary
 
 def load_negatives(path: str | Path) -> dict[str, tuple[str, ...]]:
@@ -135,6 +147,21 @@ def load_paraphrases(path: str | Path) -> dict[str, str]:
         out[cap] = para
     return out
 
+# %% ../nbs/08c_real_data.ipynb #fc9881a5
+def negative_rules(path: str | Path) -> list[str]:
+    "The rule names a negatives file's negatives were made by (e.g. `swap_nouns`), in order of first use."
+    path = Path(path)
+    if not path.is_file(): raise FileNotFoundError(f"negatives file not found: {path} (write it with `hierbench negatives`)")
+    seen: dict[str, None] = {}
+    with open(path, encoding="utf-8") as f:
+        for ln, line in enumerate(f, 1):
+            if not line.strip(): continue
+            try: rec = json.loads(line)
+            except json.JSONDecodeError as err: raise DataFormatError(path, f"line {ln}", None, f"not valid JSON ({err.msg})") from None
+            for n in rec.get("negatives", []) if isinstance(rec, dict) else []:
+                if isinstance(n, dict) and isinstance(n.get("rule"), str): seen.setdefault(n["rule"])
+    return list(seen)
+
 # %% ../nbs/08c_real_data.ipynb #66458cba
 @dataclass(frozen=True)
 class ImageTextRecord:
@@ -154,7 +181,7 @@ def coco_records(path: str | Path, image_root: str | Path | None = None,
 
 def hierarcaps_records(path: str | Path, image_root: str | Path | None = None) -> list[ImageTextRecord]:
     "HierarCaps images with their caption chains (general → specific) as the image's captions: a step draws one level."
-    from hierbench.data import load_hierarcaps
+    from hierbench.loaders import load_hierarcaps
     return [ImageTextRecord(it.key, (lambda p=it.image_path: load_image(p)), tuple(it.chain), (), str(path))
             for it in load_hierarcaps(path, image_root)]
 
@@ -252,6 +279,16 @@ class ImageTextDataset(torch.utils.data.Dataset):
             raise ValueError("this recipe trains with hard negatives: pass a negatives file (`hierbench negatives` writes one)")
         if "paraphrases" in self.fields and paraphrases is None:
             raise ValueError("this recipe aligns paraphrases: pass a paraphrase file (caption → paraphrase) or a paraphraser")
+        if "paraphrases" in self.fields and isinstance(paraphrases, Mapping) and isinstance(records, list):
+            # a paraphrase file covers the captions its generator could paraphrase: train on those (images with none out)
+            keep = [r for r in records if any(c in paraphrases and (negatives is None or "negatives" not in self.fields
+                                                                     or c in negatives) for c in r.captions)]
+            if not keep: raise DataFormatError(records[0].source, None, "captions", "no caption is in the paraphrase file; "
+                                               "write it over this data with `hierbench paraphrases`")
+            if len(keep) < len(records):
+                warnings.warn(f"{len(records) - len(keep)} of {len(records)} images have no caption with a paraphrase "
+                              "(and a negative, where the recipe needs one): left out", DataWarning, stacklevel=2)
+            self.records = records = keep
         if {"crops", "phrases"} & self.fields and isinstance(records, list) and not any(r.phrases for r in records):
             raise ValueError("this recipe trains on grounded phrases (crops + phrases): use GRIT-style data")
 
@@ -259,12 +296,18 @@ class ImageTextDataset(torch.utils.data.Dataset):
     def set_epoch(self, epoch: int): self.epoch = int(epoch)
 
     def _caption_pool(self, rec: ImageTextRecord) -> list[str]:
-        if "negatives" not in self.fields: return list(rec.captions)
-        known = [c for c in rec.captions if c in self.negatives]
-        if not known:
-            raise DataFormatError(rec.source, rec.key, "captions", f"none of its captions is in the negatives file (first: {rec.captions[0]!r:.60}); "
-                                  "regenerate it with `hierbench negatives` over this data")
-        return known
+        pool = list(rec.captions)
+        if "negatives" in self.fields:
+            pool = [c for c in pool if c in self.negatives]
+            if not pool:
+                raise DataFormatError(rec.source, rec.key, "captions", f"none of its captions is in the negatives file (first: {rec.captions[0]!r:.60}); "
+                                      "regenerate it with `hierbench negatives` over this data")
+        if "paraphrases" in self.fields and isinstance(self.paraphrases, Mapping):
+            pool = [c for c in pool if c in self.paraphrases]
+            if not pool:
+                raise DataFormatError(rec.source, rec.key, "captions", f"none of its captions has a paraphrase (first: {rec.captions[0]!r:.60}); "
+                                      "regenerate the file with `hierbench paraphrases` over this data")
+        return pool
 
     def __getitem__(self, i: int) -> dict:
         rec = self.records[int(i)]
@@ -303,9 +346,11 @@ def record_captions(records: Sequence[ImageTextRecord], limit: int = 50_000) -> 
     return [c for i in range(min(limit, len(records))) for c in records[i].captions]
 
 def train_transform(model, is_train: bool = True) -> Callable:
-    "open_clip's image transform for the model's size and normalisation (training augmentation when `is_train`)."
-    import open_clip
-    return open_clip.image_transform(model.image_size, is_train=is_train, mean=model.image_mean, std=model.image_std)
+    """open_clip's image transform for the model's size and normalisation (`hierbench.data.open_clip_transform`):
+    open_clip_train's augmentation (RandomResizedCrop, scale 0.9-1, bicubic) when `is_train`, else its `preprocess`."""
+    size = model.image_size
+    return open_clip_transform(size[0] if isinstance(size, (tuple, list)) else int(size), model.image_mean,
+                               model.image_std, is_train=is_train)
 
 DATA_KINDS = ("world", "coco", "grit", "wds", "hierarcaps")
 
@@ -326,10 +371,64 @@ def real_records(spec: str, image_root: str | Path | None = None,
     if kind == "hierarcaps": return hierarcaps_records(loc, image_root)
     return ShardRecords(loc)
 
-def real_source(spec: str, recipe, model, image_root: str | Path | None = None, negatives: str | Path | None = None,
-                paraphrases: str | Path | None = None, seed: int = 0, splits=("train", "restval")) -> ImageTextDataset:
-    "The real-data dataset a recipe reads from `spec` (see `parse_data_spec`), images through open_clip's transform."
-    return ImageTextDataset(real_records(spec, image_root, splits), train_transform(model), recipe.fields,
-                            negatives=load_negatives(negatives) if negatives else None,
+# %% ../nbs/08c_real_data.ipynb #85deaa22
+@dataclass(frozen=True)
+class RealData:
+    "Real image-text training data: a `--data` spec and the files that go with it (`hierbench.sources` has the contract)."
+    spec: str                                   # coco:KARPATHY.json | grit:FILE.jsonl | wds:'shards/{000..009}.tar' | hierarcaps:CSV
+    image_root: str | Path | None = None        # folder the annotation file's image paths are relative to
+    negatives: str | Path | None = None         # hard-negative file of `hierbench negatives` (negclip, degla, read)
+    paraphrases: str | Path | None = None       # caption → paraphrase file, JSON or JSONL (READ's alignment)
+    splits: tuple = ("train", "restval")        # the COCO Karpathy splits trained on
+
+    def __post_init__(self):
+        if parse_data_spec(self.spec)[0] == "world":
+            raise ValueError("RealData('world'): the built-in world is described by hierbench.sources.WorldData()")
+
+    @property
+    def kind(self) -> str: return parse_data_spec(self.spec)[0]
+
+    def record(self) -> dict:
+        "What a run's `config.json` records of the data (the keys runs have always had)."
+        s = lambda v: str(v) if v else None
+        return dict(data=self.spec, image_root=s(self.image_root), negatives=s(self.negatives), paraphrases=s(self.paraphrases))
+
+# %% ../nbs/08c_real_data.ipynb #eb066b2c
+_OLD_REAL_ARGS = ("image_root", "negatives", "paraphrases", "seed", "splits")
+
+class MissingTrainingFileError(ValueError):
+    "A recipe needs a file written once beforehand (hard negatives, paraphrases); the message says, in one line, what to run."
+
+def require_training_files(recipe, data: RealData) -> None:
+    "Fail before any loading when `recipe` needs a negatives or paraphrase file that `data` does not name."
+    root = f" --image-root {data.image_root}" if data.image_root else ""
+    if "paraphrases" in recipe.fields and not data.paraphrases:
+        raise MissingTrainingFileError(
+            f"recipe {recipe.name!r} aligns each caption with a paraphrase and no paraphrase file was given: write one with "
+            f"`hierbench paraphrases --data {data.spec}{root} --jsonl PARAPHRASES.jsonl` (--generator hf:DIR for a local "
+            "language model; the default rules are not one), then train with --paraphrases PARAPHRASES.jsonl")
+    if "negatives" in recipe.fields and not data.negatives:
+        rules = "negclip" if "negclip" in recipe.name else "degla"
+        raise MissingTrainingFileError(
+            f"recipe {recipe.name!r} trains with hard negatives and no negatives file was given: write one with "
+            f"`hierbench negatives --data {data.spec}{root} --rules {rules} --jsonl NEGATIVES.jsonl`, then train with "
+            "--negatives NEGATIVES.jsonl")
+
+def real_source(recipe, model, data: RealData | None = None, *deprecated_args, seed: int = 0,
+                **deprecated) -> ImageTextDataset:
+    """The real-data dataset a recipe reads from `data` (a `RealData`), images through open_clip's transform for
+    `model`, item draws seeded by `seed`. The old spelling `real_source(spec, recipe, model, image_root, negatives,
+    paraphrases, seed=0)` works for one release, with a `DeprecationWarning`."""
+    if isinstance(recipe, str):                                        # the old spelling: a spec first
+        warnings.warn("real_source(spec, recipe, model, ...) is deprecated: use real_source(recipe, model, "
+                      "RealData(spec, image_root=..., negatives=..., paraphrases=...), seed=...)", DeprecationWarning, stacklevel=2)
+        old = {**dict(zip(_OLD_REAL_ARGS, deprecated_args)), **deprecated}
+        seed = old.pop("seed", seed)
+        recipe, model, data, deprecated_args, deprecated = model, data, RealData(recipe, **old), (), {}
+    if deprecated_args or deprecated: raise TypeError(f"real_source() got unexpected arguments {deprecated_args or sorted(deprecated)}")
+    if not isinstance(data, RealData): raise TypeError(f"real_source needs a RealData description, got {type(data).__name__}")
+    require_training_files(recipe, data)
+    return ImageTextDataset(real_records(data.spec, data.image_root, data.splits), train_transform(model), recipe.fields,
+                            negatives=load_negatives(data.negatives) if data.negatives else None,
                             k_negatives=max(1, recipe.num_negatives),
-                            paraphrases=load_paraphrases(paraphrases) if paraphrases else None, seed=seed)
+                            paraphrases=load_paraphrases(data.paraphrases) if data.paraphrases else None, seed=seed)

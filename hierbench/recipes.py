@@ -18,7 +18,7 @@ from .world import check_negative_types
 __all__ = ['WORLD_PRETRAIN', 'WORLD_FINETUNE', 'PAPER_MERU', 'PAPER_HYCOCLIP', 'PAPER_ARGENT', 'PAPER_NEGCLIP', 'PAPER_DEGLA',
            'PAPER_READ', 'TERMS', 'SWAP_NEGATIVES', 'DEGLA_NEGATIVES', 'DEGLA_EMA', 'DEGLA_HORIZON', 'OptimDefaults',
            'FrozenWeights', 'Recipe', 'register_recipe', 'get_recipe', 'list_recipes', 'recipe_fields', 'recipe_diff',
-           'recipes_table', 'world_info', 'compute_loss', 'make_loss_fn', 'demo_batch']
+           'recipes_table', 'rank_info', 'compute_loss', 'make_loss_fn', 'demo_batch']
 
 # %% ../nbs/08_recipes.ipynb #56bc2b10
 @dataclass(frozen=True)
@@ -325,7 +325,7 @@ def recipes_table(names: list[str] | None = None):
 from .distributed import dist_info, gather_features as gather_rows  # the all-gather the trainer uses
 from . import geometry as geo
 
-def world_info() -> tuple[int, int]:
+def rank_info() -> tuple[int, int]:
     "(rank, world_size) of the initialised process group; (0, 1) when not distributed."
     info = dist_info()
     return info.rank, info.world_size
@@ -400,7 +400,7 @@ def compute_loss(recipe: Recipe, model, batch: Mapping, teacher=None,
         scale = model.logit_scale_exp().float()
         sim = L.similarity_of(model.head)
         c = model.head.curv if recipe.geometry == "lorentz" else None
-        rank, world = world_info()
+        rank, world = rank_info()
         cols = dict(all_image=gather_rows(v), all_text=gather_rows(t), offset=rank * B) if world > 1 else {}
         if recipe.contrastive == "clip": terms["contrastive"] = L.clip_contrastive(v, t, scale, sim, **cols)
         elif recipe.contrastive == "hycoclip": terms["contrastive"] = L.hycoclip_contrastive(v, t, vb, tb, scale, sim, **cols)

@@ -28,7 +28,7 @@ class SimilarityHead(Protocol):
 
 @runtime_checkable
 class Scorer(Protocol):
-    """What every protocol of `hierbench.evaluate` takes: texts and (unless `has_images` is False) images to
+    """What every protocol of `hierbench.evaluate` and `hierbench.benchmarks` takes: texts and (unless `has_images` is False) images to
     embeddings, and `head`, the similarity in the embeddings' own geometry. `hierbench.models.DualEncoder` is one;
     the adapters below make the encoders researchers have into others."""
     head: SimilarityHead
@@ -109,7 +109,7 @@ def _side(size) -> int:
 
 class HFClipScorer(torch.nn.Module):
     """A Hugging Face CLIP or SigLIP (`transformers` `CLIPModel` / `SiglipModel`) from a local folder: its text and
-    image features, cosine similarity, and its own image size and normalisation for `hierbench.evaluate`'s preprocessing."""
+    image features, cosine similarity, and its own image size and normalisation for `hierbench.encoding`'s preprocessing."""
     has_images = True
     def __init__(self, path: str | Path, device: str = "cpu"):
         super().__init__()

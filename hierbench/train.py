@@ -6,9 +6,9 @@ Docs: https://hierbench.github.io/hierbench/train.html.md"""
 
 # %% ../nbs/09_train.ipynb #0967ab44
 from __future__ import annotations
-import json, math, os, random, shutil, tempfile, time, warnings
+import json, math, os, random, shutil, signal, tempfile, threading, time, warnings
 from contextlib import nullcontext
-from dataclasses import dataclass, asdict, fields
+from dataclasses import InitVar, dataclass, asdict, fields, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -19,19 +19,25 @@ import torch.distributed as dist
 from torch import nn
 import safetensors.torch
 
+from .precision import (autocast, cast_towers_, check_precision, describe_precision, grad_scaler,
+                                 legacy_amp_precision)
+
 # %% auto #0
 __all__ = ['RESUME_FREE_FIELDS', 'NO_DECAY_NAME_KEYS', 'CHECKPOINTS_DIR', 'LATEST_FILE', 'STATE_FILE', 'CHANGEABLE_ON_RESUME',
-           'TrainConfig', 'is_no_decay', 'param_groups', 'make_optimizer', 'lr_factor', 'make_scheduler',
-           'NonFiniteLossError', 'check_finite', 'get_rng_state', 'set_rng_state', 'checkpoint_dir', 'save_checkpoint',
-           'list_checkpoints', 'latest_checkpoint', 'load_checkpoint', 'batch_indices', 'model_scalars', 'clamp_hook',
-           'read_metrics', 'TrainResult', 'autocast_context', 'train', 'plateau_step', 'ValidationMonitor', 'EvalEvery']
+           'PREEMPTION_SIGNALS', 'PREEMPTED_EXIT_CODE', 'TrainConfig', 'is_no_decay', 'param_groups', 'make_optimizer',
+           'lr_factor', 'make_scheduler', 'NonFiniteLossError', 'check_finite', 'get_rng_state', 'set_rng_state',
+           'checkpoint_dir', 'save_checkpoint', 'list_checkpoints', 'latest_checkpoint', 'load_checkpoint',
+           'batch_indices', 'model_scalars', 'clamp_hook', 'read_metrics', 'TrainResult', 'autocast_context',
+           'PreemptionGuard', 'Preempted', 'train', 'plateau_step', 'ValidationMonitor', 'EvalEvery']
 
 # %% ../nbs/09_train.ipynb #65c0d75c
 @dataclass
 class TrainConfig:
     "Everything that decides a training run's numbers; saved as `config.json` in the run directory."
     steps: int = 1000            # optimizer steps; schedules are defined over steps so world and real-data runs compare
-    batch_size: int = 64         # GLOBAL batch over all ranks: contrastive losses see this many in-batch negatives
+    batch_size: int = 64         # the batch: over all ranks together (`batch_scope` 'global'), or per process
+    batch_scope: str = "global"  # 'global': contrastive losses see `batch_size` in-batch negatives whatever the ranks
+                                 # (the world's runs); 'process': open_clip's --batch-size, global = batch_size × ranks
     lr: float = 5e-4             # peak learning rate (MERU reference; DeGLA 1e-6, READ 1e-5)
     weight_decay: float = 0.2    # decoupled AdamW decay, matrices only (see `param_groups`)
     betas: tuple = (0.9, 0.98)   # β2 = 0.98 (CLIP/MERU): 0.999 reacts too slowly to contrastive-loss spikes
@@ -43,15 +49,21 @@ class TrainConfig:
     log_every: int = 10          # steps between metrics.jsonl lines (the last step is always logged)
     ckpt_every: int = 200        # steps between checkpoints (the last step is always saved)
     keep_checkpoints: int = 2    # recent checkpoints kept on disk (0 = keep all)
+    save_optimizer: bool = True  # AdamW state in checkpoints (2x the weights); without it a run cannot resume exactly
     run_dir: str | None = None   # None → <settings.runs_dir>/run-<timestamp>; give one explicitly to resume
     device: str = "auto"         # 'auto' → cuda if available; under torchrun each rank uses cuda:LOCAL_RANK
-    amp: bool = True             # bf16 autocast on CUDA only (CPU runs stay float32); heads keep geometry in float32
+    precision: str = "fp32"      # open_clip's names: fp32 | bf16 | fp16 (tower weights) | amp_bf16 | amp_fp16 (autocast,
+                                 # on CPU too); heads and geometry stay float32 (`hierbench.precision`)
     quiet: bool | None = None    # hide the progress bar; None = quiet under pytest/nbdev-test and on ranks > 0
     num_workers: int = 0         # DataLoader processes that build whole batches ahead (JPEG decoding of real data);
                                  # batch t is still `batches(t)`, so the numbers do not depend on it
+    amp: InitVar[bool | None] = None  # before issue 27: bf16 autocast on CUDA only; read from old config.json files
 
-    def __post_init__(self):
+    def __post_init__(self, amp=None):
         self.betas = tuple(self.betas)
+        if amp is not None and self.precision == "fp32": self.precision = legacy_amp_precision(amp, self.device)
+        try: self.precision = check_precision(self.precision)
+        except ValueError as e: raise ValueError(f"TrainConfig.precision: {e}") from None
         def bad(name, why): raise ValueError(f"TrainConfig.{name} = {getattr(self, name)!r}: {why}")
         for name in ("steps", "batch_size", "log_every", "ckpt_every"):
             if int(getattr(self, name)) < 1: bad(name, "must be >= 1")
@@ -64,19 +76,21 @@ class TrainConfig:
         if self.grad_clip < 0: bad("grad_clip", "must be >= 0 (0 disables clipping)")
         if self.seed < 0: bad("seed", "must be >= 0")
         if self.keep_checkpoints < 0: bad("keep_checkpoints", "must be >= 0")
+        if self.batch_scope not in ("global", "process"): bad("batch_scope", "must be 'global' or 'process'")
         if self.num_workers < 0: bad("num_workers", "must be >= 0")
 
     @classmethod
     def from_dict(cls, d: Mapping, strict: bool = True) -> "TrainConfig":
         """Build from a dict; unknown keys are an error that names them unless `strict=False` (a run's `config.json`
         also holds the caller's extras such as the recipe name, which are then ignored)."""
-        known = {f.name for f in fields(cls)}
+        known = {f.name for f in fields(cls)} | {"amp"}   # `amp`: old config.json files
         unknown = set(d) - known
         if unknown and strict: raise ValueError(f"unknown TrainConfig field(s) {sorted(unknown)}; known: {sorted(known)}")
         return cls(**{k: v for k, v in d.items() if k in known})
 
 # Fields that may change between an interrupted run and its resumption without changing any logged number.
-RESUME_FREE_FIELDS = ("quiet", "device", "log_every", "ckpt_every", "keep_checkpoints", "run_dir", "num_workers")
+RESUME_FREE_FIELDS = ("quiet", "device", "log_every", "ckpt_every", "keep_checkpoints", "run_dir", "num_workers",
+                      "save_optimizer")
 
 # %% ../nbs/09_train.ipynb #50959212
 NO_DECAY_NAME_KEYS = ("bias", "logit_scale", "alpha", "curv", "log_c")
@@ -184,15 +198,16 @@ def _save_weights(module: nn.Module, path: Path) -> None:
 
 def save_checkpoint(run_dir: str | Path, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler, step: int, *,
                     teacher=None, modules: Mapping[str, nn.Module] | None = None, extra_state: Mapping | None = None,
-                    keep: int = 2) -> Path:
-    "Write the checkpoint of `step` atomically, point `latest.json` at it, keep the newest `keep` (0 = all)."
+                    keep: int = 2, save_optimizer: bool = True) -> Path:
+    """Write the checkpoint of `step` atomically, point `latest.json` at it, keep the newest `keep` (0 = all).
+    `save_optimizer=False` leaves the AdamW state out (a third of the size): such a checkpoint cannot resume."""
     run_dir = Path(run_dir)
     ck = checkpoint_dir(run_dir, step)
     ck.mkdir(parents=True, exist_ok=True)
     _save_weights(model, ck / "model.safetensors")
     if teacher is not None: _save_weights(_as_module(teacher), ck / "teacher.safetensors")
     for name, m in (modules or {}).items(): _save_weights(m, ck / f"module-{name}.safetensors")
-    state = dict(format=1, step=int(step), optimizer=optimizer.state_dict(),
+    state = dict(format=1, step=int(step), optimizer=optimizer.state_dict() if save_optimizer else None,
                  scheduler=scheduler.state_dict() if scheduler is not None else None, **dict(extra_state or {}))
     atomic_write(ck / STATE_FILE, lambda p: torch.save(state, p))
     atomic_write_text(run_dir / LATEST_FILE, json.dumps(dict(step=int(step), path=str(ck.relative_to(run_dir)))))
@@ -234,7 +249,11 @@ def load_checkpoint(path: str | Path, model: nn.Module, optimizer: torch.optim.O
     if teacher is not None: _load_weights(_as_module(teacher), path / "teacher.safetensors")
     for name, m in (modules or {}).items(): _load_weights(m, path / f"module-{name}.safetensors")
     state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True)
-    if optimizer is not None: optimizer.load_state_dict(state["optimizer"])
+    if optimizer is not None:
+        if state.get("optimizer") is None:
+            raise ValueError(f"{path} was saved without optimizer state (save_optimizer=False), so the run cannot resume "
+                             f"exactly; start a new run from its weights instead (init_checkpoint={path / 'model.safetensors'})")
+        optimizer.load_state_dict(state["optimizer"])
     if scheduler is not None and state.get("scheduler") is not None: scheduler.load_state_dict(state["scheduler"])
     return state
 
@@ -308,6 +327,7 @@ class TrainResult:
     weights_path: Path | None  # final weights (run_dir/model.safetensors) when the run reached cfg.steps
     stopped_early: bool        # True when `stop_at` ended the run before cfg.steps
     plateau: int | None = None # the step a `ValidationMonitor` found the run plateaued at (set by `hierbench.jobs`)
+    preempted: str | None = None # the signal (e.g. 'SIGTERM') that stopped the run after a step and a checkpoint
 
 def _resolve_device(cfg: TrainConfig, info: DistInfo) -> torch.device:
     if cfg.device != "auto": return torch.device(cfg.device)
@@ -392,10 +412,13 @@ class _Progress:
         if self.bar.last_v is not None: self.bar.on_interrupt()  # ended before cfg.steps (stop_at, error)
         if isinstance(self.bar, ConsoleProgressBar): print()      # the console bar ends without a newline
 
-def autocast_context(device: torch.device, amp: bool):
-    "bf16 autocast for the forward pass on CUDA when `amp`; a no-op context on CPU (bf16 matmuls there are slow)."
-    if amp and torch.device(device).type == "cuda": return torch.autocast("cuda", dtype=torch.bfloat16)
-    return nullcontext()
+def autocast_context(device: torch.device, precision: str | bool):
+    """The forward pass's context: `hierbench.precision.autocast` of a precision name (autocast on any device for
+    amp_bf16/amp_fp16). A bool is the pre-issue-27 `amp` flag: bf16 autocast on CUDA only."""
+    if isinstance(precision, bool):
+        if precision and torch.device(device).type == "cuda": return torch.autocast("cuda", dtype=torch.bfloat16)
+        return nullcontext()
+    return autocast(device, precision)
 
 def _auto_quiet(cfg: TrainConfig, info: DistInfo) -> bool:
     if not info.is_main: return True
@@ -426,6 +449,8 @@ def _check_resume_config(saved: Mapping, cfg: TrainConfig, where: Path, extra: M
                          allow_changes: Sequence[str] = ()) -> dict:
     "The allowed changes {field: [saved, now]}; any other difference is an error that names it."
     now = {**asdict(cfg), **extra}
+    if "precision" not in saved and "amp" in saved:   # a run from before `precision`: compare what it actually ran at
+        saved = {**saved, "precision": legacy_amp_precision(bool(saved["amp"]), saved.get("device", "auto"))}
     norm = lambda v: tuple(v) if isinstance(v, list) else v   # JSON turns tuples into lists
     bad = [k for k in allow_changes if k not in CHANGEABLE_ON_RESUME]
     if bad: raise ValueError(f"cannot allow changes to {bad} on resume; changeable: {list(CHANGEABLE_ON_RESUME)}")
@@ -439,21 +464,78 @@ def _check_resume_config(saved: Mapping, cfg: TrainConfig, where: Path, extra: M
                             f"or --allow-change {','.join(hint)}): the change is recorded in config.json" if hint else ""))
     return {k: [saved[k], now[k]] for k in diff}
 
+# %% ../nbs/09_train.ipynb #4f2bedb9
+# SLURM's signals: SIGTERM on preemption and at the time limit, the `--signal` of `sbatch` (USR1 by habit, USR2 for submitit)
+PREEMPTION_SIGNALS = ("SIGUSR1", "SIGUSR2", "SIGTERM")
+PREEMPTED_EXIT_CODE = 75   # EX_TEMPFAIL: "try again"; `hierbench train` exits with it after a preemption checkpoint
+
+class PreemptionGuard:
+    """While training, a preemption signal only raises a flag: the run finishes its step, writes a checkpoint and
+    returns (`TrainResult.preempted`) instead of dying mid-step. Handlers are installed from the main thread only and
+    the previous ones come back on exit (submitit's, for instance, which then requeues the job)."""
+    def __init__(self, signals: Iterable[str | int] = PREEMPTION_SIGNALS):
+        def sig(s):
+            if isinstance(s, str) and not isinstance(getattr(signal, s, None), signal.Signals):
+                raise ValueError(f"unknown signal {s!r}; expected names such as {PREEMPTION_SIGNALS}")
+            return signal.Signals(getattr(signal, s) if isinstance(s, str) else s)
+        self.signals = [sig(s) for s in signals]
+        self.received: str | None = None   # name of the first signal caught
+        self._previous = {}
+
+    def request(self, name: str) -> None:
+        "Ask the run to stop after its current step (what the signal handler does; callable from any thread)."
+        if self.received is None: self.received = name
+
+    def _catch(self, signum, frame): self.request(signal.Signals(signum).name)
+
+    @property
+    def installed(self) -> bool: return bool(self._previous)
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for s in self.signals: self._previous[s] = signal.signal(s, self._catch)
+        return self
+
+    def __exit__(self, *exc):
+        for s, h in self._previous.items(): signal.signal(s, signal.SIG_DFL if h is None else h)
+        self._previous = {}
+
+    def agreed(self, info: DistInfo, device) -> bool:
+        "Did any rank catch a signal? A collective on every rank when distributed, so that all ranks stop at one step."
+        flag = self.received is not None
+        if info.world_size > 1:
+            t = torch.tensor([float(flag)], device=device)
+            dist.all_reduce(t)
+            flag = bool(t.item() > 0)
+        return flag
+
+# %% ../nbs/09_train.ipynb #e6944e60
+class Preempted(RuntimeError):
+    "A run stopped by a preemption signal after writing its checkpoint: run it again (resuming) to continue exactly."
+    def __init__(self, signal_name: str, run_dir: str | Path):
+        self.signal_name, self.run_dir = signal_name, Path(run_dir)
+        super().__init__(f"{run_dir}: stopped by {signal_name} after a checkpoint; run it again with resume to continue")
+    def __reduce__(self): return (type(self), (self.signal_name, str(self.run_dir)))
+
 # %% ../nbs/09_train.ipynb #9e6af762
 def train(model: nn.Module, loss_fn: Callable, data, cfg: TrainConfig, teacher=None, callbacks: Iterable[Callable] = (),
           *, resume: bool = False, stop_at: int | None = None, collate_fn: Callable | None = None,
           modules: Mapping[str, nn.Module] | None = None, extra_config: Mapping | None = None,
-          save_final: Callable[[nn.Module, Path], Any] | None = None, allow_changes: Sequence[str] = ()) -> TrainResult:
+          save_final: Callable[[nn.Module, Path], Any] | None = None, allow_changes: Sequence[str] = (),
+          stop_signals: Iterable[str | int] | PreemptionGuard = PREEMPTION_SIGNALS) -> TrainResult:
     """Train `model` with `loss_fn(model, batch, teacher) -> (loss, terms)` on `data` (dataset or step → batch).
     `teacher`: EMA teacher with `.update(model)`, stepped after each optimizer step. `modules`: extra trainable modules
     (optimised and checkpointed with the model). `stop_at`: end (with a checkpoint) after that many steps.
     `extra_config` is saved in config.json beside the TrainConfig (e.g. recipe and preset names).
     `save_final(model, path)` writes the final weights (default: plain safetensors of the state dict).
-    `allow_changes`: optimiser fields (`CHANGEABLE_ON_RESUME`) a resumed run may change; recorded in config.json."""
+    `allow_changes`: optimiser fields (`CHANGEABLE_ON_RESUME`) a resumed run may change; recorded in config.json.
+    `stop_signals`: signals that stop the run after the current step with a checkpoint (or a `PreemptionGuard`; () = none)."""
     info = init_distributed()
     device = _resolve_device(cfg, info)
     run_dir = _resolve_run_dir(cfg, info)
-    cfg_dict = {**asdict(cfg), "run_dir": str(run_dir)}
+    global_batch = cfg.batch_size * (info.world_size if cfg.batch_scope == "process" else 1)
+    cfg_dict = {**asdict(cfg), "run_dir": str(run_dir), "precision_ran": describe_precision(cfg.precision, device),
+                "global_batch_size": global_batch, "world_size": info.world_size}
     metrics_path, config_path = run_dir / "metrics.jsonl", run_dir / "config.json"
     modules = dict(modules or {})
     callbacks = list(callbacks)
@@ -462,9 +544,10 @@ def train(model: nn.Module, loss_fn: Callable, data, cfg: TrainConfig, teacher=N
     torch.manual_seed(cfg.seed + info.rank)  # per-rank dropout masks; data order does not depend on these generators
 
     model.to(device).train()
+    cast_towers_(model, cfg.precision)   # bf16/fp16: the towers' weights (heads stay float32); else nothing
     for m in modules.values(): m.to(device).train()
     teacher_module = _as_module(teacher)
-    if teacher_module is not None: teacher_module.to(device)
+    if teacher_module is not None: teacher_module.to(device); cast_towers_(teacher_module, cfg.precision)
     for m in (model, *modules.values(), *([teacher_module] if teacher_module is not None else [])): broadcast_module(m)
     if info.world_size > 1 and any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
         # BatchNorm (the world presets' ResNet tower) normalises with statistics of the local batch: on CUDA they are
@@ -479,7 +562,8 @@ def train(model: nn.Module, loss_fn: Callable, data, cfg: TrainConfig, teacher=N
     params = [p for _, p in named if p.requires_grad]
     optimizer = make_optimizer(named, cfg)
     scheduler = make_scheduler(optimizer, cfg)
-    batches = _Batches(data, cfg, collate_fn, info)
+    scaler = grad_scaler(device, cfg.precision)   # amp_fp16 only, as open_clip_train
+    batches = _Batches(data, replace(cfg, batch_size=global_batch, batch_scope="global"), collate_fn, info)
 
     if info.is_main and run_dir.exists(): sweep_temporary_files(run_dir)   # half-written files of a killed run
     ckpt = latest_checkpoint(run_dir) if run_dir.exists() else None
@@ -494,6 +578,7 @@ def train(model: nn.Module, loss_fn: Callable, data, cfg: TrainConfig, teacher=N
             changes = _check_resume_config(saved_cfg, cfg, run_dir, json.loads(json.dumps(dict(extra_config or {}), default=str)),
                                            allow_changes)
         state = load_checkpoint(ckpt, model, optimizer, scheduler, teacher=teacher, modules=modules)
+        if scaler is not None and state.get("scaler") is not None: scaler.load_state_dict(state["scaler"])
         if changes:   # the optimiser and schedule follow the new settings from the resumed step on
             for g in optimizer.param_groups:
                 g.update(weight_decay=cfg.weight_decay if g.get("weight_decay", 0) else 0.0, betas=tuple(cfg.betas), eps=cfg.eps)
@@ -545,29 +630,34 @@ def train(model: nn.Module, loss_fn: Callable, data, cfg: TrainConfig, teacher=N
         path = None
         if info.is_main:
             path = save_checkpoint(run_dir, model, optimizer, scheduler, step, teacher=teacher, modules=modules,
-                                   extra_state=dict(rng=rngs, data=batches.state(), config=cfg_dict),
-                                   keep=cfg.keep_checkpoints)
+                                   extra_state=dict(rng=rngs, data=batches.state(), config=cfg_dict,
+                                                    **({"scaler": scaler.state_dict()} if scaler is not None else {})),
+                                   keep=cfg.keep_checkpoints, save_optimizer=cfg.save_optimizer)
         if info.world_size > 1: dist.barrier()
         return path or checkpoint_dir(run_dir, step)
 
+    guard = stop_signals if isinstance(stop_signals, PreemptionGuard) else PreemptionGuard(stop_signals)
+    guard, preempted = guard.__enter__(), None
     try:
         stream = batches.stream(start, end, cfg.num_workers, pin_memory=device.type == "cuda")
         for t, batch in zip(range(start, end), stream):
             step = t + 1
             batch = _to_device(batch, device)
-            with autocast_context(device, cfg.amp): loss, terms = loss_fn(model, batch, teacher)
+            with autocast_context(device, cfg.precision): loss, terms = loss_fn(model, batch, teacher)
             terms = dict(terms or {})
             vals = _reduce_scalars(loss, terms, info)
             check_finite(step, vals[0], dict(zip(terms, vals[1:])))
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            (loss if scaler is None else scaler.scale(loss)).backward()
             allreduce_gradients(params)
+            if scaler is not None: scaler.unscale_(optimizer)
             # clip_grad_norm_ returns the norm *before* clipping; max_norm=inf only measures it
             grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip if cfg.grad_clip > 0 else math.inf))
-            if not math.isfinite(grad_norm): raise NonFiniteLossError(step, "grad_norm", grad_norm)
+            if not math.isfinite(grad_norm) and scaler is None: raise NonFiniteLossError(step, "grad_norm", grad_norm)
             for cb in callbacks: cb("before_optimizer_step", dict(step=step, model=model, optimizer=optimizer, teacher=teacher, grad_norm=grad_norm))
             lr = optimizer.param_groups[0]["lr"]
-            optimizer.step()
+            if scaler is None: optimizer.step()
+            else: scaler.step(optimizer); scaler.update()   # skips the step when fp16 gradients overflowed
             for clamp in clamps: clamp()    # model-owned clamps: logit scale ≤ 100, curvature range, α ≤ 1
             if teacher is not None: teacher.update(model)  # EMA after the step (DeGLA)
             scheduler.step()
@@ -576,29 +666,31 @@ def train(model: nn.Module, loss_fn: Callable, data, cfg: TrainConfig, teacher=N
                 metrics = dict(step=step, lr=lr, loss=float(vals[0]))
                 for k, v in zip(terms, vals[1:].tolist()): metrics[k if k not in metrics else f"term_{k}"] = v
                 metrics.update(grad_norm=grad_norm, **model_scalars(model), time=round(time.time() - t0, 3))
+                if scaler is not None: metrics["grad_scale"] = float(scaler.get_scale())
                 if device.type == "cuda": metrics["cuda_peak_mb"] = round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
                 metrics.update(extra_metrics("log", step))   # e.g. validation terms of `ValidationMonitor`
                 last = metrics
                 if info.is_main:
                     with open(metrics_path, "a") as f: f.write(json.dumps(metrics) + "\n")
-            bar.update(step, f"loss {float(vals[0]):.4f}, {(step - start) * cfg.batch_size / max(time.time() - t0, 1e-9):.0f} samples/s")
+            bar.update(step, f"loss {float(vals[0]):.4f}, {(step - start) * global_batch / max(time.time() - t0, 1e-9):.0f} samples/s")
             for cb in callbacks: cb("step_end", dict(step=step, model=model, optimizer=optimizer, teacher=teacher, metrics=metrics))
             if any(getattr(cb, "stop_requested", False) for cb in callbacks):   # e.g. a plateau with stop_on_plateau
                 end = step
+            if guard.agreed(info, device) and step < end: end, preempted = step, guard.received or "a signal on another rank"
             if step % cfg.ckpt_every == 0 or step == end: last_ckpt = checkpoint(step)
             if step == end: break
     finally:
-        bar.close()
+        bar.close(); guard.__exit__()
     weights = None
     stopped_by_callback = any(getattr(cb, "stop_requested", False) for cb in callbacks)
-    if (end == cfg.steps or stopped_by_callback) and info.is_main:
+    if (end == cfg.steps or stopped_by_callback) and info.is_main and not preempted:
         weights = run_dir / "model.safetensors"
         (save_final or _save_weights)(model, weights)
     if not last and metrics_path.is_file() and info.is_main:
         prev = read_metrics(run_dir); last = prev[-1] if prev else {}
     return TrainResult(step=end if start < end else start, metrics=last, run_dir=run_dir, metrics_path=metrics_path,
                        config_path=config_path, checkpoint=last_ckpt or latest_checkpoint(run_dir),
-                       weights_path=weights, stopped_early=end < cfg.steps and not stopped_by_callback)
+                       weights_path=weights, stopped_early=end < cfg.steps and not stopped_by_callback, preempted=preempted)
 
 # %% ../nbs/09_train.ipynb #2af1b697
 def plateau_step(steps: Sequence[int], values: Sequence[float], patience: int = 2, min_delta: float = 0.01) -> int | None:

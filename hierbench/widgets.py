@@ -17,7 +17,7 @@ import torch
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .evaluate import eval_mode, head_curv, model_device
+from .encoding import eval_mode, head_curv, model_device
 from .viz import HoroPCA, entailment_disk_figure, entailment_table, ablation_bars_figure, confidence_intervals
 
 # %% auto #0
@@ -226,7 +226,7 @@ class _ModelBank:
 
 def _ipywidgets():
     try: import ipywidgets
-    except ImportError as e: raise ImportError("the explorers need ipywidgets: pip install ipywidgets") from e
+    except ImportError as e: raise ImportError("the explorers need ipywidgets: pip install -e '.[lab]'") from e
     return ipywidgets
 
 def entailment_explorer(models, scenes: Sequence | None = None, K: float = 0.1, split: str = "test-iid",
@@ -344,7 +344,7 @@ def run_browser(results, metric: str | None = None, confidence: float = 0.95):
     df = load_results(results)
     metrics = sorted(set(df.metric))
     if metric is None:
-        from hierbench.compare import KEY_METRICS
+        from hierbench.report import KEY_METRICS
         metric = next((m for m in KEY_METRICS if m in metrics), metrics[0])
     if metric not in metrics: raise ValueError(f"metric: {metric!r} not in results (metrics: {metrics})")
     recipes, seeds = list(dict.fromkeys(df.recipe)), sorted(set(df.seed))

@@ -6,109 +6,27 @@ Docs: https://hierbench.github.io/hierbench/world.html.md"""
 
 # %% ../nbs/02_world.ipynb #f80640cd
 from __future__ import annotations
-import functools, hashlib, itertools, json, os, shutil, tempfile, time
+import functools, hashlib, itertools, json, os, shutil, tempfile
 from dataclasses import dataclass, field, asdict, replace
 from pathlib import Path
 from typing import Callable, Iterable, NamedTuple, Sequence
+import multiprocessing as mp
+from concurrent.futures import ProcessPoolExecutor
 import numpy as np
+from PIL import Image
+
+from .config import load_settings
+# the world's language (hierbench.world_text), also reachable here as hierbench.world.NAME
+from .world_text import (COLOURS, COLOUR_RGB, INVERSE_RELATION, NP, RELATIONS, SHAPES, SIZES, WORLD_LEXICON,
+                                  Clause, Meaning, Obj, Relation, Taxonomy, entails, entails_text, holds, meaning_holds,
+                                  np_matches, parse, relation_holds, render, render_np, specificity)
 
 # %% auto #0
-__all__ = ['SHAPES', 'COLOURS', 'SIZES', 'RELATIONS', 'INVERSE_RELATION', 'COLOUR_RGB', 'WORLD_VERSION', 'LEXICON',
-           'NEGATIVE_TYPES', 'SPLITS', 'Taxonomy', 'WorldConfig', 'NP', 'Clause', 'Meaning', 'render_np', 'render',
-           'parse', 'Obj', 'Relation', 'Negative', 'check_negative_types', 'relation_holds', 'np_matches', 'evaluate',
-           'holds', 'entails', 'specificity', 'entails_text', 'scene_rng', 'Scene', 'true_texts', 'shape_mask',
-           'shape_alpha', 'render_image', 'resize_bilinear', 'heldout_combinations', 'full_np', 'mentions_heldout',
-           'make_negatives', 'make_scene', 'mirror_text', 'mirror_scene', 'classify_negative', 'audit_negatives',
-           'builtin_negatives', 'sloppy_negatives', 'WorldSplit', 'split_cache_path', 'build_split', 'world_speed',
-           'image_grid_figure', 'scene_grid_figure', 'crops_figure', 'taxonomy_figure']
-
-# %% ../nbs/02_world.ipynb #651d1077
-@dataclass(frozen=True, eq=False)
-class Taxonomy:
-    "A rooted tree of category names. `parent[node]` is the parent name (the root maps to `None`)."
-    name: str
-    parent: dict
-
-    def __post_init__(self):
-        for n, p in self.parent.items():
-            if p is not None and p not in self.parent: raise ValueError(f"taxonomy {self.name!r}: parent {p!r} of {n!r} is not a node")
-        anc = {}
-        for n in self.parent:
-            chain, p = [n], self.parent[n]
-            while p is not None: chain.append(p); p = self.parent[p]
-            anc[n] = tuple(chain)
-        object.__setattr__(self, "_anc", anc)   # node -> (node, parent, ..., root): precomputed, is_a is hot
-        inner = {p for p in self.parent.values() if p is not None}
-        object.__setattr__(self, "_leaves", tuple(n for n in self.parent if n not in inner))
-
-    @classmethod
-    def from_nested(cls, root: str, nested: dict) -> "Taxonomy":
-        "Build from `{super: [leaf, ...] | {sub: [...]}}` under `root`."
-        par = {root: None}
-        def walk(p, sub):
-            items = sub.items() if isinstance(sub, dict) else ((k, None) for k in sub)
-            for k, v in items:
-                if k in par: raise ValueError(f"taxonomy {root!r}: node {k!r} appears twice")
-                par[k] = p
-                if v: walk(k, v)
-        walk(root, nested)
-        return cls(root, par)
-
-    def _check(self, node):
-        if node not in self.parent:
-            raise KeyError(f"{node!r} is not a node of the {self.name!r} taxonomy; nodes: {self.nodes}")
-
-    @property
-    def root(self) -> str: return self.name
-    @property
-    def nodes(self) -> list[str]: return list(self.parent)
-    @property
-    def leaves(self) -> list[str]:
-        "Leaf names in insertion order (the class order used by classifiers)."
-        return list(self._leaves)
-    def children(self, node: str) -> list[str]:
-        self._check(node); return [c for c, p in self.parent.items() if p == node]
-    def ancestors(self, node: str, include_self: bool = False) -> list[str]:
-        "Ancestors from the parent up to the root (`node` first when `include_self`)."
-        self._check(node)
-        return list(self._anc[node][0 if include_self else 1:])
-    def depth(self, node: str) -> int:
-        "Edges from the root (the root has depth 0)."
-        return len(self.ancestors(node))
-    def is_a(self, node: str, category: str) -> bool:
-        "True when `category` is `node` or one of its ancestors."
-        self._check(node); self._check(category); return category in self._anc[node]
-    def lca(self, a: str, b: str) -> str:
-        "Lowest common ancestor."
-        anc = set(self.ancestors(a, include_self=True))
-        return next(n for n in self.ancestors(b, include_self=True) if n in anc)
-    def distance(self, a: str, b: str) -> int:
-        "Tree distance: number of edges on the path from `a` to `b`."
-        return self.depth(a) + self.depth(b) - 2 * self.depth(self.lca(a, b))
-    def distance_matrix(self, nodes: Sequence[str] | None = None) -> np.ndarray:
-        "Tree distances between `nodes` (default: the leaves), int (k, k)."
-        nodes = self.leaves if nodes is None else list(nodes)
-        return np.array([[self.distance(a, b) for b in nodes] for a in nodes])
-    def level(self, depth: int) -> list[str]:
-        "All nodes at a given depth."
-        return [n for n in self.parent if self.depth(n) == depth]
-    def __repr__(self): return f"Taxonomy({self.name!r}, {len(self.leaves)} leaves, depth {max(map(self.depth, self.parent))})"
-
-# %% ../nbs/02_world.ipynb #c43a8489
-SHAPES = Taxonomy.from_nested("shape", {
-    "round":   ["circle", "ring", "semicircle"],
-    "angular": ["square", "triangle", "diamond"],
-    "symbol":  ["cross", "star", "heart"]})
-COLOURS = Taxonomy.from_nested("colour", {
-    "warm": ["red", "orange", "yellow"],
-    "cool": ["green", "blue", "purple"]})
-SIZES = ("small", "large")
-RELATIONS = ("left", "right", "above", "below")
-INVERSE_RELATION = {"left": "right", "right": "left", "above": "below", "below": "above"}
-# every pair of colours is >= 83 apart (orange / yellow); with a per-channel jitter of 18 two objects of different
-# colours stay >= 83 - 2·18·√3 ≈ 21 apart, so a colour word is never ambiguous
-COLOUR_RGB = {"red": (215, 40, 40), "orange": (240, 135, 25), "yellow": (230, 215, 40),
-              "green": (45, 165, 65), "blue": (40, 85, 215), "purple": (140, 55, 185)}
+__all__ = ['WORLD_VERSION', 'SPLITS', 'NEGATIVE_TYPES', 'WorldConfig', 'scene_rng', 'Scene', 'true_texts', 'shape_mask',
+           'shape_alpha', 'render_image', 'resize_bilinear', 'heldout_combinations', 'full_np', 'WorldNegative',
+           'check_negative_types', 'mentions_heldout', 'world_negatives', 'make_scene', 'mirror_text', 'mirror_scene',
+           'classify_negative', 'audit_negatives', 'builtin_negatives', 'sloppy_negatives', 'WorldSplit',
+           'split_cache_path', 'build_split']
 
 # %% ../nbs/02_world.ipynb #f15d9645
 WORLD_VERSION = 3  # bump when rendering or text generation changes: it is part of the cache key (3: add_att / reshuffle draws)
@@ -170,212 +88,7 @@ class WorldConfig:
         payload = json.dumps({"version": WORLD_VERSION, **asdict(self)}, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
-# %% ../nbs/02_world.ipynb #564a1dd7
-@dataclass(frozen=True)
-class NP:
-    "A noun phrase: `head` is a node of `SHAPES`; `colour` a node of `COLOURS` or None; `size` in `SIZES` or None."
-    head: str
-    colour: str | None = None
-    size: str | None = None
-
-@dataclass(frozen=True)
-class Clause:
-    "`np` alone, or `np relation other`."
-    np: NP
-    relation: str | None = None
-    other: NP | None = None
-
-@dataclass(frozen=True)
-class Meaning:
-    "A sentence: a conjunction of clauses; `exclusive` = 'and nothing else'."
-    clauses: tuple
-    exclusive: bool = False
-    @property
-    def nps(self) -> list[NP]: return [n for c in self.clauses for n in ((c.np,) if c.other is None else (c.np, c.other))]
-
-# %% ../nbs/02_world.ipynb #52c1a590
-_HEAD_WORDS = {**{s: s for s in SHAPES.leaves}, "round shape": "round", "angular shape": "angular",
-               "symbol": "symbol", "shape": "shape"}
-_HEAD_SURFACE = {v: k for k, v in _HEAD_WORDS.items()}
-_SIZE_WORDS = {"small": "small", "little": "small", "large": "large", "big": "large"}
-_SIZE_SURFACE = {"small": ("small", "little"), "large": ("large", "big")}  # (canonical, synonym)
-_COLOUR_WORDS = {c: c for c in COLOURS.nodes if c != COLOURS.root}
-_REL_WORDS = {"to the left of": "left", "left of": "left", "to the right of": "right", "right of": "right",
-              "above": "above", "over": "above", "below": "below", "under": "below"}
-_REL_SURFACE = {"left": ("to the left of", "left of"), "right": ("to the right of", "right of"),
-                "above": ("above", "over"), "below": ("below", "under")}
-
-def _article(word: str) -> str: return "an" if word[0] in "aeiou" else "a"
-
-def render_np(np_: NP, synonyms: bool = False) -> str:
-    "Surface text of a noun phrase; `synonyms` uses big/little instead of large/small."
-    words = ([_SIZE_SURFACE[np_.size][int(synonyms)]] if np_.size else []) + ([np_.colour] if np_.colour else [])
-    words.append(_HEAD_SURFACE[np_.head])
-    return " ".join([_article(words[0])] + words)
-
-def render(m: Meaning, synonyms: bool = False) -> str:
-    "Surface text of a meaning (`synonyms`: big/little and the short relation forms 'left of', 'over', 'under')."
-    parts = []
-    for c in m.clauses:
-        s = render_np(c.np, synonyms)
-        if c.relation: s += f" {_REL_SURFACE[c.relation][int(synonyms)]} {render_np(c.other, synonyms)}"
-        parts.append(s)
-    return " and ".join(parts) + (" and nothing else" if m.exclusive else "")
-
-# %% ../nbs/02_world.ipynb #39c352be
-def parse(text: str) -> Meaning:
-    "Parse a sentence of the world's language into a `Meaning`; ValueError naming the text when outside it."
-    if not isinstance(text, str): raise ValueError(f"text outside the world's language: {text!r} is not a string")
-    toks = text.strip().lower().removesuffix(".").split()
-    pos = 0
-    def fail(why):
-        raise ValueError(f"text outside the world's language: {text!r} ({why} at word {pos + 1}: "
-                         f"{' '.join(toks[pos:pos + 3]) or 'end of text'!r})")
-    def match(options: dict):
-        nonlocal pos
-        for n in (4, 3, 2, 1):  # longest match first: "to the left of" before "left of"
-            key = " ".join(toks[pos:pos + n])
-            if len(toks[pos:pos + n]) == n and key in options: pos += n; return options[key]
-        return None
-    def noun_phrase():
-        nonlocal pos
-        if pos >= len(toks) or toks[pos] not in ("a", "an"): fail("expected 'a' or 'an'")
-        art = toks[pos]; pos += 1
-        if pos < len(toks) and art != _article(toks[pos]): fail(f"wrong article {art!r}")
-        size = match(_SIZE_WORDS); colour = match(_COLOUR_WORDS); head = match(_HEAD_WORDS)
-        if head is None: fail("expected a shape word")
-        return NP(head, colour, size)
-    clauses, exclusive = [], False
-    while True:
-        first = noun_phrase()
-        rel = match(_REL_WORDS)
-        clauses.append(Clause(first, rel, noun_phrase()) if rel else Clause(first))
-        if pos == len(toks): break
-        if toks[pos] != "and": fail("expected 'and' or a relation")
-        pos += 1
-        if toks[pos:] == ["nothing", "else"]: exclusive = True; pos = len(toks); break
-    return Meaning(tuple(clauses), exclusive)
-
-# %% ../nbs/02_world.ipynb #5c573c83
-LEXICON = tuple(sorted({w for phrase in [*_HEAD_WORDS, *_SIZE_WORDS, *_COLOUR_WORDS, *_REL_WORDS, "a", "an", "and",
-                                         "nothing else"] for w in phrase.split()}))
-
-# %% ../nbs/02_world.ipynb #46ac223a
-@dataclass(frozen=True)
-class Obj:
-    "One object of a scene; `box` = (x0, y0, x1, y1) in pixels, x1/y1 exclusive."
-    shape: str
-    colour: str
-    size: str
-    box: tuple
-    @property
-    def centre(self) -> tuple[float, float]: return ((self.box[0] + self.box[2]) / 2, (self.box[1] + self.box[3]) / 2)
-
-class Relation(NamedTuple):
-    """`objects[subject]` is `relation` of `objects[object]` (stated only beyond the margin). A scene lists every
-    stated fact for every ordered pair, so (0, 'left', 1) comes with (1, 'right', 0)."""
-    subject: int
-    relation: str
-    object: int
-
-class Negative(NamedTuple):
-    "A hard negative caption, verified false for its scene."
-    type: str
-    text: str
-
-NEGATIVE_TYPES = ("replace_obj", "replace_att", "replace_rel", "swap_obj", "swap_att", "add_obj", "add_att", "reshuffle")
-
-def check_negative_types(types: Sequence[str]) -> tuple[str, ...]:
-    "`types` as a tuple after checking each is one of `NEGATIVE_TYPES` (a non-empty selection); else a ValueError naming them."
-    types = tuple(types)
-    unknown = [t for t in types if t not in NEGATIVE_TYPES]
-    if unknown or not types:
-        raise ValueError(f"negative types {list(types)}: {'unknown ' + str(unknown) if unknown else 'empty'}; "
-                         f"known: {list(NEGATIVE_TYPES)}")
-    return types
-
-def relation_holds(a: Obj, rel: str, b: Obj, margin: float) -> bool:
-    "Is `a` `rel` of `b` with centre offset > `margin` pixels? (y grows downwards.)"
-    (ax, ay), (bx, by) = a.centre, b.centre
-    if rel == "left": return ax < bx - margin
-    if rel == "right": return ax > bx + margin
-    if rel == "above": return ay < by - margin
-    if rel == "below": return ay > by + margin
-    raise ValueError(f"unknown relation {rel!r}; known: {RELATIONS}")
-
-def np_matches(np_: NP, o: Obj) -> bool:
-    "Does object `o` satisfy the noun phrase (head/colour by taxonomy ancestry, size exactly)?"
-    return (SHAPES.is_a(o.shape, np_.head) and (np_.colour is None or COLOURS.is_a(o.colour, np_.colour))
-            and (np_.size is None or np_.size == o.size))
-
-def evaluate(m: Meaning, objects: Sequence[Obj], margin: float) -> bool:
-    "Truth of a meaning: some assignment of distinct objects satisfies every phrase and relation."
-    nps = m.nps
-    if len(nps) > len(objects) or (m.exclusive and len(nps) != len(objects)): return False
-    cands = [[i for i, o in enumerate(objects) if np_matches(n, o)] for n in nps]
-    if any(not c for c in cands): return False
-    for assign in itertools.product(*cands):
-        if len(set(assign)) < len(assign): continue
-        k, ok = 0, True
-        for c in m.clauses:
-            if c.other is not None:
-                if not relation_holds(objects[assign[k]], c.relation, objects[assign[k + 1]], margin): ok = False; break
-                k += 2
-            else: k += 1
-        if ok: return True
-    return False
-
-# %% ../nbs/02_world.ipynb #ca5fb9cc
-def holds(scene, text: str, margin: float | None = None) -> bool:
-    "Is `text` (any sentence of the world's language) true of `scene`? ValueError naming the text when outside it."
-    return evaluate(parse(text), scene.objects, scene.config.margin_px if margin is None else margin)
-
-# %% ../nbs/02_world.ipynb #af3ff95a
-def _np_refines(a: NP, b: NP) -> bool:
-    "Is phrase `a` at least as specific as `b`?"
-    return SHAPES.is_a(a.head, b.head) and \
-        (b.colour is None or (a.colour is not None and COLOURS.is_a(a.colour, b.colour))) and \
-        (b.size is None or a.size == b.size)
-
-def _facts(m: Meaning) -> tuple[list[NP], set]:
-    "Phrases and relation facts (i, rel, j), normalised to left/above."
-    nps, facts, k = [], set(), 0
-    for c in m.clauses:
-        nps.append(c.np)
-        if c.other is not None:
-            nps.append(c.other)
-            i, j, r = k, k + 1, c.relation
-            if r in ("right", "below"): i, j, r = j, i, INVERSE_RELATION[r]
-            facts.add((i, r, j)); k += 2
-        else: k += 1
-    return nps, facts
-
-def entails(specific: str | Meaning, general: str | Meaning) -> bool:
-    "Structural entailment: does `specific` entail `general` under the world's semantics? (sound, not complete)"
-    s = parse(specific) if isinstance(specific, str) else specific
-    g = parse(general) if isinstance(general, str) else general
-    snp, sf = _facts(s); gnp, gf = _facts(g)
-    if g.exclusive and not (s.exclusive and len(snp) == len(gnp)): return False
-    for assign in itertools.permutations(range(len(snp)), len(gnp)):
-        if all(_np_refines(snp[a], gnp[i]) for i, a in enumerate(assign)) and \
-           all((assign[i], r, assign[j]) in sf for i, r, j in gf): return True
-    return False
-
-# %% ../nbs/02_world.ipynb #b3043dbb
-@functools.lru_cache(maxsize=1 << 16)
-def specificity(text: str) -> int:
-    "Number of filled slots of a sentence: leaf shapes, leaf colours and sizes of its phrases, relations, 'nothing else'."
-    m = parse(text)
-    slots = sum((n.head in SHAPES.leaves) + (n.colour is not None and n.colour in COLOURS.leaves) + (n.size is not None)
-                for n in m.nps)
-    return slots + sum(c.relation is not None for c in m.clauses) + int(m.exclusive)
-
-@functools.lru_cache(maxsize=1 << 18)
-def entails_text(specific: str, general: str) -> bool:
-    "`entails` on two sentences, cached (the data loader asks the same questions every epoch)."
-    return entails(specific, general)
-
-# %% ../nbs/02_world.ipynb #5c227253
+# %% ../nbs/02_world.ipynb #7c4d4fba
 SPLITS = ("train", "val", "test-iid", "test-comp", "general")
 
 def scene_rng(seed: int, split: str, index: int) -> np.random.Generator:
@@ -383,6 +96,7 @@ def scene_rng(seed: int, split: str, index: int) -> np.random.Generator:
     digest = hashlib.sha256(f"hierbench-world|{int(seed)}|{split}|{int(index)}".encode()).digest()
     return np.random.default_rng(int.from_bytes(digest[:16], "little"))
 
+# %% ../nbs/02_world.ipynb #f20d5a57
 @dataclass
 class Scene:
     "One scene of the world with all its texts. `image` uint8 (S,S,3); `crops` uint8 (n,C,C,3), one per object."
@@ -401,11 +115,12 @@ class Scene:
     negatives: list
     rejected: dict = field(default_factory=dict)  # negative type -> candidates rejected because they were true
 
+# %% ../nbs/02_world.ipynb #5c227253
 def true_texts(scene) -> list[str]:
     "All true descriptions of a scene (chain, phrases, paraphrases, alternatives), deduplicated, stable order."
     return list(dict.fromkeys([*scene.chain, *scene.phrases, *scene.paraphrases, *scene.alternatives]))
 
-# %% ../nbs/02_world.ipynb #83b74428
+# %% ../nbs/02_world.ipynb #435e6232
 def shape_mask(shape: str, u: np.ndarray, v: np.ndarray) -> np.ndarray:
     "Boolean inside-test of a leaf shape on unit-box coordinates u, v (any equal shapes)."
     r2 = u * u + v * v
@@ -425,6 +140,7 @@ def shape_mask(shape: str, u: np.ndarray, v: np.ndarray) -> np.ndarray:
         return (x * x + y * y - 1) ** 3 - x * x * y ** 3 <= 0
     raise ValueError(f"unknown shape {shape!r}; known: {SHAPES.leaves}")
 
+# %% ../nbs/02_world.ipynb #eefbbfc9
 @functools.lru_cache(maxsize=512)
 def shape_alpha(shape: str, side: int, supersample: int = 2) -> np.ndarray:
     "Coverage (alpha in [0, 1]) of a shape drawn in a side x side box: float32 (side, side, 1). Cached."
@@ -435,6 +151,7 @@ def shape_alpha(shape: str, side: int, supersample: int = 2) -> np.ndarray:
     a = a.astype(np.float32)[..., None]; a.flags.writeable = False
     return a
 
+# %% ../nbs/02_world.ipynb #f38267a4
 def _place(rng, sides: list[int], cfg: WorldConfig) -> list[tuple] | None:
     "Non-overlapping square boxes (with the configured gap) by rejection sampling, or None."
     S, gap = cfg.image_size, max(1, round(cfg.min_gap * cfg.image_size))
@@ -466,12 +183,12 @@ def render_image(objects: Sequence[Obj], rng: np.random.Generator, cfg: WorldCon
     img += rng.standard_normal(img.shape, dtype=np.float32) * cfg.pixel_noise
     return np.clip(np.rint(img), 0, 255).astype(np.uint8)  # clip: noise/jitter may leave [0, 255]
 
+# %% ../nbs/02_world.ipynb #83b74428
 def resize_bilinear(img: np.ndarray, out: int) -> np.ndarray:
     "Bilinear resize of uint8 (h,w,3) to (out,out,3) with Pillow (integer arithmetic: identical on every machine)."
-    from PIL import Image
     return np.asarray(Image.fromarray(np.ascontiguousarray(img)).resize((out, out), Image.Resampling.BILINEAR))
 
-# %% ../nbs/02_world.ipynb #7487e6c3
+# %% ../nbs/02_world.ipynb #da3b7ba8
 def _canonical_triple(a: str, rel: str, b: str) -> tuple:
     return (b, INVERSE_RELATION[rel], a) if rel in ("right", "below") else (a, rel, b)
 
@@ -486,6 +203,7 @@ def heldout_combinations(objects: Sequence[Obj], cfg: WorldConfig, margin: float
                 found.add(("triple", a.shape, rel, b.shape))
     return found
 
+# %% ../nbs/02_world.ipynb #7487e6c3
 def _sample_objects(rng, cfg: WorldConfig, split: str):
     "Objects for a scene of `split` and, for test-comp, the focus (subject, relation, object) its caption states."
     if split not in SPLITS: raise ValueError(f"unknown split {split!r}; known: {SPLITS}")
@@ -576,7 +294,25 @@ def _positive_meanings(objects, relations, rng, focus):
     alts = [m for m in alts if not (entails(m, top) and entails(top, m))]
     return chain + [top], paraphrases, list(dict.fromkeys(map(render, alts))), shapes_only
 
-# %% ../nbs/02_world.ipynb #ee6ccb21
+# %% ../nbs/02_world.ipynb #5058ed46
+class WorldNegative(NamedTuple):
+    "A hard negative caption, verified false for its scene."
+    type: str
+    text: str
+
+# %% ../nbs/02_world.ipynb #3038e575
+NEGATIVE_TYPES = ("replace_obj", "replace_att", "replace_rel", "swap_obj", "swap_att", "add_obj", "add_att", "reshuffle")
+
+def check_negative_types(types: Sequence[str]) -> tuple[str, ...]:
+    "`types` as a tuple after checking each is one of `NEGATIVE_TYPES` (a non-empty selection); else a ValueError naming them."
+    types = tuple(types)
+    unknown = [t for t in types if t not in NEGATIVE_TYPES]
+    if unknown or not types:
+        raise ValueError(f"negative types {list(types)}: {'unknown ' + str(unknown) if unknown else 'empty'}; "
+                         f"known: {list(NEGATIVE_TYPES)}")
+    return types
+
+# %% ../nbs/02_world.ipynb #60f64e38
 def _negative_candidates(kind, top: Meaning, add_base: Meaning, objects, rng, binding: float = 0.0):
     """A lazy stream of candidate meanings of one negative type (may be empty when the type does not apply).
     `binding`: probability that replace_obj / replace_att first try values that another object of the scene has
@@ -648,15 +384,17 @@ def _negative_candidates(kind, top: Meaning, add_base: Meaning, objects, rng, bi
             yield with_nps([a, b])
         if not trade_places: yield replace(top, clauses=(Clause(c0.other, c0.relation, c0.np),))
 
+# %% ../nbs/02_world.ipynb #ab17ad4b
 def mentions_heldout(m: Meaning, cfg: WorldConfig) -> bool:
     "Does a meaning name a held-out (colour, shape) pair or (shape, relation, shape) triple?"
     pairs, triples = set(cfg.heldout_colour_shape), {_canonical_triple(*t) for t in cfg.heldout_relation_triples}
     return any((n.colour, n.head) in pairs for n in m.nps) or any(
         c.other is not None and _canonical_triple(c.np.head, c.relation, c.other.head) in triples for c in m.clauses)
 
-def make_negatives(objects, top: Meaning, add_base: Meaning, rng, margin: float, tries: int = 8,
+# %% ../nbs/02_world.ipynb #ee6ccb21
+def world_negatives(objects, top: Meaning, add_base: Meaning, rng, margin: float, tries: int = 8,
                    types: Sequence[str] = NEGATIVE_TYPES, avoid: Callable | None = None, per_type: int = 1,
-                   binding: float = 0.0) -> tuple[list[Negative], dict]:
+                   binding: float = 0.0) -> tuple[list[WorldNegative], dict]:
     """Up to `per_type` distinct verified-false negatives per applicable type, and the count of rejected (true)
     candidates per type. `avoid(meaning) -> bool` skips candidates without counting them (used to keep held-out
     combinations out of the training splits' negatives); `binding` as in `_negative_candidates`."""
@@ -665,11 +403,11 @@ def make_negatives(objects, top: Meaning, add_base: Meaning, rng, margin: float,
         found = 0
         for cand in itertools.islice(_negative_candidates(kind, top, add_base, objects, rng, binding), tries * per_type):
             if avoid is not None and avoid(cand): continue
-            if evaluate(cand, objects, 0.0):   # lenient truth: not even arguably true
+            if meaning_holds(cand, objects, 0.0):   # lenient truth: not even arguably true
                 rejected[kind] = rejected.get(kind, 0) + 1; continue
             text = render(cand)
             if any(text == n.text for n in out): continue   # e.g. a reshuffle equal to the swap_att text
-            out.append(Negative(kind, text)); found += 1
+            out.append(WorldNegative(kind, text)); found += 1
             if found == per_type: break
     return out, rejected
 
@@ -687,7 +425,7 @@ def make_scene(index: int, seed: int = 0, config: WorldConfig | None = None, spl
     # outside test-comp no text may name a held-out combination, not even a negative: a model that only ever saw
     # "a red square" as a wrong caption would learn to reject it, and test-comp would measure that instead
     avoid = None if split == "test-comp" else (lambda m: mentions_heldout(m, cfg))
-    negatives, rejected = make_negatives(objects, chain[3], add_base, rng, cfg.margin_px, cfg.negative_tries,
+    negatives, rejected = world_negatives(objects, chain[3], add_base, rng, cfg.margin_px, cfg.negative_tries,
                                          avoid=avoid, per_type=cfg.negatives_per_type, binding=cfg.binding_hard)
     crops = np.stack([resize_bilinear(image[o.box[1]:o.box[3], o.box[0]:o.box[2]], cfg.crop_side) for o in objects])
     return Scene(index=int(index), seed=int(seed), split=split, config=cfg, image=image, objects=objects,
@@ -695,13 +433,14 @@ def make_scene(index: int, seed: int = 0, config: WorldConfig | None = None, spl
                  crops=crops, paraphrases=paraphrases, alternatives=alternatives, negatives=negatives,
                  rejected=rejected)
 
-# %% ../nbs/02_world.ipynb #3ab98871
+# %% ../nbs/02_world.ipynb #799a46f9
 _MIRROR_WORDS = {"left": "right", "right": "left"}
 
 def mirror_text(text: str) -> str:
     "`text` as it reads of the scene's left-right mirror: the words 'left' and 'right' trade places."
     return " ".join(_MIRROR_WORDS.get(w, w) for w in text.split(" "))
 
+# %% ../nbs/02_world.ipynb #3ab98871
 def mirror_scene(scene: Scene) -> Scene:
     """The left-right mirror of `scene`: image and crops flipped, boxes reflected (x -> S - x), relations restated from
     the new boxes, every text and negative through `mirror_text` (phrases do not change)."""
@@ -712,9 +451,9 @@ def mirror_scene(scene: Scene) -> Scene:
                    relations=_stated_relations(objects, scene.config.margin_px), chain=mirrored(scene.chain),
                    paraphrases=mirrored(scene.paraphrases),
                    alternatives=mirrored(scene.alternatives),
-                   negatives=[Negative(n.type, mirror_text(n.text)) for n in scene.negatives])
+                   negatives=[WorldNegative(n.type, mirror_text(n.text)) for n in scene.negatives])
 
-# %% ../nbs/02_world.ipynb #50e95361
+# %% ../nbs/02_world.ipynb #4cd53091
 def _one_edit_neighbours(m: Meaning) -> Iterable[Meaning]:
     "Meanings one structural edit away from `m`."
     nps, layout = m.nps, [(c.other is not None) for c in m.clauses]
@@ -751,10 +490,11 @@ def classify_negative(scene, text: str) -> str:
     "'hard_positive', 'valid_hard' or 'easy' (see above) for a candidate negative `text` of `scene`."
     try: m = parse(text)
     except ValueError: return "easy"
-    if evaluate(m, scene.objects, 0.0): return "hard_positive"
+    if meaning_holds(m, scene.objects, 0.0): return "hard_positive"
     margin = scene.config.margin_px
-    return "valid_hard" if any(evaluate(n, scene.objects, margin) for n in _one_edit_neighbours(m)) else "easy"
+    return "valid_hard" if any(meaning_holds(n, scene.objects, margin) for n in _one_edit_neighbours(m)) else "easy"
 
+# %% ../nbs/02_world.ipynb #22f8bd6e
 def audit_negatives(scenes: Iterable, generator: Callable) -> "pd.DataFrame":
     "Per negative type: count and fractions of valid_hard / easy / hard_positive, plus a 'total' row."
     import pandas as pd  # imported here: the world itself does not need pandas
@@ -767,11 +507,13 @@ def audit_negatives(scenes: Iterable, generator: Callable) -> "pd.DataFrame":
     out.insert(0, "n", tab.sum(axis=1))
     return out
 
-def builtin_negatives(scene) -> list[Negative]:
+# %% ../nbs/02_world.ipynb #d0e6387b
+def builtin_negatives(scene) -> list[WorldNegative]:
     "The built-in generator as a callable for `audit_negatives`."
     return list(scene.negatives)
 
-def sloppy_negatives(scene) -> list[Negative]:
+# %% ../nbs/02_world.ipynb #50e95361
+def sloppy_negatives(scene) -> list[WorldNegative]:
     "A deliberately careless generator: random colour replacement without checking, and word-salad reshuffles."
     rng = scene_rng(scene.seed, "sloppy|" + scene.split, scene.index)
     words = scene.chain[3].split()
@@ -779,8 +521,8 @@ def sloppy_negatives(scene) -> list[Negative]:
     for k, w in enumerate(words):
         if w in COLOUR_RGB:
             new = list(words); new[k] = COLOURS.leaves[int(rng.integers(len(COLOURS.leaves)))]
-            out.append(Negative("replace_att", " ".join(new))); break
-    out.append(Negative("reshuffle", " ".join(rng.permutation(words))))
+            out.append(WorldNegative("replace_att", " ".join(new))); break
+    out.append(WorldNegative("reshuffle", " ".join(rng.permutation(words))))
     return out
 
 # %% ../nbs/02_world.ipynb #a2faef01
@@ -806,7 +548,7 @@ class WorldSplit:
     @property
     def alternatives(self) -> list[list[str]]: return [m["alternatives"] for m in self.meta]
     @property
-    def negatives(self) -> list[list[Negative]]: return [[Negative(*n) for n in m["negatives"]] for m in self.meta]
+    def negatives(self) -> list[list[WorldNegative]]: return [[WorldNegative(*n) for n in m["negatives"]] for m in self.meta]
     @property
     def n_objects(self) -> np.ndarray: return np.diff(self.crop_offsets)
     def objects(self, i: int) -> list[Obj]:
@@ -818,7 +560,7 @@ class WorldSplit:
                      objects=self.objects(i), relations=[Relation(*r) for r in m["relations"]], chain=m["chain"],
                      phrases=m["phrases"], crops=self.crops[self.crop_offsets[i]:self.crop_offsets[i + 1]],
                      paraphrases=m["paraphrases"], alternatives=m["alternatives"],
-                     negatives=[Negative(*n) for n in m["negatives"]], rejected=m["rejected"])
+                     negatives=[WorldNegative(*n) for n in m["negatives"]], rejected=m["rejected"])
     def true_texts(self, i: int) -> list[str]: return true_texts(self.scene(i))
     def object_labels(self) -> dict:
         """One row per crop (scene-major, aligned with `crops`): `scene` (m,), `shape` / `colour` / `size` (m,)
@@ -847,16 +589,16 @@ def _build_chunk(args) -> tuple:
     return (np.stack([s.image for s in scenes]), np.concatenate([s.crops for s in scenes]),
             [len(s.objects) for s in scenes], [_scene_meta(s) for s in scenes])
 
-# %% ../nbs/02_world.ipynb #5758b72a
+# %% ../nbs/02_world.ipynb #80670cf2
 def split_cache_path(split: str, n: int, seed: int = 0, config: WorldConfig | None = None,
                      cache_dir: str | Path | None = None) -> Path:
     "The folder that caches this split."
     cfg = config or WorldConfig()
     if cache_dir is None:
-        from hierbench.config import load_settings
         cache_dir = load_settings().cache_dir
     return Path(cache_dir) / f"world-{cfg.config_hash()}-seed{int(seed)}-{split}-n{int(n)}"
 
+# %% ../nbs/02_world.ipynb #5758b72a
 def _load_split(path: Path, split, seed, cfg, mmap: bool = True) -> WorldSplit:
     with open(path / "meta.json") as f: meta = json.load(f)
     if meta.get("config_hash") != cfg.config_hash():
@@ -883,8 +625,6 @@ def build_split(split: str, n: int, seed: int = 0, config: WorldConfig | None = 
     bounds = np.linspace(0, n, max(1, workers) * 4 + 1).astype(int) if workers > 1 else np.array([0, n])
     jobs = [(split, seed, cfg, int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
     if workers > 1:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
         with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as ex: parts = list(ex.map(_build_chunk, jobs))
     else: parts = [_build_chunk(j) for j in jobs]
     images = np.concatenate([p[0] for p in parts]); crops = np.concatenate([p[1] for p in parts])
@@ -914,69 +654,3 @@ def _save_split(ws: WorldSplit, path: Path, replace_existing: bool = False):
         if not (path / "meta.json").is_file(): raise   # another process may have won the race; that is fine
     finally:
         if tmp.exists(): shutil.rmtree(tmp, ignore_errors=True)
-
-# %% ../nbs/02_world.ipynb #d6d5fcf4
-def world_speed(n: int = 2000, seed: int = 0, config: WorldConfig | None = None, workers: int | None = None) -> dict:
-    """Speed of the world: `make_scene` rate in one process (up to 500 scenes; wall clock and CPU time, since on a
-    shared machine the two differ), then the wall seconds to build an n-scene train split into a temporary cache
-    and to reload it."""
-    cfg = config or WorldConfig()
-    k = min(n, 500)
-    t0, c0 = time.perf_counter(), time.process_time()
-    for i in range(k): make_scene(i, seed, cfg)
-    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    with tempfile.TemporaryDirectory() as d:
-        t0 = time.perf_counter(); build_split("train", n, seed, cfg, cache_dir=d, workers=workers)
-        build_s = time.perf_counter() - t0
-        t0, c0 = time.perf_counter(), time.process_time(); build_split("train", n, seed, cfg, cache_dir=d)
-        reload_s, reload_cpu_s = time.perf_counter() - t0, time.process_time() - c0
-    return dict(n=n, scenes_per_s=k / wall, cpu_ms_per_scene=1000 * cpu / k, build_s=build_s,
-                build_scenes_per_s=n / build_s, reload_s=reload_s, reload_cpu_s=reload_cpu_s)
-
-# %% ../nbs/02_world.ipynb #3f696f76
-def _png_uri(img: np.ndarray, scale: int = 4) -> str:
-    import base64, io
-    from PIL import Image
-    buf = io.BytesIO()
-    Image.fromarray(np.repeat(np.repeat(img, scale, 0), scale, 1)).save(buf, format="PNG")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
-
-def image_grid_figure(images: Sequence[np.ndarray], titles: Sequence[str], cols: int = 4, scale: int = 3,
-                      cell_px: int = 240):
-    "Plotly figure: uint8 (H,W,3) images in a grid (embedded as small PNGs), each with a title."
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-    rows = -(-len(images) // cols)
-    fig = make_subplots(rows, cols, subplot_titles=list(titles), horizontal_spacing=0.02, vertical_spacing=0.12)
-    for k, img in enumerate(images):
-        fig.add_trace(go.Image(source=_png_uri(np.asarray(img), scale)), k // cols + 1, k % cols + 1)
-    fig.update_xaxes(visible=False); fig.update_yaxes(visible=False)
-    fig.update_annotations(font_size=9)
-    fig.update_layout(height=cell_px * rows, width=cell_px * cols, margin=dict(l=5, r=5, t=40, b=5))
-    return fig
-
-def scene_grid_figure(scenes: Sequence[Scene], cols: int = 4, scale: int = 3):
-    "Plotly figure: scene images in a grid, each titled with its chain's last caption."
-    return image_grid_figure([s.image for s in scenes], [f"#{s.index}: {s.chain[3]}" for s in scenes], cols, scale)
-
-def crops_figure(scene: Scene, scale: int = 3):
-    "Plotly figure: a scene and its per-object crops, titled with the phrases (HyCoCLIP's box-phrase pairs)."
-    return image_grid_figure([scene.image, *scene.crops], ["scene", *scene.phrases], cols=1 + len(scene.crops),
-                             scale=scale, cell_px=200)
-
-def taxonomy_figure(tax: Taxonomy):
-    "Plotly node-link drawing of a taxonomy (root on top, leaves evenly spaced at the bottom)."
-    import plotly.graph_objects as go
-    xs = {l: i for i, l in enumerate(tax.leaves)}
-    for d in range(max(map(tax.depth, tax.nodes)) - 1, -1, -1):
-        for n in tax.level(d):
-            if tax.children(n): xs[n] = float(np.mean([xs[c] for c in tax.children(n)]))
-    ex, ey = [], []
-    for n, p in tax.parent.items():
-        if p is not None: ex += [xs[p], xs[n], None]; ey += [-tax.depth(p), -tax.depth(n), None]
-    fig = go.Figure([go.Scatter(x=ex, y=ey, mode="lines", line=dict(color="#999"), hoverinfo="skip"),
-                     go.Scatter(x=[xs[n] for n in tax.nodes], y=[-tax.depth(n) for n in tax.nodes], mode="markers+text",
-                                text=tax.nodes, textposition="bottom center", marker=dict(size=10))])
-    fig.update_layout(title=f"{tax.name} taxonomy", showlegend=False, height=300, width=640,
-                      xaxis=dict(visible=False), yaxis=dict(visible=False), margin=dict(l=10, r=10, t=40, b=10))
-    return fig

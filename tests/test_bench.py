@@ -148,8 +148,8 @@ def test_model_preset_and_batch_overrides():
     assert r["rows"][0]["meets_peak_goal"] is None             # batch 4 is not the goal's batch
     assert B.goal_applies("world-tiny") and B.goal_applies("world-tiny-r16")
     assert not B.goal_applies("world-debug") and not B.goal_applies("real-tiny")   # smoke model; BPE model
-    from hierbench.compare import PRESETS   # the bench steps at the batch quick/standard pre-train at
-    assert B.FULL.recipe_batch == PRESETS["quick"].batch_size == PRESETS["standard"].batch_size
+    from hierbench.budgets import BUDGETS   # the bench steps at the batch quick/standard pre-train at
+    assert B.FULL.recipe_batch == BUDGETS["quick"].batch_size == BUDGETS["standard"].batch_size
     with pytest.raises(ValueError, match="no-such-model"): B.run_benchmarks(("recipes",), quick=True, model_preset="no-such-model")
     with pytest.raises(ValueError, match="batch_size"): B.run_benchmarks(("recipes",), quick=True, batch_size=1)
 
@@ -233,3 +233,22 @@ def test_format_report(quick_report, recipes_section, tmp_path):
         assert needle in text, needle
     for name in R.list_recipes(): assert name in text
     assert "goal missed" not in text.split("== compare")[0]   # no goals judged at quick sizes
+
+
+# ---- section `real`: hierbench against open_clip_train and a plain open_clip loop (issue 27) ------------------------
+def test_real_section_quick_structure():
+    "The section at quick sizes: every ratio finite and positive, the report's lines present (never a timing assertion)."
+    import math as _m
+    rep = B.run_benchmarks(["real"], quick=True)
+    t, e = rep["real"]["train"], rep["real"]["eval"]
+    assert t["model"] == B.QUICK.real_model and t["batch"] == B.QUICK.real_batch
+    assert [r["precision"] for r in t["rows"]] == ["fp32", "amp_bf16"]
+    for r in t["rows"]:
+        for k in ("hierbench_samples_per_s", "open_clip_train_samples_per_s", "ratio"):
+            assert _m.isfinite(r[k]) and r[k] > 0, (r["precision"], k)
+        assert isinstance(r["meets_goal"], bool)
+    assert _m.isfinite(t["bf16_over_fp32"]) and t["bf16_over_fp32"] > 0 and t["bf16_meets_goal"] in (True, False, None)
+    assert e["items"] == B.QUICK.real_eval_items and e["verdicts_equal"] == e["items"]   # same model, same inputs
+    for k in ("hierbench_items_per_s", "plain_loop_items_per_s", "ratio"): assert _m.isfinite(e[k]) and e[k] > 0
+    text = B.format_report(rep)
+    assert "open_clip_train" in text and "plain loop" in text and "amp_bf16 / fp32" in text

@@ -10,12 +10,13 @@ import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 from PIL import Image
 
-from hierbench import data as D
+from hierbench import data as D, loaders as L, sources as S
 from hierbench.data import (CLIP_MEAN, CLIP_STD, WORLD_MEAN, WORLD_STD, ChoiceItem, CorruptImageError, DataFormatError,
-                            MissingImageError, check_image, collate_batch, image_to_tensor, load_aro_vg, load_coco_karpathy,
-                            load_crepe, load_grit, load_hierarcaps, load_hierarcaps_pairs, load_image, load_negclip_tsv,
-                            load_order_benchmark, load_sugarcrepe, load_sugarcrepe_pp, load_valse, load_valse_file,
-                            load_whatsup_controlled, load_whatsup_spatial, normalize, order_options)
+                            MissingImageError, check_image, collate_batch, image_to_tensor, load_image, normalize)
+from hierbench.loaders import (load_aro_vg, load_coco_karpathy, load_crepe, load_grit, load_hierarcaps,
+                               load_hierarcaps_pairs, load_negclip_tsv, load_order_benchmark, load_sugarcrepe,
+                               load_sugarcrepe_pp, load_valse, load_valse_file, load_whatsup_controlled,
+                               load_whatsup_spatial, order_options)
 from hierbench.negatives import normalize_text
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
@@ -41,7 +42,7 @@ def test_real_sugarcrepe_pp():
     # swap_obj records 2 and 8 have a negative equal to a positive: set aside, named in a DataWarning
     with pytest.warns(D.DataWarning, match=r"swap_obj.json: 2 record\(s\) set aside .*\['2', '8'\]"):
         pp = load_sugarcrepe_pp(DATA / "sugarcrepe_pp", image_root="/imgs")
-    assert {k: len(v) for k, v in pp.items()} == {k: SC_COUNTS[k] - 2 * (k == "swap_obj") for k in D.SUGARCREPE_PP_SUBSETS}
+    assert {k: len(v) for k, v in pp.items()} == {k: SC_COUNTS[k] - 2 * (k == "swap_obj") for k in L.SUGARCREPE_PP_SUBSETS}
     assert sum(map(len, pp.values())) == 4755
     it = pp["swap_obj"][0]
     assert (it.key, it.caption2, it.image_path.name) == (
@@ -370,7 +371,7 @@ def test_missing_files_are_named(tmp_path):
     with pytest.raises(ValueError, match="unknown subset 'add_att'"): load_sugarcrepe_pp(tmp_path, subsets=["add_att"])
 
 # ---- the world as a Dataset ------------------------------------------------------------------------------------
-from hierbench.data import WorldDataset, world_loader
+from hierbench.sources import WorldDataset, world_loader
 
 @pytest.fixture(scope="module")
 def world_ds():
@@ -390,7 +391,7 @@ def test_world_items_are_true_and_negatives_false(world_ds):
         assert it["image"].min() >= -1 and it["image"].max() <= 1      # WORLD_MEAN/STD maps [0,1] -> [-1,1]
 
 def test_world_sampling_is_deterministic_and_epoch_dependent(world_ds):
-    from hierbench.data import WorldDataset
+    from hierbench.sources import WorldDataset
     world_ds = WorldDataset("train", len(world_ds), fields=("index",), world_split=world_ds.ws)  # captions sampled freely
     caps0 = [world_ds[i]["caption"] for i in range(len(world_ds))]
     assert caps0 == [world_ds[i]["caption"] for i in range(len(world_ds))]
@@ -432,7 +433,7 @@ def test_errors_pickle(tmp_path):
 def test_world_items_pair_captions_with_what_they_entail():
     "HyCoCLIP's T_b → T entailment needs a caption that entails the phrase; hard negatives are edits of the caption."
     from hierbench import world as W
-    from hierbench.data import WorldDataset
+    from hierbench.sources import WorldDataset
     boxes = WorldDataset("train", 120, fields=("crop", "index"), cache_dir=False)
     for i in range(len(boxes)):
         it = boxes[i]
@@ -449,22 +450,22 @@ def test_upstream_layouts_aro_crepe_whatsup(tmp_path):
     blip = [{"image": "val2014/COCO_val2014_000000391895.jpg", "caption": ["a man with a red helmet on a small moped",
                                                                           "a man riding on the back of a motorcycle"]}]
     (tmp_path / "coco_karpathy_test.json").write_text(json.dumps(blip))
-    items = D.load_order_benchmark(tmp_path / "coco_karpathy_test.json", image_root=tmp_path)
+    items = L.load_order_benchmark(tmp_path / "coco_karpathy_test.json", image_root=tmp_path)
     assert items and all(it.image_path == tmp_path / "val2014" / "COCO_val2014_000000391895.jpg" for it in items)
     assert all(len(it.options) == 5 for it in items)
     (tmp_path / "weird.json").write_text(json.dumps({"annotations": []}))
     with pytest.raises(DataFormatError, match="unknown layout: expected BLIP's test annotation"):
-        D.load_order_benchmark(tmp_path / "weird.json", image_root=tmp_path)
+        L.load_order_benchmark(tmp_path / "weird.json", image_root=tmp_path)
     (tmp_path / "VG_100K_2").mkdir()
     Image.new("RGB", (50, 50)).save(tmp_path / "VG_100K_2" / "2345.jpg")
     pd.DataFrame(dict(image_id=["2345"], x=[1], y=[1], width=[20], height=[20], caption=["a dog"],
                       hard_negs=[str(["a cat"])])).to_csv(tmp_path / "crepe.csv", index=False)
-    assert D.load_crepe(tmp_path / "crepe.csv", image_root=tmp_path)[0].image_path == tmp_path / "VG_100K_2" / "2345.jpg"
+    assert L.load_crepe(tmp_path / "crepe.csv", image_root=tmp_path)[0].image_path == tmp_path / "VG_100K_2" / "2345.jpg"
     _json(tmp_path / "coco_qa_two_obj.json", [["139", "a dog left of a cat", "a dog right of a cat"]])
-    assert D.load_whatsup_spatial(tmp_path / "coco_qa_two_obj.json", image_root=tmp_path)[0].image_path.name == "000000000139.jpg"
+    assert L.load_whatsup_spatial(tmp_path / "coco_qa_two_obj.json", image_root=tmp_path)[0].image_path.name == "000000000139.jpg"
     _json(tmp_path / "vg_qa_two_obj.json", [[2354786, "x left of y", "x right of y"]])
-    assert D.load_whatsup_spatial(tmp_path / "vg_qa_two_obj.json", image_root=tmp_path)[0].image_path.name == "2354786.jpg"
-    assert D.load_whatsup_spatial(tmp_path / "vg_qa_two_obj.json")[0].image_path.parent.name == "vg_images"
+    assert L.load_whatsup_spatial(tmp_path / "vg_qa_two_obj.json", image_root=tmp_path)[0].image_path.name == "2354786.jpg"
+    assert L.load_whatsup_spatial(tmp_path / "vg_qa_two_obj.json")[0].image_path.parent.name == "vg_images"
 
 
 # ---------------------------------------------------------------- WorldDataset: mirror twins and the top caption
@@ -481,16 +482,16 @@ def _draw_digest(ds, epochs=(0, 3)) -> str:
 
 def test_world_draws_without_the_new_options_are_unchanged():
     "Off by default, mirror twins and top_caption_p leave every caption, crop and negative draw as it was (pinned)."
-    assert _draw_digest(D.WorldDataset("train", 64, fields=("index",), cache_dir=False)) == "dc6f954f103516d7"
-    assert _draw_digest(D.WorldDataset("train", 64, fields=("crop", "index"), cache_dir=False)) == "a9f8129847d47f2f"
-    assert _draw_digest(D.WorldDataset("train", 64, fields=("negatives", "alternative", "index"), k_negatives=4,
+    assert _draw_digest(S.WorldDataset("train", 64, fields=("index",), cache_dir=False)) == "dc6f954f103516d7"
+    assert _draw_digest(S.WorldDataset("train", 64, fields=("crop", "index"), cache_dir=False)) == "a9f8129847d47f2f"
+    assert _draw_digest(S.WorldDataset("train", 64, fields=("negatives", "alternative", "index"), k_negatives=4,
                                        cache_dir=False)) == "6c80eacf0094d16a"
-    assert _draw_digest(D.WorldDataset("train", 64, fields=("paraphrase", "index"), cache_dir=False)) == "4fdf26161481aa6b"
+    assert _draw_digest(S.WorldDataset("train", 64, fields=("paraphrase", "index"), cache_dir=False)) == "4fdf26161481aa6b"
 
 
 def test_mirror_twins_batches_are_scene_mirror_pairs():
     from hierbench.world import holds, mirror_scene
-    ds = D.WorldDataset("train", 48, fields=("crop", "index"), cache_dir=False, mirror_twins=True)
+    ds = S.WorldDataset("train", 48, fields=("crop", "index"), cache_dir=False, mirror_twins=True)
     n = 48
     assert len(ds) == 2 * n
     seen = []
@@ -508,12 +509,12 @@ def test_mirror_twins_batches_are_scene_mirror_pairs():
     assert sorted(seen) == list(range(n))   # every scene once per epoch, each with its mirror
     with pytest.raises(ValueError, match="even batch size"): ds.batch_indices(0, 31, 0)
     with pytest.raises(ValueError, match="choose one"):
-        D.WorldDataset("train", 8, cache_dir=False, mirror_twins=True, pair_neighbours=True)
+        S.WorldDataset("train", 8, cache_dir=False, mirror_twins=True, pair_neighbours=True)
 
 
 def test_mirror_twin_negatives_are_false_for_the_mirror():
     from hierbench.world import holds, mirror_scene
-    ds = D.WorldDataset("train", 40, fields=("negatives",), k_negatives=4, cache_dir=False, mirror_twins=True)
+    ds = S.WorldDataset("train", 40, fields=("negatives",), k_negatives=4, cache_dir=False, mirror_twins=True)
     for i in range(40, 80):
         it = ds[i]
         mirror = mirror_scene(ds.ws.scene(i - 40))
@@ -522,14 +523,61 @@ def test_mirror_twin_negatives_are_false_for_the_mirror():
 
 
 def test_top_caption_p():
-    always = D.WorldDataset("train", 60, cache_dir=False, top_caption_p=1.0)
+    always = S.WorldDataset("train", 60, cache_dir=False, top_caption_p=1.0)
     assert all(always[i]["caption"] == always.ws.meta[i]["chain"][-1] for i in range(60))
-    half = D.WorldDataset("train", 400, cache_dir=False, top_caption_p=0.5)
-    plain = D.WorldDataset("train", 400, cache_dir=False)
+    half = S.WorldDataset("train", 400, cache_dir=False, top_caption_p=0.5)
+    plain = S.WorldDataset("train", 400, cache_dir=False)
     share = lambda ds: np.mean([ds[i]["caption"] == ds.ws.meta[i]["chain"][-1] for i in range(len(ds))])
     p0 = share(plain)   # the top caption's share among uniform draws over all true texts
     assert abs(share(half) - (0.5 + 0.5 * p0)) < 0.08 and p0 < 0.2
     for bad in (-0.1, 1.5):
-        with pytest.raises(ValueError, match="top_caption_p"): D.WorldDataset("train", 8, cache_dir=False, top_caption_p=bad)
+        with pytest.raises(ValueError, match="top_caption_p"): S.WorldDataset("train", 8, cache_dir=False, top_caption_p=bad)
     with pytest.raises(ValueError, match="caption='sample'"):
-        D.WorldDataset("train", 8, fields=("crop",), cache_dir=False, top_caption_p=0.3)
+        S.WorldDataset("train", 8, fields=("crop",), cache_dir=False, top_caption_p=0.3)
+
+
+# ---- WorldDataset yields what it yielded before its move to hierbench.sources -------------------------------------
+# tests/fixtures/world_dataset_items.json was written once by tests/fixtures/make_world_dataset_items.py from the old implementation
+# (`hierbench.data.WorldDataset` at commit 1049646, imported from a clean checkout): for nine option sets, items 0, 5,
+# last and 7 at epochs 0 and 3 (one by one and through `__getitems__`) — texts exactly, image tensors as shape, sums
+# and a 4×4 pooled map — and the batch composition of steps 0, 1, 5.
+FIXTURE = Path(__file__).parent / "fixtures" / "world_dataset_items.json"
+
+def _summary(x: torch.Tensor) -> dict:
+    x = x.float()
+    pooled = torch.nn.functional.adaptive_avg_pool2d(x.mean(0, keepdim=True)[None], 4)[0, 0]
+    return {"shape": list(x.shape), "sum": float(x.double().sum()), "abs_sum": float(x.double().abs().sum()),
+            "pooled": [round(float(v), 6) for v in pooled.flatten()]}
+
+def _same_item(got: dict, want: dict, where: str):
+    assert sorted(got) == sorted(want), where
+    for k, v in want.items():
+        if isinstance(v, dict) and "pooled" in v:
+            s = _summary(got[k])
+            assert s["shape"] == v["shape"], (where, k)
+            np.testing.assert_allclose([s["sum"], s["abs_sum"]], [v["sum"], v["abs_sum"]], rtol=1e-6, atol=1e-3, err_msg=f"{where} {k}")
+            np.testing.assert_allclose(s["pooled"], v["pooled"], atol=2e-6, err_msg=f"{where} {k}")
+        else:
+            assert got[k] == v, (where, k, got[k], v)
+
+@pytest.mark.parametrize("case", ["plain", "all_fields", "crop_only", "alt", "top", "swaps", "mirror", "mirror_crop",
+                                  "neighbours"])
+def test_world_dataset_matches_the_saved_items(case):
+    want = json.loads(FIXTURE.read_text())[case]
+    kw = {k: tuple(v) if isinstance(v, list) else v for k, v in want["kwargs"].items()}
+    ds = S.WorldDataset(cache_dir=False, **kw)
+    assert len(ds) == want["len"]
+    for epoch, items in want["items"].items():
+        ds.set_epoch(int(epoch))
+        idx = [0, 5, len(ds) - 1, 7]
+        for i, w in zip(idx, items["getitem"]): _same_item(ds[i], w, f"{case} epoch {epoch} item {i}")
+        for i, g, w in zip(idx, ds.__getitems__(idx), items["getitems"]): _same_item(g, w, f"{case} epoch {epoch} getitems {i}")
+    got = [ds.batch_indices(s, 8, 2) for s in (0, 1, 5)]
+    assert [None if b is None else [int(v) for v in b] for b in got] == want["batch_indices"]
+
+def test_moved_data_names_still_resolve_with_a_warning():
+    with pytest.warns(DeprecationWarning, match="hierbench.sources.WorldDataset"):
+        assert D.WorldDataset is S.WorldDataset
+    with pytest.warns(DeprecationWarning, match="hierbench.loaders.load_crepe"):
+        assert D.load_crepe is L.load_crepe
+    with pytest.raises(AttributeError, match="no_such"): D.no_such

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from hierbench.decoder import (CaptionDecoder, DecoderConfig, ReconstructionHead, SentenceEncoder, T5DecoderAdapter,
-                               WordTokenizer, load_or_pretrain_decoder, normalize_text, pretrain_decoder,
+                               WordTokenizer, load_or_pretrain_decoder, normalize_caption, pretrain_decoder,
                                split_words)
 
 CAPTIONS = ["a red circle left of a blue square", "a blue square left of a red circle",
@@ -27,7 +27,7 @@ def pretrained(tok):
 # ---- tokenizer -----------------------------------------------------------------------------------------------------
 def test_split_words_punctuation_and_case():
     assert split_words("A Red circle, left of it.") == ["a", "red", "circle", ",", "left", "of", "it", "."]
-    assert normalize_text("  A   dog's ball ") == "a dog's ball"
+    assert normalize_caption("  A   dog's ball ") == "a dog's ball"
 
 
 def test_tokenizer_specials_and_order(tok):

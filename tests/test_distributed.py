@@ -8,6 +8,7 @@ compares them with the same computation done in a single process. Running the to
 import os, socket, subprocess, sys
 from pathlib import Path
 
+import pytest
 import torch
 from torch import nn
 import torch.nn.functional as F
@@ -23,8 +24,8 @@ except ImportError:
     RECIPE = None
 # the ViT twin of the default preset: world-tiny's ResNet tower has BatchNorm, whose per-rank statistics on CPU
 # make two processes differ slightly from one (train warns; on CUDA it switches to SyncBatchNorm)
-RECIPE_KW = dict(preset="world-tiny-vit", steps=2, n_train=16, batch_size=8, log_every=1, quiet=True, cache_dir=False,
-                 device="cpu")
+RECIPE_KW = dict(data=J.WorldData(n_train=16, cache_dir=False), arch="world-tiny-vit", steps=2, batch_size=8, log_every=1,
+                 quiet=True, device="cpu")
 
 
 class LinearDual(nn.Module):
@@ -128,14 +129,40 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(out: Path, timeout: float = 120):
-    "Start WORLD worker processes with the environment torchrun gives them (RANK, WORLD_SIZE, MASTER_*)."
-    port = _free_port()
+def _free_port_in(lo: int, hi: int) -> int:
+    "A free port in [lo, hi) (srun's rendezvous port is derived from the job id, in 10000-29999)."
+    import random as _random
+    for port in _random.Random().sample(range(lo, hi), 200):
+        with socket.socket() as s:
+            try: s.bind(("127.0.0.1", port)); return port
+            except OSError: continue
+    raise RuntimeError(f"no free port in [{lo}, {hi})")
+
+
+TORCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def launch_env(rank: int, port: int, launcher: str) -> dict:
+    "The environment of worker `rank`: torchrun's variables, or only those srun sets (no torchrun variable at all)."
+    env = {k: v for k, v in os.environ.items() if k not in TORCH_VARS and not k.startswith("SLURM_")}
+    env.update(OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(sys.path))
+    if launcher == "torchrun":
+        env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(WORLD), LOCAL_WORLD_SIZE=str(WORLD),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    else:   # `srun --ntasks=2` on one node called localhost; the port follows from the job id
+        job_id = 2_000_000 + port - 10_000
+        env.update(SLURM_PROCID=str(rank), SLURM_LOCALID=str(rank), SLURM_NTASKS=str(WORLD),
+                   SLURM_STEP_NUM_TASKS=str(WORLD), SLURM_JOB_NODELIST="localhost", SLURM_STEP_NODELIST="localhost",
+                   SLURM_JOB_ID=str(job_id), SLURM_STEP_ID="0", SLURM_NODEID="0")
+    return env
+
+
+def launch(out: Path, timeout: float = 120, launcher: str = "torchrun"):
+    "Start WORLD worker processes with the environment torchrun (or srun) gives them."
+    port = _free_port() if launcher == "torchrun" else _free_port_in(10_000, 30_000)
     procs = []
     for rank in range(WORLD):
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path), "RANK": str(rank),
-               "LOCAL_RANK": str(rank), "WORLD_SIZE": str(WORLD), "LOCAL_WORLD_SIZE": str(WORLD),
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+        env = launch_env(rank, port, launcher)
         procs.append(subprocess.Popen([sys.executable, __file__, str(out)], env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))
     try:
@@ -146,8 +173,9 @@ def launch(out: Path, timeout: float = 120):
     for p, log in zip(procs, logs): assert p.returncode == 0, log[-4000:]
 
 
-def test_two_processes_match_one(tmp_path):
-    launch(tmp_path)
+@pytest.mark.parametrize("launcher", ["torchrun", "srun"])
+def test_two_processes_match_one(tmp_path, launcher):
+    launch(tmp_path, launcher=launcher)
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(WORLD)]
 
     # single process on the global batch
@@ -192,6 +220,38 @@ def test_two_processes_match_one(tmp_path):
                 assert abs(a[k] - b[k]) <= 1e-4 * max(1.0, abs(a[k])), (RECIPE, a["step"], k, a[k], b[k])
     state = torch.load(T.latest_checkpoint(tmp_path / "dist_run") / "state.pt", weights_only=True)
     assert len(state["rng"]) == WORLD   # every rank's generators are saved for resume
+
+
+# ---------------------------------------------------------------- srun's environment
+from hierbench import distributed as D
+
+
+@pytest.mark.parametrize("nodelist, hosts", [
+    ("node01", ["node01"]), ("node[01-04]", ["node01", "node02", "node03", "node04"]),
+    ("a[1,3-4],b7", ["a1", "a3", "a4", "b7"]), ("gpu[098-101]", ["gpu098", "gpu099", "gpu100", "gpu101"]),
+    ("r[1-2]n[1-2]", ["r1n1", "r1n2", "r2n1", "r2n2"]), ("x[2]-ib,y", ["x2-ib", "y"])])
+def test_expand_nodelist(nodelist, hosts):
+    assert D.expand_nodelist(nodelist) == hosts
+    if not __import__("shutil").which("scontrol"): assert D.first_host(nodelist) == hosts[0]
+
+
+@pytest.mark.parametrize("bad, why", [("", "bad host ''"), ("n[1-", "unbalanced"), ("n]1[", "unbalanced"),
+                                      ("n[a-b]", "bad range 'a-b'"), ("n[3-1]", "bad range '3-1'"), ("a,,b", "bad host ''")])
+def test_expand_nodelist_refuses(bad, why):
+    with pytest.raises(ValueError, match=__import__("re").escape(why)): D.expand_nodelist(bad)
+
+
+def test_launch_env_rules():
+    task = dict(SLURM_PROCID="1", SLURM_LOCALID="1", SLURM_NTASKS="2", SLURM_STEP_NUM_TASKS="2",
+                SLURM_JOB_NODELIST="n[5-6]", SLURM_JOB_ID="123")
+    assert D.launch_env(task) == dict(RANK="1", WORLD_SIZE="2", LOCAL_RANK="1", MASTER_ADDR="n5", MASTER_PORT="10123")
+    assert D.launch_env({**task, "SLURM_STEP_NODELIST": "m9"})["MASTER_ADDR"] == "m9"   # the step's hosts first
+    assert D.launch_env({**task, "WORLD_SIZE": "2", "RANK": "0"}) == {}                  # torchrun wins
+    assert D.launch_env({**task, "SLURM_STEP_NUM_TASKS": "1"}) == {}                     # one task: no process group
+    batch_step = {k: v for k, v in task.items() if k != "SLURM_STEP_NUM_TASKS"}
+    with pytest.warns(UserWarning, match="not an srun task"): assert D.launch_env(batch_step) == {}
+    with pytest.raises(ValueError, match="SLURM_JOB_ID=None"):
+        D.launch_env({k: v for k, v in task.items() if k != "SLURM_JOB_ID"})
 
 
 if __name__ == "__main__":

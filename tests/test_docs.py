@@ -152,3 +152,27 @@ def test_a_widget_output_becomes_a_note_on_the_static_page():
     data = sanitize_proc_notebook(nb).cells[0].outputs[0]["data"]
     assert "application/vnd.jupyter.widget-view+json" not in data and "VBox" not in json.dumps(data)
     assert "interactive widget" in data["text/html"]
+
+
+def test_links_between_pages_and_images_resolve(docs_dir):
+    """Notebooks link each other by `.ipynb` path (results pages, tutorials, the tour): in the flat preview every relative
+    link lands on a page or a file that exists (the README's forest plot included), and none is left as `.ipynb`."""
+    bad = []
+    for page in sorted(docs_dir.glob("*.html")):
+        tags = re.findall(r"<[A-Za-z][^<>]*>", page.read_text())     # real tags (code showing a link is escaped)
+        for kind, target in re.findall(r'\b(href|src)="(?![A-Za-z][A-Za-z0-9+.-]*:|#|/)([^"#?]+)', " ".join(tags)):
+            if target.endswith(".ipynb") or not (docs_dir / target).exists(): bad.append((page.name, kind, target))
+    assert bad == [], bad[:10]
+    index = (docs_dir / "index.html").read_text()
+    assert 'src="images/claims_forest.png"' in index and 'href="results__index.html"' in index
+    results = (docs_dir / "results__index.html").read_text()    # the results index, beside (not over) the tour
+    assert 'href="2026-12-02_claims-ledger.html"' in results and "<title>hierbench" in index
+
+
+def test_localize_relative_links_points_notebook_links_at_pages(tmp_path):
+    from hierbench.docs import localize_relative_links
+    (tmp_path / "images").mkdir(); (tmp_path / "images" / "f.png").write_bytes(b"png")
+    pages = {"index.ipynb": "index.html", "results/a.ipynb": "results__a.html"}
+    body, files = localize_relative_links('<a href="../index.ipynb#x">i</a><img src="../images/f.png"><img src="gone.png">',
+                                          "results/a.ipynb", pages, tmp_path)
+    assert body == '<a href="index.html#x">i</a><img src="images/f.png"><img src="gone.png">' and files == ["images/f.png"]

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from hierbench import compare as C, data as D, losses as L, models as M, recipes as R, world as W
+from hierbench import claims as C, data as D, losses as L, models as M, recipes as R, world as W
 from hierbench.jobs import train_recipe
-from hierbench.sources import world_source
+from hierbench.sources import WorldData, world_source
 
 
 # 1. fairness of every claim row
@@ -32,7 +32,7 @@ def test_read_and_degla_references_share_negatives_and_optimizer():
 # 2. READ's reconstruction target: another caption of comparable detail
 @pytest.fixture(scope="module")
 def read_ds():
-    return world_source(R.get_recipe("read"), M.create_model("world-debug"), n=300, cache_dir=False)
+    return world_source(R.get_recipe("read"), M.create_model("world-debug"), WorldData(n_train=300, cache_dir=False))
 
 
 def test_read_target_is_a_comparable_caption_never_an_ancestor(read_ds):
@@ -55,7 +55,7 @@ def test_read_target_is_a_comparable_caption_never_an_ancestor(read_ds):
 @pytest.mark.parametrize("name", ["negclip", "degla", "read"])
 def test_negatives_are_distinct_and_missing_ones_are_masked(name):
     r = R.get_recipe(name)
-    ds = world_source(r, M.create_model("world-debug"), n=200, cache_dir=False)
+    ds = world_source(r, M.create_model("world-debug"), WorldData(n_train=200, cache_dir=False))
     short = 0
     for i in range(len(ds)):
         it = ds[i]
@@ -91,7 +91,7 @@ def test_masked_negative_changes_no_loss():
 
 # 4. a caption is never its own phrase
 def test_box_recipes_caption_says_more_than_its_phrase():
-    ds = world_source(R.get_recipe("hycoclip"), M.create_model("world-debug"), n=300, cache_dir=False)
+    ds = world_source(R.get_recipe("hycoclip"), M.create_model("world-debug"), WorldData(n_train=300, cache_dir=False))
     same = 0
     for i in range(len(ds)):
         it = ds[i]
@@ -107,10 +107,10 @@ def test_degla_teacher_moves_the_papers_fraction_of_the_way(tmp_path):
     for steps in (100, 300, 8088):
         d = r.teacher_decay(steps)
         assert abs((1 - d ** steps) - R.DEGLA_HORIZON) < 1e-9
-    clip = train_recipe("clip", tmp_path / "clip", preset="world-debug", steps=2, n_train=32, batch_size=8,
-                        cache_dir=False, quiet=True)
-    ft = train_recipe("degla", tmp_path / "degla", preset="world-debug", steps=3, n_train=32, batch_size=8,
-                      cache_dir=False, quiet=True, init_checkpoint=clip.weights_path)
+    clip = train_recipe("clip", tmp_path / "clip", WorldData(n_train=32, cache_dir=False), arch="world-debug", steps=2,
+                        batch_size=8, quiet=True)
+    ft = train_recipe("degla", tmp_path / "degla", WorldData(n_train=32, cache_dir=False), arch="world-debug", steps=3,
+                      batch_size=8, quiet=True, init_checkpoint=clip.weights_path)
     import json
     assert abs(json.loads(ft.config_path.read_text())["ema_decay"] - r.teacher_decay(3)) < 1e-12
 
@@ -145,7 +145,7 @@ def test_negclip_img_puts_each_scene_next_to_its_nearest_neighbour():
     r = R.get_recipe("negclip-img")
     assert R.recipe_diff("negclip-img", "negclip") == {"image_negatives"}
     assert "text" in R.get_recipe("negclip").summary.lower()
-    ds = world_source(r, M.create_model("world-debug"), n=200, cache_dir=False)
+    ds = world_source(r, M.create_model("world-debug"), WorldData(n_train=200, cache_dir=False))
     idx = ds.batch_indices(0, 32, seed=0)
     assert len(idx) == 32 and len(set(idx.tolist())) == 32
     pairs = sum(int(b) in ds.partners[int(a)][:1] for a, b in zip(idx[0::2], idx[1::2]))
@@ -157,21 +157,22 @@ def test_negclip_img_puts_each_scene_next_to_its_nearest_neighbour():
     assert ds.batch_indices(0, 32, seed=0).tolist() == idx.tolist()   # a pure function of (step, size, seed)
 
 
-def test_every_claim_names_the_preset_that_decides_it():
-    "A claim row is decided by a preset that runs both its recipes with >= 5 seeds; quick's runs are reused by standard."
-    from hierbench.compare import CLAIMS, PRESETS, deciding_preset, plan_runs
+def test_every_claim_names_the_budget_that_decides_it():
+    "A claim row is decided by a budget that runs both its recipes with >= 5 seeds; quick's runs are reused by standard."
+    from hierbench.budgets import BUDGETS, plan_runs
+    from hierbench.claims import CLAIMS, deciding_budget
     for c in CLAIMS:
-        p = deciding_preset(c)
+        p = deciding_budget(c)
         assert p in ("standard", "full"), c
-        assert {c.a, c.b} <= set(plan_runs(list(PRESETS[p].recipes))) and PRESETS[p].seeds >= 5
-    assert PRESETS["quick"].run_key() == PRESETS["standard"].run_key()      # standard reuses every quick run
-    assert set(PRESETS["quick"].recipes) <= set(PRESETS["standard"].recipes)
+        assert {c.a, c.b} <= set(plan_runs(list(BUDGETS[p].recipes))) and BUDGETS[p].seeds >= 5
+    assert BUDGETS["quick"].run_key() == BUDGETS["standard"].run_key()      # standard reuses every quick run
+    assert set(BUDGETS["quick"].recipes) <= set(BUDGETS["standard"].recipes)
 
 
 def test_a_narrowed_recipe_draws_only_its_types():
     "`Recipe.replace(negative_types=...)` (the CLI's --negative-types): only relation replacements, masked where absent."
     r = R.get_recipe("negclip").replace(negative_types=("replace_rel",))
-    ds = world_source(r, M.create_model("world-debug"), n=200, cache_dir=False)
+    ds = world_source(r, M.create_model("world-debug"), WorldData(n_train=200, cache_dir=False))
     drawn = masked = 0
     for i in range(len(ds)):
         it = ds[i]

@@ -28,8 +28,8 @@ def test_every_class_ran_with_the_outcome_it_expects(audit):
 
 def test_the_audit_sees_a_silent_acceptance(monkeypatch, audit):
     "The audit itself can fail: a loader that stops setting aside negatives equal to positives shows up."
-    from hierbench import data as D
-    monkeypatch.setattr(D, "_set_aside", lambda path, items, bad, why: list(items))
+    from hierbench import loaders as L
+    monkeypatch.setattr(L, "_set_aside", lambda path, items, bad, why: list(items))
     again = audit_tool.run_audit()
     rows = again[again.cls.str.startswith("negative equal")]
     assert (rows.outcome == "silently accepted").all()

@@ -9,8 +9,9 @@ import pytest
 import torch
 from PIL import Image
 
-from hierbench import data as D
-from hierbench import evaluate as E
+from hierbench import data as D, loaders as L
+from hierbench.benchmarks import evaluate_choice_benchmark
+from hierbench.encoding import WordHashModel
 from hierbench.data import DataFormatError, DataWarning
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -26,7 +27,7 @@ def rec(caption="a dog on a sofa", negative="a sofa on a dog", filename="0000000
     return {"filename": filename, "caption": caption, "negative_caption": negative}
 
 
-@pytest.mark.parametrize("loader,name", [(D.load_sugarcrepe, "swap_obj"), (D.load_sugarcrepe_pp, "swap_obj")])
+@pytest.mark.parametrize("loader,name", [(L.load_sugarcrepe, "swap_obj"), (L.load_sugarcrepe_pp, "swap_obj")])
 def test_deeply_nested_json_is_a_format_error(tmp_path, loader, name):
     _sc(tmp_path, "[" * 1200 + "]" * 1200, name)
     with pytest.raises(DataFormatError, match="swap_obj.json.*nested too deeply"):
@@ -35,82 +36,82 @@ def test_deeply_nested_json_is_a_format_error(tmp_path, loader, name):
 
 def test_deeply_nested_valse(tmp_path):
     (tmp_path / "existence.json").write_text("[" * 1200 + "]" * 1200)
-    with pytest.raises(DataFormatError, match="existence.json.*nested too deeply"): D.load_valse_file(tmp_path / "existence.json", "/imgs")
+    with pytest.raises(DataFormatError, match="existence.json.*nested too deeply"): L.load_valse_file(tmp_path / "existence.json", "/imgs")
 
 
 def test_duplicate_json_key_loses_nothing(tmp_path):
     _sc(tmp_path, '{"0": %s, "0": %s}' % (json.dumps(rec()), json.dumps(rec("a cat", "a hat"))))
-    with pytest.raises(DataFormatError, match="record '0'.*duplicate JSON key"): D.load_sugarcrepe(tmp_path, "/imgs", ["swap_obj"])
+    with pytest.raises(DataFormatError, match="record '0'.*duplicate JSON key"): L.load_sugarcrepe(tmp_path, "/imgs", ["swap_obj"])
 
 
 @pytest.mark.parametrize("neg", ["a dog on a sofa", "A  dog on a sofa.", " a DOG on a sofa "])
 def test_sugarcrepe_negative_equal_to_positive_is_set_aside(tmp_path, neg):
     _sc(tmp_path, {"0": rec(), "1": rec(negative=neg)})
     with pytest.warns(DataWarning, match=r"1 record\(s\) set aside .*\['1'\]"):
-        items = D.load_sugarcrepe(tmp_path, "/imgs", ["swap_obj"])["swap_obj"]
+        items = L.load_sugarcrepe(tmp_path, "/imgs", ["swap_obj"])["swap_obj"]
     assert [it.key for it in items] == ["0"]
 
 
 def test_sugarcrepe_pp_negative_equal_to_either_positive_and_duplicate_ids(tmp_path):
     r = lambda i, n: {"id": i, "filename": "x.jpg", "caption": "a cat on a mat", "caption2": "on a mat sits a cat", "negative_caption": n}
     _sc(tmp_path, [r(0, "a mat on a cat"), r(1, "On a mat sits a cat")])
-    with pytest.warns(DataWarning, match=r"\['1'\]"): D.load_sugarcrepe_pp(tmp_path, "/imgs", ["swap_obj"])
+    with pytest.warns(DataWarning, match=r"\['1'\]"): L.load_sugarcrepe_pp(tmp_path, "/imgs", ["swap_obj"])
     _sc(tmp_path, [r(0, "a mat on a cat"), r(0, "a hat on a cat")])
-    with pytest.raises(DataFormatError, match="duplicate id '0'"): D.load_sugarcrepe_pp(tmp_path, "/imgs", ["swap_obj"])
+    with pytest.raises(DataFormatError, match="duplicate id '0'"): L.load_sugarcrepe_pp(tmp_path, "/imgs", ["swap_obj"])
     _sc(tmp_path, [r({"a": 1}, "a mat on a cat")])
     with pytest.raises(DataFormatError, match="field 'id': expected a string or integer id, got dict"):
-        D.load_sugarcrepe_pp(tmp_path, "/imgs", ["swap_obj"])
+        L.load_sugarcrepe_pp(tmp_path, "/imgs", ["swap_obj"])
 
 
 @pytest.mark.parametrize("caption", ["\u200b\u200b\u200b", "\x00\x01", "   ", "\u2028\t"])
 def test_captions_empty_in_effect(tmp_path, caption):
     _sc(tmp_path, {"0": rec(caption=caption)})
     with pytest.raises(DataFormatError, match="record '0', field 'caption': empty in effect"):
-        D.load_sugarcrepe(tmp_path, "/imgs", ["swap_obj"])
+        L.load_sugarcrepe(tmp_path, "/imgs", ["swap_obj"])
 
 
 def test_huge_caption_and_csv_cell(tmp_path):
     _sc(tmp_path, {"0": rec(caption="a" * 20_000_000)})
-    with pytest.raises(DataFormatError, match="20,000,000 characters"): D.load_sugarcrepe(tmp_path, "/imgs", ["swap_obj"])
+    with pytest.raises(DataFormatError, match="20,000,000 characters"): L.load_sugarcrepe(tmp_path, "/imgs", ["swap_obj"])
     pd.DataFrame(dict(id=[0], captions=["a => b => c => " + "d" * 30_000_000], image_url=["x/COCO_val2014_000000000001.jpg"])).to_csv(tmp_path / "h.csv", index=False)
-    with pytest.raises(DataFormatError, match="h.csv.*characters"): D.load_hierarcaps(tmp_path / "h.csv", "/imgs")
+    with pytest.raises(DataFormatError, match="h.csv.*characters"): L.load_hierarcaps(tmp_path / "h.csv", "/imgs")
 
 
 def test_empty_benchmarks(tmp_path):
     _sc(tmp_path, {})
-    with pytest.raises(DataFormatError, match="no records"): D.load_sugarcrepe(tmp_path, "/imgs", ["swap_obj"])
+    with pytest.raises(DataFormatError, match="no records"): L.load_sugarcrepe(tmp_path, "/imgs", ["swap_obj"])
     (tmp_path / "h.csv").write_text("id,captions,image_url\n")
-    with pytest.raises(DataFormatError, match="no records"): D.load_hierarcaps(tmp_path / "h.csv", "/imgs")
+    with pytest.raises(DataFormatError, match="no records"): L.load_hierarcaps(tmp_path / "h.csv", "/imgs")
 
 
 def test_hierarcaps_duplicate_ids(tmp_path):
     row = "0,a => b => c => d,http://x/val2014/COCO_val2014_000000000001.jpg\n"
     (tmp_path / "h.csv").write_text("id,captions,image_url\n" + row + row)
-    with pytest.raises(DataFormatError, match="duplicate id '0'"): D.load_hierarcaps(tmp_path / "h.csv", "/imgs")
+    with pytest.raises(DataFormatError, match="duplicate id '0'"): L.load_hierarcaps(tmp_path / "h.csv", "/imgs")
 
 
 @pytest.mark.parametrize("bad", ["../../../../etc/passwd", "/etc/shadow", "a\x00b.jpg", "../imgs2/good.jpg"])
 def test_paths_that_leave_the_image_root(tmp_path, bad):
     _sc(tmp_path / "ann", {"0": rec(filename=bad)})
     with pytest.raises(DataFormatError, match="record '0', field 'filename'.*(leaves the image root|NUL byte)"):
-        D.load_sugarcrepe(tmp_path / "ann", tmp_path / "imgs", ["swap_obj"])
+        L.load_sugarcrepe(tmp_path / "ann", tmp_path / "imgs", ["swap_obj"])
 
 
 def test_valse_votes_out_of_range_and_foil_equal_to_caption(tmp_path):
     base = dict(dataset="coco", image_file="1.jpg", caption="two dogs", foil="three dogs", relation_name="x")
     (tmp_path / "counting.json").write_text(json.dumps({"0": {**base, "mturk": {"caption": -7}}}))
     with pytest.raises(DataFormatError, match="mturk.caption.*0-3 annotator votes, got -7"):
-        D.load_valse_file(tmp_path / "counting.json", "/imgs")
+        L.load_valse_file(tmp_path / "counting.json", "/imgs")
     (tmp_path / "counting.json").write_text(json.dumps({"0": {**base, "mturk": {"caption": 3}},
                                                          "1": {**base, "foil": "Two dogs.", "mturk": {"caption": 3}}}))
     with pytest.warns(DataWarning, match=r"foil equal to the caption .*\['1'\]"):
-        assert len(D.load_valse_file(tmp_path / "counting.json", "/imgs")) == 1
+        assert len(L.load_valse_file(tmp_path / "counting.json", "/imgs")) == 1
 
 
 def test_whatsup_identical_options(tmp_path):
     (tmp_path / "coco_qa_one_obj.json").write_text(json.dumps([[139, "same", "same"], [140, "a dog left of a cat", "a dog right of a cat"]]))
     with pytest.warns(DataWarning, match="wrong caption equal"):
-        assert len(D.load_whatsup_spatial(tmp_path / "coco_qa_one_obj.json", "/imgs")) == 1
+        assert len(L.load_whatsup_spatial(tmp_path / "coco_qa_one_obj.json", "/imgs")) == 1
 
 
 def test_nan_box_is_refused(tmp_path):
@@ -120,20 +121,20 @@ def test_nan_box_is_refused(tmp_path):
 
 def test_folder_symlink_loop_and_bom(tmp_path):
     (tmp_path / "swap_obj.json").mkdir()
-    with pytest.raises(IsADirectoryError, match="is a folder, not a file"): D.load_sugarcrepe(tmp_path, "/imgs", ["swap_obj"])
+    with pytest.raises(IsADirectoryError, match="is a folder, not a file"): L.load_sugarcrepe(tmp_path, "/imgs", ["swap_obj"])
     loop = tmp_path / "loop"; loop.mkdir()
     os.symlink(loop / "swap_obj.json", loop / "swap_obj.json")
-    with pytest.raises(DataFormatError, match="symlink loop"): D.load_sugarcrepe(loop, "/imgs", ["swap_obj"])
+    with pytest.raises(DataFormatError, match="symlink loop"): L.load_sugarcrepe(loop, "/imgs", ["swap_obj"])
     bom = tmp_path / "bom"; bom.mkdir()
     (bom / "swap_obj.json").write_bytes(b"\xef\xbb\xbf" + json.dumps({"0": rec()}).encode())
-    assert len(D.load_sugarcrepe(bom, "/imgs", ["swap_obj"])["swap_obj"]) == 1   # a BOM is accepted, as in CSV
+    assert len(L.load_sugarcrepe(bom, "/imgs", ["swap_obj"])["swap_obj"]) == 1   # a BOM is accepted, as in CSV
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")
 def test_unreadable_file(tmp_path):
     _sc(tmp_path, {"0": rec()})
     os.chmod(tmp_path / "swap_obj.json", 0)
-    with pytest.raises(PermissionError, match="not readable"): D.load_sugarcrepe(tmp_path, "/imgs", ["swap_obj"])
+    with pytest.raises(PermissionError, match="not readable"): L.load_sugarcrepe(tmp_path, "/imgs", ["swap_obj"])
 
 
 @pytest.mark.skipif(not (SHARED / "hierarcaps" / "test_imgs").is_dir(), reason="../shared/data not present")
@@ -144,7 +145,7 @@ def test_one_truncated_jpeg_costs_only_its_item(tmp_path):
     (tmp_path / imgs[5].name).unlink()                                          # missing
     items = [D.ChoiceItem(tmp_path / p.name, (f"photo {i}", f"drawing {i}"), 0, None, "s", str(i)) for i, p in enumerate(imgs)]
     with pytest.warns(DataWarning, match="2 of 14 images could not be read"):
-        res = E.evaluate_choice_benchmark(E.WordHashModel(dim=16), items, preprocess=lambda im: torch.zeros(3, 8, 8), prefix="t")
+        res = evaluate_choice_benchmark(WordHashModel(dim=16), items, preprocess=lambda im: torch.zeros(3, 8, 8), prefix="t")
     assert res["t_set_aside"] == 2 and 0 <= res["t/micro"] <= 1
 
 
@@ -174,7 +175,8 @@ def test_geometry_tensor_curvature_out_of_range_gives_nan(c):
 
 def test_resume_with_changed_lr_only_when_allowed_and_recorded(tmp_path):
     from hierbench.jobs import train_recipe
-    kw = dict(preset="world-debug", steps=6, n_train=64, batch_size=16, log_every=1, ckpt_every=2, cache_dir=False)
+    from hierbench.sources import WorldData
+    kw = dict(data=WorldData(n_train=64, cache_dir=False), arch="world-debug", steps=6, batch_size=16, log_every=1, ckpt_every=2)
     train_recipe("clip", tmp_path / "r", stop_at=2, **kw)
     (tmp_path / "r" / ".model.safetensors.dead.tmp").write_text("half-written by a killed process")
     with pytest.raises(ValueError, match=r"config differs in lr .*allow_changes=\['lr'\]"):
@@ -191,14 +193,15 @@ def test_resume_with_changed_lr_only_when_allowed_and_recorded(tmp_path):
 
 
 def test_compare_folder_is_locked_and_decoder_cache_is_rebuilt(tmp_path):
-    from hierbench.compare import PRESETS, read_decoder, run_compare
+    from hierbench.budgets import BUDGETS
+    from hierbench.compare import read_decoder, run_compare
     from hierbench.config import FolderLock
     with FolderLock(tmp_path):
         with pytest.raises(RuntimeError, match=f"in use by PID {os.getpid()}"):
             run_compare("smoke", out=tmp_path, recipes=["clip"], jobs=1, log=lambda m: None)
     (tmp_path / "decoder.safetensors").write_bytes(b"not safetensors")       # a kill mid-write, or damage
     with pytest.warns(UserWarning, match="unreadable"):
-        dec = read_decoder(tmp_path, PRESETS["smoke"])
+        dec = read_decoder(tmp_path, BUDGETS["smoke"])
     from hierbench.decoder import CaptionDecoder
     assert isinstance(CaptionDecoder.load(tmp_path / "decoder.safetensors"), CaptionDecoder)
     (tmp_path / "decoder.json").unlink()                                       # the weights alone are a whole decoder
@@ -211,20 +214,20 @@ def test_check_command_on_the_real_folders(capsys):
     main(["check", str(SHARED / "sugarcrepe_pp"), "--coco-dir", str(SHARED / "hierarcaps" / "test_imgs")])
     said = capsys.readouterr().out
     assert "swap_obj.json" in said and "['2', '8']" in said
-    t = D.check_benchmark_folder(SHARED / "sugarcrepe_pp", coco_dir=SHARED / "hierarcaps" / "test_imgs")
+    t = L.check_benchmark_folder(SHARED / "sugarcrepe_pp", coco_dir=SHARED / "hierarcaps" / "test_imgs")
     assert t.records.sum() == 4755 and t.set_aside.sum() == 2 and (t.records - t.missing_images).sum() == 971
 
 
 def test_absolute_paths_only_when_allowed(tmp_path, monkeypatch):
     _sc(tmp_path / "ann", {"0": rec(filename="/data/coco/val2017/000000000139.jpg")})
     with pytest.raises(DataFormatError, match="HIERBENCH_ALLOW_ABSOLUTE_PATHS"):
-        D.load_sugarcrepe(tmp_path / "ann", tmp_path / "imgs", ["swap_obj"])
+        L.load_sugarcrepe(tmp_path / "ann", tmp_path / "imgs", ["swap_obj"])
     monkeypatch.setenv("HIERBENCH_ALLOW_ABSOLUTE_PATHS", "1")
-    it = D.load_sugarcrepe(tmp_path / "ann", tmp_path / "imgs", ["swap_obj"])["swap_obj"][0]
+    it = L.load_sugarcrepe(tmp_path / "ann", tmp_path / "imgs", ["swap_obj"])["swap_obj"][0]
     assert it.image_path == Path("/data/coco/val2017/000000000139.jpg")
     _sc(tmp_path / "ann", {"0": rec(filename="../../etc/passwd")})
     with pytest.raises(DataFormatError, match="leaves the image root"):   # relative escapes stay refused
-        D.load_sugarcrepe(tmp_path / "ann", tmp_path / "imgs", ["swap_obj"])
+        L.load_sugarcrepe(tmp_path / "ann", tmp_path / "imgs", ["swap_obj"])
 
 
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -242,7 +245,7 @@ def test_fuzz_sugarcrepe_files_fail_only_clearly(tmp_path_factory, data):
     "Any JSON in a SugarCrepe / SugarCrepe++ file loads, or raises DataFormatError naming the file — nothing else."
     import warnings
     folder = tmp_path_factory.mktemp("fz")
-    for loader in (D.load_sugarcrepe, D.load_sugarcrepe_pp):
+    for loader in (L.load_sugarcrepe, L.load_sugarcrepe_pp):
         (folder / "swap_obj.json").write_text(json.dumps(data))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DataWarning)

@@ -10,6 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 from hierbench import geometry as geo
 from hierbench import losses as L
+from hierbench.metrics import pep_score   # the one PEP score (numpy or torch), used by the losses notebook and the protocols
 
 torch.set_default_dtype(torch.float32)
 
@@ -113,16 +114,16 @@ def test_meru_entailment_reference_case():
 
 def test_pep_score_toy():
     phi = torch.tensor([0.0, math.pi / 6, math.pi / 4, math.pi / 2, 2.0])
-    torch.testing.assert_close(L.pep_score(phi), torch.tensor([1.0, 2 / 3, 0.5, 0.0, 0.0]))
+    torch.testing.assert_close(pep_score(phi), torch.tensor([1.0, 2 / 3, 0.5, 0.0, 0.0]))
 
 
 def test_pep_of_exterior_angles():
     p = torch.tensor([[0.4, 0.2, 0.0]])
-    assert abs(L.pep_score(geo.exterior_angle(p, 3 * p, 1.0)).item() - 1.0) < 1e-5   # straight outward: entailed
-    assert L.pep_score(geo.exterior_angle(p, 0.2 * p, 1.0)).item() == 0.0            # toward the origin: phi = pi
+    assert abs(pep_score(geo.exterior_angle(p, 3 * p, 1.0)).item() - 1.0) < 1e-5   # straight outward: entailed
+    assert pep_score(geo.exterior_angle(p, 0.2 * p, 1.0)).item() == 0.0            # toward the origin: phi = pi
     side = torch.tensor([[0.4, 0.9, 0.0]])
     phi = geo.exterior_angle(p, side, 1.0).item()
-    assert abs(L.pep_score(torch.tensor(phi)).item() - max(0.0, 1 - 2 * phi / math.pi)) < 1e-6
+    assert abs(pep_score(torch.tensor(phi)).item() - max(0.0, 1 - 2 * phi / math.pi)) < 1e-6
 
 
 def test_huber_conventions():

@@ -11,7 +11,7 @@ from open_clip.transformer import QuickGELU
 from safetensors.torch import save_file
 
 from hierbench.geometry import dist0, exp_map0
-from hierbench.models import (DEFAULT_PRESET, PRESETS, DualEncoder, EMATeacher, EuclideanHead, LorentzHead,
+from hierbench.models import (DEFAULT_PRESET, ARCHS, DualEncoder, EMATeacher, EuclideanHead, LorentzHead,
                               build_open_clip, create_model, load_model, load_weights_, make_head, model_from_config,
                               openai_derived_hint, read_state_dict, resolve_architecture, save_model,
                               text_pooled_and_projected, unwrap_model)
@@ -42,9 +42,9 @@ def _same_state(a, b):
 
 # ---- presets and architectures ------------------------------------------------------------------------------------
 def test_presets_are_plain_json_data():
-    assert DEFAULT_PRESET == "world-tiny" and {"world-debug", "world-tiny", "world-small"} <= set(PRESETS)
-    assert json.loads(json.dumps(PRESETS)) == PRESETS
-    n = sum(p.numel() for p in build_open_clip(PRESETS["world-tiny"]).parameters())
+    assert DEFAULT_PRESET == "world-tiny" and {"world-debug", "world-tiny", "world-small"} <= set(ARCHS)
+    assert json.loads(json.dumps(ARCHS)) == ARCHS
+    n = sum(p.numel() for p in build_open_clip(ARCHS["world-tiny"]).parameters())
     assert 0.3e6 < n < 0.6e6  # ~0.45 M: the world's 39-word text vocabulary instead of a 49 408-token BPE table
 
 
@@ -61,7 +61,7 @@ def test_resolve_architecture_overrides_and_errors():
     a = resolve_architecture("world-debug", image_size=24, context_length=16, vision_cfg={"layers": 2})
     assert a["vision_cfg"]["image_size"] == 24 and a["text_cfg"]["context_length"] == 16
     assert a["vision_cfg"]["layers"] == 2 and a["vision_cfg"]["width"] == 32  # merged, not replaced
-    assert resolve_architecture("world-debug") == PRESETS["world-debug"]  # fresh copies: PRESETS unchanged
+    assert resolve_architecture("world-debug") == ARCHS["world-debug"]  # fresh copies: ARCHS unchanged
     assert resolve_architecture("ViT-B/32") == resolve_architecture("ViT-B-32")  # open_clip's two spellings
     assert resolve_architecture("RN50-quickgelu")["quick_gelu"] is True
     with pytest.raises(ValueError, match="nope-model"): resolve_architecture("nope-model")
@@ -110,7 +110,7 @@ def test_encode_shapes_dtypes(models, images, geometry):
     assert img.shape == txt.shape == (3, 32) and img.dtype == txt.dtype == torch.float32
     emb, pooled = m.encode_text(CAPS, return_pooled=True)
     torch.testing.assert_close(emb, txt)
-    assert pooled.shape == (3, m.text_width) and m.text_width == PRESETS["world-debug"]["text_cfg"]["width"]
+    assert pooled.shape == (3, m.text_width) and m.text_width == ARCHS["world-debug"]["text_cfg"]["width"]
     assert m.head.pairwise_sim(img, txt).shape == (3, 3) and m.head.rowwise_sim(img, txt).shape == (3,)
     assert m.head.pairwise_score(img, txt).shape == (3, 3)
     # token tensors are accepted; wrong input is refused clearly
@@ -424,7 +424,7 @@ def test_flatten_readout_preset_differs_from_world_tiny_in_the_readout_only(tmp_
     from hierbench.models import FlattenReadout, export_open_clip, load_model, resolve_architecture, save_model
     flat, tiny = resolve_architecture("world-tiny-flat"), resolve_architecture("world-tiny")
     assert {k for k in set(flat) | set(tiny) if flat.get(k) != tiny.get(k)} == {"image_readout"}
-    assert "image_readout" not in PRESETS["world-tiny"]          # the default presets' configs are what they were
+    assert "image_readout" not in ARCHS["world-tiny"]          # the default presets' configs are what they were
     torch.manual_seed(0)
     m = create_model("world-tiny-flat")
     pool = m.clip.visual.attnpool
@@ -448,3 +448,10 @@ def test_flatten_readout_preset_differs_from_world_tiny_in_the_readout_only(tmp_
     assert not (tmp_path / "export").exists()          # refused before anything is written
     with pytest.raises(ValueError, match="ResNet"): create_model("world-debug", image_readout="flatten")
     with pytest.raises(ValueError, match="image_readout must be one of"): create_model("world-tiny", image_readout="mean")
+
+
+def test_presets_is_the_deprecated_name_of_archs():
+    import hierbench.models as M
+    with pytest.warns(DeprecationWarning, match="hierbench.models.ARCHS"):
+        assert M.PRESETS is M.ARCHS
+    with pytest.raises(AttributeError, match="no_such"): M.no_such

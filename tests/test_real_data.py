@@ -11,7 +11,8 @@ from PIL import Image
 
 from hierbench import real_data as RD
 from hierbench.cli import main
-from hierbench.data import DataFormatError, collate_batch, load_hierarcaps
+from hierbench.data import DataFormatError, collate_batch
+from hierbench.loaders import load_hierarcaps
 from hierbench.distributed import DistInfo
 from hierbench.train import TrainConfig, _Batches, read_metrics
 
@@ -41,8 +42,8 @@ def real(tmp_path_factory):
     caps = [c for it in items for c in it.chain]
     (d / "para.json").write_text(json.dumps({c: f"there is {c}" for c in caps}))
     assert main(["negatives", "--data", f"coco:{d / 'karpathy.json'}", "--image-root", str(root),
-                 "--out", str(d / "negs.jsonl"), "--tagger", "lexicon"]) in (None, 0)
-    base = ["--image-root", str(root), "--model", "real-tiny", "--batch-size", "8", "--log-every", "1"]
+                 "--jsonl", str(d / "negs.jsonl"), "--tagger", "lexicon"]) in (None, 0)
+    base = ["--image-root", str(root), "--arch", "real-tiny", "--batch-size", "8", "--log-every", "1"]
     main(["train", "clip", "--data", f"coco:{d / 'karpathy.json'}", "--steps", "2", "--out", str(d / "clip"), *base])
     return dict(d=d, root=root, items=items, base=base)
 
@@ -61,7 +62,7 @@ def test_negatives_file_and_statistics(real):
 @pytest.mark.parametrize("recipe,lr", [("negclip", 1e-6), ("degla", 1e-6), ("read", 1e-5)])
 def test_finetune_from_checkpoint_on_real_images(real, recipe, lr):
     d = real["d"]; out = d / recipe
-    main(["train", recipe, "--data", f"coco:{d / 'karpathy.json'}", "--init", str(d / "clip"), "--negatives",
+    main(["train", recipe, "--data", f"coco:{d / 'karpathy.json'}", "--init-checkpoint", str(d / "clip"), "--negatives",
           str(d / "negs.jsonl"), "--paraphrases", str(d / "para.json"), "--decoder-steps", "20", "--steps", "2",
           "--out", str(out), *real["base"]])
     cfg = json.loads((out / "config.json").read_text())
@@ -84,9 +85,11 @@ def test_grounded_pretraining_on_real_images(real, recipe):
 
 
 def test_coco_without_negatives_is_refused(real):
-    with pytest.raises(ValueError, match="negatives file"):
+    "One line that names the command writing the file, not a traceback; nothing is written."
+    with pytest.raises(SystemExit, match="hierbench negatives --data"):
         main(["train", "negclip", "--data", f"coco:{real['d'] / 'karpathy.json'}", "--steps", "1",
               "--out", str(real["d"] / "noneg"), *real["base"]])
+    assert not (real["d"] / "noneg").exists()
 
 
 def _write_shards(real, folder: Path, per_shard: int = 12) -> str:
@@ -117,11 +120,11 @@ def test_shards_every_sample_once_per_epoch_over_2_ranks_and_2_workers(real, tmp
 
 def test_shard_training_resumes_at_the_same_sample(real, tmp_path):
     pattern = _write_shards(real, tmp_path / "wds")
-    args = ["train", "clip", "--data", f"wds:{pattern}", "--steps", "5", "--save-every", "1", *real["base"]]
+    args = ["train", "clip", "--data", f"wds:{pattern}", "--steps", "5", "--ckpt-every", "1", *real["base"]]
     main([*args, "--out", str(tmp_path / "full")])
     from hierbench.jobs import train_recipe
-    train_recipe("clip", tmp_path / "cut", preset="real-tiny", data=f"wds:{pattern}", image_root=str(real["root"]), steps=5, batch_size=8,
-                 log_every=1, ckpt_every=1, stop_at=2)                           # "killed" after step 2 of an epoch of 3
+    train_recipe("clip", tmp_path / "cut", RD.RealData(f"wds:{pattern}", image_root=str(real["root"])), arch="real-tiny", steps=5,
+                 batch_size=8, log_every=1, ckpt_every=1, stop_at=2)                           # "killed" after step 2 of an epoch of 3
     main([*args, "--out", str(tmp_path / "cut"), "--resume"])
     full, cut = read_metrics(tmp_path / "full"), read_metrics(tmp_path / "cut")
     assert [r["step"] for r in cut] == [1, 2, 3, 4, 5]
@@ -168,7 +171,30 @@ def test_eval_every_logs_benchmark_metrics_during_training(real):
 def test_hierarcaps_chains_as_training_captions(real, tmp_path):
     out = tmp_path / "meru-hc"
     main(["train", "meru", "--data", f"hierarcaps:{SHARED / 'hierarcaps_test.csv'}", "--steps", "2", "--out", str(out),
-          "--image-root", str(SHARED / "test_imgs"), "--model", "real-tiny", "--batch-size", "8", "--log-every", "1"])
+          "--image-root", str(SHARED / "test_imgs"), "--arch", "real-tiny", "--batch-size", "8", "--log-every", "1"])
     assert len(read_metrics(out)) == 2
     recs = RD.real_records(f"hierarcaps:{SHARED / 'hierarcaps_test.csv'}", SHARED / "test_imgs")
     assert len(recs) == 1000 and len(recs[0].captions) == 4
+
+
+def test_paraphrases_command_then_read_trains_on_them(real, capsys):
+    "`hierbench paraphrases` writes the file `train read --paraphrases` reads; its statistics say what made it."
+    d = real["d"]
+    main(["paraphrases", "--data", f"coco:{d / 'karpathy.json'}", "--image-root", str(real["root"]),
+          "--jsonl", str(d / "para_rules.jsonl")])
+    stats = json.loads((d / "para_rules.jsonl.stats.json").read_text())
+    lines = [json.loads(l) for l in (d / "para_rules.jsonl").read_text().splitlines()]
+    assert lines and all(l["paraphrase"].strip() and l["paraphrase"] != l["caption"] for l in lines)
+    assert "not a language model" in json.dumps(stats)
+    out = d / "read_rules"
+    main(["train", "read", "--data", f"coco:{d / 'karpathy.json'}", "--init-checkpoint", str(d / "clip"), "--negatives",
+          str(d / "negs.jsonl"), "--paraphrases", str(d / "para_rules.jsonl"), "--decoder-steps", "5", "--steps", "1",
+          "--out", str(out), *real["base"]])
+    assert (out / "model.safetensors").is_file()
+
+
+def test_read_without_paraphrases_says_what_to_run(real):
+    with pytest.raises(SystemExit, match="hierbench paraphrases"):
+        main(["train", "read", "--data", f"coco:{real['d'] / 'karpathy.json'}", "--negatives", str(real["d"] / "negs.jsonl"),
+              "--steps", "1", "--out", str(real["d"] / "nopara"), *real["base"]])
+    assert not (real["d"] / "nopara").exists()

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from hierbench.compare import hierarcaps_smoke
+from hierbench.jobs import hierarcaps_smoke
 
 HIERARCAPS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "hierarcaps" / "hierarcaps_test.csv"
 pytestmark = pytest.mark.skipif(not HIERARCAPS.exists(), reason="../shared/data/hierarcaps not present")

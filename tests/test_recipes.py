@@ -323,7 +323,7 @@ def test_demo_batch_is_valid():
 
 def test_real_world_debug_model_if_available():
     models = pytest.importorskip("hierbench.models")
-    if "world-debug" not in getattr(models, "PRESETS", {}): pytest.skip("no world-debug preset")
+    if "world-debug" not in getattr(models, "ARCHS", {}): pytest.skip("no world-debug preset")
     for name in ["clip", "argent+degla"]:
         r = R.get_recipe(name)
         m = models.create_model("world-debug", **r.model_kwargs())

@@ -74,13 +74,13 @@ def _pretrain():
 
 
 def test_pretrain_arms_differ_from_clip_in_their_named_settings_only():
-    from hierbench.compare import PRESETS
+    from hierbench.budgets import BUDGETS
     from hierbench.models import resolve_architecture
     rp = _pretrain()
-    std = PRESETS["standard"]
+    std = BUDGETS["standard"]
     clip = rp.train_kwargs("clip", std)
     # plain CLIP is the compare job's call: quick/standard's schedule, model and scenes, plain batches
-    assert clip == dict(preset=std.model_preset, steps=std.pretrain_steps, n_train=std.n_train,
+    assert clip == dict(preset=std.arch, steps=std.pretrain_steps, n_train=std.n_train,
                         batch_size=std.batch_size, mirror_twins=False, top_caption_p=0.0)
     for arm, change in rp.ARMS.items():
         kw = rp.train_kwargs(arm, std)
@@ -94,6 +94,11 @@ def test_pretrain_arms_differ_from_clip_in_their_named_settings_only():
     assert [diff(a, b) for a, b in rp.CONTRASTS[:4]] == [{"preset"}, {"mirror_twins", "top_caption_p"},
                                                          {"top_caption_p"}, {"preset"}]
     assert rp.train_kwargs("flat+twins+top100", std)["top_caption_p"] == 1.0
+    # spelled for train_recipe: the world's settings in one WorldData, the model as arch
+    from hierbench.sources import WorldData
+    call = rp.train_call(rp.train_kwargs("flat+twins+top30", std), False)
+    assert call == dict(data=WorldData(n_train=std.n_train, cache_dir=False, mirror_twins=True, top_caption_p=0.3),
+                        arch="world-tiny-flat", steps=std.pretrain_steps, batch_size=std.batch_size)
 
 
 def test_pretrain_script_runs_and_resumes(tmp_path, capsys):

@@ -1,5 +1,5 @@
 """The scorer contract and its adapters: sentence-transformers / HF text encoders (text-only), Hugging Face CLIP,
-open_clip checkpoints and hierbench runs through `hierbench eval --model KIND:PATH`, per-item files, paired comparison,
+open_clip checkpoints and hierbench runs through `hierbench eval --scorer KIND:PATH`, per-item files, paired comparison,
 the leaderboard, and COCO images found by id (real SugarCrepe / SugarCrepe++ / HierarCaps files, skipped when absent).
 The Hugging Face models are tiny ones built here (tests/hf_fixtures.py): nothing is downloaded."""
 import json
@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from hierbench import scorers as SC
-from hierbench.cli import evaluate_checkpoint, main
+from hierbench.benchmarks import evaluate_benchmarks
+from hierbench.cli import main
 from hierbench.models import create_model, save_model
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -56,9 +57,9 @@ def test_open_clip_and_hierbench_specs(tmp_path):
 @needs_data
 def test_text_only_model_runs_tot_and_skips_image_protocols(models, tmp_path, capsys):
     out = tmp_path / "st.json"
-    main(["eval", "--model", f"st:{models['st']}", "--no-world", "--sugarcrepe", str(DATA / "sugarcrepe"),
+    main(["eval", "--scorer", f"st:{models['st']}", "--no-world", "--sugarcrepe", str(DATA / "sugarcrepe"),
           "--sugarcrepe-pp", str(DATA / "sugarcrepe_pp"), "--image-root", str(DATA / "hierarcaps" / "test_imgs"),
-          "--limit", "20", "--out", str(out)])
+          "--limit", "20", "--json", str(out)])
     said = capsys.readouterr().out
     assert "SugarCrepe: skipped" in said and "SugarCrepe++ ITT (image-to-text): skipped" in said
     res = json.loads(out.read_text())
@@ -70,8 +71,8 @@ def test_text_only_model_runs_tot_and_skips_image_protocols(models, tmp_path, ca
 @needs_data
 def test_compare_two_models_item_by_item_and_leaderboard(models, tmp_path, capsys):
     for kind, name in (("st", "st"), ("hf-text", "bert")):
-        main(["eval", "--model", f"{kind}:{models[name]}", "--no-world", "--sugarcrepe-pp", str(DATA / "sugarcrepe_pp"),
-              "--limit", "30", "--out", str(tmp_path / f"{name}.json")])
+        main(["eval", "--scorer", f"{kind}:{models[name]}", "--no-world", "--sugarcrepe-pp", str(DATA / "sugarcrepe_pp"),
+              "--limit", "30", "--json", str(tmp_path / f"{name}.json")])
     capsys.readouterr()
     main(["eval", "--compare", str(tmp_path / "st.json"), str(tmp_path / "bert.json")])
     said = capsys.readouterr().out
@@ -85,7 +86,7 @@ def test_coco_images_by_id_serve_the_full_image_text_protocols(tmp_path):
     "1,544 SugarCrepe items name val2017 files that are HierarCaps' val2014 images: all are found and scored."
     per_item = []
     model = create_model("real-tiny")
-    res = evaluate_checkpoint(model, world=False, sugarcrepe=str(DATA / "sugarcrepe"), image_root=str(tmp_path),
+    res = evaluate_benchmarks(model, world=False, sugarcrepe=str(DATA / "sugarcrepe"), image_root=str(tmp_path),
                               coco_dir=str(DATA / "hierarcaps" / "test_imgs"), per_item=per_item, log=None, batch_size=128)
     assert len(per_item[0]) == 1544 and 0 <= res["sugarcrepe/micro"] <= 1
 
@@ -93,9 +94,9 @@ def test_coco_images_by_id_serve_the_full_image_text_protocols(tmp_path):
 @needs_data
 def test_hf_clip_on_sugarcrepe_with_images(models, tmp_path):
     out = tmp_path / "clip.json"
-    main(["eval", "--model", f"hf:{models['clip']}", "--no-world", "--sugarcrepe", str(DATA / "sugarcrepe"),
+    main(["eval", "--scorer", f"hf:{models['clip']}", "--no-world", "--sugarcrepe", str(DATA / "sugarcrepe"),
           "--sugarcrepe-pp", str(DATA / "sugarcrepe_pp"), "--coco-dir", str(DATA / "hierarcaps" / "test_imgs"),
-          "--limit", "6", "--out", str(out)])
+          "--limit", "6", "--json", str(out)])
     res = json.loads(out.read_text())
     assert 0 <= res["sugarcrepe/micro"] <= 1 and 0 <= res["scpp_itt_acc/micro"] <= 1
 
@@ -107,8 +108,8 @@ def test_minilm_tot_equals_a_plain_reimplementation(tmp_path):
     pytest.importorskip("sentence_transformers")
     out = tmp_path / "minilm.json"
     limit = 120   # items per subset (600 of 4,757: the whole set takes minutes on 2 cores)
-    main(["eval", "--model", f"st:{gt.get_model_path()}", "--no-world", "--sugarcrepe-pp", str(DATA / "sugarcrepe_pp"),
-          "--limit", str(limit), "--out", str(out)])
+    main(["eval", "--scorer", f"st:{gt.get_model_path()}", "--no-world", "--sugarcrepe-pp", str(DATA / "sugarcrepe_pp"),
+          "--limit", str(limit), "--json", str(out)])
     ours = json.loads(out.read_text())
     from sentence_transformers import SentenceTransformer
     st = SentenceTransformer(str(gt.get_model_path()), device="cpu", local_files_only=True)
@@ -210,9 +211,9 @@ def test_eval_cli_runs_valse_whatsup_and_crepe(tmp_path):
                       hard_negs=[str(["a green square", "a red circle"])])).to_csv(tmp_path / "crepe_prod.csv", index=False)
     save_model(create_model("real-tiny"), tmp_path / "run" / "model.safetensors")
     out = tmp_path / "m.json"
-    main(["eval", "--model", f"hierbench:{tmp_path / 'run'}", "--no-world", "--valse", str(tmp_path / "valse"),
+    main(["eval", "--scorer", f"hierbench:{tmp_path / 'run'}", "--no-world", "--valse", str(tmp_path / "valse"),
           "--whatsup", str(tmp_path / "controlled_images.json"), str(tmp_path / "coco_qa_one_obj.json"),
-          "--crepe", str(tmp_path / "crepe_prod.csv"), "--image-root", str(root), "--out", str(out)])
+          "--crepe", str(tmp_path / "crepe_prod.csv"), "--image-root", str(root), "--json", str(out)])
     res = json.loads(out.read_text())
     for key in ("valse/micro", "whatsup_controlled_images/micro", "whatsup_coco_qa_one_obj/micro", "crepe_crepe_prod/micro",
                 "crepe_crepe_prod_R@3/micro"):
@@ -242,9 +243,9 @@ def test_eval_cli_runs_aro(tmp_path):
     (tmp_path / "symmetric.txt").write_text("# relations ARO leaves out\nnear\n")
     save_model(create_model("real-tiny"), tmp_path / "run" / "model.safetensors")
     out = tmp_path / "m.json"
-    main(["eval", "--model", f"hierbench:{tmp_path / 'run'}", "--no-world", "--aro-relation", str(tmp_path / "rel.json"),
+    main(["eval", "--scorer", f"hierbench:{tmp_path / 'run'}", "--no-world", "--aro-relation", str(tmp_path / "rel.json"),
           "--aro-attribution", str(tmp_path / "att.json"), "--aro-order", str(tmp_path / "coco_karpathy_test.json"),
-          "--aro-exclude", str(tmp_path / "symmetric.txt"), "--vg-dir", str(vg), "--image-root", str(coco), "--out", str(out)])
+          "--aro-exclude", str(tmp_path / "symmetric.txt"), "--vg-dir", str(vg), "--image-root", str(coco), "--json", str(out)])
     res = json.loads(out.read_text())
     assert "aro_vg_relation/on" in res and "aro_vg_relation/near" not in res        # excluded from the aggregates
     assert res["aro_vg_relation/micro"] == res["aro_vg_relation/on"]
@@ -257,7 +258,7 @@ def test_eval_cli_runs_aro(tmp_path):
 def test_eval_progress_bar_only_when_asked(tmp_path, capsys):
     "Encoding a benchmark's images shows a progress bar inside `eval_progress()` (what `hierbench eval` uses), none outside."
     from PIL import Image
-    from hierbench import evaluate as E
+    from hierbench import encoding as E
     for i in range(3): Image.new("RGB", (64, 64), (10 * i, 0, 0)).save(tmp_path / f"{i}.jpg")
     recs = [dict(image_path=str(tmp_path / f"{i}.jpg"), key=str(i)) for i in range(3)]
     model = create_model("real-tiny")
@@ -271,13 +272,13 @@ def test_eval_progress_bar_only_when_asked(tmp_path, capsys):
 @needs_data
 def test_text_only_model_runs_hierarcaps_text_side(models):
     "A text-only model gets HierarCaps' d_corr from its texts, and one line saying why retrieval and PEP were skipped."
-    from hierbench.evaluate import hierarcaps_text_metrics
+    from hierbench.benchmarks import hierarcaps_text_metrics
     model, lines = SC.load_scorer(f"st:{models['st']}"), []
-    res = evaluate_checkpoint(model, world=False, hierarcaps=str(DATA / "hierarcaps" / "hierarcaps_test.csv"), limit=40,
+    res = evaluate_benchmarks(model, world=False, hierarcaps=str(DATA / "hierarcaps" / "hierarcaps_test.csv"), limit=40,
                               log=lines.append)
     assert -1 <= res["d_corr/hierarcaps"] <= 1 and "hc_precision/hierarcaps" not in res
     assert any("HierarCaps retrieval and PEP" in l for l in lines), lines
     # the same numbers as the function called on the chains directly
-    from hierbench.data import load_hierarcaps
+    from hierbench.loaders import load_hierarcaps
     chains = [c.chain for c in load_hierarcaps(DATA / "hierarcaps" / "hierarcaps_test.csv")][:40]
     assert hierarcaps_text_metrics(model, chains)["d_corr"] == pytest.approx(res["d_corr/hierarcaps"])

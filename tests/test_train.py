@@ -392,8 +392,8 @@ needs_recipes = pytest.mark.skipif(not _recipes_available(), reason="hierbench.r
 def test_train_recipe_resume_is_exact(tmp_path, recipe):
     "A real DualEncoder (+ EMA teacher / READ head) on the world: stop at 2, resume, same losses as 5 straight steps."
     import warnings
-    kw = dict(preset="world-tiny", steps=5, n_train=24, batch_size=8, log_every=1, quiet=True, cache_dir=tmp_path / "cache",
-              decoder_steps=2)   # 3 steps per epoch: the run crosses an epoch boundary
+    kw = dict(data=J.WorldData(n_train=24, cache_dir=tmp_path / "cache"), arch="world-tiny", steps=5, batch_size=8,
+              log_every=1, quiet=True, decoder=J.DecoderSpec(steps=2))   # 3 steps per epoch: crosses an epoch boundary
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")   # "no init_checkpoint" for a fine-tune recipe
         full = J.train_recipe(recipe, tmp_path / "full", **kw)
@@ -415,13 +415,13 @@ def test_train_recipe_resume_is_exact(tmp_path, recipe):
 
 @needs_recipes
 def test_train_recipe_lorentz_logs_geometry_scalars(tmp_path):
-    r = J.train_recipe("meru", tmp_path / "meru", steps=2, n_train=16, batch_size=8, log_every=1, quiet=True,
-                       cache_dir=False)
+    r = J.train_recipe("meru", tmp_path / "meru", J.WorldData(n_train=16, cache_dir=False), steps=2, batch_size=8,
+                       log_every=1, quiet=True)
     m = r.metrics
     assert {"contrastive", "entailment", "curvature", "alpha_image", "alpha_text", "logit_scale"} <= set(m)
     assert 0.1 <= m["curvature"] <= 10 and 0 < m["alpha_image"] <= 1
     with pytest.raises(FileNotFoundError, match="without model.safetensors"):
-        J.train_recipe("negclip", tmp_path / "ft", steps=1, init_checkpoint=tmp_path, quiet=True, cache_dir=False)
+        J.train_recipe("negclip", tmp_path / "ft", J.WorldData(cache_dir=False), steps=1, init_checkpoint=tmp_path, quiet=True)
 
 
 def test_resume_drops_cut_off_metrics_line_and_stale_checkpoints(tmp_path):
@@ -485,6 +485,112 @@ def test_dataloader_workers_do_not_change_the_batches(tmp_path):
     "num_workers builds whole steps in worker processes; the losses are those of the in-process run, bit for bit."
     from hierbench.jobs import train_recipe
     from hierbench.train import read_metrics
-    runs = {n: train_recipe("clip", tmp_path / f"w{n}", preset="world-debug", steps=4, n_train=64, batch_size=16,
-                            log_every=1, cache_dir=False, num_workers=n) for n in (0, 2)}
+    from hierbench.sources import WorldData
+    runs = {n: train_recipe("clip", tmp_path / f"w{n}", WorldData(n_train=64, cache_dir=False), arch="world-debug", steps=4,
+                            batch_size=16, log_every=1, num_workers=n) for n in (0, 2)}
     assert [r["loss"] for r in read_metrics(tmp_path / "w0")] == [r["loss"] for r in read_metrics(tmp_path / "w2")]
+
+
+# ---------------------------------------------------------------- preemption: SLURM's signals stop a run cleanly
+import signal, subprocess, sys, time
+
+
+@pytest.mark.parametrize("sig", ["SIGUSR1", "SIGUSR2", "SIGTERM"])
+def test_preemption_signal_stops_after_the_step_and_resumes_exactly(tmp_path, sig):
+    "A signal in the middle of step 5: step 5 finishes, its checkpoint is written, no final weights; resume is exact."
+    data = make_data()
+    c, model, teacher = _run(tmp_path, "full", 0)
+    train(model, clip_loss, data, c, teacher=teacher)
+    c2, model2, teacher2 = _run(tmp_path, "preempted", 0)
+    def send(event, st):
+        if event == "before_optimizer_step" and st["step"] == 5: os.kill(os.getpid(), getattr(signal, sig))
+    before = signal.getsignal(getattr(signal, sig))
+    r = train(model2, clip_loss, data, c2, teacher=teacher2, callbacks=[send])
+    assert (r.preempted, r.step, r.weights_path, r.stopped_early) == (sig, 5, None, True)
+    assert T.latest_checkpoint(c2.run_dir).name == "step-00000005" and not (Path(c2.run_dir) / "model.safetensors").exists()
+    assert [m["step"] for m in read_metrics(c2.run_dir)] == [1, 2, 3, 4, 5]
+    assert signal.getsignal(getattr(signal, sig)) is before            # the previous handler is back
+    random.seed(99); np.random.seed(99); torch.manual_seed(99)
+    model3 = Tiny(); teacher3 = TinyEMA(model3, 0.8)
+    res = train(model3, clip_loss, data, c2, teacher=teacher3, resume=True)
+    assert res.preempted is None and res.weights_path is not None
+    assert read_metrics(c2.run_dir) == [{**m, "time": n["time"]} for m, n in zip(read_metrics(c.run_dir), read_metrics(c2.run_dir))]
+    for v, v3 in zip(model.state_dict().values(), model3.state_dict().values()): assert torch.equal(v, v3)
+
+
+def test_stop_signals_empty_leaves_handlers_alone(tmp_path):
+    before = signal.getsignal(signal.SIGTERM)
+    seen = []
+    def look(event, st):
+        if event == "step_end": seen.append(signal.getsignal(signal.SIGTERM))
+    train(Tiny(), clip_loss, make_data(), cfg(tmp_path, steps=2), callbacks=[look], stop_signals=())
+    assert seen == [before, before]
+
+
+def _hierbench_train(out, steps, *resume):
+    "`hierbench train` (as torchrun would start it: `python -m hierbench.cli`) on the smallest world architecture."
+    return [sys.executable, "-m", "hierbench.cli", "train", "clip", "--out", str(out), "--arch", "world-debug",
+            "--steps", str(steps), "--n-train", "64", "--batch-size", "8", "--log-every", "1", "--ckpt-every", "10000", *resume]
+
+
+@needs_recipes
+def test_sigterm_to_hierbench_train_checkpoints_exits_75_and_resumes_exactly(tmp_path):
+    "SIGTERM (SLURM's preemption and time-limit signal) to `hierbench train`; `--resume` then equals a straight run."
+    steps = 300
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
+    run = lambda *cmd: subprocess.run(_hierbench_train(*cmd), env=env, capture_output=True, text=True, timeout=180)
+    ref = run(tmp_path / "ref", steps)
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    cut = tmp_path / "cut"
+    p = subprocess.Popen(_hierbench_train(cut, steps), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and p.poll() is None:   # wait until some steps are logged, then signal
+            m = cut / "metrics.jsonl"
+            if m.is_file() and m.read_text().count("\n") >= 10: break
+            time.sleep(0.02)
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None: p.kill()
+    assert p.returncode == T.PREEMPTED_EXIT_CODE == 75, (p.returncode, err[-3000:])
+    logged = [m["step"] for m in read_metrics(cut)]
+    k = logged[-1]
+    assert 10 <= k < steps and logged == list(range(1, k + 1))
+    assert f"SIGTERM after step {k}" in err and "--resume" in err
+    assert T.latest_checkpoint(cut).name == f"step-{k:08d}"          # the checkpoint of the signalled step
+    assert not (cut / "model.safetensors").exists()
+    res = run(cut, steps, "--resume")
+    assert res.returncode == 0, res.stderr[-3000:]
+    a, b = read_metrics(tmp_path / "ref"), read_metrics(cut)
+    assert [m["step"] for m in b] == list(range(1, steps + 1))
+    for x, y in zip(a, b):
+        for key in ("loss", "lr", "grad_norm", "logit_scale", "contrastive"): assert x[key] == y[key], (x["step"], key)
+    from safetensors.torch import load_file
+    wa, wb = load_file(tmp_path / "ref" / "model.safetensors"), load_file(cut / "model.safetensors")
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[n], wb[n]) for n in wa)
+
+
+@needs_recipes
+def test_train_recipe_old_keywords_still_work_and_warn(tmp_path):
+    "The pre-description spelling (preset=, n_train=, cache_dir=, validate_every=, val_n=) trains the same run, with warnings."
+    new = J.train_recipe("clip", tmp_path / "new", J.WorldData(n_train=16, cache_dir=False), arch="world-debug", steps=2,
+                         batch_size=8, log_every=1, quiet=True, validation=J.Validation(every=1, n=8))
+    with pytest.warns(DeprecationWarning) as rec:
+        old = J.train_recipe("clip", tmp_path / "old", preset="world-debug", steps=2, n_train=16, batch_size=8, log_every=1,
+                             quiet=True, cache_dir=False, validate_every=1, val_n=8)
+    said = " | ".join(str(w.message) for w in rec)
+    for spelling in ("arch=", "data=WorldData(n_train=...)", "data=WorldData(cache_dir=...)", "validation=Validation(every=...)",
+                     "validation=Validation(n=...)"):
+        assert spelling in said, spelling
+    a, b = (json.loads(r.config_path.read_text()) for r in (new, old))
+    assert {k: v for k, v in a.items() if k != "run_dir"} == {k: v for k, v in b.items() if k != "run_dir"}
+    assert a["preset"] == "world-debug" and a["n_train"] == 16 and a["validate_every"] == 1
+    lines = lambda r: [{k: v for k, v in m.items() if "time" not in k and "second" not in k} for m in read_metrics(r.run_dir)]
+    assert lines(new) == lines(old) and any("val_contrastive" in m for m in lines(new))
+    with pytest.warns(DeprecationWarning, match=r"data=RealData\('coco:x.json'\)"), pytest.raises(FileNotFoundError):
+        J.train_recipe("clip", tmp_path / "real", data="coco:x.json", preset="real-tiny", steps=1)
+    with pytest.raises(ValueError, match="built-in world"):
+        J.train_recipe("clip", tmp_path / "real", J.RealData("coco:x.json"), arch="real-tiny", mirror_twins=True)
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        J.train_recipe("clip", tmp_path / "x", J.WorldData(), steps=1, no_such_field=3)

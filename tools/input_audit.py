@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from hierbench import data as D
+from hierbench import data as D, loaders as L
 
 SAFE = ("clear", "refused", "handled")
 UNSAFE = ("raw crash", "silently accepted", "lost data")
@@ -36,19 +36,19 @@ FORMATS = {
     # name: (record maker, caption field, negative field, path field, writer, loader)
     "sugarcrepe": (_sc, "caption", "negative_caption", "filename",
                    lambda p, recs: _write_json(p / "swap_obj.json", {str(k): r for k, r in enumerate(recs)}),
-                   lambda p, root: D.load_sugarcrepe(p, root, ["swap_obj"])["swap_obj"]),
+                   lambda p, root: L.load_sugarcrepe(p, root, ["swap_obj"])["swap_obj"]),
     "sugarcrepe++": (_scpp, "caption", "negative_caption", "filename",
                      lambda p, recs: _write_json(p / "swap_obj.json", recs),
-                     lambda p, root: D.load_sugarcrepe_pp(p, root, ["swap_obj"])["swap_obj"]),
+                     lambda p, root: L.load_sugarcrepe_pp(p, root, ["swap_obj"])["swap_obj"]),
     "valse": (_valse, "caption", "foil", "image_file",
               lambda p, recs: _write_json(p / "existence.json", {str(k): r for k, r in enumerate(recs)}),
-              lambda p, root: D.load_valse_file(p / "existence.json", root)),
+              lambda p, root: L.load_valse_file(p / "existence.json", root)),
     "hierarcaps": (_hier, "captions", None, None,
                    lambda p, recs: pd.DataFrame(recs).to_csv(p / "hierarcaps_test.csv", index=False),
-                   lambda p, root: D.load_hierarcaps(p / "hierarcaps_test.csv", root)),
+                   lambda p, root: L.load_hierarcaps(p / "hierarcaps_test.csv", root)),
     "crepe": (_crepe, "caption", None, "image_id",
               lambda p, recs: pd.DataFrame(recs).to_csv(p / "crepe.csv", index=False),
-              lambda p, root: D.load_crepe(p / "crepe.csv", root)),
+              lambda p, root: L.load_crepe(p / "crepe.csv", root)),
 }
 FILE_OF = {"sugarcrepe": "swap_obj.json", "sugarcrepe++": "swap_obj.json", "valse": "existence.json",
            "hierarcaps": "hierarcaps_test.csv", "crepe": "crepe.csv"}

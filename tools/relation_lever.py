@@ -55,14 +55,14 @@ def read_score(done: Path, want: dict) -> dict | None:
 def summarise(rows: list, seeds: list, arms, contrasts, keys) -> dict:
     """Per arm and metric the mean, 95% seed half-width, min and max; per contrast (a, b) between arms that ran the
     paired effect a − b with its interval and the minimum detectable effect at that seed count."""
-    from hierbench.compare import min_detectable_effect, paired_effect
+    from hierbench.stats import mean_interval, min_detectable_effect, paired_effect
     by = {arm: {r["seed"]: r for r in rows if r["arm"] == arm} for arm in arms}
     out = {"arms": {}, "effects": {}}
     for arm, rs in by.items():
         out["arms"][arm] = {}
         for k in keys:
             v = np.array([rs[s][k] for s in seeds])
-            mean, _, high, _ = paired_effect(v, np.zeros_like(v))   # the same t-interval, against zero
+            mean, _, high, _ = mean_interval(v)   # the ledger's t-interval (hierbench.stats)
             out["arms"][arm][k] = dict(mean=mean, half_width=high - mean, min=float(v.min()), max=float(v.max()))
     for a, b in (c for c in contrasts if set(c) <= set(by)):
         out["effects"][f"{a} - {b}"] = {}
@@ -107,9 +107,12 @@ def main(argv=None):
     unknown = set(args.arms.split(",")) - set(ARMS)
     if unknown: ap.error(f"--arms: unknown {sorted(unknown)} (arms: {', '.join(ARMS)})")
 
-    from hierbench.compare import PRESETS as COMPARE_PRESETS, build_eval_data, main_job_dir, paired_effect, run_compare
+    from hierbench.budgets import BUDGETS as COMPARE_PRESETS
+    from hierbench.compare import build_eval_data, main_job_dir, run_compare
+    from hierbench.stats import paired_effect
     from hierbench.config import atomic_write_text, load_settings
     from hierbench.jobs import train_recipe
+    from hierbench.sources import WorldData
     from hierbench.models import load_model
 
     compare_dir = Path(args.compare_dir).expanduser() if args.compare_dir else main_job_dir()
@@ -136,9 +139,9 @@ def main(argv=None):
             if seed not in todo: continue
             t0 = time.perf_counter()
             if arm != "clip":
-                train_recipe(lever_recipe(weights), run_dir, preset=preset.model_preset, steps=args.steps, seed=seed,
-                             init_checkpoint=clip_dir, n_train=args.n_train, batch_size=args.batch_size, resume=True, quiet=True,
-                             cache_dir=load_settings().cache_dir)
+                train_recipe(lever_recipe(weights), run_dir, WorldData(n_train=args.n_train, cache_dir=load_settings().cache_dir),
+                             arch=preset.arch, steps=args.steps, seed=seed, init_checkpoint=clip_dir,
+                             batch_size=args.batch_size, resume=True, quiet=True)
             row = dict(arm=arm, seed=seed, settings=want, train_seconds=time.perf_counter() - t0,
                        **score(load_model(run_dir / "model.safetensors"), eval_data))
             atomic_write_text(done, json.dumps(row, indent=1))

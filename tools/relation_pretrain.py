@@ -14,7 +14,7 @@ that preset, so they are the runs the ledger uses); the other arms train into `-
 settings. Each run is scored on the compare job's evaluation scenes (`compare.build_eval_data`), by
 `evaluate.relation_sensitivity` and by `evaluate.position_readout`. Writes `relation-pretrain.json` (every run, the
 paired effects) and prints per arm the mean and 95% seed half-width, the contrasts paired by seed with the smallest
-effect the design detects, and on how many seeds each arm meets the world's learnability targets (compare.
+effect the design detects, and on how many seeds each arm meets the world's learnability targets (report.
 LEARNABILITY_TARGETS). A diagnostic, not a recipe: no claim uses it."""
 import argparse, json, sys, time
 from pathlib import Path
@@ -43,12 +43,22 @@ KEYS = ("comp_acc/replace_rel", "zs_acc/general", "zs_acc/test-iid", "i2t_R@5", 
 
 def train_kwargs(arm: str, preset) -> dict:
     "The `train_recipe` keywords of an arm at a compare preset: the compare job's CLIP call, changed as the arm says."
-    return {**dict(preset=preset.model_preset, steps=preset.pretrain_steps, n_train=preset.n_train,
+    return {**dict(preset=preset.arch, steps=preset.pretrain_steps, n_train=preset.n_train,
                    batch_size=preset.batch_size, mirror_twins=False, top_caption_p=0.0), **ARMS[arm]}
 
 
+def train_call(kw: dict, cache_dir) -> dict:
+    "`train_kwargs` spelled for `train_recipe`: the world's settings as a `WorldData`, the model preset as `arch`."
+    from hierbench.sources import WorldData
+    kw = dict(kw)
+    data = WorldData(n_train=kw.pop("n_train"), cache_dir=cache_dir, mirror_twins=kw.pop("mirror_twins"),
+                     top_caption_p=kw.pop("top_caption_p"))
+    return dict(data=data, arch=kw.pop("preset"), **kw)
+
+
 def score(model, eval_data) -> dict:
-    from hierbench.compare import LEARNABILITY_TARGETS, evaluate_run
+    from hierbench.compare import evaluate_run
+    from hierbench.report import LEARNABILITY_TARGETS
     from hierbench.evaluate import position_readout, relation_sensitivity
     m = evaluate_run(model, eval_data)
     rel, pos = relation_sensitivity(model), position_readout(model)
@@ -74,8 +84,9 @@ def main(argv=None):
     arms = [a for a in ARMS if a in args.arms.split(",")]
 
     import pandas as pd
-    from hierbench.compare import (LEARNABILITY_TARGETS, PRESETS as COMPARE_PRESETS, build_eval_data, learnability_table,
-                                   main_job_dir, run_compare)
+    from hierbench.budgets import BUDGETS as COMPARE_PRESETS
+    from hierbench.compare import build_eval_data, main_job_dir, run_compare
+    from hierbench.report import LEARNABILITY_TARGETS, learnability_table
     from hierbench.config import atomic_write_text, load_settings
     from hierbench.jobs import train_recipe
     from hierbench.models import load_model
@@ -99,7 +110,7 @@ def main(argv=None):
             t0 = time.perf_counter()
             if arm != "clip":
                 train_recipe("clip", run_dir, seed=seed, resume=True, quiet=True, log_every=10,
-                             cache_dir=load_settings().cache_dir, **train_kwargs(arm, preset))
+                             **train_call(train_kwargs(arm, preset), load_settings().cache_dir))
             if eval_data is None: eval_data = build_eval_data(preset)   # once, and only when something is scored
             row = dict(arm=arm, seed=seed, settings=want, train_seconds=time.perf_counter() - t0,
                        **score(load_model(run_dir / "model.safetensors"), eval_data))
