@@ -6,8 +6,8 @@ Docs: https://hierbench.github.io/hierbench/bench.html.md"""
 
 # %% ../nbs/14_bench.ipynb #cf141fd7
 from __future__ import annotations
-import contextlib, json, math, os, platform, resource, statistics, subprocess, sys, tempfile, time
-from dataclasses import asdict, dataclass, replace
+import contextlib, json, math, os, platform, resource, subprocess, sys, tempfile, time
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Callable
 import pandas as pd
@@ -15,75 +15,19 @@ import torch
 
 from .precision import check_precision
 from .world import WorldConfig, build_split, make_scene
+from .bench_real import (   # section `real` and the pieces every section shares
+    FULL, QUICK, BenchSizes, _goal, _median, _pipeline_images, _sync, _train_step, bench_real, format_real, peak_rss_mb,
+    recipe_forward, torch_threads)
 
 # %% auto #0
-__all__ = ['SECTIONS', 'FULL', 'QUICK', 'PAIRWISE_GOAL', 'WORLD_BUILD_GOAL_S', 'OP_CLASSES', 'OUTSIDE_SHARE_GOAL',
-           'PEAK_SHARE_GOAL', 'DEGLA_RATIO_GOAL', 'COMPARE_PEAK_GOAL_MB', 'REAL_TRAIN_GOAL', 'REAL_BF16_GOAL',
-           'REAL_EVAL_GOAL', 'BenchSizes', 'peak_rss_mb', 'torch_threads', 'bench_geometry', 'world_speed',
-           'bench_world', 'matmul_peak', 'step_flops', 'record_encoder_calls', 'encoder_only_loss', 'recipe_setup',
-           'recipe_forward', 'time_recipe_step', 'op_class', 'step_time_shares', 'goal_applies', 'bench_recipes',
-           'read_compare', 'bench_compare', 'bench_pipeline', 'bf16_native', 'open_clip_train_stepper',
-           'bench_real_train', 'bench_real_eval', 'bench_real', 'run_benchmarks', 'format_report']
+__all__ = ['SECTIONS', 'PAIRWISE_GOAL', 'WORLD_BUILD_GOAL_S', 'OP_CLASSES', 'OUTSIDE_SHARE_GOAL', 'PEAK_SHARE_GOAL',
+           'DEGLA_RATIO_GOAL', 'COMPARE_PEAK_GOAL_MB', 'bench_geometry', 'world_speed', 'bench_world', 'matmul_peak',
+           'step_flops', 'record_encoder_calls', 'encoder_only_loss', 'recipe_setup', 'time_recipe_step', 'op_class',
+           'step_time_shares', 'goal_applies', 'bench_recipes', 'read_compare', 'bench_compare', 'bench_pipeline',
+           'run_benchmarks', 'format_report']
 
 # %% ../nbs/14_bench.ipynb #c31f457f
 SECTIONS = ("geometry", "world", "recipes", "compare", "pipeline", "real")
-
-@dataclass(frozen=True)
-class BenchSizes:
-    "Problem sizes of one benchmark run."
-    geometry_n: int = 4096          # rows of each pairwise_dist / cosine operand (a contrastive batch of 4096)
-    geometry_d: int = 512           # embedding width: CLIP ViT-B's 512
-    geometry_pairs: int = 1_000_000 # pairs for exterior_angle vs dist (an entailment loss over a large batch)
-    geometry_pair_d: int = 64       # width of those pairs (world-tiny's embedding width)
-    geometry_repeats: int = 5       # timed repeats (median) after one warm-up
-    world_scenes: int = 20_000      # the training-set size of the world goal (about 225 MB on disk)
-    recipe_preset: str = "world-tiny"  # the default world model (`--model-preset` benches another)
-    recipe_batch: int = 64          # the batch `compare --preset quick/standard` pre-trains at (2,000 x 64): the
-                                    # step the goals are about (`--batch-size` benches another)
-    recipe_warmup: int = 2          # untimed steps per recipe (allocator, autograd graph caches, AdamW state)
-    recipe_steps: int = 7           # timed steps per recipe (median)
-    decoder_steps: int = 20         # READ: decoder pre-training steps (its architecture, not its quality, sets the cost)
-    compare_recipes: tuple = ("clip", "meru", "negclip")  # subset for the smoke compare when no compare dir is given
-    peak_n: int = 2048              # side of the square fp32 matmul that measures the machine's peak
-    pipeline_images: int = 64       # real JPEGs decoded + transformed (per-worker rate of the real-data pipeline)
-    pipeline_model: str = "real-tiny"  # whose training step consumes them (run `--device cuda` with ViT-B-32 on a GPU)
-    pipeline_batch: int = 64        # that step's batch
-    real_model: str = "ViT-B-32"    # section `real`: the open_clip architecture both trainers step (random init)
-    real_batch: int = 16            # its batch (CPU-sized; a GPU run takes --batch-size 256)
-    real_steps: int = 4             # timed steps per trainer and precision, in each of `real_repeats` rounds
-    real_repeats: int = 3           # interleaved rounds (hierbench, open_clip_train, ...): medians over rounds
-    real_eval_items: int = 300      # SugarCrepe-style items scored by hierbench and by a plain per-item loop
-
-FULL = BenchSizes()
-QUICK = BenchSizes(geometry_n=128, geometry_d=32, geometry_pairs=2000, geometry_pair_d=8, geometry_repeats=2,
-                   world_scenes=40, recipe_preset="world-debug", recipe_batch=8, recipe_warmup=1, recipe_steps=2,
-                   decoder_steps=2, compare_recipes=("clip",), peak_n=256, pipeline_images=4, pipeline_batch=4,
-                   real_model="real-tiny", real_batch=4, real_steps=1, real_repeats=1, real_eval_items=6)
-
-# %% ../nbs/14_bench.ipynb #ac57e466
-def _sync(device) -> None:
-    if torch.device(device).type == "cuda": torch.cuda.synchronize()
-
-def _clock(device="cpu") -> tuple[float, float]:
-    "(wall, process CPU) seconds, after the device has finished its queued work."
-    _sync(device)
-    return time.perf_counter(), time.process_time()
-
-def _median(xs) -> float: return float(statistics.median(xs))
-
-def peak_rss_mb() -> float:
-    "Peak resident memory of this process so far, in MB (Linux reports `ru_maxrss` in KiB)."
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-@contextlib.contextmanager
-def torch_threads(n: int | None):
-    "Run the block with `torch.set_num_threads(n)` (None: leave it), restoring the previous value afterwards."
-    before = torch.get_num_threads()
-    if n is not None:
-        if n < 1: raise ValueError(f"threads must be >= 1, got {n}")
-        torch.set_num_threads(n)
-    try: yield torch.get_num_threads()
-    finally: torch.set_num_threads(before)
 
 # %% ../nbs/14_bench.ipynb #6a065afa
 PAIRWISE_GOAL = 1.5  # pairwise_dist may cost at most 1.5x the cosine matmul of the same shapes
@@ -211,31 +155,7 @@ def recipe_setup(name: str, preset: str = "world-tiny", batch_size: int = 64, de
                 optimizer=optimizer, params=params, clamps=clamps, cfg=cfg, device=device,
                 scaler=grad_scaler(device, cfg.precision))
 
-def recipe_forward(s: dict) -> Callable:
-    "The recipe's real training forward for a `recipe_setup` dict: `() -> loss`, as the trainer calls the loss function."
-    return lambda: s["loss_fn"](s["model"], s["batch"], s["teacher"])[0]
-
-def _train_step(s: dict, forward) -> dict:
-    "One trainer step with `forward() -> loss`; wall and CPU seconds of forward, backward, optimizer and the total."
-    from hierbench.train import autocast_context
-    dev = s["device"]
-    w0, c0 = _clock(dev)
-    s["optimizer"].zero_grad(set_to_none=True)
-    with autocast_context(torch.device(dev), s["cfg"].precision): loss = forward()
-    w1, c1 = _clock(dev)
-    scaler = s.get("scaler")
-    (loss if scaler is None else scaler.scale(loss)).backward()
-    w2, c2 = _clock(dev)
-    clip = s["cfg"].grad_clip if s["cfg"].grad_clip > 0 else math.inf
-    if scaler is not None: scaler.unscale_(s["optimizer"])
-    torch.nn.utils.clip_grad_norm_(s["params"], clip)
-    if scaler is None: s["optimizer"].step()
-    else: scaler.step(s["optimizer"]); scaler.update()
-    for clamp in s["clamps"]: clamp()
-    if s["teacher"] is not None: s["teacher"].update(s["model"])
-    w3, c3 = _clock(dev)
-    return dict(forward=w1 - w0, backward=w2 - w1, optim=w3 - w2, total=w3 - w0, total_cpu=c3 - c0)
-
+# %% ../nbs/14_bench.ipynb #d037fefe
 def time_recipe_step(s: dict, steps: int = 7, warmup: int = 2, baseline: dict | None = None) -> dict:
     """Paired real / encoder-only steps (see above): medians in ms, the outside-encoder share, samples/s.
     `baseline`: another recipe's setup (clip's) whose real step runs in every iteration too, giving
@@ -408,20 +328,6 @@ def bench_compare(sizes: BenchSizes = FULL, compare_dir: str | Path | None = Non
                       note="preset 'smoke' on a subset of recipes, NOT `compare --preset quick`: the memory goal does not apply")
 
 # %% ../nbs/14_bench.ipynb #3dc19049
-def _pipeline_images(n: int, folder: Path) -> list[Path]:
-    from hierbench.config import load_settings
-    real = sorted((load_settings().data_root / "hierarcaps" / "test_imgs").glob("*.jpg"))[:n]
-    if len(real) == n: return real
-    import numpy as np
-    from PIL import Image
-    rng = np.random.default_rng(0)
-    out = []
-    for i in range(n):
-        p = folder / f"noise-{i}.jpg"
-        Image.fromarray(rng.integers(0, 256, (480, 640, 3), dtype=np.uint8)).save(p, quality=90)
-        out.append(p)
-    return out
-
 def bench_pipeline(sizes: BenchSizes = FULL, device: str = "cpu") -> dict:
     "Per-worker images/s of decode + open_clip training transform vs the samples/s of one training step (see above)."
     import open_clip, tempfile
@@ -445,180 +351,6 @@ def bench_pipeline(sizes: BenchSizes = FULL, device: str = "cpu") -> dict:
                 device=device, images_per_s_per_worker=per_worker, images_per_s_per_worker_224=rates[224],
                 step_samples_per_s=step["samples_per_s"], batch=sizes.pipeline_batch,
                 workers_needed=math.ceil(step["samples_per_s"] / per_worker))
-
-# %% ../nbs/14_bench.ipynb #815d27bb
-REAL_TRAIN_GOAL = 1.5   # hierbench's clip step >= 1.5x open_clip_train's samples/s (same model, batch, precision)
-REAL_BF16_GOAL = 1.5    # amp_bf16 >= 1.5x fp32 samples/s, where bf16 is native (AMX CPU or GPU)
-REAL_EVAL_GOAL = 2.0    # SugarCrepe scoring >= 2x the items/s of a plain per-item open_clip loop
-_OPEN_CLIP_PRECISION = {"fp32": "fp32", "amp_bf16": "amp_bf16", "amp_fp16": "amp", "bf16": "bf16", "fp16": "fp16"}
-
-def bf16_native(device: str = "cpu") -> bool:
-    "Whether bf16 matmuls are native here: a CUDA device, or a CPU that reports AMX (`amx_bf16` in /proc/cpuinfo)."
-    if torch.device(device).type == "cuda": return True
-    try: return "amx_bf16" in Path("/proc/cpuinfo").read_text()
-    except OSError: return False
-
-def _real_train_batch(n: int, size: int, mean, std, folder: Path) -> tuple[torch.Tensor, list[str]]:
-    "`n` preprocessed images (the pipeline's JPEGs) and captions for them."
-    from hierbench.data import image_to_tensor, load_image
-    caps = ["a man riding a horse on a beach", "two dogs playing with a red ball", "a small cat on a wooden table",
-            "a bus next to a white car on the street", "a plate of food with a fork", "a woman holding an umbrella"]
-    ims = torch.stack([image_to_tensor(load_image(p), size, mean, std) for p in _pipeline_images(n, folder)])
-    return ims, [caps[i % len(caps)] + ("" if i < len(caps) else f" number {i}") for i in range(n)]
-
-# %% ../nbs/14_bench.ipynb #e1d5d842
-class _Epoch:
-    "What open_clip_train's `train_one_epoch` reads from `data['train']`: a dataloader of `k` copies of one batch."
-    def __init__(self, images, tokens, k):
-        self.batches, self.num_batches, self.num_samples = [(images, tokens)] * k, k, k * len(images)
-    def __iter__(self): return iter(self.batches)
-    def set_epoch(self, epoch): pass
-    @property
-    def dataloader(self): return self
-
-def open_clip_train_stepper(clip, images, tokens, precision: str, device: str = "cpu", lr: float = 5e-4,
-                            wd: float = 0.2, grad_clip: float = 0.0) -> Callable[[int], float]:
-    """`run(k) -> seconds per step` of k steps of open_clip_train's `train_one_epoch` on `clip` (an open_clip `CLIP`,
-    trained in place), set up as its `main` does: AdamW groups (no decay on gains, biases, logit scale), `ClipLoss`,
-    `cosine_lr`, a `GradScaler` for `amp` only, its autocast and input dtype for `precision`."""
-    import open_clip, logging
-    from types import SimpleNamespace
-    from open_clip_train.scheduler import cosine_lr
-    from open_clip_train.train import train_one_epoch
-    oc_precision = _OPEN_CLIP_PRECISION[precision]
-    if oc_precision in ("bf16", "fp16"): open_clip.model.convert_weights_to_lp(clip, torch.bfloat16 if oc_precision == "bf16" else torch.float16)
-    clip.output_dict = True
-    clip.to(device).train()
-    exclude = lambda n, p: p.ndim < 2 or "bn" in n or "ln" in n or "bias" in n or "logit_scale" in n
-    named = [(n, p) for n, p in clip.named_parameters() if p.requires_grad]
-    opt = torch.optim.AdamW([{"params": [p for n, p in named if exclude(n, p)], "weight_decay": 0.0},
-                             {"params": [p for n, p in named if not exclude(n, p)], "weight_decay": wd}],
-                            lr=lr, betas=(0.9, 0.98), eps=1e-6)
-    scaler = torch.amp.GradScaler(torch.device(device).type) if oc_precision == "amp" else None
-    args = SimpleNamespace(device=device, precision=oc_precision, distill=False, accum_freq=1, skip_scheduler=False,
-                           horovod=False, grad_clip_norm=grad_clip or None, log_every_n_steps=10**9,
-                           batch_size=len(images), world_size=1, rank=0, local_rank=0, wandb=False)
-    sched, epoch = cosine_lr(opt, lr, 0, 10**6), [0]
-    images, tokens = images.to(device), tokens.to(device)
-    def run(k: int) -> float:
-        level = logging.getLogger().level
-        logging.getLogger().setLevel(logging.WARNING)   # its per-step log line (step 0 of each epoch) is not timed output
-        try:
-            w0, _ = _clock(device)
-            train_one_epoch(clip, {"train": _Epoch(images, tokens, k)}, open_clip.ClipLoss(), epoch[0], opt, scaler,
-                            sched, None, args)
-            w1, _ = _clock(device)
-        finally: logging.getLogger().setLevel(level)
-        epoch[0] += 1
-        return (w1 - w0) / k
-    return run
-
-# %% ../nbs/14_bench.ipynb #eea04d33
-def _hierbench_real_setup(arch: str, images, captions, precision: str, device: str, state: dict) -> dict:
-    "The pieces of hierbench's clip step (as `train_recipe` builds them) on a real batch, weights from `state`."
-    from hierbench import models as M, recipes as R, train as T
-    from hierbench.precision import cast_towers_, grad_scaler
-    recipe = R.get_recipe("clip")
-    model = M.create_model(arch, **recipe.model_kwargs())
-    model.load_state_dict(state)
-    model.to(device).train()
-    cfg = T.TrainConfig(**{**recipe.paper.train_overrides(), "batch_size": len(captions), "precision": precision})
-    cast_towers_(model, precision)
-    named = list(model.named_parameters())
-    return dict(recipe=recipe, model=model, teacher=None, batch=T._to_device(dict(images=images, captions=list(captions)), device),
-                loss_fn=R.make_loss_fn(recipe, None), optimizer=T.make_optimizer(named, cfg),
-                params=[p for _, p in named if p.requires_grad], clamps=[model.clamp_parameters_], cfg=cfg,
-                device=device, scaler=grad_scaler(device, precision))
-
-def bench_real_train(sizes: BenchSizes = FULL, device: str = "cpu", precisions=("fp32", "amp_bf16"), folder: Path | None = None) -> dict:
-    """Samples/s of hierbench's clip step and of open_clip_train's step, same architecture, weights, batch and
-    precision, rounds interleaved; ratios hierbench / open_clip_train (median of per-round ratios) and amp_bf16 /
-    fp32 (ratio of medians)."""
-    import copy, tempfile
-    from hierbench.models import create_model
-    torch.manual_seed(0)
-    ref = create_model(sizes.real_model)
-    state = copy.deepcopy(ref.state_dict())
-    with tempfile.TemporaryDirectory() as d:
-        images, caps = _real_train_batch(sizes.real_batch, int(ref.image_size), ref.image_mean, ref.image_std, Path(folder or d))
-    tokens = ref.tokenize(caps)
-    t_hb, t_oc = {p: [] for p in precisions}, {p: [] for p in precisions}
-    for p in precisions:   # one precision at a time: two models and their optimizers in memory, not four
-        hb = _hierbench_real_setup(sizes.real_model, images, caps, p, device, state)
-        oc_clip = copy.deepcopy(ref.clip); oc_clip.load_state_dict(ref.clip.state_dict())
-        cfg = hb["cfg"]
-        oc = open_clip_train_stepper(oc_clip, images, tokens, p, device, lr=cfg.lr, wd=cfg.weight_decay, grad_clip=cfg.grad_clip)
-        _train_step(hb, recipe_forward(hb)); oc(1)   # warm-up: allocator, AdamW state
-        for _ in range(sizes.real_repeats):          # rounds interleaved: hierbench, open_clip_train, hierbench, ...
-            # a round's time per step is the mean of its steps on both sides (open_clip_train times a whole epoch)
-            t_hb[p].append(sum(_train_step(hb, recipe_forward(hb))["total"] for _ in range(sizes.real_steps)) / sizes.real_steps)
-            t_oc[p].append(oc(sizes.real_steps))
-        del hb, oc, oc_clip
-    B = sizes.real_batch
-    rows = [dict(precision=p, hierbench_samples_per_s=B / _median(t_hb[p]), open_clip_train_samples_per_s=B / _median(t_oc[p]),
-                 ratio=_median([b / a for a, b in zip(t_hb[p], t_oc[p])]),
-                 meets_goal=bool(_median([b / a for a, b in zip(t_hb[p], t_oc[p])]) >= REAL_TRAIN_GOAL)) for p in precisions]
-    out = dict(model=sizes.real_model, batch=B, device=device, steps=sizes.real_steps, repeats=sizes.real_repeats,
-               goal=REAL_TRAIN_GOAL, rows=rows, bf16_native=bf16_native(device))
-    if "fp32" in precisions and "amp_bf16" in precisions:
-        r = _median(t_hb["fp32"]) / _median(t_hb["amp_bf16"])   # the two precisions ran one after the other
-        out.update(bf16_over_fp32=r, bf16_goal=REAL_BF16_GOAL, bf16_meets_goal=bool(r >= REAL_BF16_GOAL) if out["bf16_native"] else None)
-    return out
-
-# %% ../nbs/14_bench.ipynb #87f9f5e7
-def _real_eval_items(n: int, folder: Path) -> tuple[list, str]:
-    "SugarCrepe items whose COCO image ships with HierarCaps (under the data root), else caption-vs-swap items."
-    import re
-    from hierbench.config import load_settings
-    from hierbench.data import ChoiceItem
-    root = load_settings().data_root
-    imgs, sc = root / "hierarcaps" / "test_imgs", root / "sugarcrepe"
-    if imgs.is_dir() and sc.is_dir():
-        by_id = {int(m.group(1)): p for p in imgs.glob("*.jpg") if (m := re.search(r"(\d+)\.jpg$", p.name))}
-        items = []
-        for f in sorted(sc.glob("*.json")):
-            for key, rec in json.loads(f.read_text()).items():
-                m = re.search(r"(\d+)\.jpg$", str(rec.get("filename", "")))
-                if m and int(m.group(1)) in by_id:
-                    items.append(ChoiceItem(by_id[int(m.group(1))], (rec["caption"], rec["negative_caption"]), 0,
-                                            subset=f.stem, key=f"{f.stem}/{key}"))
-        if len(items) >= n: return items[:n], f"SugarCrepe items on the HierarCaps COCO images ({root})"
-    caps = ["a dog chasing a cat on the grass", "a man riding a horse near a car", "a cup on a table next to a plate"]
-    swaps = ["a cat chasing a dog on the grass", "a horse riding a man near a car", "a plate on a table next to a cup"]
-    paths = _pipeline_images(n, folder)
-    return [ChoiceItem(p, (caps[i % 3], swaps[i % 3]), 0, key=str(i)) for i, p in enumerate(paths)], "caption vs noun swap on the pipeline's images"
-
-def bench_real_eval(sizes: BenchSizes = FULL, device: str = "cpu", folder: Path | None = None) -> dict:
-    "Items/s of `score_choice_items` and of a plain per-item open_clip loop on the same items and model; verdicts compared."
-    import open_clip, tempfile
-    from PIL import Image
-    from hierbench.benchmarks import score_choice_items
-    from hierbench.models import create_model
-    torch.manual_seed(0)
-    model = create_model(sizes.real_model).to(device).eval()
-    preprocess = open_clip.image_transform(int(model.image_size), is_train=False, mean=model.image_mean, std=model.image_std)
-    with tempfile.TemporaryDirectory() as d:
-        items, source = _real_eval_items(sizes.real_eval_items, Path(folder or d))
-        w0, _ = _clock(device)
-        df = score_choice_items(model, items)
-        w1, _ = _clock(device)
-        plain = []
-        with torch.no_grad():
-            for it in items:   # the loop a user writes: one image, its two captions, compare
-                x = preprocess(Image.open(it.image_path).convert("RGB"))[None].to(device)
-                s = (model.clip.encode_image(x, normalize=True) @ model.clip.encode_text(model.tokenize(list(it.options)).to(device), normalize=True).T)[0]
-                plain.append(bool(s[0] > s[1]))
-        w2, _ = _clock(device)
-    n = len(items)
-    ratio = (w2 - w1) / (w1 - w0)
-    return dict(model=sizes.real_model, items=n, source=source, device=device, hierbench_items_per_s=n / (w1 - w0),
-                plain_loop_items_per_s=n / (w2 - w1), ratio=ratio, goal=REAL_EVAL_GOAL, meets_goal=bool(ratio >= REAL_EVAL_GOAL),
-                verdicts_equal=int(sum(a == b for a, b in zip(df.ok.tolist(), plain))))
-
-def bench_real(sizes: BenchSizes = FULL, device: str = "cpu") -> dict:
-    "Section `real`: `bench_real_train` at fp32 and amp_bf16 (amp_fp16 on CUDA too) and `bench_real_eval`."
-    precisions = ("fp32", "amp_bf16") + (("amp_fp16",) if torch.device(device).type == "cuda" else ())
-    return dict(train=bench_real_train(sizes, device, precisions), eval=bench_real_eval(sizes, device))
 
 # %% ../nbs/14_bench.ipynb #5ef97779
 def _meta(quick: bool, threads: int, device: str) -> dict:
@@ -664,8 +396,6 @@ def run_benchmarks(sections=SECTIONS, quick: bool = False, compare_dir: str | Pa
     return json.loads(json.dumps(out, default=str))   # plain JSON types only (tuples -> lists, paths -> str)
 
 # %% ../nbs/14_bench.ipynb #03165de5
-def _goal(ok) -> str: return "" if ok is None else ("  ✓ goal met" if ok else "  ✗ goal missed")
-
 def format_report(report: dict) -> str:
     "A readable text report of `run_benchmarks`' result."
     m, lines = report["meta"], []
@@ -732,17 +462,5 @@ def format_report(report: dict) -> str:
                   f"({p['images_per_s_per_worker_224']:.0f} images/s at 224 px)",
                   f"{p['model']} training step (batch {p['batch']}, {p['device']}): {p['step_samples_per_s']:.0f} samples/s "
                   f"→ {p['workers_needed']} worker(s) keep it fed (--workers)"]
-    if "real" in report:
-        t, e = report["real"]["train"], report["real"]["eval"]
-        lines += ["", f"== real data vs the peer: {t['model']}, batch {t['batch']}, device {t['device']} "
-                      f"(median of {t['repeats']} interleaved round(s) of {t['steps']} step(s)) =="]
-        for r in t["rows"]:
-            lines.append(f"train {r['precision']:8s}: hierbench {r['hierbench_samples_per_s']:.1f} samples/s, open_clip_train "
-                         f"{r['open_clip_train_samples_per_s']:.1f} samples/s: {r['ratio']:.2f}x  [goal >= {t['goal']}x]{_goal(r['meets_goal'])}")
-        if "bf16_over_fp32" in t:
-            lines.append(f"hierbench amp_bf16 / fp32: {t['bf16_over_fp32']:.2f}x  [goal >= {t['bf16_goal']}x where bf16 is native"
-                         f"{'' if t['bf16_native'] else ': not here, no AMX/GPU'}]{_goal(t['bf16_meets_goal'])}")
-        lines.append(f"eval ({e['items']} {e['source']}): hierbench {e['hierbench_items_per_s']:.1f} items/s, plain loop "
-                     f"{e['plain_loop_items_per_s']:.1f} items/s: {e['ratio']:.2f}x  [goal >= {e['goal']}x]{_goal(e['meets_goal'])}; "
-                     f"verdicts equal {e['verdicts_equal']}/{e['items']}")
+    if "real" in report: lines += format_real(report["real"])
     return "\n".join(lines)

@@ -24,7 +24,8 @@ from .jobs import DecoderSpec, resolve_init, train_recipe
 from .launch import LAUNCHERS, launch_compare
 from .loaders import check_benchmark_folder
 from .metrics import results_table
-from .models import create_model, export_open_clip, load_model
+from .models import create_model, load_model
+from .export import export_open_clip
 from .negatives import LexiconTagger
 from .paraphrases import generate_paraphrases
 from .precision import PRECISIONS, apply_precision

@@ -6,14 +6,14 @@ Docs: https://hierbench.github.io/hierbench/config.html.md"""
 
 # %% ../nbs/01_config.ipynb #a9af16c3
 from __future__ import annotations
-import configparser, os, tempfile, time
+import configparser, importlib, os, tempfile, time, warnings
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 # %% auto #0
 __all__ = ['ENV_PREFIX', 'Settings', 'find_settings_file', 'load_settings', 'atomic_write', 'atomic_write_text',
-           'sweep_temporary_files', 'FolderLock', 'run_once']
+           'sweep_temporary_files', 'FolderLock', 'moved_names', 'run_once']
 
 # %% ../nbs/01_config.ipynb #00ec37bf
 ENV_PREFIX = "HIERBENCH_"
@@ -160,6 +160,18 @@ class FolderLock:
         try: fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB); fcntl.flock(fd, fcntl.LOCK_UN); return False
         except BlockingIOError: return True
         finally: os.close(fd)
+
+# %% ../nbs/01_config.ipynb #bc7851fb
+def moved_names(module: str, moved: dict[str, Sequence[str]]) -> Callable[[str], Any]:
+    """A module `__getattr__` (PEP 562) under which the names listed in `moved` ({new module: names}) still resolve in
+    `hierbench.<module>` for one release, each access with a `DeprecationWarning` naming the new home."""
+    def __getattr__(name: str):
+        for new, names in moved.items():
+            if name in names:
+                warnings.warn(f"hierbench.{module}.{name} moved: use hierbench.{new}.{name}", DeprecationWarning, stacklevel=2)
+                return getattr(importlib.import_module(f"hierbench.{new}"), name)
+        raise AttributeError(f"module 'hierbench.{module}' has no attribute {name!r}")
+    return __getattr__
 
 # %% ../nbs/01_config.ipynb #b8632af3
 def run_once(folder: str | Path,                      # the run's folder (its lock is FOLDER/.lock)

@@ -6,7 +6,7 @@ Docs: https://hierbench.github.io/hierbench/data.html.md"""
 
 # %% ../nbs/04_data.ipynb #ab9fdd73
 from __future__ import annotations
-import functools, importlib, math, warnings
+import functools, math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +18,7 @@ import torch
 from PIL import Image
 
 from .negatives import is_changed
+from .config import moved_names
 
 # %% auto #0
 __all__ = ['CLIP_MEAN', 'CLIP_STD', 'WORLD_MEAN', 'WORLD_STD', 'Box', 'BATCH_KEYS', 'DataFormatError', 'MissingImageError',
@@ -305,10 +306,5 @@ _MOVED = {"loaders": ("MAX_TEXT_CHARS", "SUGARCREPE_SUBSETS", "SUGARCREPE_PP_SUB
                       "load_negclip_tsv", "load_whatsup_controlled", "load_whatsup_spatial", "load_crepe"),
           "sources": ("WORLD_FIELDS", "nearest_scenes", "WorldDataset", "world_loader", "ChainImageDataset")}
 
-def __getattr__(name: str):
-    "Names that moved to `hierbench.loaders` / `hierbench.sources` resolve here for one release, with a `DeprecationWarning`."
-    for mod, names in _MOVED.items():
-        if name in names:
-            warnings.warn(f"hierbench.data.{name} moved: use hierbench.{mod}.{name}", DeprecationWarning, stacklevel=2)
-            return getattr(importlib.import_module(f"hierbench.{mod}"), name)
-    raise AttributeError(f"module 'hierbench.data' has no attribute {name!r}")
+__getattr__ = moved_names('data', _MOVED)   # moved names answer here for one release
+

@@ -17,6 +17,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
+from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['split_words', 'normalize_caption', 'WordTokenizer', 'DecoderConfig', 'CaptionDecoder', 'SentenceEncoder',
@@ -97,7 +98,7 @@ class WordTokenizer:
 
     def __repr__(self): return f"WordTokenizer({len(self)} words)"
 
-# %% ../nbs/06_decoder.ipynb #88395190
+# %% ../nbs/06_decoder.ipynb #7d809780
 @dataclass
 class DecoderConfig:
     vocab_size: int
@@ -109,6 +110,7 @@ class DecoderConfig:
     max_len: int = 32      # longest target incl. <bos>/<eos>
     dropout: float = 0.0   # small world, short pretraining: regularisation not needed (frozen afterwards anyway)
 
+# %% ../nbs/06_decoder.ipynb #deaf476a
 def _memory(memory: torch.Tensor, d_model: int) -> torch.Tensor:
     "`memory` as `(B,1,d_model)`; READ's memory has length 1."
     if memory.ndim == 2: memory = memory.unsqueeze(1)
@@ -117,6 +119,7 @@ def _memory(memory: torch.Tensor, d_model: int) -> torch.Tensor:
                          f"got {tuple(memory.shape)}")
     return memory
 
+# %% ../nbs/06_decoder.ipynb #9d1113f5
 class CaptionDecoder(nn.Module):
     "A word-level transformer decoder that reads a length-1 memory; carries its own `WordTokenizer`."
 
@@ -176,34 +179,36 @@ class CaptionDecoder(nn.Module):
         for p in self.parameters(): p.grad = None
         return self.eval()
 
-    def save(self, path: str | Path) -> Path:
-        """Weights to `path` (`.safetensors`, config + vocabulary in its metadata: one file is the whole decoder) and
-        the same config to `path` with suffix `.json` for reading. The weights are written last, atomically: a kill
-        at any moment leaves either the previous decoder or none, never weights without their config."""
-        path = Path(path)
-        if path.suffix != ".safetensors": raise ValueError(f"use a '.safetensors' path, got {path}")
-        tensors = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}
-        meta = json.dumps({"type": "CaptionDecoder", "config": asdict(self.config), "vocab": self.tokenizer.vocab})
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path.with_suffix(".json"), meta)
-        atomic_write(path, lambda tmp: save_file(tensors, str(tmp), metadata={"hierbench_decoder": meta}))
-        return path
+# %% ../nbs/06_decoder.ipynb #f79461c6
+@patch
+def save(self: CaptionDecoder, path: str | Path) -> Path:
+    """Weights to `path` (`.safetensors`, config + vocabulary in its metadata: one file is the whole decoder) and
+    the same config to `path` with suffix `.json` for reading. The weights are written last, atomically: a kill
+    at any moment leaves either the previous decoder or none, never weights without their config."""
+    path = Path(path)
+    if path.suffix != ".safetensors": raise ValueError(f"use a '.safetensors' path, got {path}")
+    tensors = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}
+    meta = json.dumps({"type": "CaptionDecoder", "config": asdict(self.config), "vocab": self.tokenizer.vocab})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path.with_suffix(".json"), meta)
+    atomic_write(path, lambda tmp: save_file(tensors, str(tmp), metadata={"hierbench_decoder": meta}))
+    return path
 
-    @classmethod
-    def load(cls, path: str | Path) -> CaptionDecoder:
-        "A decoder saved by `save` (weights loaded strictly)."
-        path = Path(path); side = path.with_suffix(".json")
-        if not path.is_file(): raise FileNotFoundError(f"decoder weights {path} not found")
-        from safetensors import safe_open
-        try:
-            with safe_open(str(path), framework="pt") as f: embedded = (f.metadata() or {}).get("hierbench_decoder")
-        except Exception as e: raise ValueError(f"{path}: not a readable safetensors file ({e})") from e
-        try: meta = json.loads(embedded) if embedded else json.loads(side.read_text())
-        except (OSError, json.JSONDecodeError) as e: raise ValueError(f"{side}: cannot read decoder config ({e})") from e
-        if meta.get("type") != "CaptionDecoder": raise ValueError(f"{side}: not a CaptionDecoder config")
-        dec = cls(DecoderConfig(**meta["config"]), WordTokenizer(meta["vocab"]))
-        dec.load_state_dict(load_file(str(path)), strict=True)
-        return dec
+@patch(cls_method=True)
+def load(cls: CaptionDecoder, path: str | Path) -> CaptionDecoder:
+    "A decoder saved by `save` (weights loaded strictly)."
+    path = Path(path); side = path.with_suffix(".json")
+    if not path.is_file(): raise FileNotFoundError(f"decoder weights {path} not found")
+    from safetensors import safe_open
+    try:
+        with safe_open(str(path), framework="pt") as f: embedded = (f.metadata() or {}).get("hierbench_decoder")
+    except Exception as e: raise ValueError(f"{path}: not a readable safetensors file ({e})") from e
+    try: meta = json.loads(embedded) if embedded else json.loads(side.read_text())
+    except (OSError, json.JSONDecodeError) as e: raise ValueError(f"{side}: cannot read decoder config ({e})") from e
+    if meta.get("type") != "CaptionDecoder": raise ValueError(f"{side}: not a CaptionDecoder config")
+    dec = cls(DecoderConfig(**meta["config"]), WordTokenizer(meta["vocab"]))
+    dec.load_state_dict(load_file(str(path)), strict=True)
+    return dec
 
 # %% ../nbs/06_decoder.ipynb #7851f009
 class SentenceEncoder(nn.Module):

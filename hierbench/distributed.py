@@ -86,7 +86,7 @@ def launch_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     if "MASTER_PORT" not in env: out["MASTER_PORT"] = str(slurm_port(num("SLURM_JOB_ID")))
     return out
 
-# %% ../nbs/07b_distributed.ipynb #7d02c4b2
+# %% ../nbs/07b_distributed.ipynb #8d133156
 @dataclass(frozen=True)
 class DistInfo:
     "This process's place in the process group (rank 0 of 1 when not distributed)."
@@ -96,15 +96,18 @@ class DistInfo:
     @property
     def is_main(self) -> bool: return self.rank == 0
 
+# %% ../nbs/07b_distributed.ipynb #8ad511de
 def is_distributed() -> bool:
     "True inside an initialised process group with more than one rank."
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
+# %% ../nbs/07b_distributed.ipynb #c10a96d4
 def dist_info() -> DistInfo:
     "Rank/world of the current process group (no initialisation)."
     if not (dist.is_available() and dist.is_initialized()): return DistInfo()
     return DistInfo(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", dist.get_rank())))
 
+# %% ../nbs/07b_distributed.ipynb #5d06edcb
 def init_distributed(backend: str | None = None) -> DistInfo:
     """Join the process group described by torchrun's environment when `WORLD_SIZE` > 1 (NCCL on CUDA, else gloo);
     under `srun` without torchrun, that environment is first derived from SLURM's (`launch_env`)."""
@@ -120,6 +123,7 @@ def init_distributed(backend: str | None = None) -> DistInfo:
     dist.init_process_group(backend=backend)
     return dist_info()
 
+# %% ../nbs/07b_distributed.ipynb #8d5abe09
 def gather_features(x: torch.Tensor) -> torch.Tensor:
     "Differentiable all-gather: (b, ...) on each rank → (W·b, ...) in rank order; identity when not distributed."
     if not is_distributed(): return x
@@ -130,16 +134,19 @@ def gather_features(x: torch.Tensor) -> torch.Tensor:
         warnings.simplefilter("ignore", FutureWarning)
         return torch.cat(all_gather(x), dim=0)
 
+# %% ../nbs/07b_distributed.ipynb #00cbf157
 def gather_with_negatives(pos: torch.Tensor, neg: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     "Gather positives (b,D) and sample-major negatives (b·K,D) separately → (B,D), (B·K,D), layout kept."
     if pos.shape[0] == 0 or neg.shape[0] % pos.shape[0]:
         raise ValueError(f"negatives must be sample-major b·K rows: got {neg.shape[0]} rows for {pos.shape[0]} positives")
     return gather_features(pos), gather_features(neg)
 
+# %% ../nbs/07b_distributed.ipynb #8f4d569a
 def local_labels(b: int, device=None) -> torch.Tensor:
     "Column targets (b,) of this rank's local anchors among gathered columns: rank·b + arange(b)."
     return torch.arange(b, device=device) + dist_info().rank * b
 
+# %% ../nbs/07b_distributed.ipynb #bfd6ba38
 def allreduce_gradients(params: Iterable[nn.Parameter]) -> None:
     "Average `.grad` over ranks in one flat buffer per dtype (missing grads count as zeros); no-op when single."
     if not is_distributed(): return
@@ -156,11 +163,13 @@ def allreduce_gradients(params: Iterable[nn.Parameter]) -> None:
             p.grad = flat[offset:offset + n].view_as(p).clone()
             offset += n
 
+# %% ../nbs/07b_distributed.ipynb #1863ce0c
 def broadcast_module(module: nn.Module, src: int = 0) -> None:
     "Copy parameters and buffers of rank `src` to all ranks (in place)."
     if not is_distributed(): return
     for t in module.state_dict().values(): dist.broadcast(t, src)
 
+# %% ../nbs/07b_distributed.ipynb #4d152e37
 def shard_batch(batch: Any, rank: int, world_size: int) -> Any:
     "This rank's equal contiguous slice along dim 0 of every tensor/list in `batch` (a dict, list or tensor)."
     if world_size == 1: return batch

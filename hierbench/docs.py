@@ -270,6 +270,7 @@ _SEARCH_JS = """(function () {
 })();
 """
 
+# %% ../nbs/16_docs.ipynb #19bc5da0
 def layout_page(body: str, name: str, sections: list[tuple[str | None, list[tuple[str, str]]]]) -> str:
     """One rendered page in the site's frame: stylesheet and search scripts in `<head>`, the sectioned sidebar (with
     the search box) and the page's outline in `<body>`. `sections`: `[(title or None, [(page, page title)])]`."""
@@ -289,6 +290,7 @@ def layout_page(body: str, name: str, sections: list[tuple[str | None, list[tupl
     cut = body.rfind("</body>")
     return body[:cut] + outline + body[cut:] if cut >= 0 else body + outline
 
+# %% ../nbs/16_docs.ipynb #8737de7a
 def write_site_assets(out: str | Path, records: list[dict]) -> None:
     "The stylesheet, the search script and the search index (`window.HB_SEARCH`, a script: loads from file:// too)."
     out = Path(out)
@@ -296,6 +298,7 @@ def write_site_assets(out: str | Path, records: list[dict]) -> None:
     (out / "hb-search.js").write_text(_SEARCH_JS)
     (out / "search_index.js").write_text("window.HB_SEARCH = " + json.dumps(records, ensure_ascii=False) + ";\n")
 
+# %% ../nbs/16_docs.ipynb #291ad699
 MATHJAX_CONFIG = "TeX-AMS-MML_HTMLorMML-full"   # the combined config jupyter-server-mathjax ships (HTML-CSS output)
 
 def copy_mathjax(out: str | Path) -> str | None:
@@ -369,6 +372,7 @@ def _error_outputs(nb) -> list[str]:
                 errs.append(f"cell {i}: traceback on stderr")
     return errs
 
+# %% ../nbs/16_docs.ipynb #17b5fe33
 def build_docs_preview(root: str | Path = ".", out: str | Path | None = None, proc: bool = True) -> list[Path]:
     """Render every notebook under `nbs/` to `out` (default `_docs/`) as static HTML in the site's frame (sidebar from
     `nbs/sidebar.yml`, outline, search, local MathJax and plotly.js); return the page paths."""

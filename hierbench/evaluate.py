@@ -6,7 +6,7 @@ Docs: https://hierbench.github.io/hierbench/evaluate.html.md"""
 
 # %% ../nbs/10_evaluate.ipynb #238e9caf
 from __future__ import annotations
-import importlib, math, re, warnings
+import math, re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -28,6 +28,7 @@ from .metrics import (CHANCE_ITT_TOT, aggregate_accuracy, chance_choice, chance_
                                hierarchical_metrics, itt_tot, kendall_per_chain, pep_score, rank_of_best_correct,
                                retrieval_recalls, saturated_fraction, with_suffix)
 from .stats import auc_replicates, ratio_replicates
+from .config import moved_names
 
 # %% auto #0
 __all__ = ['ZS_TEMPLATES', 'SCPP_TYPES', 'METRIC_SPLITS', 'PHI_BINS', 'WorldEvalData', 'isolated_object_images',
@@ -454,10 +455,5 @@ _MOVED = {
                    "evaluate_sugarcrepe_pp", "hierarcaps_text_metrics", "evaluate_hierarcaps"),
     "stats": ("bootstrap_weights", "paired_item_differences")}
 
-def __getattr__(name: str):
-    "Names that moved to `hierbench.metrics` / `encoding` / `benchmarks` / `stats` resolve here for one release, with a `DeprecationWarning`."
-    for mod, names in _MOVED.items():
-        if name in names:
-            warnings.warn(f"hierbench.evaluate.{name} moved: use hierbench.{mod}.{name}", DeprecationWarning, stacklevel=2)
-            return getattr(importlib.import_module(f"hierbench.{mod}"), name)
-    raise AttributeError(f"module 'hierbench.evaluate' has no attribute {name!r}")
+__getattr__ = moved_names('evaluate', _MOVED)   # moved names answer here for one release
+

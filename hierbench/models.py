@@ -30,8 +30,7 @@ __all__ = ['WORLD_IMAGE_SIZE', 'WORLD_CONTEXT_LENGTH', 'ARCHS', 'DEFAULT_PRESET'
            'MAX_LOGIT_SCALE', 'OPENAI_DERIVED_HINTS', 'GEOMETRIES', 'resolve_architecture', 'FlattenReadout',
            'build_open_clip', 'EuclideanHead', 'LorentzHead', 'text_pooled_and_projected', 'WordLevelTokenizer',
            'make_tokenizer', 'DualEncoder', 'openai_derived_hint', 'make_head', 'model_from_config', 'create_model',
-           'read_state_dict', 'load_weights_', 'save_model', 'load_model', 'export_open_clip', 'unwrap_model',
-           'EMATeacher']
+           'read_state_dict', 'load_weights_', 'save_model', 'load_model', 'unwrap_model', 'EMATeacher']
 
 # %% ../nbs/05_models.ipynb #7686589f
 from .world import WORLD_LEXICON
@@ -635,32 +634,6 @@ def load_model(path: str | Path, map_location: str | torch.device = "cpu") -> Du
     model = model_from_config(config)
     model.load_state_dict(load_file(str(path), device="cpu"), strict=True)
     return model.to(map_location)
-
-# %% ../nbs/05_models.ipynb #c9fa4e3f
-def export_open_clip(model: DualEncoder, out_dir: str | Path, name: str | None = None) -> dict[str, Path]:
-    """Write `NAME.safetensors` (open_clip's state dict), `NAME.json` (its model config) and `NAME.head.json`
-    (geometry, curvature, α) into `out_dir`; `name` defaults to the model's architecture name. Returns the paths."""
-    name = name or str(model.model_config["name"])
-    readout = model.model_config["arch"].get("image_readout", "attention")
-    if readout != "attention":
-        raise ValueError(f"model {name!r}: its image readout {readout!r} is hierbench's, not open_clip's, which could not "
-                         "load the export; save it with `save_model` instead")
-    out_dir = Path(out_dir); out_dir.mkdir(parents=True, exist_ok=True)
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name): raise ValueError(f"export name {name!r}: letters, digits, '-', '_', '.' only")
-    # open_clip's model config holds the towers only: the world vocabulary and the normalisation stay in NAME.head.json
-    arch = {k: v for k, v in copy.deepcopy(model.model_config["arch"]).items() if k not in ("world_vocab", "preprocess_cfg")}
-    tensors = {k: v.detach().cpu().contiguous() for k, v in model.clip.state_dict().items()}
-    head = {"geometry": model.geometry, "model_config": model.model_config}
-    if model.geometry == "lorentz":
-        head.update(curv=float(model.head.curv), alpha_image=float(model.head.alpha("image")),
-                    alpha_text=float(model.head.alpha("text")))
-    if model.model_config["arch"].get("world_vocab"):
-        head["tokenizer"] = "hierbench world word-level tokenizer (hierbench.models.WordLevelTokenizer), not open_clip's"
-    paths = {"weights": out_dir / f"{name}.safetensors", "config": out_dir / f"{name}.json", "head": out_dir / f"{name}.head.json"}
-    atomic_write(paths["weights"], lambda tmp: save_file(tensors, str(tmp)))
-    atomic_write_text(paths["config"], json.dumps(arch, indent=1))
-    atomic_write_text(paths["head"], json.dumps(head, indent=1, default=str))
-    return paths
 
 # %% ../nbs/05_models.ipynb #c6e462b8
 def unwrap_model(model: nn.Module) -> nn.Module:

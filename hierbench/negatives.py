@@ -177,7 +177,7 @@ def default_tagger(spacy_model: str = "en_core_web_sm") -> Tagger:
         return spacy_tagger(spacy.load(spacy_model, disable=["parser", "ner", "lemmatizer"]))
     except (ImportError, OSError): return LexiconTagger()
 
-# %% ../nbs/03_negatives.ipynb #79dd05a4
+# %% ../nbs/03_negatives.ipynb #1e67f824
 DEGLA_RULES = ("reshuffle", "swap_nouns", "swap_adjectives", "replace_adjectives", "replace_nouns")
 NEGCLIP_RULES = ("swap_nouns", "swap_adjectives", "swap_same_pos")
 ORDER_RULES = ("shuffle_nouns_adjs", "shuffle_all_but_nouns_adjs", "shuffle_within_trigrams", "shuffle_trigrams")
@@ -186,6 +186,7 @@ SWAPPABLE_POS = ("NOUN", "ADJ", "VERB", "ADP", "ADV", "NUM")
 _COORDINATORS = {"and", "or", ",", "&", "/"}
 _SYMMETRIC_FILLERS = _COORDINATORS | {"a", "an", "the"}
 
+# %% ../nbs/03_negatives.ipynb #9653041a
 @dataclass
 class _Slots:
     "The caption's word slots: original text, token spans, tokens and tags."
@@ -207,6 +208,7 @@ def _align(text: str, tagged: Sequence[tuple[str, str]]) -> _Slots:
         spans.append((j, j + len(tok))); toks.append(tok); tags.append(str(tag).upper()); pos = j + len(tok)
     return _Slots(text, spans, toks, tags)
 
+# %% ../nbs/03_negatives.ipynb #bb3eb8d6
 def _article_for(word: str) -> str:
     w = word.lower()
     if w.startswith(("uni", "use", "one", "eu")): return "a"
@@ -244,6 +246,7 @@ def _render(s: _Slots, new_tokens: list[str], changed: Iterable[int], fix_articl
     out.append(s.text[prev:])
     return "".join(out)
 
+# %% ../nbs/03_negatives.ipynb #6b158038
 def _key(word: str) -> str:
     "Comparison key of a word: lower case, singular when the lexicon knows it."
     e = LEXICON.get(word.lower())
@@ -264,6 +267,7 @@ def _symmetric(s: _Slots, i: int, j: int) -> bool:
     if not between: return True
     return all(t in _SYMMETRIC_FILLERS for t in between) and any(t in _COORDINATORS for t in between)
 
+# %% ../nbs/03_negatives.ipynb #a1ac83a9
 def _swap(s: _Slots, pos_choices: Sequence[str], rng: random.Random) -> str | None:
     pairs = []
     for pos in pos_choices:
@@ -283,6 +287,7 @@ def _swap(s: _Slots, pos_choices: Sequence[str], rng: random.Random) -> str | No
     toks[i], toks[j] = toks[j], toks[i]
     return _render(s, toks, [i, j])
 
+# %% ../nbs/03_negatives.ipynb #257092db
 def _replace(s: _Slots, pos: str, groups: dict[str, list[tuple[str, ...]]], rng: random.Random) -> str | None:
     used = {_key(t) for t in s.tokens}
     options = []
@@ -308,6 +313,7 @@ def _replace(s: _Slots, pos: str, groups: dict[str, list[tuple[str, ...]]], rng:
     toks = list(s.tokens); toks[i] = new
     return _render(s, toks, [i])
 
+# %% ../nbs/03_negatives.ipynb #defb38c3
 def _permute(s: _Slots, slots: list[int], rng: random.Random, tries: int = 10) -> str | None:
     "Shuffle the words in `slots` among themselves until the text changes (at most `tries` shuffles)."
     if len({_key(s.tokens[i]) for i in slots}) < 2: return None
@@ -321,6 +327,7 @@ def _permute(s: _Slots, slots: list[int], rng: random.Random, tries: int = 10) -
 
 def _trigrams(words: list[int]) -> list[list[int]]: return [words[k:k + 3] for k in range(0, len(words), 3)]
 
+# %% ../nbs/03_negatives.ipynb #f2b00d95
 def _apply_rule(s: _Slots, rule: str, rng: random.Random) -> str | None:
     words = s.words
     if rule == "reshuffle": return _permute(s, words, rng)
@@ -403,6 +410,7 @@ PROMPTS: dict[str, PromptTemplate] = {
         ("A cat under a table near a window.", "A cat near a table under a window."))),
 }
 
+# %% ../nbs/03_negatives.ipynb #cde44a13
 def build_prompt(caption: str, rule: str) -> str:
     "The DeGLA-style prompt for rewriting `caption` under `rule`."
     if rule not in PROMPTS: raise ValueError(f"no LLM prompt for rule {rule!r}; known: {list(PROMPTS)}")
@@ -475,6 +483,7 @@ def _check_rules(rules: Iterable[str]) -> list[str]:
         if r not in ALL_RULES: raise ValueError(f"unknown rewrite rule {r!r}; known: {list(ALL_RULES)}")
     return rules
 
+# %% ../nbs/03_negatives.ipynb #1a222b43
 def rewrite(caption: str, rule: str, *, tagger: Tagger | None = None, llm: LLM | None = None,
             rng: random.Random | int | None = None, validator: Validator | None = None,
             rejections: Counter | None = None) -> str | None:

@@ -29,7 +29,7 @@ __all__ = ['NEGATIVES_FORMAT', 'RULE_SETS', 'DATA_KINDS', 'looks_grammatical', '
            'grit_records', 'ShardRecords', 'ImageTextDataset', 'record_captions', 'train_transform', 'parse_data_spec',
            'real_records', 'RealData', 'MissingTrainingFileError', 'require_training_files', 'real_source']
 
-# %% ../nbs/08c_real_data.ipynb #ddd3e9fa
+# %% ../nbs/08c_real_data.ipynb #38becc9e
 NEGATIVES_FORMAT = "hierbench-negatives/1"
 RULE_SETS = {"degla": DEGLA_RULES, "negclip": NEGCLIP_RULES}
 _ARTICLE = re.compile(r"\b(a|an)\s+(\w+)", re.I)
@@ -45,6 +45,7 @@ def looks_grammatical(text: str) -> bool:
         if (art.lower() == "an") != (nxt[0].lower() in "aeiou"): return False
     return words[-1] not in _DANGLING
 
+# %% ../nbs/08c_real_data.ipynb #f0358037
 def generate_negatives(captions: Sequence[str], out: str | Path, rules: Sequence[str] | str = "degla",
                        per_rule: int = 1, tagger: Tagger | None = None, llm: Callable | None = None,
                        seed: int = 0, keep_ungrammatical: bool = False, log: Callable | None = None) -> dict:
@@ -92,6 +93,7 @@ def generate_negatives(captions: Sequence[str], out: str | Path, rules: Sequence
             f"without a negative; {dropped} ungrammatical negative(s) " + ("kept" if keep_ungrammatical else "dropped"))
     return summary
 
+# %% ../nbs/08c_real_data.ipynb #22c7d01a
 def load_negatives(path: str | Path) -> dict[str, tuple[str, ...]]:
     "The negatives file of `generate_negatives`: caption → its distinct negatives (validated line by line)."
     path = Path(path)
@@ -122,6 +124,7 @@ def load_negatives(path: str | Path) -> dict[str, tuple[str, ...]]:
     if not out: raise DataFormatError(path, None, None, "no captions")
     return out
 
+# %% ../nbs/08c_real_data.ipynb #242eff0b
 def load_paraphrases(path: str | Path) -> dict[str, str]:
     "A paraphrase file: JSON object or JSONL lines `{caption, paraphrase}` → caption → paraphrase (never equal to it)."
     path = Path(path)

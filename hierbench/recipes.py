@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 from . import losses as L
 from .world import check_negative_types
+from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['WORLD_PRETRAIN', 'WORLD_FINETUNE', 'PAPER_MERU', 'PAPER_HYCOCLIP', 'PAPER_ARGENT', 'PAPER_NEGCLIP', 'PAPER_DEGLA',
@@ -81,7 +82,7 @@ PAPER_READ = OptimDefaults(lr=1e-5, weight_decay=0.1, eps=1e-6, warmup_steps=50,
                            source="READ paper: 100K COCO subsample, 5 epochs, bf16; Hugging Face Trainer (max_grad_norm 1.0); "
                                   "betas/eps assumed as DeGLA")
 
-# %% ../nbs/08_recipes.ipynb #be759804
+# %% ../nbs/08_recipes.ipynb #3e988a5d
 class FrozenWeights(dict):
     "A read-only dict of loss weights: a registered recipe cannot be changed in place (use `Recipe.replace`)."
     def _readonly(self, *args, **kwargs): raise TypeError("recipe weights are read-only; use Recipe.replace(weights={...})")
@@ -91,6 +92,7 @@ class FrozenWeights(dict):
 TERMS = ("contrastive", "entailment", "adaent", "reg", "igc", "tgc", "distill", "recon", "align")
 _HYPERBOLIC_TERMS = ("entailment", "adaent", "reg")
 
+# %% ../nbs/08_recipes.ipynb #917df4ad
 @dataclass(frozen=True)
 class Recipe:
     "A named training method: head geometry, batch fields, weighted loss terms, stage and optimizer defaults."
@@ -150,49 +152,53 @@ class Recipe:
         "DeGLA's TGC and self-distillation read an EMA teacher."
         return self.active("tgc") or self.active("distill")
 
-    def teacher_decay(self, steps: int) -> float | None:
-        "The EMA decay for a run of `steps` optimizer steps: the one that moves the teacher `ema_horizon` of the way."
-        if not self.needs_teacher: return None
-        if self.ema_horizon is None: return self.ema_decay
-        return float((1.0 - self.ema_horizon) ** (1.0 / max(1, steps)))
+# %% ../nbs/08_recipes.ipynb #9f2ea47b
+@patch
+def teacher_decay(self: Recipe, steps: int) -> float | None:
+    "The EMA decay for a run of `steps` optimizer steps: the one that moves the teacher `ema_horizon` of the way."
+    if not self.needs_teacher: return None
+    if self.ema_horizon is None: return self.ema_decay
+    return float((1.0 - self.ema_horizon) ** (1.0 / max(1, steps)))
 
-    @property
-    def needs_decoder(self) -> bool:
-        "READ's reconstruction term needs a `recon_head(pooled, targets)` from `hierbench.decoder`."
-        return self.active("recon")
+@patch(as_prop=True)
+def needs_decoder(self: Recipe) -> bool:
+    "READ's reconstruction term needs a `recon_head(pooled, targets)` from `hierbench.decoder`."
+    return self.active("recon")
 
-    @property
-    def fields(self) -> tuple[str, ...]:
-        "The batch keys `compute_loss` reads."
-        f = ["images", "captions"]
-        if self.use_boxes: f += ["crops", "phrases"]
-        if self.contrastive == "negclip": f.append("negatives")
-        if self.active("align"): f.append("paraphrases")
-        if self.active("recon") and self.recon_target == "alternatives": f.append("alternatives")
-        return tuple(f)
+@patch(as_prop=True)
+def fields(self: Recipe) -> tuple[str, ...]:
+    "The batch keys `compute_loss` reads."
+    f = ["images", "captions"]
+    if self.use_boxes: f += ["crops", "phrases"]
+    if self.contrastive == "negclip": f.append("negatives")
+    if self.active("align"): f.append("paraphrases")
+    if self.active("recon") and self.recon_target == "alternatives": f.append("alternatives")
+    return tuple(f)
 
-    def model_kwargs(self) -> dict:
-        "Keyword arguments for `hierbench.models.create_model(preset, **recipe.model_kwargs())`."
-        if self.geometry == "euclidean": return dict(geometry="euclidean")
-        return dict(geometry="lorentz", curv_init=self.curv_init, learn_curv=self.learn_curv)
+@patch
+def model_kwargs(self: Recipe) -> dict:
+    "Keyword arguments for `hierbench.models.create_model(preset, **recipe.model_kwargs())`."
+    if self.geometry == "euclidean": return dict(geometry="euclidean")
+    return dict(geometry="lorentz", curv_init=self.curv_init, learn_curv=self.learn_curv)
 
-    @property
-    def item_fields(self) -> tuple[str, ...]:
-        "The optional per-item fields a `hierbench.data` world dataset must produce (its singular names)."
-        singular = {"crops": "crop", "phrases": "phrase", "negatives": "negatives", "paraphrases": "paraphrase",
-                    "alternatives": "alternative"}
-        return tuple(singular[f] for f in self.fields[2:])
+@patch(as_prop=True)
+def item_fields(self: Recipe) -> tuple[str, ...]:
+    "The optional per-item fields a `hierbench.data` world dataset must produce (its singular names)."
+    singular = {"crops": "crop", "phrases": "phrase", "negatives": "negatives", "paraphrases": "paraphrase",
+                "alternatives": "alternative"}
+    return tuple(singular[f] for f in self.fields[2:])
 
-    def replace(self, **overrides) -> "Recipe":
-        """A copy with fields replaced. `weights` given as a dict are **merged** into the recipe's (set a weight to 0 to
-        drop a term); `adaent`, `world`, `paper` accept a dict of the fields to change."""
-        if "weights" in overrides: overrides["weights"] = {**self.weights, **overrides["weights"]}
-        for name in ("adaent", "world", "paper"):
-            if isinstance(overrides.get(name), Mapping):
-                overrides[name] = dataclasses.replace(getattr(self, name), **overrides[name])
-        bad = set(overrides) - {f.name for f in dataclasses.fields(self)}
-        if bad: raise TypeError(f"Recipe has no field(s) {sorted(bad)}")
-        return dataclasses.replace(self, **overrides)
+@patch
+def replace(self: Recipe, **overrides) -> "Recipe":
+    """A copy with fields replaced. `weights` given as a dict are **merged** into the recipe's (set a weight to 0 to
+    drop a term); `adaent`, `world`, `paper` accept a dict of the fields to change."""
+    if "weights" in overrides: overrides["weights"] = {**self.weights, **overrides["weights"]}
+    for name in ("adaent", "world", "paper"):
+        if isinstance(overrides.get(name), Mapping):
+            overrides[name] = dataclasses.replace(getattr(self, name), **overrides[name])
+    bad = set(overrides) - {f.name for f in dataclasses.fields(self)}
+    if bad: raise TypeError(f"Recipe has no field(s) {sorted(bad)}")
+    return dataclasses.replace(self, **overrides)
 
 # %% ../nbs/08_recipes.ipynb #c87e1444
 _RECIPES: dict[str, Recipe] = {}
@@ -330,7 +336,7 @@ def rank_info() -> tuple[int, int]:
     info = dist_info()
     return info.rank, info.world_size
 
-# %% ../nbs/08_recipes.ipynb #0c8844f1
+# %% ../nbs/08_recipes.ipynb #d7727a18
 def _split(x: Tensor, sizes: dict[str, int]) -> dict[str, Tensor]:
     out, start = {}, 0
     for k, n in sizes.items(): out[k], start = x[start:start + n], start + n
@@ -342,13 +348,9 @@ def _scatter_rows(rows: Tensor, mask: Tensor) -> Tensor:
     out = rows.new_zeros((len(mask), rows.shape[-1]))
     return out.index_put((mask.nonzero().squeeze(1).to(rows.device),), rows)
 
-def compute_loss(recipe: Recipe, model, batch: Mapping, teacher=None,
-                 recon_head: L.ReconHead | None = None) -> tuple[Tensor, dict[str, Tensor]]:
-    """Weighted loss of `recipe` on `batch` and its unweighted terms `{name: detached scalar}`.
-    `model`: encode_image / encode_text(texts, return_pooled=True) / head / logit_scale_exp(); `teacher`: the same
-    interface (EMA teacher) when `recipe.needs_teacher`; `recon_head(pooled, target_texts) -> loss` when `recipe.needs_decoder`.
-    The batch's K may differ from `recipe.num_negatives` (that is what the data loader is asked for). Under an initialised
-    process group `batch` is this rank's equal slice; contrastive columns are gathered from all ranks."""
+# %% ../nbs/08_recipes.ipynb #ebe726d3
+def _check_batch(recipe: Recipe, model, batch: Mapping, teacher, recon_head) -> list[str]:
+    "The batch's captions, after checking that `model`, `batch`, `teacher` and `recon_head` are what `recipe` needs."
     geometry = getattr(model.head, "geometry", None)
     if geometry != recipe.geometry:
         raise ValueError(f"recipe {recipe.name!r} needs a {recipe.geometry} head, the model's head is {geometry!r}")
@@ -356,10 +358,21 @@ def compute_loss(recipe: Recipe, model, batch: Mapping, teacher=None,
     if missing: raise KeyError(f"recipe {recipe.name!r} needs batch field(s) {missing}; the batch has {sorted(batch)}")
     if recipe.needs_teacher and teacher is None: raise ValueError(f"recipe {recipe.name!r} needs an EMA teacher (teacher=None)")
     if recipe.needs_decoder and recon_head is None: raise ValueError(f"recipe {recipe.name!r} needs a recon_head (READ decoder)")
-    act = recipe.active
     captions = list(batch["captions"]); B = len(captions)
     for key in recipe.fields:
         if len(batch[key]) != B: raise ValueError(f"batch field {key!r} has {len(batch[key])} items for {B} captions")
+    return captions
+
+# %% ../nbs/08_recipes.ipynb #725a6ac8
+def compute_loss(recipe: Recipe, model, batch: Mapping, teacher=None,
+                 recon_head: L.ReconHead | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+    """Weighted loss of `recipe` on `batch` and its unweighted terms `{name: detached scalar}`.
+    `model`: encode_image / encode_text(texts, return_pooled=True) / head / logit_scale_exp(); `teacher`: the same
+    interface (EMA teacher) when `recipe.needs_teacher`; `recon_head(pooled, target_texts) -> loss` when `recipe.needs_decoder`.
+    The batch's K may differ from `recipe.num_negatives` (that is what the data loader is asked for). Under an initialised
+    process group `batch` is this rank's equal slice; contrastive columns are gathered from all ranks."""
+    captions = _check_batch(recipe, model, batch, teacher, recon_head); B = len(captions)
+    act = recipe.active
 
     # ---- encode: one text call, one image call
     texts = {"captions": captions}
@@ -428,6 +441,7 @@ def compute_loss(recipe: Recipe, model, batch: Mapping, teacher=None,
         loss = L.weighted_total(terms, recipe.weights)
     return loss, {k: v.detach() for k, v in terms.items()}
 
+# %% ../nbs/08_recipes.ipynb #2bf58652
 def make_loss_fn(recipe: Recipe | str, recon_head: L.ReconHead | None = None) -> Callable:
     "The trainer's `loss_fn(model, batch, teacher) -> (loss, terms)` for a recipe (name or object)."
     recipe = get_recipe(recipe) if isinstance(recipe, str) else recipe

@@ -11,6 +11,7 @@ from contextlib import nullcontext
 from dataclasses import InitVar, dataclass, asdict, fields, replace
 from functools import lru_cache
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -23,12 +24,11 @@ from .precision import (autocast, cast_towers_, check_precision, describe_precis
                                  legacy_amp_precision)
 
 # %% auto #0
-__all__ = ['RESUME_FREE_FIELDS', 'NO_DECAY_NAME_KEYS', 'CHECKPOINTS_DIR', 'LATEST_FILE', 'STATE_FILE', 'CHANGEABLE_ON_RESUME',
-           'PREEMPTION_SIGNALS', 'PREEMPTED_EXIT_CODE', 'TrainConfig', 'is_no_decay', 'param_groups', 'make_optimizer',
-           'lr_factor', 'make_scheduler', 'NonFiniteLossError', 'check_finite', 'get_rng_state', 'set_rng_state',
-           'checkpoint_dir', 'save_checkpoint', 'list_checkpoints', 'latest_checkpoint', 'load_checkpoint',
-           'batch_indices', 'model_scalars', 'clamp_hook', 'read_metrics', 'TrainResult', 'autocast_context',
-           'PreemptionGuard', 'Preempted', 'train', 'plateau_step', 'ValidationMonitor', 'EvalEvery']
+__all__ = ['RESUME_FREE_FIELDS', 'NO_DECAY_NAME_KEYS', 'CHANGEABLE_ON_RESUME', 'PREEMPTION_SIGNALS', 'PREEMPTED_EXIT_CODE',
+           'TrainConfig', 'is_no_decay', 'param_groups', 'make_optimizer', 'lr_factor', 'make_scheduler',
+           'NonFiniteLossError', 'check_finite', 'batch_indices', 'model_scalars', 'clamp_hook', 'read_metrics',
+           'TrainResult', 'autocast_context', 'PreemptionGuard', 'Preempted', 'train', 'plateau_step',
+           'ValidationMonitor', 'EvalEvery']
 
 # %% ../nbs/09_train.ipynb #65c0d75c
 @dataclass
@@ -152,110 +152,12 @@ def check_finite(step: int, loss: torch.Tensor, terms: Mapping[str, Any]) -> Non
     bad = (~torch.isfinite(vals)).nonzero()
     if len(bad): i = int(bad[0]); raise NonFiniteLossError(step, names[i], float(vals[i]))
 
-# %% ../nbs/09_train.ipynb #e4ccdf22
+# %% ../nbs/09_train.ipynb #6bc4bb07
 from .config import atomic_write, atomic_write_text, sweep_temporary_files  # one atomic writer for the whole workbench
-
-# %% ../nbs/09_train.ipynb #ece01445
-def get_rng_state() -> dict:
-    "The python, numpy, torch (and CUDA) generator states as tensors and plain numbers (`weights_only`-loadable)."
-    version, mt, gauss_next = random.getstate()
-    name, keys, pos, has_gauss, cached = np.random.get_state()
-    state = dict(python=dict(version=version, state=torch.tensor(mt, dtype=torch.int64), gauss_next=gauss_next),
-                 numpy=dict(name=name, keys=torch.from_numpy(keys.astype(np.int64)), pos=int(pos),
-                            has_gauss=int(has_gauss), cached_gaussian=float(cached)),
-                 torch=torch.get_rng_state())
-    if torch.cuda.is_available() and torch.cuda.is_initialized(): state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-def set_rng_state(state: Mapping) -> None:
-    "Restore generator states saved by `get_rng_state`."
-    py = state["python"]
-    random.setstate((py["version"], tuple(int(x) for x in py["state"].tolist()), py["gauss_next"]))
-    npy = state["numpy"]
-    np.random.set_state((npy["name"], npy["keys"].numpy().astype(np.uint32), npy["pos"], npy["has_gauss"],
-                         npy["cached_gaussian"]))
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available(): torch.cuda.set_rng_state_all(state["cuda"])
-
-# %% ../nbs/09_train.ipynb #6ba90ed7
-CHECKPOINTS_DIR, LATEST_FILE, STATE_FILE = "checkpoints", "latest.json", "state.pt"
-
-def _as_module(obj) -> nn.Module | None:
-    "The `nn.Module` behind a teacher-like object (an `nn.Module` itself, or one stored as `.model`/`.module`)."
-    if obj is None or isinstance(obj, nn.Module): return obj
-    for attr in ("model", "module", "ema", "teacher"):
-        m = getattr(obj, attr, None)
-        if isinstance(m, nn.Module): return m
-    raise TypeError(f"cannot find the nn.Module inside {type(obj).__name__} (expected .model or .module)")
-
-def checkpoint_dir(run_dir: str | Path, step: int) -> Path:
-    "Folder of the checkpoint after `step` optimizer steps."
-    return Path(run_dir) / CHECKPOINTS_DIR / f"step-{step:08d}"
-
-def _save_weights(module: nn.Module, path: Path) -> None:
-    # safetensors' save_model de-duplicates tied tensors (plain save_file refuses them)
-    atomic_write(path, lambda p: safetensors.torch.save_model(module, str(p), force_contiguous=True))
-
-def save_checkpoint(run_dir: str | Path, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler, step: int, *,
-                    teacher=None, modules: Mapping[str, nn.Module] | None = None, extra_state: Mapping | None = None,
-                    keep: int = 2, save_optimizer: bool = True) -> Path:
-    """Write the checkpoint of `step` atomically, point `latest.json` at it, keep the newest `keep` (0 = all).
-    `save_optimizer=False` leaves the AdamW state out (a third of the size): such a checkpoint cannot resume."""
-    run_dir = Path(run_dir)
-    ck = checkpoint_dir(run_dir, step)
-    ck.mkdir(parents=True, exist_ok=True)
-    _save_weights(model, ck / "model.safetensors")
-    if teacher is not None: _save_weights(_as_module(teacher), ck / "teacher.safetensors")
-    for name, m in (modules or {}).items(): _save_weights(m, ck / f"module-{name}.safetensors")
-    state = dict(format=1, step=int(step), optimizer=optimizer.state_dict() if save_optimizer else None,
-                 scheduler=scheduler.state_dict() if scheduler is not None else None, **dict(extra_state or {}))
-    atomic_write(ck / STATE_FILE, lambda p: torch.save(state, p))
-    atomic_write_text(run_dir / LATEST_FILE, json.dumps(dict(step=int(step), path=str(ck.relative_to(run_dir)))))
-    if keep:
-        for old in list_checkpoints(run_dir)[:-keep]:
-            if old != ck: shutil.rmtree(old, ignore_errors=True)
-    return ck
-
-def list_checkpoints(run_dir: str | Path) -> list[Path]:
-    "Complete checkpoint folders (those with a `state.pt`), oldest first."
-    root = Path(run_dir) / CHECKPOINTS_DIR
-    if not root.is_dir(): return []
-    return sorted(p for p in root.glob("step-*") if (p / STATE_FILE).is_file())
-
-def latest_checkpoint(run_dir: str | Path) -> Path | None:
-    "The checkpoint `latest.json` points to (or the newest complete folder if the pointer is missing); None if none."
-    run_dir = Path(run_dir)
-    ptr = run_dir / LATEST_FILE
-    if ptr.is_file():
-        ck = run_dir / json.loads(ptr.read_text())["path"]
-        if (ck / STATE_FILE).is_file(): return ck
-        warnings.warn(f"{ptr} points to {ck}, which is incomplete; falling back to the newest complete checkpoint")
-    cks = list_checkpoints(run_dir)
-    return cks[-1] if cks else None
-
-def _load_weights(module: nn.Module, path: Path) -> None:
-    if not path.is_file(): raise FileNotFoundError(f"checkpoint file missing: {path}")
-    safetensors.torch.load_model(module, str(path), strict=True)
-
-def load_checkpoint(path: str | Path, model: nn.Module, optimizer: torch.optim.Optimizer | None = None,
-                    scheduler=None, *, teacher=None, modules: Mapping[str, nn.Module] | None = None) -> dict:
-    "Load a checkpoint folder (or a run directory's latest) into the given objects; returns the `state.pt` dict."
-    path = Path(path)
-    if not (path / STATE_FILE).is_file():
-        ck = latest_checkpoint(path)
-        if ck is None: raise FileNotFoundError(f"{path}: neither a checkpoint folder nor a run directory with one")
-        path = ck
-    _load_weights(model, path / "model.safetensors")
-    if teacher is not None: _load_weights(_as_module(teacher), path / "teacher.safetensors")
-    for name, m in (modules or {}).items(): _load_weights(m, path / f"module-{name}.safetensors")
-    state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True)
-    if optimizer is not None:
-        if state.get("optimizer") is None:
-            raise ValueError(f"{path} was saved without optimizer state (save_optimizer=False), so the run cannot resume "
-                             f"exactly; start a new run from its weights instead (init_checkpoint={path / 'model.safetensors'})")
-        optimizer.load_state_dict(state["optimizer"])
-    if scheduler is not None and state.get("scheduler") is not None: scheduler.load_state_dict(state["scheduler"])
-    return state
+# the checkpoint machinery lives in `hierbench.checkpoints`; re-exported here so `from hierbench.train import ...` keeps working
+from .checkpoints import (CHECKPOINTS_DIR, LATEST_FILE, STATE_FILE, _as_module, _load_weights, _save_weights,
+                                   checkpoint_dir, get_rng_state, latest_checkpoint, list_checkpoints, load_checkpoint,
+                                   save_checkpoint, set_rng_state)
 
 # %% ../nbs/09_train.ipynb #96e4ead1
 @lru_cache(maxsize=2)
@@ -314,7 +216,7 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
     "The lines of `run_dir/metrics.jsonl` as dicts."
     return _parse_jsonl(Path(run_dir) / "metrics.jsonl")
 
-# %% ../nbs/09_train.ipynb #d74644dd
+# %% ../nbs/09_train.ipynb #a00ce8f5
 @dataclass
 class TrainResult:
     "What a finished (or stopped) run leaves behind."
@@ -329,6 +231,7 @@ class TrainResult:
     plateau: int | None = None # the step a `ValidationMonitor` found the run plateaued at (set by `hierbench.jobs`)
     preempted: str | None = None # the signal (e.g. 'SIGTERM') that stopped the run after a step and a checkpoint
 
+# %% ../nbs/09_train.ipynb #8023b8a0
 def _resolve_device(cfg: TrainConfig, info: DistInfo) -> torch.device:
     if cfg.device != "auto": return torch.device(cfg.device)
     if torch.cuda.is_available(): return torch.device("cuda", info.local_rank if info.world_size > 1 else torch.cuda.current_device())
@@ -394,6 +297,7 @@ class _Batches:
         yield from torch.utils.data.DataLoader(self, batch_size=None, sampler=range(start, end), num_workers=num_workers,
                                                pin_memory=pin_memory, prefetch_factor=2)
 
+# %% ../nbs/09_train.ipynb #093f759d
 class _Progress:
     "fastprogress bar (terminal and notebook) or nothing."
     def __init__(self, start: int, total: int, quiet: bool):
@@ -412,6 +316,7 @@ class _Progress:
         if self.bar.last_v is not None: self.bar.on_interrupt()  # ended before cfg.steps (stop_at, error)
         if isinstance(self.bar, ConsoleProgressBar): print()      # the console bar ends without a newline
 
+# %% ../nbs/09_train.ipynb #badaaeca
 def autocast_context(device: torch.device, precision: str | bool):
     """The forward pass's context: `hierbench.precision.autocast` of a precision name (autocast on any device for
     amp_bf16/amp_fp16). A bool is the pre-issue-27 `amp` flag: bf16 autocast on CUDA only."""
@@ -420,6 +325,7 @@ def autocast_context(device: torch.device, precision: str | bool):
         return nullcontext()
     return autocast(device, precision)
 
+# %% ../nbs/09_train.ipynb #2adb2135
 def _auto_quiet(cfg: TrainConfig, info: DistInfo) -> bool:
     if not info.is_main: return True
     if cfg.quiet is not None: return cfg.quiet
@@ -517,32 +423,21 @@ class Preempted(RuntimeError):
         super().__init__(f"{run_dir}: stopped by {signal_name} after a checkpoint; run it again with resume to continue")
     def __reduce__(self): return (type(self), (self.signal_name, str(self.run_dir)))
 
-# %% ../nbs/09_train.ipynb #9e6af762
-def train(model: nn.Module, loss_fn: Callable, data, cfg: TrainConfig, teacher=None, callbacks: Iterable[Callable] = (),
-          *, resume: bool = False, stop_at: int | None = None, collate_fn: Callable | None = None,
-          modules: Mapping[str, nn.Module] | None = None, extra_config: Mapping | None = None,
-          save_final: Callable[[nn.Module, Path], Any] | None = None, allow_changes: Sequence[str] = (),
-          stop_signals: Iterable[str | int] | PreemptionGuard = PREEMPTION_SIGNALS) -> TrainResult:
-    """Train `model` with `loss_fn(model, batch, teacher) -> (loss, terms)` on `data` (dataset or step → batch).
-    `teacher`: EMA teacher with `.update(model)`, stepped after each optimizer step. `modules`: extra trainable modules
-    (optimised and checkpointed with the model). `stop_at`: end (with a checkpoint) after that many steps.
-    `extra_config` is saved in config.json beside the TrainConfig (e.g. recipe and preset names).
-    `save_final(model, path)` writes the final weights (default: plain safetensors of the state dict).
-    `allow_changes`: optimiser fields (`CHANGEABLE_ON_RESUME`) a resumed run may change; recorded in config.json.
-    `stop_signals`: signals that stop the run after the current step with a checkpoint (or a `PreemptionGuard`; () = none)."""
+# %% ../nbs/09_train.ipynb #f3a2223b
+def _setup_run(model: nn.Module, data, cfg: TrainConfig, teacher, modules, collate_fn) -> SimpleNamespace:
+    "Process group, device, run folder, seeds, models on the device, optimizer, scheduler, scaler and batches of a run."
     info = init_distributed()
     device = _resolve_device(cfg, info)
     run_dir = _resolve_run_dir(cfg, info)
     global_batch = cfg.batch_size * (info.world_size if cfg.batch_scope == "process" else 1)
     cfg_dict = {**asdict(cfg), "run_dir": str(run_dir), "precision_ran": describe_precision(cfg.precision, device),
                 "global_batch_size": global_batch, "world_size": info.world_size}
-    metrics_path, config_path = run_dir / "metrics.jsonl", run_dir / "config.json"
     modules = dict(modules or {})
-    callbacks = list(callbacks)
-
+    r = SimpleNamespace(info=info, device=device, run_dir=run_dir, global_batch=global_batch, cfg_dict=cfg_dict,
+                        metrics_path=run_dir / "metrics.jsonl", config_path=run_dir / "config.json",
+                        model=model, teacher=teacher, modules=modules)
     random.seed(cfg.seed); np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed + info.rank)  # per-rank dropout masks; data order does not depend on these generators
-
     model.to(device).train()
     cast_towers_(model, cfg.precision)   # bf16/fp16: the towers' weights (heads stay float32); else nothing
     for m in modules.values(): m.to(device).train()
@@ -557,14 +452,19 @@ def train(model: nn.Module, loss_fn: Callable, data, cfg: TrainConfig, teacher=N
             warnings.warn("the model has BatchNorm layers and runs on CPU with several processes: batch statistics are "
                           "per rank (SyncBatchNorm needs CUDA), so losses differ slightly from one process on the same "
                           "global batch; use a BatchNorm-free preset (e.g. world-tiny-vit) for exact equivalence")
-
     named = [*model.named_parameters()] + [(f"modules.{k}.{n}", p) for k, m in modules.items() for n, p in m.named_parameters()]
-    params = [p for _, p in named if p.requires_grad]
-    optimizer = make_optimizer(named, cfg)
-    scheduler = make_scheduler(optimizer, cfg)
-    scaler = grad_scaler(device, cfg.precision)   # amp_fp16 only, as open_clip_train
-    batches = _Batches(data, replace(cfg, batch_size=global_batch, batch_scope="global"), collate_fn, info)
+    r.params = [p for _, p in named if p.requires_grad]
+    r.optimizer = make_optimizer(named, cfg)
+    r.scheduler = make_scheduler(r.optimizer, cfg)
+    r.scaler = grad_scaler(device, cfg.precision)   # amp_fp16 only, as open_clip_train
+    r.batches = _Batches(data, replace(cfg, batch_size=global_batch, batch_scope="global"), collate_fn, info)
+    return r
 
+# %% ../nbs/09_train.ipynb #53e6b045
+def _start_or_resume(r: SimpleNamespace, cfg: TrainConfig, resume: bool, extra_config: Mapping | None,
+                     allow_changes: Sequence[str]) -> int:
+    "Write a fresh run's config.json and empty metrics, or restore a resumed run's state; the step to continue from."
+    info, run_dir, config_path, optimizer, scheduler = r.info, r.run_dir, r.config_path, r.optimizer, r.scheduler
     if info.is_main and run_dir.exists(): sweep_temporary_files(run_dir)   # half-written files of a killed run
     ckpt = latest_checkpoint(run_dir) if run_dir.exists() else None
     if not resume and (config_path.exists() or ckpt is not None):
@@ -577,8 +477,8 @@ def train(model: nn.Module, loss_fn: Callable, data, cfg: TrainConfig, teacher=N
             saved_cfg = json.loads(config_path.read_text())
             changes = _check_resume_config(saved_cfg, cfg, run_dir, json.loads(json.dumps(dict(extra_config or {}), default=str)),
                                            allow_changes)
-        state = load_checkpoint(ckpt, model, optimizer, scheduler, teacher=teacher, modules=modules)
-        if scaler is not None and state.get("scaler") is not None: scaler.load_state_dict(state["scaler"])
+        state = load_checkpoint(ckpt, r.model, optimizer, scheduler, teacher=r.teacher, modules=r.modules)
+        if r.scaler is not None and state.get("scaler") is not None: r.scaler.load_state_dict(state["scaler"])
         if changes:   # the optimiser and schedule follow the new settings from the resumed step on
             for g in optimizer.param_groups:
                 g.update(weight_decay=cfg.weight_decay if g.get("weight_decay", 0) else 0.0, betas=tuple(cfg.betas), eps=cfg.eps)
@@ -588,109 +488,145 @@ def train(model: nn.Module, loss_fn: Callable, data, cfg: TrainConfig, teacher=N
                 g["lr"] = base * lam(int(state["step"]))
             if info.is_main:
                 hist = list(saved_cfg.get("history", [])) + [dict(step=int(state["step"]), changed=changes)]
-                atomic_write_text(config_path, json.dumps({**cfg_dict, **dict(extra_config or {}), "history": hist},
+                atomic_write_text(config_path, json.dumps({**r.cfg_dict, **dict(extra_config or {}), "history": hist},
                                                           indent=2, default=str))
-        if state["data"] != batches.state():
-            raise ValueError(f"cannot resume {ckpt}: data differs (saved {state['data']}, now {batches.state()})")
+        if state["data"] != r.batches.state():
+            raise ValueError(f"cannot resume {ckpt}: data differs (saved {state['data']}, now {r.batches.state()})")
         rngs = state["rng"]
         if len(rngs) == info.world_size: set_rng_state(rngs[info.rank])
         else: warnings.warn(f"checkpoint has RNG states of {len(rngs)} ranks, now {info.world_size}: not restored")
         start = int(state["step"])
-        if info.is_main: _forget_after(run_dir, metrics_path, start)
+        if info.is_main: _forget_after(run_dir, r.metrics_path, start)
     elif info.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(config_path, json.dumps({**cfg_dict, **dict(extra_config or {})}, indent=2, default=str))
-        atomic_write_text(metrics_path, "")
+        atomic_write_text(config_path, json.dumps({**r.cfg_dict, **dict(extra_config or {})}, indent=2, default=str))
+        atomic_write_text(r.metrics_path, "")
     if info.world_size > 1: dist.barrier()
+    return start
 
-    clamps = [c for c in (clamp_hook(m) for m in (model, *modules.values())) if c is not None]
+# %% ../nbs/09_train.ipynb #ccc34bac
+def _train_step(r: SimpleNamespace, cfg: TrainConfig, loss_fn: Callable, batch, step: int, callbacks: list,
+                clamps: list) -> tuple:
+    "One optimizer step (1-based `step`): forward, NaN guard, backward, gradient averaging and clipping, update, clamps, EMA, schedule."
+    model, teacher, optimizer, scaler, info, params = r.model, r.teacher, r.optimizer, r.scaler, r.info, r.params
+    batch = _to_device(batch, r.device)
+    with autocast_context(r.device, cfg.precision): loss, terms = loss_fn(model, batch, teacher)
+    terms = dict(terms or {})
+    vals = _reduce_scalars(loss, terms, info)
+    check_finite(step, vals[0], dict(zip(terms, vals[1:])))
+    optimizer.zero_grad(set_to_none=True)
+    (loss if scaler is None else scaler.scale(loss)).backward()
+    allreduce_gradients(params)
+    if scaler is not None: scaler.unscale_(optimizer)
+    # clip_grad_norm_ returns the norm *before* clipping; max_norm=inf only measures it
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip if cfg.grad_clip > 0 else math.inf))
+    if not math.isfinite(grad_norm) and scaler is None: raise NonFiniteLossError(step, "grad_norm", grad_norm)
+    for cb in callbacks: cb("before_optimizer_step", dict(step=step, model=model, optimizer=optimizer, teacher=teacher, grad_norm=grad_norm))
+    lr = optimizer.param_groups[0]["lr"]
+    if scaler is None: optimizer.step()
+    else: scaler.step(optimizer); scaler.update()   # skips the step when fp16 gradients overflowed
+    for clamp in clamps: clamp()    # model-owned clamps: logit scale ≤ 100, curvature range, α ≤ 1
+    if teacher is not None: teacher.update(model)  # EMA after the step (DeGLA)
+    r.scheduler.step()
+    return lr, terms, vals, grad_norm
+
+# %% ../nbs/09_train.ipynb #4c337a46
+def _log_step(r: SimpleNamespace, step: int, lr: float, terms: dict, vals: torch.Tensor, grad_norm: float, t0: float,
+              extra_metrics: Callable) -> dict:
+    "The metrics line of a logged step, appended to metrics.jsonl by the main process."
+    metrics = dict(step=step, lr=lr, loss=float(vals[0]))
+    for k, v in zip(terms, vals[1:].tolist()): metrics[k if k not in metrics else f"term_{k}"] = v
+    metrics.update(grad_norm=grad_norm, **model_scalars(r.model), time=round(time.time() - t0, 3))
+    if r.scaler is not None: metrics["grad_scale"] = float(r.scaler.get_scale())
+    if r.device.type == "cuda": metrics["cuda_peak_mb"] = round(torch.cuda.max_memory_allocated(r.device) / 2**20, 1)
+    metrics.update(extra_metrics("log", step))   # e.g. validation terms of `ValidationMonitor`
+    if r.info.is_main:
+        with open(r.metrics_path, "a") as f: f.write(json.dumps(metrics) + "\n")
+    return metrics
+
+# %% ../nbs/09_train.ipynb #6f00edd2
+def _checkpoint_step(r: SimpleNamespace, cfg: TrainConfig, step: int) -> Path:
+    "Gather every rank's RNG state and write the checkpoint of `step` (main process); its folder on every rank."
+    info = r.info
+    rng = get_rng_state(); rngs = [rng]
+    if info.world_size > 1: rngs = [None] * info.world_size; dist.all_gather_object(rngs, rng)
+    path = None
+    if info.is_main:
+        path = save_checkpoint(r.run_dir, r.model, r.optimizer, r.scheduler, step, teacher=r.teacher, modules=r.modules,
+                               extra_state=dict(rng=rngs, data=r.batches.state(), config=r.cfg_dict,
+                                                **({"scaler": r.scaler.state_dict()} if r.scaler is not None else {})),
+                               keep=cfg.keep_checkpoints, save_optimizer=cfg.save_optimizer)
+    if info.world_size > 1: dist.barrier()
+    return path or checkpoint_dir(r.run_dir, step)
+
+# %% ../nbs/09_train.ipynb #529f1036
+def _finish_run(r: SimpleNamespace, cfg: TrainConfig, start: int, end: int, last: dict, last_ckpt: Path | None,
+                callbacks: list, preempted: str | None, save_final: Callable | None) -> TrainResult:
+    "Final weights (a run that reached its end or was stopped by a callback, not a preempted one) and the `TrainResult`."
+    run_dir, metrics_path = r.run_dir, r.metrics_path
+    weights = None
+    stopped_by_callback = any(getattr(cb, "stop_requested", False) for cb in callbacks)
+    if (end == cfg.steps or stopped_by_callback) and r.info.is_main and not preempted:
+        weights = run_dir / "model.safetensors"
+        (save_final or _save_weights)(r.model, weights)
+    if not last and metrics_path.is_file() and r.info.is_main:
+        prev = read_metrics(run_dir); last = prev[-1] if prev else {}
+    return TrainResult(step=end if start < end else start, metrics=last, run_dir=run_dir, metrics_path=metrics_path,
+                       config_path=r.config_path, checkpoint=last_ckpt or latest_checkpoint(run_dir),
+                       weights_path=weights, stopped_early=end < cfg.steps and not stopped_by_callback, preempted=preempted)
+
+# %% ../nbs/09_train.ipynb #9e6af762
+def train(model: nn.Module, loss_fn: Callable, data, cfg: TrainConfig, teacher=None, callbacks: Iterable[Callable] = (),
+          *, resume: bool = False, stop_at: int | None = None, collate_fn: Callable | None = None,
+          modules: Mapping[str, nn.Module] | None = None, extra_config: Mapping | None = None,
+          save_final: Callable[[nn.Module, Path], Any] | None = None, allow_changes: Sequence[str] = (),
+          stop_signals: Iterable[str | int] | PreemptionGuard = PREEMPTION_SIGNALS) -> TrainResult:
+    """Train `model` with `loss_fn(model, batch, teacher) -> (loss, terms)` on `data` (dataset or step → batch).
+    `teacher`: EMA teacher with `.update(model)`, stepped after each optimizer step. `modules`: extra trainable modules
+    (optimised and checkpointed with the model). `stop_at`: end (with a checkpoint) after that many steps.
+    `extra_config` is saved in config.json beside the TrainConfig (e.g. recipe and preset names).
+    `save_final(model, path)` writes the final weights (default: plain safetensors of the state dict).
+    `allow_changes`: optimiser fields (`CHANGEABLE_ON_RESUME`) a resumed run may change; recorded in config.json.
+    `stop_signals`: signals that stop the run after the current step with a checkpoint (or a `PreemptionGuard`; () = none)."""
+    callbacks = list(callbacks)
+    r = _setup_run(model, data, cfg, teacher, modules, collate_fn)
+    info, device = r.info, r.device
+    start = _start_or_resume(r, cfg, resume, extra_config, allow_changes)
+    clamps = [c for c in (clamp_hook(m) for m in (model, *r.modules.values())) if c is not None]
     end = cfg.steps if stop_at is None else min(cfg.steps, int(stop_at))
     bar = _Progress(start, cfg.steps, _auto_quiet(cfg, info))
     t0, last, last_ckpt = time.time(), {}, None
-
     def extra_metrics(event, step):
         "Metrics that callbacks add (a dict returned from a 'begin' or 'log' event)."
         out = {}
         for cb in callbacks:
-            r = cb(event, dict(step=step, model=model, teacher=teacher, start=start))
-            if isinstance(r, Mapping): out.update(r)
+            res = cb(event, dict(step=step, model=model, teacher=teacher, start=start))
+            if isinstance(res, Mapping): out.update(res)
         return out
-
     if start == 0:   # 'begin': e.g. validation terms before the first step, logged as step 0
         begin = extra_metrics("begin", 0)
         if begin and info.is_main:
-            with open(metrics_path, "a") as f: f.write(json.dumps(dict(step=0, **begin)) + "\n")
-
-    def checkpoint(step):
-        rng = get_rng_state()
-        if info.world_size > 1:
-            rngs = [None] * info.world_size
-            dist.all_gather_object(rngs, rng)
-        else: rngs = [rng]
-        path = None
-        if info.is_main:
-            path = save_checkpoint(run_dir, model, optimizer, scheduler, step, teacher=teacher, modules=modules,
-                                   extra_state=dict(rng=rngs, data=batches.state(), config=cfg_dict,
-                                                    **({"scaler": scaler.state_dict()} if scaler is not None else {})),
-                                   keep=cfg.keep_checkpoints, save_optimizer=cfg.save_optimizer)
-        if info.world_size > 1: dist.barrier()
-        return path or checkpoint_dir(run_dir, step)
-
+            with open(r.metrics_path, "a") as f: f.write(json.dumps(dict(step=0, **begin)) + "\n")
     guard = stop_signals if isinstance(stop_signals, PreemptionGuard) else PreemptionGuard(stop_signals)
     guard, preempted = guard.__enter__(), None
     try:
-        stream = batches.stream(start, end, cfg.num_workers, pin_memory=device.type == "cuda")
+        stream = r.batches.stream(start, end, cfg.num_workers, pin_memory=device.type == "cuda")
         for t, batch in zip(range(start, end), stream):
             step = t + 1
-            batch = _to_device(batch, device)
-            with autocast_context(device, cfg.precision): loss, terms = loss_fn(model, batch, teacher)
-            terms = dict(terms or {})
-            vals = _reduce_scalars(loss, terms, info)
-            check_finite(step, vals[0], dict(zip(terms, vals[1:])))
-            optimizer.zero_grad(set_to_none=True)
-            (loss if scaler is None else scaler.scale(loss)).backward()
-            allreduce_gradients(params)
-            if scaler is not None: scaler.unscale_(optimizer)
-            # clip_grad_norm_ returns the norm *before* clipping; max_norm=inf only measures it
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip if cfg.grad_clip > 0 else math.inf))
-            if not math.isfinite(grad_norm) and scaler is None: raise NonFiniteLossError(step, "grad_norm", grad_norm)
-            for cb in callbacks: cb("before_optimizer_step", dict(step=step, model=model, optimizer=optimizer, teacher=teacher, grad_norm=grad_norm))
-            lr = optimizer.param_groups[0]["lr"]
-            if scaler is None: optimizer.step()
-            else: scaler.step(optimizer); scaler.update()   # skips the step when fp16 gradients overflowed
-            for clamp in clamps: clamp()    # model-owned clamps: logit scale ≤ 100, curvature range, α ≤ 1
-            if teacher is not None: teacher.update(model)  # EMA after the step (DeGLA)
-            scheduler.step()
+            lr, terms, vals, grad_norm = _train_step(r, cfg, loss_fn, batch, step, callbacks, clamps)
             metrics = None
             if step % cfg.log_every == 0 or step == cfg.steps or step == end:
-                metrics = dict(step=step, lr=lr, loss=float(vals[0]))
-                for k, v in zip(terms, vals[1:].tolist()): metrics[k if k not in metrics else f"term_{k}"] = v
-                metrics.update(grad_norm=grad_norm, **model_scalars(model), time=round(time.time() - t0, 3))
-                if scaler is not None: metrics["grad_scale"] = float(scaler.get_scale())
-                if device.type == "cuda": metrics["cuda_peak_mb"] = round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
-                metrics.update(extra_metrics("log", step))   # e.g. validation terms of `ValidationMonitor`
-                last = metrics
-                if info.is_main:
-                    with open(metrics_path, "a") as f: f.write(json.dumps(metrics) + "\n")
-            bar.update(step, f"loss {float(vals[0]):.4f}, {(step - start) * global_batch / max(time.time() - t0, 1e-9):.0f} samples/s")
-            for cb in callbacks: cb("step_end", dict(step=step, model=model, optimizer=optimizer, teacher=teacher, metrics=metrics))
+                metrics = last = _log_step(r, step, lr, terms, vals, grad_norm, t0, extra_metrics)
+            bar.update(step, f"loss {float(vals[0]):.4f}, {(step - start) * r.global_batch / max(time.time() - t0, 1e-9):.0f} samples/s")
+            for cb in callbacks: cb("step_end", dict(step=step, model=model, optimizer=r.optimizer, teacher=teacher, metrics=metrics))
             if any(getattr(cb, "stop_requested", False) for cb in callbacks):   # e.g. a plateau with stop_on_plateau
                 end = step
             if guard.agreed(info, device) and step < end: end, preempted = step, guard.received or "a signal on another rank"
-            if step % cfg.ckpt_every == 0 or step == end: last_ckpt = checkpoint(step)
+            if step % cfg.ckpt_every == 0 or step == end: last_ckpt = _checkpoint_step(r, cfg, step)
             if step == end: break
     finally:
         bar.close(); guard.__exit__()
-    weights = None
-    stopped_by_callback = any(getattr(cb, "stop_requested", False) for cb in callbacks)
-    if (end == cfg.steps or stopped_by_callback) and info.is_main and not preempted:
-        weights = run_dir / "model.safetensors"
-        (save_final or _save_weights)(model, weights)
-    if not last and metrics_path.is_file() and info.is_main:
-        prev = read_metrics(run_dir); last = prev[-1] if prev else {}
-    return TrainResult(step=end if start < end else start, metrics=last, run_dir=run_dir, metrics_path=metrics_path,
-                       config_path=config_path, checkpoint=last_ckpt or latest_checkpoint(run_dir),
-                       weights_path=weights, stopped_early=end < cfg.steps and not stopped_by_callback, preempted=preempted)
+    return _finish_run(r, cfg, start, end, last, last_ckpt, callbacks, preempted, save_final)
 
 # %% ../nbs/09_train.ipynb #2af1b697
 def plateau_step(steps: Sequence[int], values: Sequence[float], patience: int = 2, min_delta: float = 0.01) -> int | None:

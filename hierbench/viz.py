@@ -6,7 +6,7 @@ Docs: https://hierbench.github.io/hierbench/viz.html.md"""
 
 # %% ../nbs/12_viz.ipynb #479cbf58
 from __future__ import annotations
-import base64, io, math, warnings
+import math, warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -14,10 +14,7 @@ import numpy as np
 import pandas as pd
 import torch
 import plotly.graph_objects as go
-from PIL import Image
 from plotly.subplots import make_subplots
-
-from .world import Scene, Taxonomy
 
 from .geometry import (dist0, exp_map0, exterior_angle, half_aperture, lorentz_to_poincare,
                                 pairwise_dist)
@@ -30,8 +27,7 @@ __all__ = ['PROJECTION_METHODS', 'ANGLE_COLOURS', 'check_in_ball', 'mobius_add',
            'project_2d', 'projection_figure', 'horopca_figure', 'projection_comparison_figure', 'embedding_norms',
            'norms_table', 'norm_distribution_figure', 'entailment_table', 'entailment_plane', 'cone_boundary',
            'entailment_disk_figure', 'aperture_saturation_figure', 'training_curves_figure', 'TrainingHealth',
-           'pep_curves_figure', 'angle_histograms_figure', 'confidence_intervals', 'ablation_bars_figure',
-           'image_grid_figure', 'scene_grid_figure', 'crops_figure', 'taxonomy_figure']
+           'pep_curves_figure', 'angle_histograms_figure', 'confidence_intervals', 'ablation_bars_figure']
 
 # %% ../nbs/12_viz.ipynb #2e65689d
 _BALL_MARGIN = 1e-15  # smallest 1-||x||² we divide by: float64 rounding can put a far-out point a hair from the sphere
@@ -157,6 +153,7 @@ def _horopca_objective(x: torch.Tensor, ideals: torch.Tensor) -> torch.Tensor:
     d = 2 * torch.asinh(q.clamp_min(1e-30).sqrt())
     return (d * d).mean()
 
+# %% ../nbs/12_viz.ipynb #0ec00ea0
 @dataclass
 class HoroPCA:
     "Hyperbolic PCA by horospherical projections (Chami et al., 2021) for Lorentz points; sklearn-like `fit`/`transform`."
@@ -684,51 +681,4 @@ def ablation_bars_figure(results, metric: str, recipes: Sequence[str] | None = N
                            hovertemplate="%{x}: %{y:.4g}<br>CI [%{customdata[0]:.4g}, %{customdata[1]:.4g}]<extra></extra>"))
     fig.update_layout(title=title or f"{metric}: mean over seeds ± {confidence:.0%} t-interval", yaxis_title=metric,
                       template="plotly_white")
-    return fig
-
-# %% ../nbs/12_viz.ipynb #5bbda245
-def _png_uri(img: np.ndarray, scale: int = 4) -> str:
-    buf = io.BytesIO()
-    Image.fromarray(np.repeat(np.repeat(img, scale, 0), scale, 1)).save(buf, format="PNG")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
-
-# %% ../nbs/12_viz.ipynb #95f4bba7
-def image_grid_figure(images: Sequence[np.ndarray], titles: Sequence[str], cols: int = 4, scale: int = 3,
-                      cell_px: int = 240):
-    "Plotly figure: uint8 (H,W,3) images in a grid (embedded as small PNGs), each with a title."
-    rows = -(-len(images) // cols)
-    fig = make_subplots(rows, cols, subplot_titles=list(titles), horizontal_spacing=0.02, vertical_spacing=0.12)
-    for k, img in enumerate(images):
-        fig.add_trace(go.Image(source=_png_uri(np.asarray(img), scale)), k // cols + 1, k % cols + 1)
-    fig.update_xaxes(visible=False); fig.update_yaxes(visible=False)
-    fig.update_annotations(font_size=9)
-    fig.update_layout(height=cell_px * rows, width=cell_px * cols, margin=dict(l=5, r=5, t=40, b=5))
-    return fig
-
-# %% ../nbs/12_viz.ipynb #f82fac4b
-def scene_grid_figure(scenes: Sequence[Scene], cols: int = 4, scale: int = 3):
-    "Plotly figure: scene images in a grid, each titled with its chain's last caption."
-    return image_grid_figure([s.image for s in scenes], [f"#{s.index}: {s.chain[3]}" for s in scenes], cols, scale)
-
-# %% ../nbs/12_viz.ipynb #151986af
-def crops_figure(scene: Scene, scale: int = 3):
-    "Plotly figure: a scene and its per-object crops, titled with the phrases (HyCoCLIP's box-phrase pairs)."
-    return image_grid_figure([scene.image, *scene.crops], ["scene", *scene.phrases], cols=1 + len(scene.crops),
-                             scale=scale, cell_px=200)
-
-# %% ../nbs/12_viz.ipynb #eaf57ac4
-def taxonomy_figure(tax: Taxonomy):
-    "Plotly node-link drawing of a taxonomy (root on top, leaves evenly spaced at the bottom)."
-    xs = {l: i for i, l in enumerate(tax.leaves)}
-    for d in range(max(map(tax.depth, tax.nodes)) - 1, -1, -1):
-        for n in tax.level(d):
-            if tax.children(n): xs[n] = float(np.mean([xs[c] for c in tax.children(n)]))
-    ex, ey = [], []
-    for n, p in tax.parent.items():
-        if p is not None: ex += [xs[p], xs[n], None]; ey += [-tax.depth(p), -tax.depth(n), None]
-    fig = go.Figure([go.Scatter(x=ex, y=ey, mode="lines", line=dict(color="#999"), hoverinfo="skip"),
-                     go.Scatter(x=[xs[n] for n in tax.nodes], y=[-tax.depth(n) for n in tax.nodes], mode="markers+text",
-                                text=tax.nodes, textposition="bottom center", marker=dict(size=10))])
-    fig.update_layout(title=f"{tax.name} taxonomy", showlegend=False, height=300, width=640,
-                      xaxis=dict(visible=False), yaxis=dict(visible=False), margin=dict(l=10, r=10, t=40, b=10))
     return fig

@@ -205,6 +205,7 @@ def _show(out, *objs):
         outputs.append({"output_type": "display_data", "data": bundle, "metadata": {}})
     out.outputs = tuple(outputs)
 
+# %% ../nbs/13_widgets.ipynb #c8ff321d
 class _ModelBank:
     "name -> model, loading saved-model paths lazily (once)."
     def __init__(self, models):
@@ -224,11 +225,13 @@ class _ModelBank:
             self.loaded[name] = m
         return self.loaded[name]
 
+# %% ../nbs/13_widgets.ipynb #ac215bea
 def _ipywidgets():
     try: import ipywidgets
     except ImportError as e: raise ImportError("the explorers need ipywidgets: pip install -e '.[lab]'") from e
     return ipywidgets
 
+# %% ../nbs/13_widgets.ipynb #9e3c1b25
 def entailment_explorer(models, scenes: Sequence | None = None, K: float = 0.1, split: str = "test-iid",
                         seed: int = 0, horopca_steps: int = 100):
     """An ipywidgets VBox over `entailment_view`: model, scene, apex, K and display-curvature controls.

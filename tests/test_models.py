@@ -421,7 +421,8 @@ def test_ema_teacher_averages_parameters_only_and_checks_decay():
 
 # ---------------------------------------------------------------- image readout
 def test_flatten_readout_preset_differs_from_world_tiny_in_the_readout_only(tmp_path):
-    from hierbench.models import FlattenReadout, export_open_clip, load_model, resolve_architecture, save_model
+    from hierbench.models import FlattenReadout, load_model, resolve_architecture, save_model
+    from hierbench.export import export_open_clip
     flat, tiny = resolve_architecture("world-tiny-flat"), resolve_architecture("world-tiny")
     assert {k for k in set(flat) | set(tiny) if flat.get(k) != tiny.get(k)} == {"image_readout"}
     assert "image_readout" not in ARCHS["world-tiny"]          # the default presets' configs are what they were

@@ -15,10 +15,10 @@ def test_static_figures_are_written_whole_or_skipped_with_the_reason(tmp_path, m
     figs = {"a b/c": go.Figure(go.Bar(y=[1, 2]))}
     def broken(figs, files, **kwargs):   # a browser that dies after starting the first file
         Path(files[0]).write_bytes(b"partial")
-        raise RuntimeError("no Chrome found\nsecond line")
+        raise RuntimeError("\nno Chrome found\nsecond line")   # plotly's messages start with a newline
     monkeypatch.setattr(pio, "write_images", broken)
     res = RP.save_static_figures(figs, tmp_path / "figs")
-    assert res == {"written": [], "skipped": "RuntimeError: no Chrome found"}
+    assert res == {"written": [], "skipped": "RuntimeError: no Chrome found second line"}   # one line, all of it
     assert not list((tmp_path / "figs").glob("*"))   # nothing half-written
     assert RP.save_static_figures({}, tmp_path / "none") == {"written": [], "skipped": None}
 
