@@ -18,6 +18,15 @@ from .world import WorldConfig, build_split, make_scene
 from .bench_real import (   # section `real` and the pieces every section shares
     FULL, QUICK, BenchSizes, _goal, _median, _pipeline_images, _sync, _train_step, bench_real, format_real, peak_rss_mb,
     recipe_forward, torch_threads)
+from .geometry import geometry_speed_ratios
+from . import data as D, models as M, recipes as R, train as T
+from .sources import WorldData, world_captions, world_source
+from .decoder import ReconstructionHead, pretrain_decoder
+from .precision import cast_towers_, grad_scaler
+from .models import resolve_architecture
+from .recipes import get_recipe, list_recipes
+from .data import load_image
+from .models import create_model
 
 # %% auto #0
 __all__ = ['SECTIONS', 'PAIRWISE_GOAL', 'WORLD_BUILD_GOAL_S', 'OP_CLASSES', 'OUTSIDE_SHARE_GOAL', 'PEAK_SHARE_GOAL',
@@ -34,7 +43,7 @@ PAIRWISE_GOAL = 1.5  # pairwise_dist may cost at most 1.5x the cosine matmul of 
 
 def bench_geometry(sizes: BenchSizes = FULL, device: str = "cpu") -> dict:
     "Geometry timings and ratios (see `hierbench.geometry.geometry_speed_ratios`) plus the goal check."
-    from hierbench.geometry import geometry_speed_ratios
+
     r = geometry_speed_ratios(n=sizes.geometry_n, d=sizes.geometry_d, pairs=sizes.geometry_pairs,
                               repeats=sizes.geometry_repeats, pair_d=sizes.geometry_pair_d, device=device)
     if (sizes.geometry_n, sizes.geometry_d) != (4096, 512): return r   # the goal is stated for these shapes only
@@ -130,21 +139,21 @@ def recipe_setup(name: str, preset: str = "world-tiny", batch_size: int = 64, de
                  seed: int = 0, device: str = "cpu", precision: str = "fp32") -> dict:
     """Model, teacher, recon head, optimizer, loss function and a real world batch for recipe `name`, as `train_recipe`
     builds them, at `precision` (`hierbench.precision`: the trainer's casts, autocast and gradient scaler)."""
-    from hierbench import data as D, models as M, recipes as R, train as T
+
     recipe = R.get_recipe(name)
     torch.manual_seed(seed)
     model = M.create_model(preset, **recipe.model_kwargs()).to(device).train()
     teacher = M.EMATeacher(model, recipe.teacher_decay(300)).to(device) if recipe.needs_teacher else None
-    from hierbench.sources import WorldData, world_captions, world_source
+
     ds = world_source(recipe, model, WorldData(n_train=batch_size, world_seed=seed, cache_dir=False))
     batch = T._to_device(D.collate_batch([ds[i] for i in range(batch_size)]), device)
     modules, recon_head = {}, None
     if recipe.needs_decoder:
-        from hierbench.decoder import ReconstructionHead, pretrain_decoder
+
         decoder, _ = pretrain_decoder(world_captions(ds), steps=decoder_steps, seed=seed)
         recon_head = modules["recon_head"] = ReconstructionHead(model.text_width, decoder).to(device).train()
     cfg = T.TrainConfig(**{**recipe.world.train_overrides(), "batch_size": batch_size, "precision": precision})
-    from hierbench.precision import cast_towers_, grad_scaler
+
     cast_towers_(model, cfg.precision)
     if teacher is not None: cast_towers_(teacher, cfg.precision)
     named = [*model.named_parameters()] + [(f"modules.{k}.{n}", p) for k, m in modules.items() for n, p in m.named_parameters()]
@@ -238,14 +247,14 @@ DEGLA_RATIO_GOAL = 3.0     # DeGLA's step costs at most 3x CLIP's
 
 def goal_applies(preset: str) -> bool:
     "Whether the step goals are about model `preset`: a world model (its own word vocabulary), not the smoke model."
-    from hierbench.models import resolve_architecture
+
     return preset != QUICK.recipe_preset and "world_vocab" in resolve_architecture(preset)
 
 def bench_recipes(sizes: BenchSizes = FULL, recipes: list[str] | None = None, device: str = "cpu", seed: int = 0,
                   log=None, precision: str = "fp32") -> dict:
     """One training step per recipe at `precision` (`hierbench.precision`): times, ratio to `clip`'s step (wall and
     CPU), outside-encoder share, samples/s."""
-    from hierbench.recipes import get_recipe, list_recipes
+
     names = list(recipes) if recipes else list_recipes()
     for n in names: get_recipe(n)   # unknown names fail here, listing the known ones
     names = ["clip", *[n for n in names if n != "clip"]]
@@ -331,8 +340,7 @@ def bench_compare(sizes: BenchSizes = FULL, compare_dir: str | Path | None = Non
 def bench_pipeline(sizes: BenchSizes = FULL, device: str = "cpu") -> dict:
     "Per-worker images/s of decode + open_clip training transform vs the samples/s of one training step (see above)."
     import open_clip, tempfile
-    from hierbench.data import load_image
-    from hierbench.models import create_model
+
     with tempfile.TemporaryDirectory() as tmp:
         paths = _pipeline_images(sizes.pipeline_images, Path(tmp))
         source = "COCO files of the data folder" if "noise-" not in paths[0].name else "written 640x480 noise JPEGs"
@@ -375,7 +383,7 @@ def run_benchmarks(sections=SECTIONS, quick: bool = False, compare_dir: str | Pa
     sizes = QUICK if quick else FULL
     if batch_size is not None and batch_size < 2: raise ValueError(f"batch_size must be >= 2 (a contrastive batch), got {batch_size}")
     if model_preset is not None:
-        from hierbench.models import resolve_architecture
+
         resolve_architecture(model_preset)   # an unknown name fails here, listing the presets
     sizes = replace(sizes, **{k: v for k, v in dict(recipe_preset=model_preset, recipe_batch=batch_size).items() if v is not None})
     with torch_threads(threads) as n_threads:

@@ -11,6 +11,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 import torch
+from .train import autocast_context
+from .config import load_settings
+from .data import image_to_tensor, load_image
+from . import models as M, recipes as R, train as T
+from .precision import cast_towers_, grad_scaler
+from .models import create_model
+from .data import ChoiceItem
+from .benchmarks import score_choice_items
 
 # %% auto #0
 __all__ = ['FULL', 'QUICK', 'REAL_TRAIN_GOAL', 'REAL_BF16_GOAL', 'REAL_EVAL_GOAL', 'BenchSizes', 'peak_rss_mb', 'torch_threads',
@@ -82,7 +90,7 @@ def recipe_forward(s: dict) -> Callable:
 
 def _train_step(s: dict, forward) -> dict:
     "One trainer step with `forward() -> loss`; wall and CPU seconds of forward, backward, optimizer and the total."
-    from hierbench.train import autocast_context
+
     dev = s["device"]
     w0, c0 = _clock(dev)
     s["optimizer"].zero_grad(set_to_none=True)
@@ -103,7 +111,7 @@ def _train_step(s: dict, forward) -> dict:
 
 # %% ../nbs/14a_bench_real.ipynb #1011fedb
 def _pipeline_images(n: int, folder: Path) -> list[Path]:
-    from hierbench.config import load_settings
+
     real = sorted((load_settings().data_root / "hierarcaps" / "test_imgs").glob("*.jpg"))[:n]
     if len(real) == n: return real
     import numpy as np
@@ -130,7 +138,7 @@ def bf16_native(device: str = "cpu") -> bool:
 
 def _real_train_batch(n: int, size: int, mean, std, folder: Path) -> tuple[torch.Tensor, list[str]]:
     "`n` preprocessed images (the pipeline's JPEGs) and captions for them."
-    from hierbench.data import image_to_tensor, load_image
+
     caps = ["a man riding a horse on a beach", "two dogs playing with a red ball", "a small cat on a wooden table",
             "a bus next to a white car on the street", "a plate of food with a fork", "a woman holding an umbrella"]
     ims = torch.stack([image_to_tensor(load_image(p), size, mean, std) for p in _pipeline_images(n, folder)])
@@ -186,8 +194,7 @@ def open_clip_train_stepper(clip, images, tokens, precision: str, device: str = 
 # %% ../nbs/14a_bench_real.ipynb #eea04d33
 def _hierbench_real_setup(arch: str, images, captions, precision: str, device: str, state: dict) -> dict:
     "The pieces of hierbench's clip step (as `train_recipe` builds them) on a real batch, weights from `state`."
-    from hierbench import models as M, recipes as R, train as T
-    from hierbench.precision import cast_towers_, grad_scaler
+
     recipe = R.get_recipe("clip")
     model = M.create_model(arch, **recipe.model_kwargs())
     model.load_state_dict(state)
@@ -205,7 +212,7 @@ def bench_real_train(sizes: BenchSizes = FULL, device: str = "cpu", precisions=(
     precision, rounds interleaved; ratios hierbench / open_clip_train (median of per-round ratios) and amp_bf16 /
     fp32 (ratio of medians)."""
     import copy, tempfile
-    from hierbench.models import create_model
+
     torch.manual_seed(0)
     ref = create_model(sizes.real_model)
     state = copy.deepcopy(ref.state_dict())
@@ -239,8 +246,7 @@ def bench_real_train(sizes: BenchSizes = FULL, device: str = "cpu", precisions=(
 def _real_eval_items(n: int, folder: Path) -> tuple[list, str]:
     "SugarCrepe items whose COCO image ships with HierarCaps (under the data root), else caption-vs-swap items."
     import re
-    from hierbench.config import load_settings
-    from hierbench.data import ChoiceItem
+
     root = load_settings().data_root
     imgs, sc = root / "hierarcaps" / "test_imgs", root / "sugarcrepe"
     if imgs.is_dir() and sc.is_dir():
@@ -262,8 +268,7 @@ def bench_real_eval(sizes: BenchSizes = FULL, device: str = "cpu", folder: Path 
     "Items/s of `score_choice_items` and of a plain per-item open_clip loop on the same items and model; verdicts compared."
     import open_clip, tempfile
     from PIL import Image
-    from hierbench.benchmarks import score_choice_items
-    from hierbench.models import create_model
+
     torch.manual_seed(0)
     model = create_model(sizes.real_model).to(device).eval()
     preprocess = open_clip.image_transform(int(model.image_size), is_train=False, mean=model.image_mean, std=model.image_std)
