@@ -79,7 +79,7 @@ def _literal_list(path, key, name, text) -> list:
 # %% ../nbs/04b_loaders.ipynb #c5fc4422
 def _check_file(path: Path, what: str = "annotation file") -> Path:
     "A readable regular file, or an error that says what is there instead (folder, symlink loop, no permission)."
-    try: st = os.stat(path)
+    try: os.stat(path)
     except FileNotFoundError: raise FileNotFoundError(f"{what} not found: {path}") from None
     except OSError as err:
         if err.errno == errno.ELOOP: raise DataFormatError(path, None, None, f"{what} is a symlink loop") from None

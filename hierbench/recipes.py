@@ -138,7 +138,7 @@ class Recipe:
             except ValueError as e: bad(f"negative_types: {e}")
         if (self.weights.get("igc") or self.weights.get("tgc")) and self.contrastive != "negclip":
             bad("igc/tgc need hard negatives: use contrastive='negclip'")
-        if self.recon_target not in ("alternatives", "captions"): bad(f"recon_target must be 'alternatives' or 'captions'")
+        if self.recon_target not in ("alternatives", "captions"): bad("recon_target must be 'alternatives' or 'captions'")
         if self.needs_teacher and self.ema_decay is None: bad("tgc/distill need a teacher: set ema_decay")
         if not self.curv_init > 0: bad(f"curv_init must be > 0, got {self.curv_init}")
         if self.ema_horizon is not None and not 0 < self.ema_horizon < 1: bad(f"ema_horizon must be in (0, 1), got {self.ema_horizon}")

@@ -6,8 +6,7 @@ Docs: https://hierbench.github.io/hierbench/train.html.md"""
 
 # %% ../nbs/09_train.ipynb #0967ab44
 from __future__ import annotations
-import json, math, os, random, shutil, signal, tempfile, threading, time, warnings
-from contextlib import nullcontext
+import json, math, os, random, shutil, signal, threading, time, warnings
 from dataclasses import InitVar, dataclass, asdict, fields, replace
 from functools import lru_cache
 from pathlib import Path
@@ -18,7 +17,6 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
-import safetensors.torch
 
 from .precision import (autocast, cast_towers_, check_precision, describe_precision, grad_scaler,
                                  legacy_amp_precision)
@@ -27,8 +25,7 @@ from .precision import (autocast, cast_towers_, check_precision, describe_precis
 __all__ = ['RESUME_FREE_FIELDS', 'NO_DECAY_NAME_KEYS', 'CHANGEABLE_ON_RESUME', 'PREEMPTION_SIGNALS', 'PREEMPTED_EXIT_CODE',
            'TrainConfig', 'is_no_decay', 'param_groups', 'make_optimizer', 'lr_factor', 'make_scheduler',
            'NonFiniteLossError', 'check_finite', 'batch_indices', 'model_scalars', 'clamp_hook', 'read_metrics',
-           'TrainResult', 'autocast_context', 'PreemptionGuard', 'Preempted', 'train', 'plateau_step',
-           'ValidationMonitor', 'EvalEvery']
+           'TrainResult', 'PreemptionGuard', 'Preempted', 'train', 'plateau_step', 'ValidationMonitor', 'EvalEvery']
 
 # %% ../nbs/09_train.ipynb #65c0d75c
 @dataclass
@@ -316,15 +313,6 @@ class _Progress:
         if self.bar.last_v is not None: self.bar.on_interrupt()  # ended before cfg.steps (stop_at, error)
         if isinstance(self.bar, ConsoleProgressBar): print()      # the console bar ends without a newline
 
-# %% ../nbs/09_train.ipynb #badaaeca
-def autocast_context(device: torch.device, precision: str | bool):
-    """The forward pass's context: `hierbench.precision.autocast` of a precision name (autocast on any device for
-    amp_bf16/amp_fp16). A bool is the pre-issue-27 `amp` flag: bf16 autocast on CUDA only."""
-    if isinstance(precision, bool):
-        if precision and torch.device(device).type == "cuda": return torch.autocast("cuda", dtype=torch.bfloat16)
-        return nullcontext()
-    return autocast(device, precision)
-
 # %% ../nbs/09_train.ipynb #2adb2135
 def _auto_quiet(cfg: TrainConfig, info: DistInfo) -> bool:
     if not info.is_main: return True
@@ -510,7 +498,7 @@ def _train_step(r: SimpleNamespace, cfg: TrainConfig, loss_fn: Callable, batch, 
     "One optimizer step (1-based `step`): forward, NaN guard, backward, gradient averaging and clipping, update, clamps, EMA, schedule."
     model, teacher, optimizer, scaler, info, params = r.model, r.teacher, r.optimizer, r.scaler, r.info, r.params
     batch = _to_device(batch, r.device)
-    with autocast_context(r.device, cfg.precision): loss, terms = loss_fn(model, batch, teacher)
+    with autocast(r.device, cfg.precision): loss, terms = loss_fn(model, batch, teacher)
     terms = dict(terms or {})
     vals = _reduce_scalars(loss, terms, info)
     check_finite(step, vals[0], dict(zip(terms, vals[1:])))

@@ -450,13 +450,15 @@ def test_resume_refuses_other_extra_config(tmp_path):
     train(Tiny(), clip_loss, make_data(), c, resume=True, extra_config={"recipe": "clip", "sizes": (1, 2)})
 
 
-def test_autocast_context_bf16_on_cuda_only():
+def test_an_old_amp_flag_runs_as_it_did_bf16_autocast_on_cuda_only():
+    "A config.json from before `precision` (`amp: true`) resumes at what ran: fp32 on a CPU, bf16 autocast on CUDA."
     import contextlib, warnings
-    assert isinstance(T.autocast_context(torch.device("cpu"), True), contextlib.nullcontext)
-    assert isinstance(T.autocast_context(torch.device("cuda", 0), False), contextlib.nullcontext)
+    from hierbench.precision import autocast, legacy_amp_precision
+    assert legacy_amp_precision(True, "cpu") == legacy_amp_precision(False, "cuda") == "fp32"
+    assert isinstance(autocast(torch.device("cpu"), legacy_amp_precision(True, "cpu")), contextlib.nullcontext)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")   # "CUDA is not available" on CPU-only machines
-        ctx = T.autocast_context(torch.device("cuda", 0), True)
+        ctx = autocast(torch.device("cuda", 0), legacy_amp_precision(True, "cuda"))
     assert isinstance(ctx, torch.autocast) and ctx.fast_dtype == torch.bfloat16 and ctx.device == "cuda"
 
 
