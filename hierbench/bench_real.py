@@ -14,7 +14,7 @@ import torch
 from .config import load_settings
 from .data import image_to_tensor, load_image
 from . import models as M, recipes as R, train as T
-from .precision import autocast, cast_towers_, grad_scaler
+from .precision import cast_towers_, grad_scaler, training_forward
 from .models import create_model
 from .data import ChoiceItem
 from .benchmarks import score_choice_items
@@ -93,7 +93,7 @@ def _train_step(s: dict, forward) -> dict:
     dev = s["device"]
     w0, c0 = _clock(dev)
     s["optimizer"].zero_grad(set_to_none=True)
-    with autocast(torch.device(dev), s["cfg"].precision): loss = forward()
+    with training_forward(torch.device(dev), s["cfg"].precision): loss = forward()
     w1, c1 = _clock(dev)
     scaler = s.get("scaler")
     (loss if scaler is None else scaler.scale(loss)).backward()

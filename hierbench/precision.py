@@ -7,15 +7,17 @@ Docs: https://hierbench.github.io/hierbench/precision.html.md"""
 # %% ../nbs/05d_precision.ipynb #72a6e8ef
 from __future__ import annotations
 import functools
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 
 import open_clip
 import torch
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 # %% auto #0
-__all__ = ['PRECISIONS', 'PRECISION_ALIASES', 'check_precision', 'low_dtype', 'is_pure', 'autocast', 'grad_scaler', 'tower_dtype',
-           'cast_towers_', 'apply_precision', 'legacy_amp_precision', 'describe_precision']
+__all__ = ['PRECISIONS', 'PRECISION_ALIASES', 'check_precision', 'low_dtype', 'is_pure', 'autocast', 'grad_scaler',
+           'training_forward', 'tower_dtype', 'cast_towers_', 'apply_precision', 'legacy_amp_precision',
+           'describe_precision']
 
 # %% ../nbs/05d_precision.ipynb #636a49f3
 PRECISIONS = ("fp32", "bf16", "fp16", "amp_bf16", "amp_fp16")
@@ -49,6 +51,15 @@ def grad_scaler(device, precision: str):
     "A `torch.amp.GradScaler` for `amp_fp16` (fp16 gradients underflow without one, as in open_clip_train); else None."
     if check_precision(precision) != "amp_fp16": return None
     return torch.amp.GradScaler(torch.device(device).type)
+
+# %% ../nbs/05d_precision.ipynb #a4da44a0
+@contextmanager
+def training_forward(device, precision: str):
+    """The context of a training forward at `precision` on `device`: `autocast(device, precision)`, plus the math
+    kernel of `scaled_dot_product_attention` on a CPU at 16 bits (amp or pure), whose backward is the fast one there."""
+    p = check_precision(precision)
+    math_attention = torch.device(device).type == "cpu" and p != "fp32"
+    with autocast(device, p), (sdpa_kernel([SDPBackend.MATH]) if math_attention else nullcontext()): yield
 
 # %% ../nbs/05d_precision.ipynb #5a505925
 def _towers(model) -> nn.Module:

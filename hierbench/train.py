@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from .precision import (autocast, cast_towers_, check_precision, describe_precision, grad_scaler,
+from .precision import (training_forward, cast_towers_, check_precision, describe_precision, grad_scaler,
                                  legacy_amp_precision)
 
 # %% auto #0
@@ -498,7 +498,7 @@ def _train_step(r: SimpleNamespace, cfg: TrainConfig, loss_fn: Callable, batch, 
     "One optimizer step (1-based `step`): forward, NaN guard, backward, gradient averaging and clipping, update, clamps, EMA, schedule."
     model, teacher, optimizer, scaler, info, params = r.model, r.teacher, r.optimizer, r.scaler, r.info, r.params
     batch = _to_device(batch, r.device)
-    with autocast(r.device, cfg.precision): loss, terms = loss_fn(model, batch, teacher)
+    with training_forward(r.device, cfg.precision): loss, terms = loss_fn(model, batch, teacher)
     terms = dict(terms or {})
     vals = _reduce_scalars(loss, terms, info)
     check_finite(step, vals[0], dict(zip(terms, vals[1:])))

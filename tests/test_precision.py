@@ -159,3 +159,29 @@ def test_budget_precision_keeps_fp32_run_keys():
     assert q.run_key() == {**BUDGETS["quick"].run_key(), "precision": "amp_bf16"}
     assert Budget.from_dict({**dataclasses.asdict(q), "recipes": list(q.recipes)}).precision == "amp_bf16"
     with pytest.raises(ValueError, match="budget 'quick': precision 'bf32'"): dataclasses.replace(q, precision="bf32")
+
+
+def _attention_kernels(fn) -> set[str]:
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU]) as prof: fn()
+    return {e.key for e in prof.key_averages() if "scaled_dot_product" in e.key}
+
+
+@pytest.mark.parametrize("precision", ["fp32", "amp_bf16", "bf16"])
+def test_training_forward_takes_the_math_attention_kernel_at_16_bits_on_cpu(precision):
+    q = torch.randn(2, 2, 8, 16, requires_grad=True)
+    x = q.bfloat16() if precision == "bf16" else q
+    def attend():
+        with P.training_forward("cpu", precision): out = torch.nn.functional.scaled_dot_product_attention(x, x, x)
+        out.float().sum().backward()
+    kernels = _attention_kernels(attend)
+    fused = any("flash_attention" in k for k in kernels)
+    assert fused == (precision == "fp32"), kernels
+    assert torch.isfinite(q.grad).all()
+
+
+def test_training_forward_is_autocast_plus_nothing_else_for_fp32():
+    with P.training_forward("cpu", "fp32"): assert not torch.is_autocast_enabled("cpu")
+    with P.training_forward("cpu", "amp_bf16"): assert torch.is_autocast_enabled("cpu")
+    with pytest.raises(ValueError, match="expected one of"):
+        with P.training_forward("cpu", "bf32"): pass
