@@ -322,13 +322,13 @@ def text_pooled_and_projected(clip: nn.Module, tokens: torch.Tensor) -> tuple[to
             x = clip.ln_final(clip.transformer(x, attn_mask=clip.attn_mask))
             pooled = text_global_pool(x, tokens, clip.text_pool_type, eos_token_id=getattr(clip, "text_eos_id", None))
             return _project_text(clip.text_projection, pooled), pooled
-        # one embedding lookup for all groups: its backward builds a dense `(vocab, width)` gradient (100 MB for
-        # CLIP's 49,408 tokens), and zeroing one per group took 0.32 s of a 2-thread ViT-B/32 step (three groups)
-        embedded = clip.token_embedding(tokens[:, :max(L for _, L in groups)])
+        # one embedding lookup per group, as the ledger's runs were trained: one lookup for all groups saves 5 % of a
+        # 2-thread ViT-B/32 fp32 step but sums the embedding's gradient in another order, and the world's fp32 runs
+        # then leave the ledger's trajectories from the second step (results page 2026-12-03_cpu-bf16-step)
         parts, order = [], []
         for rows, L in groups:
             tk = tokens[rows, :L]
-            x = embedded[rows, :L].to(cast_dtype) + clip.positional_embedding[:L].to(cast_dtype)
+            x = clip.token_embedding(tk).to(cast_dtype) + clip.positional_embedding[:L].to(cast_dtype)
             x = clip.ln_final(clip.transformer(x, attn_mask=clip.attn_mask[:L, :L]))
             parts.append(text_global_pool(x, tk, clip.text_pool_type)); order.append(rows)
         pooled = torch.cat(parts)[torch.argsort(torch.cat(order))]
