@@ -8,6 +8,7 @@ Docs: https://hierbench.github.io/hierbench/models.html.md"""
 from __future__ import annotations
 import copy, json, logging, math, os, re, tempfile, warnings
 from .config import atomic_write, atomic_write_text
+from .precision import matmul_patch_embedding_
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Sequence
@@ -28,10 +29,9 @@ _logger = logging.getLogger(__name__)
 # %% auto #0
 __all__ = ['WORLD_IMAGE_SIZE', 'WORLD_CONTEXT_LENGTH', 'ARCHS', 'DEFAULT_PRESET', 'IMAGE_READOUTS', 'TEXT_BUCKET',
            'MAX_LOGIT_SCALE', 'OPENAI_DERIVED_HINTS', 'GEOMETRIES', 'resolve_architecture', 'FlattenReadout',
-           'PatchEmbedding', 'matmul_patch_embedding_', 'build_open_clip', 'EuclideanHead', 'LorentzHead',
-           'text_pooled_and_projected', 'WordLevelTokenizer', 'make_tokenizer', 'DualEncoder', 'openai_derived_hint',
-           'make_head', 'model_from_config', 'create_model', 'read_state_dict', 'load_weights_', 'save_model',
-           'load_model', 'unwrap_model', 'EMATeacher']
+           'build_open_clip', 'EuclideanHead', 'LorentzHead', 'text_pooled_and_projected', 'WordLevelTokenizer',
+           'make_tokenizer', 'DualEncoder', 'openai_derived_hint', 'make_head', 'model_from_config', 'create_model',
+           'read_state_dict', 'load_weights_', 'save_model', 'load_model', 'unwrap_model', 'EMATeacher']
 
 # %% ../nbs/05_models.ipynb #7686589f
 from .world import WORLD_LEXICON
@@ -141,35 +141,6 @@ class FlattenReadout(nn.Module):
         self.proj = nn.Linear(channels * cells, out_dim)
     def forward(self, x: torch.Tensor) -> torch.Tensor: return self.proj(x.flatten(1))
 
-# %% ../nbs/05_models.ipynb #bb88fbc9
-class PatchEmbedding(nn.Conv2d):
-    "A ViT's patch convolution (kernel = stride, no padding, no bias) that trains at 16 bits on a CPU as a matmul."
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        "`(B, 3, H, W)` images → `(B, width, H/p, W/p)` patch features, as the convolution."
-        if not self.as_matmul(x): return super().forward(x)
-        B, C, H, W = x.shape
-        p = self.kernel_size[0]
-        h, w = H // p, W // p
-        patches = x.reshape(B, C, h, p, w, p).permute(0, 2, 4, 1, 3, 5).reshape(B, h * w, C * p * p)
-        out = patches @ self.weight.reshape(self.out_channels, -1).T          # (B, h*w, width)
-        return out.reshape(B, h, w, self.out_channels).permute(0, 3, 1, 2)     # (B, width, h, w)
-
-    def as_matmul(self, x: torch.Tensor) -> bool:
-        "True when this call trains at 16 bits on a CPU (autocast or 16-bit weights) and the patches tile the image."
-        sixteen = torch.is_autocast_enabled("cpu") or self.weight.dtype in (torch.bfloat16, torch.float16)
-        p = self.kernel_size[0]
-        return (x.device.type == "cpu" and sixteen and torch.is_grad_enabled() and self.weight.requires_grad
-                and x.shape[-2] % p == 0 and x.shape[-1] % p == 0)
-
-def matmul_patch_embedding_(visual: nn.Module) -> nn.Module:
-    "Make a ViT tower's patch convolution a `PatchEmbedding`, in place (other towers are left as they are)."
-    conv = getattr(visual, "conv1", None)
-    if (type(conv) is nn.Conv2d and conv.bias is None and conv.kernel_size == conv.stride
-            and conv.kernel_size[0] == conv.kernel_size[1] and conv.padding == (0, 0) and conv.dilation == (1, 1)
-            and conv.groups == 1):
-        conv.__class__ = PatchEmbedding   # a subclass with no state of its own: same parameter, hooks and state dict
-    return visual
-
 # %% ../nbs/05_models.ipynb #9f12bf7f
 def build_open_clip(arch: dict) -> nn.Module:
     "A randomly initialised open_clip `CLIP`/`CustomTextCLIP` from a config dict (never downloads weights)."
@@ -193,7 +164,7 @@ def build_open_clip(arch: dict) -> nn.Module:
     # convolutional towers run in channels-last layout: 1.6x faster on CPU for the world ResNet (BatchNorm and the
     # thin stem are memory-bound in NCHW); `DualEncoder.image_features` feeds them channels-last images
     if _is_conv_tower(clip.visual): clip.visual.to(memory_format=torch.channels_last)
-    matmul_patch_embedding_(clip.visual)
+    matmul_patch_embedding_(clip.visual)   # a ViT's patch convolution trains as a matmul at 16 bits on a CPU
     return clip
 
 def _is_conv_tower(visual: nn.Module) -> bool:
@@ -322,9 +293,8 @@ def text_pooled_and_projected(clip: nn.Module, tokens: torch.Tensor) -> tuple[to
             x = clip.ln_final(clip.transformer(x, attn_mask=clip.attn_mask))
             pooled = text_global_pool(x, tokens, clip.text_pool_type, eos_token_id=getattr(clip, "text_eos_id", None))
             return _project_text(clip.text_projection, pooled), pooled
-        # one embedding lookup per group, as the ledger's runs were trained: one lookup for all groups saves 5 % of a
-        # 2-thread ViT-B/32 fp32 step but sums the embedding's gradient in another order, and the world's fp32 runs
-        # then leave the ledger's trajectories from the second step (results page 2026-12-03_cpu-bf16-step)
+        # one embedding lookup per group: one for all groups saves 5 % of a ViT-B/32 step but sums the gradient in
+        # another order, and the world's fp32 runs leave the ledger's (results page 2026-12-03_cpu-bf16-step)
         parts, order = [], []
         for rows, L in groups:
             tk = tokens[rows, :L]

@@ -16,8 +16,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 # %% auto #0
 __all__ = ['PRECISIONS', 'PRECISION_ALIASES', 'check_precision', 'low_dtype', 'is_pure', 'autocast', 'grad_scaler',
-           'training_forward', 'tower_dtype', 'cast_towers_', 'apply_precision', 'legacy_amp_precision',
-           'describe_precision']
+           'training_forward', 'PatchEmbedding', 'matmul_patch_embedding_', 'tower_dtype', 'cast_towers_',
+           'apply_precision', 'legacy_amp_precision', 'describe_precision']
 
 # %% ../nbs/05d_precision.ipynb #636a49f3
 PRECISIONS = ("fp32", "bf16", "fp16", "amp_bf16", "amp_fp16")
@@ -60,6 +60,35 @@ def training_forward(device, precision: str):
     p = check_precision(precision)
     math_attention = torch.device(device).type == "cpu" and p != "fp32"
     with autocast(device, p), (sdpa_kernel([SDPBackend.MATH]) if math_attention else nullcontext()): yield
+
+# %% ../nbs/05d_precision.ipynb #bb88fbc9
+class PatchEmbedding(nn.Conv2d):
+    "A ViT's patch convolution (kernel = stride, no padding, no bias) that trains at 16 bits on a CPU as a matmul."
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        "`(B, 3, H, W)` images → `(B, width, H/p, W/p)` patch features, as the convolution."
+        if not self.as_matmul(x): return super().forward(x)
+        B, C, H, W = x.shape
+        p = self.kernel_size[0]
+        h, w = H // p, W // p
+        patches = x.reshape(B, C, h, p, w, p).permute(0, 2, 4, 1, 3, 5).reshape(B, h * w, C * p * p)
+        out = patches @ self.weight.reshape(self.out_channels, -1).T          # (B, h*w, width)
+        return out.reshape(B, h, w, self.out_channels).permute(0, 3, 1, 2)     # (B, width, h, w)
+
+    def as_matmul(self, x: torch.Tensor) -> bool:
+        "True when this call trains at 16 bits on a CPU (autocast or 16-bit weights) and the patches tile the image."
+        sixteen = torch.is_autocast_enabled("cpu") or self.weight.dtype in (torch.bfloat16, torch.float16)
+        p = self.kernel_size[0]
+        return (x.device.type == "cpu" and sixteen and torch.is_grad_enabled() and self.weight.requires_grad
+                and x.shape[-2] % p == 0 and x.shape[-1] % p == 0)
+
+def matmul_patch_embedding_(visual: nn.Module) -> nn.Module:
+    "Make a ViT tower's patch convolution a `PatchEmbedding`, in place (other towers are left as they are)."
+    conv = getattr(visual, "conv1", None)
+    if (type(conv) is nn.Conv2d and conv.bias is None and conv.kernel_size == conv.stride
+            and conv.kernel_size[0] == conv.kernel_size[1] and conv.padding == (0, 0) and conv.dilation == (1, 1)
+            and conv.groups == 1):
+        conv.__class__ = PatchEmbedding   # a subclass with no state of its own: same parameter, hooks and state dict
+    return visual
 
 # %% ../nbs/05d_precision.ipynb #5a505925
 def _towers(model) -> nn.Module:

@@ -185,3 +185,39 @@ def test_training_forward_is_autocast_plus_nothing_else_for_fp32():
     with P.training_forward("cpu", "amp_bf16"): assert torch.is_autocast_enabled("cpu")
     with pytest.raises(ValueError, match="expected one of"):
         with P.training_forward("cpu", "bf32"): pass
+
+
+# ---- the patch embedding: a ViT's patch convolution as a matmul at 16 bits on a CPU ----
+
+@pytest.mark.parametrize("size", [64, 72])   # 72: the 16-px patches do not tile the image, so the convolution runs
+def test_patch_embedding_trains_as_the_convolution(size):
+    from hierbench.precision import PatchEmbedding
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(3, 32, 16, stride=16, bias=False)
+    patch = torch.nn.Conv2d(3, 32, 16, stride=16, bias=False)
+    patch.load_state_dict(conv.state_dict()); patch.__class__ = PatchEmbedding
+    x = torch.randn(4, 3, size, size)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert patch.as_matmul(x) == (size % 16 == 0)
+        a, b = patch(x), conv(x)
+    assert a.shape == b.shape and a.dtype == b.dtype == torch.bfloat16
+    torch.testing.assert_close(a.float(), b.float(), atol=0.05, rtol=0.02)
+    (a.float() ** 2).sum().backward(); (b.float() ** 2).sum().backward()
+    torch.testing.assert_close(patch.weight.grad, conv.weight.grad, atol=0.5, rtol=0.03)
+    # fp32 training and every inference are the convolution itself, bit for bit
+    assert not patch.as_matmul(x)
+    assert torch.equal(patch(x), conv(x))
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16): assert torch.equal(patch(x), conv(x))
+
+
+def test_patch_embedding_with_bf16_weights_matches_the_bf16_convolution():
+    from hierbench.precision import PatchEmbedding
+    torch.manual_seed(1)
+    conv = torch.nn.Conv2d(3, 8, 4, stride=4, bias=False).bfloat16()
+    patch = torch.nn.Conv2d(3, 8, 4, stride=4, bias=False).bfloat16()
+    patch.load_state_dict(conv.state_dict()); patch.__class__ = PatchEmbedding
+    x = torch.randn(2, 3, 8, 8).bfloat16()
+    assert patch.as_matmul(x)
+    torch.testing.assert_close(patch(x).float(), conv(x).float(), atol=0.05, rtol=0.02)
+    nan = x.clone(); nan[0, 0, 0, 0] = float("nan")
+    assert patch(nan)[0, :, 0, 0].isnan().all() and not patch(nan)[1].isnan().any()   # NaN stays in its patch

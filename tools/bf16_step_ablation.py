@@ -8,7 +8,7 @@ weights, batch and threads.
     .venv/bin/python tools/bf16_step_ablation.py --arch real-tiny --batch 4 --rounds 1 --steps 1  # plumbing
 
 The two paths, both taken only when a CPU trains at 16 bits:
-  patch-matmul a ViT's patch convolution trains as a matmul (`hierbench.models.PatchEmbedding`)
+  patch-matmul a ViT's patch convolution trains as a matmul (`hierbench.precision.PatchEmbedding`)
   math-attn    `hierbench.precision.training_forward` takes the math kernel of `scaled_dot_product_attention`
 
 Every configuration steps one model with one optimizer (the paths are switched between steps), rounds are
@@ -36,7 +36,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     from hierbench import bench_real as B, precision as P
-    from hierbench.models import PatchEmbedding, create_model
+    from hierbench.models import create_model
+    from hierbench.precision import PatchEmbedding
     torch.manual_seed(0)
     ref = create_model(args.arch)
     state = copy.deepcopy(ref.state_dict())
