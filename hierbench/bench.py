@@ -13,6 +13,7 @@ from typing import Callable
 import pandas as pd
 import torch
 
+from .config import BENCH_SECTIONS
 from .precision import check_precision
 from .world import WorldConfig, build_split, make_scene
 from .bench_real import (   # section `real` and the pieces every section shares
@@ -36,7 +37,7 @@ __all__ = ['SECTIONS', 'PAIRWISE_GOAL', 'WORLD_BUILD_GOAL_S', 'OP_CLASSES', 'OUT
            'run_benchmarks', 'format_report']
 
 # %% ../nbs/14_bench.ipynb #c31f457f
-SECTIONS = ("geometry", "world", "recipes", "compare", "pipeline", "real")
+SECTIONS = BENCH_SECTIONS   # hierbench.config.BENCH_SECTIONS: the names `hierbench bench --sections` offers
 
 # %% ../nbs/14_bench.ipynb #6a065afa
 PAIRWISE_GOAL = 1.5  # pairwise_dist may cost at most 1.5x the cosine matmul of the same shapes

@@ -16,13 +16,13 @@ from submitit.helpers import Checkpointable, DelayedSubmission
 
 from .budgets import budget_from_meta
 from .compare import DECODER_TASK, compare_outputs, finished_run, run_compare, task_graph
-from .config import FolderLock
+from .config import LAUNCHERS, FolderLock
 from .jobs import train_recipe
 from .train import Preempted
 
 # %% auto #0
-__all__ = ['LAUNCHERS', 'requeue', 'Requeueable', 'train_run', 'SubmititLauncher', 'parse_slurm_extra', 'executor_parameters',
-           'make_executor', 'rebuild_report', 'launch_compare']
+__all__ = ['requeue', 'Requeueable', 'train_run', 'SubmititLauncher', 'parse_slurm_extra', 'executor_parameters', 'make_executor',
+           'rebuild_report', 'launch_compare']
 
 # %% ../nbs/11e_launch.ipynb #6ad1307a
 def requeue(err: Preempted):
@@ -150,8 +150,6 @@ def parse_slurm_extra(items: Sequence[str] | Mapping[str, str] | None) -> dict[s
     return out
 
 # %% ../nbs/11e_launch.ipynb #c0cd8887
-LAUNCHERS = ("processes", "submitit-local", "slurm")
-
 def executor_parameters(kind: str,                           # 'submitit-local' or 'slurm'
                         *, name: str = "hierbench",
                         slurm_partition: str | None = None, slurm_account: str | None = None,

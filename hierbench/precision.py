@@ -14,13 +14,14 @@ import torch
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from .config import PRECISIONS   # the names themselves live with the other flag vocabularies
+
 # %% auto #0
-__all__ = ['PRECISIONS', 'PRECISION_ALIASES', 'check_precision', 'low_dtype', 'is_pure', 'autocast', 'grad_scaler',
-           'training_forward', 'PatchEmbedding', 'matmul_patch_embedding_', 'tower_dtype', 'cast_towers_',
-           'apply_precision', 'legacy_amp_precision', 'describe_precision']
+__all__ = ['PRECISION_ALIASES', 'check_precision', 'low_dtype', 'is_pure', 'autocast', 'grad_scaler', 'training_forward',
+           'PatchEmbedding', 'matmul_patch_embedding_', 'tower_dtype', 'cast_towers_', 'apply_precision',
+           'legacy_amp_precision', 'describe_precision']
 
 # %% ../nbs/05d_precision.ipynb #636a49f3
-PRECISIONS = ("fp32", "bf16", "fp16", "amp_bf16", "amp_fp16")
 PRECISION_ALIASES = {"amp": "amp_fp16", "amp_bfloat16": "amp_bf16"}   # open_clip_train's other spellings
 
 def check_precision(precision: str) -> str:

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from hierbench.cli import build_parser, geometry_demo, main
+from hierbench.cli import build_parser, main
+from hierbench.commands import geometry_demo
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
@@ -23,6 +24,37 @@ def test_demo_reproduces_the_reference_table(capsys):
 
 def test_unknown_subcommand_is_an_error():
     with pytest.raises(SystemExit): build_parser().parse_args(["frobnicate"])
+
+
+HELP_PROBE = """
+import contextlib, io, sys
+from hierbench.cli import build_parser, main
+subs = next(a for a in build_parser()._actions if a.__class__.__name__ == "_SubParsersAction").choices
+for argv in [["--help"], *([c, "--help"] for c in subs)]:
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        try: main(argv)
+        except SystemExit as e: assert e.code == 0, (argv, e.code)
+    assert "usage: hierbench" in out.getvalue(), argv
+heavy = sorted(m for m in ("torch", "pandas", "numpy", "open_clip", "hierbench.commands", "hierbench.eval_command") if m in sys.modules)
+print(len(subs), heavy)
+"""
+
+def test_help_of_every_subcommand_imports_no_torch():
+    "`hierbench --help` and each `hierbench CMD --help` parse without torch, pandas or numpy (the runners load lazily)."
+    res = subprocess.run([sys.executable, "-c", HELP_PROBE], capture_output=True, text=True, timeout=120, env=ENV)
+    assert res.returncode == 0, res.stderr
+    n, heavy = res.stdout.split(" ", 1)
+    assert int(n) >= 10 and heavy.strip() == "[]", res.stdout
+
+
+def test_every_subcommand_names_a_runner_that_exists():
+    "Each parser's LazyCommand resolves to a function of hierbench.commands / hierbench.eval_command."
+    from hierbench.cli import LazyCommand
+    subs = next(a for a in build_parser()._actions if a.__class__.__name__ == "_SubParsersAction").choices
+    for name, sp in subs.items():
+        func = sp.get_default("func")
+        assert isinstance(func, LazyCommand), name
+        assert callable(func.resolve()), (name, func)
 
 
 def test_train_then_eval_a_saved_run(tmp_path):
