@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Run the whole test suite: every notebook (nbdev-test) and pytest, then one closing line
 # "N passed, N failed[, N skipped]" covering both. Usage: tools/run_tests.sh [extra pytest args]
-# Expects the project's virtual environment in .venv (README's install command) unless HIERBENCH_PY is set.
+# Expects the project's virtual environment in .venv (README's install command) unless HIERBENCH_BIN names its bin/.
+# NB_FILE_RE (a regular expression over notebook file names, nbdev-test's --file-re) runs only the notebooks it matches.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN="${HIERBENCH_BIN:-.venv/bin}"
 log=$(mktemp -d)
-n_nb=$(find nbs -name '*.ipynb' -not -path '*/.ipynb_checkpoints/*' -not -name '_*' | grep -v '/_' | wc -l)
+NB_FILE_RE="${NB_FILE_RE:-.*}"
+n_nb=$(find nbs -name '*.ipynb' -not -path '*/.ipynb_checkpoints/*' -not -name '_*' | grep -v '/_' | xargs -r -n1 basename | grep -cE "$NB_FILE_RE")
 
 echo "== notebooks: nbdev-test ($n_nb notebooks)"
-"$BIN/nbdev-test" --do-print --n-workers 2 2>&1 | tee "$log/nb.txt"
+"$BIN/nbdev-test" --do-print --n-workers 2 --file-re "$NB_FILE_RE" 2>&1 | tee "$log/nb.txt"
 nb_rc=${PIPESTATUS[0]}
 nb_failed=$(awk '/Tests Failed On The Following Notebooks/{f=1;next} f&&/\.ipynb/{c++} END{print c+0}' "$log/nb.txt")  # count the listed notebooks, not the ==== rule under the header
 [ "$nb_rc" -ne 0 ] && [ "$nb_failed" -eq 0 ] && nb_failed=1
