@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools, os, re, warnings
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -27,13 +27,13 @@ from .scorers import has_images, skipped
 # %% auto #0
 __all__ = ['RETRIEVAL_KINDS', 'RetrievalSet', 'load_coco_captions', 'load_karpathy_test', 'load_flickr_captions', 'wds_shards',
            'wds_dataset_type', 'load_retrieval_wds', 'load_retrieval', 'retrieval_ranks', 'retrieval_scores',
-           'similarity_matrix', 'evaluate_retrieval', 'recall_items']
+           'similarity_matrix', 'evaluate_retrieval']
 
 # %% ../nbs/10e_retrieval.ipynb #30303430
 @dataclass(frozen=True)
 class RetrievalSet:
     "An image–text retrieval test set: per image its id, its pixels (a path or a callable) and its captions."
-    name: str                                   # NAME in the metric keys: the annotation file's stem or the folder's name
+    name: str                                   # NAME in the metric keys (`load_retrieval`: coco, flickr30k or the folder's name)
     source: str                                 # the annotation file or WebDataset folder it was read from
     image_ids: tuple[str, ...]
     images: tuple                               # per image: a path, or a zero-argument callable returning a PIL image
@@ -203,7 +203,8 @@ def load_retrieval(spec: str | Path, image_root: str | Path | None = None) -> Re
         if '"sentences"' in head: rs = load_karpathy_test(path, image_root, "coco" if kind == "coco" else "flickr30k")
         else: rs = load_coco_captions(path, image_root)
     _check_images_found(rs, image_root)
-    return rs
+    name = kind if kind == "coco" else "flickr8k" if path.stem.lower().startswith("flickr8k") else "flickr30k"
+    return replace(rs, name=name)
 
 # %% ../nbs/10e_retrieval.ipynb #189e5513
 def _ranks(sim: np.ndarray, correct_of, n_queries: int, ties: str) -> np.ndarray:
@@ -226,30 +227,45 @@ def retrieval_ranks(sim_ti, text_image, ties: str = "pessimistic") -> tuple[np.n
     image_rank = _ranks(s.T, lambda a, b: owner[None, :] == np.arange(a, b)[:, None], n_img, ties)
     return text_rank, image_rank
 
-# %% ../nbs/10e_retrieval.ipynb #f677f66a
-def retrieval_scores(sim_ti, text_image, ks: Sequence[int] = (1, 5, 10), prefix: str = "") -> tuple[dict[str, float], pd.DataFrame]:
+# %% ../nbs/10e_retrieval.ipynb #72646f17
+def retrieval_scores(sim_ti, text_image, ks: Sequence[int] = (1, 5, 10), name: str | None = None,
+                     text_ids: Sequence[str] | None = None, image_ids: Sequence[str] | None = None
+                     ) -> tuple[dict[str, float], pd.DataFrame]:
     """CLIP_benchmark's `image_retrieval_recall@K` (text → image) and `text_retrieval_recall@K` (image → text, any
-    caption) with chance levels and tie counts, from `sim_ti` (N_txt, N_img); and one row per query (benchmark =
-    `{prefix}image_retrieval` | `{prefix}text_retrieval`, subset, id = its index, rank, ok = hit at 1, tie)."""
+    caption) under `retrieval/NAME/`, with chance levels and tie counts, from `sim_ti` (N_txt, N_img); and one row per
+    query (benchmark, subset, id, unit, rank, tie, ok, the hits). Ids default to the text's / image's index."""
     text_rank, image_rank = retrieval_ranks(sim_ti, text_image)
     text_opt, image_opt = retrieval_ranks(sim_ti, text_image, ties="optimistic")
     owner = np.asarray(text_image, dtype=np.int64)
     n_txt, n_img = len(text_rank), len(image_rank)
+    image_ids = [str(i) for i in range(n_img)] if image_ids is None else [str(i) for i in image_ids]
+    text_ids = [f"{image_ids[o]}#{j}" for o, j in zip(owner, _caption_index(owner))] if text_ids is None else list(text_ids)
+    bench = "retrieval" if name is None else f"retrieval/{name}"
     per_image = Counter(np.bincount(owner, minlength=n_img).tolist())   # m captions → how many images have m
     out: dict[str, float] = {}
-    for k in ks:
-        ir, tr = f"{prefix}image_retrieval_recall@{k}", f"{prefix}text_retrieval_recall@{k}"
-        out[ir], out[chance_key(ir)] = float((text_rank < k).mean()), chance_recall_at_k(n_img, k)
-        out[tr] = float((image_rank < k).mean())
-        out[chance_key(tr)] = sum(c * chance_recall_at_k(n_txt, k, m) for m, c in per_image.items()) / n_img
-    out[f"{prefix}image_retrieval_ties"] = float((text_rank != text_opt).sum())
-    out[f"{prefix}text_retrieval_ties"] = float((image_rank != image_opt).sum())
-    rows = pd.DataFrame(dict(benchmark=[f"{prefix}image_retrieval"] * n_txt + [f"{prefix}text_retrieval"] * n_img,
-                             subset="all", id=[str(i) for i in range(n_txt)] + [str(i) for i in range(n_img)],
+    rows = pd.DataFrame(dict(benchmark=bench, subset=["image_retrieval"] * n_txt + ["text_retrieval"] * n_img,
+                             id=text_ids + image_ids, unit=[image_ids[o] for o in owner] + image_ids,
                              rank=np.concatenate([text_rank, image_rank]),
                              tie=np.concatenate([text_rank != text_opt, image_rank != image_opt])))
     rows["ok"] = rows["rank"] < 1
+    is_text = np.arange(len(rows)) < n_txt
+    for k in ks:
+        ir, tr = f"image_retrieval_recall@{k}", f"text_retrieval_recall@{k}"
+        out[f"{bench}/{ir}"], out[chance_key(f"{bench}/{ir}")] = float((text_rank < k).mean()), chance_recall_at_k(n_img, k)
+        out[f"{bench}/{tr}"] = float((image_rank < k).mean())
+        out[chance_key(f"{bench}/{tr}")] = sum(c * chance_recall_at_k(n_txt, k, m) for m, c in per_image.items()) / n_img
+        rows[ir] = np.where(is_text, (rows["rank"] < k).astype(float), np.nan)
+        rows[tr] = np.where(is_text, np.nan, (rows["rank"] < k).astype(float))
+    out[f"{bench}/image_retrieval_ties"] = float((text_rank != text_opt).sum())
+    out[f"{bench}/text_retrieval_ties"] = float((image_rank != image_opt).sum())
     return out, rows
+
+def _caption_index(owner: np.ndarray) -> np.ndarray:
+    "j for each text: it is the j-th caption of its image (texts in any order)."
+    seen: Counter = Counter()
+    out = np.empty(len(owner), dtype=np.int64)
+    for t, o in enumerate(owner.tolist()): out[t] = seen[o]; seen[o] += 1
+    return out
 
 # %% ../nbs/10e_retrieval.ipynb #21e6e28d
 @torch.no_grad()
@@ -257,46 +273,34 @@ def similarity_matrix(model, txt: torch.Tensor, img: torch.Tensor, chunk: int = 
     "(N_txt, N_img) float32 similarities by `model.head.pairwise_sim`, `chunk` texts at a time."
     return torch.cat([model.head.pairwise_sim(txt[a:a + chunk], img).float().cpu() for a in range(0, len(txt), chunk)]).numpy()
 
-# %% ../nbs/10e_retrieval.ipynb #f0a6f4f5
-def evaluate_retrieval(model, data: RetrievalSet | str | Path, image_root: str | Path | None = None,
-                       ks: Sequence[int] = (1, 5, 10), batch_size: int = 64, num_workers: int | None = None,
-                       limit: int | None = None, per_item: list | None = None, log=print) -> dict[str, float]:
+# %% ../nbs/10e_retrieval.ipynb #49062740
+def evaluate_retrieval(model, data: RetrievalSet | str | Path, *, name: str | None = None,
+                       image_root: str | Path | None = None, ks: Sequence[int] = (1, 5, 10), batch_size: int = 64,
+                       num_workers: int | None = None, limit: int | None = None, preprocess=None,
+                       log=print) -> tuple[dict[str, float], pd.DataFrame]:
     """Image–text retrieval of `data` (a `RetrievalSet` or a spec for `load_retrieval`) as CLIP_benchmark scores it:
-    `retrieval/NAME/{image,text}_retrieval_recall@K`, chance levels, ties, sizes and what was set aside."""
+    `retrieval/NAME/{image,text}_retrieval_recall@K`, chance levels, ties, sizes, what was set aside; and the rows."""
     if not has_images(model):
-        if log: log(skipped(f"retrieval {getattr(data, 'name', data)}", model))
-        return {}
+        if log: log(skipped(f"retrieval {name or getattr(data, 'name', data)}", model))
+        return {}, pd.DataFrame()
     rs = data if isinstance(data, RetrievalSet) else load_retrieval(data, image_root)
+    rs = replace(rs, name=name) if name else rs
     if limit: rs = rs.head(limit)
-    prefix = f"retrieval/{rs.name}/"
-    embs, rows, failed = encode_image_sources(model, rs.images, batch_size=batch_size, num_workers=num_workers,
-                                              names=rs.image_ids)
+    embs, rows, _ = encode_image_sources(model, rs.images, preprocess, batch_size, num_workers, rs.image_ids)
     keep = np.flatnonzero(rows >= 0)
     if len(keep) == 0: raise ValueError(f"{rs.source}: none of its {len(rs)} images could be read (see the warning)")
     texts = [t for i in keep for t in rs.captions[i]]
     owner = np.repeat(np.arange(len(keep)), [len(rs.captions[i]) for i in keep])
     txt = encode_texts(model, texts, 4 * batch_size).to(embs.device)
-    out, table = retrieval_scores(similarity_matrix(model, txt, embs[torch.as_tensor(rows[keep], device=embs.device)]),
-                                  owner, ks, prefix)
-    ids = [rs.image_ids[i] for i in keep]
-    table["id"] = [f"{rs.image_ids[i]}#{j}" for i in keep for j in range(len(rs.captions[i]))] + ids
-    out[f"{prefix}n_images"], out[f"{prefix}n_texts"] = float(len(keep)), float(len(texts))
+    sim = similarity_matrix(model, txt, embs[torch.as_tensor(rows[keep], device=embs.device)])
+    out, table = retrieval_scores(sim, owner, ks, rs.name, image_ids=[rs.image_ids[i] for i in keep])
+    prefix = f"retrieval/{rs.name}/"
+    out[prefix + "n_images"], out[prefix + "n_texts"] = float(len(keep)), float(len(texts))
     lost_images = rs.set_aside.get("images", 0) + len(rs) - len(keep)
     lost_texts = rs.set_aside.get("texts", 0) + sum(len(rs.captions[i]) for i in np.flatnonzero(rows < 0))
-    if lost_images: out[f"{prefix}images_set_aside"] = float(lost_images)
-    if lost_texts: out[f"{prefix}texts_set_aside"] = float(lost_texts)
+    if lost_images: out[prefix + "images_set_aside"] = float(lost_images)
+    if lost_texts: out[prefix + "texts_set_aside"] = float(lost_texts)
     if log:
         log(f"retrieval/{rs.name}: {len(keep)} images × {len(texts)} texts, ranked by {similarity_name(model)}"
             + (f"; set aside: {lost_images} image(s), {lost_texts} caption(s)" if lost_images or lost_texts else ""))
-    if per_item is not None: per_item.append(table)
-    return out
-
-# %% ../nbs/10e_retrieval.ipynb #a02b2e14
-def recall_items(table: pd.DataFrame, ks: Sequence[int] = (1, 5, 10)) -> pd.DataFrame:
-    """Per-query retrieval rows (those with a `rank`, benchmark `…_retrieval`) as one row per K — benchmark
-    `…_retrieval_recall@K`, ok = rank < K — for `paired_item_differences`; other rows pass through unchanged."""
-    rank = table["rank"] if "rank" in table else pd.Series(np.nan, index=table.index)
-    is_ret = table["benchmark"].astype(str).str.endswith(("image_retrieval", "text_retrieval")) & rank.notna()
-    ret, rest = table[is_ret], table[~is_ret]
-    parts = [rest] + [ret.assign(benchmark=ret["benchmark"] + f"_recall@{k}", ok=ret["rank"] < k) for k in ks]
-    return pd.concat(parts, ignore_index=True)
+    return out, table

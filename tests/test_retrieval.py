@@ -3,7 +3,7 @@ give the same set and the same numbers, every recall equals a plain open_clip + 
 written here, ties are counted pessimistically (and counted), Lorentz models rank by −geodesic distance, and bad
 input is named or set aside and counted. Random weights only: nothing is downloaded; the library never imports
 clip_benchmark."""
-import json, sys, warnings
+import io, json, sys, warnings
 
 import numpy as np
 import open_clip
@@ -33,7 +33,7 @@ def topk_recalls(scores: torch.Tensor, owner, ks):
     for k in ks:
         hit_t = positive.gather(1, scores.topk(k, dim=1).indices).any(1)
         hit_i = positive.T.gather(1, scores.T.topk(k, dim=1).indices).any(1)
-        out[f"image_retrieval_recall@{k}"], out[f"text_retrieval_recall@{k}"] = hit_t.double().mean().item(), hit_i.double().mean().item()
+        out[f"retrieval/image_retrieval_recall@{k}"], out[f"retrieval/text_retrieval_recall@{k}"] = hit_t.double().mean().item(), hit_i.double().mean().item()
     return out
 
 
@@ -46,11 +46,13 @@ def test_recalls_equal_topk_on_random_scores_and_brute_force_ranks():
         res, rows = R.retrieval_scores(scores.numpy(), owner, ks=(1, 2, 5))
         ref = topk_recalls(scores, owner, (1, 2, 5))
         for key, v in ref.items(): assert res[key] == pytest.approx(v, abs=1e-12), (trial, key)
-        assert res["image_retrieval_ties"] == res["text_retrieval_ties"] == 0
+        assert res["retrieval/image_retrieval_ties"] == res["retrieval/text_retrieval_ties"] == 0
         # the rank of a text query: wrong images scoring at least its own image's score
         s = scores.numpy()
         want = [(s[t] >= s[t, owner[t]]).sum() - 1 for t in range(len(owner))]
-        assert rows[rows.benchmark == "image_retrieval"]["rank"].tolist() == want
+        assert rows[rows.subset == "image_retrieval"]["rank"].tolist() == want
+        for key, v in ref.items():   # each metric is its column's mean over the rows that have it
+            assert rows[key.split("/")[-1]].mean() == pytest.approx(v, abs=1e-12)
 
 
 def test_ties_are_pessimistic_and_counted():
@@ -59,11 +61,11 @@ def test_ties_are_pessimistic_and_counted():
                     [0.5, 0.5],    # text 1 (image 1): the same text
                     [0.1, 0.9]])   # text 2 (image 1)
     res, rows = R.retrieval_scores(sim, [0, 1, 1], ks=(1, 2))
-    assert res["image_retrieval_recall@1"] == pytest.approx(1 / 3)   # texts 0 and 1 tie with the wrong image: misses
-    assert res["image_retrieval_recall@2"] == 1.0
-    assert res["image_retrieval_ties"] == 2 and res["text_retrieval_ties"] == 1   # image 0: its text ties text 1
-    assert res["text_retrieval_recall@1"] == 0.5                                   # image 1 has text 2 on top
-    t = rows[rows.benchmark == "image_retrieval"]
+    assert res["retrieval/image_retrieval_recall@1"] == pytest.approx(1 / 3)   # texts 0 and 1 tie with the wrong image: misses
+    assert res["retrieval/image_retrieval_recall@2"] == 1.0
+    assert res["retrieval/image_retrieval_ties"] == 2 and res["retrieval/text_retrieval_ties"] == 1   # image 0: its text ties text 1
+    assert res["retrieval/text_retrieval_recall@1"] == 0.5                                   # image 1 has text 2 on top
+    t = rows[rows.subset == "image_retrieval"]
     assert t["rank"].tolist() == [1, 1, 0] and t.tie.tolist() == [True, True, False] and t.ok.tolist() == [False, False, True]
     # a topk tie-break can only do better: the pessimistic count is a lower bound
     ref = topk_recalls(torch.tensor(sim), [0, 1, 1], (1, 2))
@@ -71,15 +73,11 @@ def test_ties_are_pessimistic_and_counted():
 
 
 def test_chance_levels():
-    from hierbench.metrics import chance_key
-    res, _ = R.retrieval_scores(np.random.default_rng(0).normal(size=(6, 3)), [0, 0, 0, 1, 2, 2], ks=(1, 2))
-    assert chance_key("image_retrieval_recall@1") == "image_retrieval_recall@1_chance"   # no '/' in a bare name
-    assert res[chance_key("image_retrieval_recall@1")] == pytest.approx(1 / 3)
-    assert res[chance_key("image_retrieval_recall@2")] == pytest.approx(2 / 3)
+    res, _ = R.retrieval_scores(np.random.default_rng(0).normal(size=(6, 3)), [0, 0, 0, 1, 2, 2], ks=(1, 2), name="toy")
+    assert res["retrieval_chance/toy/image_retrieval_recall@1"] == pytest.approx(1 / 3)
+    assert res["retrieval_chance/toy/image_retrieval_recall@2"] == pytest.approx(2 / 3)
     # image→text at K=1 among 6 texts: 3/6, 1/6, 2/6 for images with 3, 1, 2 captions
-    assert res[chance_key("text_retrieval_recall@1")] == pytest.approx((3 / 6 + 1 / 6 + 2 / 6) / 3)
-    res, _ = R.retrieval_scores(np.zeros((2, 2)) + np.eye(2), [0, 1], ks=(1,), prefix="retrieval/toy/")
-    assert res["retrieval_chance/toy/image_retrieval_recall@1"] == 0.5
+    assert res["retrieval_chance/toy/text_retrieval_recall@1"] == pytest.approx((3 / 6 + 1 / 6 + 2 / 6) / 3)
 
 
 def test_bad_matrices():
@@ -145,26 +143,25 @@ def test_four_layouts_one_set_and_numbers_equal_plain_open_clip(tmp_path):
     model = create_model("real-tiny").eval()
     txt, img, owner = plain_open_clip(model.clip, items)
     ref = topk_recalls(txt @ img.T, owner, (1, 5, 10))
-    specs = {"dataset_coco": (f"coco:{tmp_path / 'dataset_coco.json'}", imgs.parent),
-             "coco_test_karpathy": (f"coco:{tmp_path / 'coco_test_karpathy.json'}", imgs),
-             "flickr30k_test_karpathy": (f"flickr:{tmp_path / 'flickr30k_test_karpathy.txt'}", imgs),
-             "wds_coco_toy": (f"wds:{wdir}", None)}
+    specs = {"karpathy": (f"coco:{tmp_path / 'dataset_coco.json'}", imgs.parent, "coco"),
+             "coco-captions": (f"coco:{tmp_path / 'coco_test_karpathy.json'}", imgs, "coco"),
+             "flickr-txt": (f"flickr:{tmp_path / 'flickr30k_test_karpathy.txt'}", imgs, "flickr30k"),
+             "wds": (f"wds:{wdir}", None, "wds_coco_toy")}
     results = {}
-    for name, (spec, root) in specs.items():
+    for layout, (spec, root, name) in specs.items():
         rs = R.load_retrieval(spec, root)
         assert rs.name == name and len(rs) == 12 and rs.n_texts == 36
-        assert sorted(map(tuple, rs.captions)) == sorted(tuple(c) for _, c in items), name
-        per_item, lines = [], []
-        res = R.evaluate_retrieval(model, rs, per_item=per_item, log=lines.append, num_workers=0)
+        assert sorted(map(tuple, rs.captions)) == sorted(tuple(c) for _, c in items), layout
+        lines = []
+        res, table = R.evaluate_retrieval(model, rs, log=lines.append, num_workers=0)
         assert "ranked by cosine" in lines[0]
-        results[name] = {k.split("/")[-1]: v for k, v in res.items() if k.startswith(f"retrieval/{name}/")}
-        for key, v in ref.items(): assert results[name][key] == pytest.approx(v, abs=1e-9), (name, key)
-        assert results[name]["image_retrieval_ties"] == 0 and results[name]["n_images"] == 12
-        table = per_item[0]
-        assert len(table) == 48 and set(table.benchmark) == {f"retrieval/{name}/image_retrieval", f"retrieval/{name}/text_retrieval"}
+        results[layout] = {k.split("/")[-1]: v for k, v in res.items() if k.startswith(f"retrieval/{name}/")}
+        for key, v in ref.items(): assert results[layout][key.split("/")[-1]] == pytest.approx(v, abs=1e-9), (layout, key)
+        assert results[layout]["image_retrieval_ties"] == 0 and results[layout]["n_images"] == 12
+        assert len(table) == 48 and set(table.benchmark) == {f"retrieval/{name}"} and not table.id.duplicated().any()
         assert not any(k.endswith("set_aside") for k in res)
-    assert all(r == results["coco_test_karpathy"] for r in results.values())   # the layouts agree to the last digit
-    assert results["coco_test_karpathy"]["image_retrieval_recall@10"] < 1.0    # 12 images: K=10 is not trivially 1
+    assert all(r == results["karpathy"] for r in results.values())   # the layouts agree to the last digit
+    assert results["karpathy"]["image_retrieval_recall@10"] < 1.0    # 12 images: K=10 is not trivially 1
 
 
 @needs_imgs
@@ -187,10 +184,10 @@ def test_lorentz_model_ranks_by_negative_geodesic_distance(tmp_path):
     ref = topk_recalls(-dist, owner, (1, 5))
     assert not torch.equal((-dist).topk(1).indices, (txt @ img.T).topk(1).indices)   # not the dot product's ranking
     lines = []
-    res = R.evaluate_retrieval(model, f"flickr:{tmp_path / 'flickr30k_test_karpathy.txt'}", imgs, ks=(1, 5),
-                               log=lines.append, num_workers=0)
+    res, _ = R.evaluate_retrieval(model, f"flickr:{tmp_path / 'flickr30k_test_karpathy.txt'}", image_root=imgs, ks=(1, 5),
+                                  log=lines.append, num_workers=0, name="f30k")
     assert "−geodesic distance (Lorentz, c=0.7)" in lines[0]
-    for key, v in ref.items(): assert res[f"retrieval/flickr30k_test_karpathy/{key}"] == pytest.approx(v, abs=1e-9), key
+    for key, v in ref.items(): assert res[key.replace("retrieval/", "retrieval/f30k/")] == pytest.approx(v, abs=1e-9), key
 
 
 @needs_imgs
@@ -211,16 +208,16 @@ def test_missing_and_corrupt_images_are_set_aside_and_counted(tmp_path):
     imgs, _ = write_layouts(tmp_path, items)
     (imgs / items[1][0].name).unlink()                               # missing
     (imgs / items[4][0].name).write_bytes(b"\xff\xd8 not a jpeg")    # corrupt
-    per_item, m = [], WordHashModel(dim=16)
+    m = WordHashModel(dim=16)
     m.image_size = 16
     with pytest.warns(DataWarning, match=r"2 of 6 images could not be read.*image not found.*cannot decode"):
-        res = R.evaluate_retrieval(m, f"coco:{tmp_path / 'coco_test_karpathy.json'}", imgs, per_item=per_item, log=None,
-                                   num_workers=0)
-    p = "retrieval/coco_test_karpathy/"
+        res, table = R.evaluate_retrieval(m, f"coco:{tmp_path / 'coco_test_karpathy.json'}", image_root=imgs, log=None,
+                                          num_workers=0)
+    p = "retrieval/coco/"
     assert res[p + "images_set_aside"] == 2 and res[p + "texts_set_aside"] == 6
     assert res[p + "n_images"] == 4 and res[p + "n_texts"] == 12
     gone = str(int(items[1][0].stem.split("_")[-1]))                 # the missing image's COCO id
-    assert len(per_item[0]) == 16 and gone not in set(per_item[0].id) and not per_item[0].id.str.startswith(gone + "#").any()
+    assert len(table) == 16 and gone not in set(table.id) and not table.id.str.startswith(gone + "#").any()
 
 
 @needs_imgs
@@ -307,37 +304,36 @@ def test_wds_folder_problems(tmp_path):
     assert any("'b'" in str(w.message) and "caption" in str(w.message) for w in rec)
     m = WordHashModel(dim=8); m.image_size = 8
     with pytest.warns(DataWarning, match="1 of 2 images could not be read.*c: .*cannot decode"):
-        res = R.evaluate_retrieval(m, rs, log=None, num_workers=0, ks=(1,))
+        res, _ = R.evaluate_retrieval(m, rs, log=None, num_workers=0, ks=(1,))
     assert res["retrieval/wds_bad/images_set_aside"] == 2 and res["retrieval/wds_bad/texts_set_aside"] == 2
 
 
 def test_text_only_model_is_skipped_with_a_line():
     from hierbench.scorers import TextScorer
     lines = []
-    assert R.evaluate_retrieval(TextScorer(lambda ts: torch.ones(len(ts), 4), name="st"), "coco:x.json", log=lines.append) == {}
+    res, table = R.evaluate_retrieval(TextScorer(lambda ts: torch.ones(len(ts), 4), name="st"), "coco:x.json", log=lines.append)
+    assert res == {} and table.empty
     assert "retrieval coco:x.json: skipped" in lines[0] and "text-only" in lines[0]
 
 
 # ---- per-item rows for paired comparisons ------------------------------------------------------------------------
-def test_recall_items_feed_paired_item_differences():
+def test_per_query_rows_survive_the_items_file_and_feed_paired_differences():
     rng = np.random.default_rng(0)
     owner = np.repeat(np.arange(20), 2)
     sim_a = rng.normal(size=(40, 20)); sim_a[np.arange(40), owner] += 3.0     # a: good
     sim_b = rng.normal(size=(40, 20))                                          # b: chance
-    ta, tb = (R.retrieval_scores(s, owner, prefix="retrieval/toy/")[1] for s in (sim_a, sim_b))
-    ra, rb = R.retrieval_scores(sim_a, owner, prefix="retrieval/toy/")[0], R.retrieval_scores(sim_b, owner, prefix="retrieval/toy/")[0]
-    # the JSON lines round trip of `hierbench eval --json`, then one row per K
-    ta, tb = (pd.read_json(pd.io.common.StringIO(t.to_json(orient="records", lines=True)), lines=True, dtype={"id": str}) for t in (ta, tb))
-    d = paired_item_differences(R.recall_items(ta), R.recall_items(tb), n_boot=300).set_index("benchmark")
+    (ra, ta), (rb, tb) = (R.retrieval_scores(s, owner, name="toy", image_ids=[f"im{i}" for i in range(20)]) for s in (sim_a, sim_b))
+    # the JSON lines round trip of `hierbench eval --json`
+    ta, tb = (pd.read_json(io.StringIO(t.to_json(orient="records", lines=True)), lines=True, dtype={"id": str, "unit": str})
+              for t in (ta, tb))
+    assert ta.id.tolist()[:3] == ["im0#0", "im0#1", "im1#0"] and ta.unit.tolist()[:3] == ["im0", "im0", "im1"]
     for k in (1, 5, 10):
         for side in ("image", "text"):
-            row = d.loc[f"retrieval/toy/{side}_retrieval_recall@{k}"]
-            key = f"retrieval/toy/{side}_retrieval_recall@{k}"
-            assert row.acc_a == pytest.approx(ra[key]) and row.acc_b == pytest.approx(rb[key])
-            assert row.n == (40 if side == "image" else 20)
-    assert d.loc["retrieval/toy/image_retrieval_recall@1"].ci_low > 0       # a is better, and the interval says so
-    other = pd.DataFrame(dict(benchmark=["sugarcrepe"], subset=["swap_obj"], id=["1"], ok=[True]))
-    assert len(R.recall_items(pd.concat([other, ta]), ks=(1,))) == 1 + 60      # other rows pass through unchanged
+            col = f"{side}_retrieval_recall@{k}"
+            assert ta[col].mean() == pytest.approx(ra[f"retrieval/toy/{col}"]) and tb[col].mean() == pytest.approx(rb[f"retrieval/toy/{col}"])
+            assert ta[col].notna().sum() == (40 if side == "image" else 20)
+    d = paired_item_differences(ta, tb, n_boot=300).set_index("benchmark").loc["retrieval/toy"]   # `ok` = the hit at 1
+    assert d.n == 60 and d.acc_a == pytest.approx(ta.ok.mean()) and d.ci_low > 0
 
 
 def test_library_does_not_import_clip_benchmark():
