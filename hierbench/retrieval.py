@@ -121,10 +121,10 @@ def load_flickr_captions(path: str | Path, image_root: str | Path | None = None)
     for ln, line in enumerate(lines, 1):
         if not line.strip(): continue
         m = _CAPTION_LINE.fullmatch(line.strip())
-        if m is None:
-            if ln == 1: continue   # the header ("image,caption")
-            raise DataFormatError(path, f"line {ln}", None, f"expected 'IMAGE.jpg,caption', got {line!r:.80}")
-        caps.setdefault(m.group(1), []).append(m.group(2))
+        if m is None and ln == 1: continue   # the header ("image,caption")
+        name, sep, cap = (m.group(1), ",", m.group(2)) if m else line.strip().partition(",")
+        if not sep: raise DataFormatError(path, f"line {ln}", None, f"expected 'IMAGE.jpg,caption', got {line!r:.80}")
+        caps.setdefault(name, []).append(cap)
     if not caps: raise DataFormatError(path, None, None, "no 'IMAGE.jpg,caption' line")
     return _retrieval_set(path.stem, path, ((name, _join(root, name, path, name, "image"), c) for name, c in caps.items()))
 

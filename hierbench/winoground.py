@@ -6,7 +6,7 @@ Docs: https://hierbench.github.io/hierbench/winoground.html.md"""
 
 # %% ../nbs/10g_winoground.ipynb #7b4eb3bd
 from __future__ import annotations
-import functools, io, json, warnings, zipfile
+import functools, io, json, os, warnings, zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +17,8 @@ import torch
 from PIL import Image
 
 from .data import CorruptImageError, DataFormatError, DataWarning, MissingImageError
-from .loaders import _check_file, _field, _join, _num, _record_id, _str, _tname, _same_text
+from .loaders import (_DuplicateKey, _check_file, _field, _join, _num, _record_id, _same_text, _set_aside, _str,
+                               _tname, _unique_keys)
 from .encoding import encode_image_sources, encode_texts, similarity_name
 from .metrics import chance_key
 from .scorers import has_images, skipped
@@ -33,7 +34,8 @@ def winoground_files(folder: str | Path) -> tuple[Path, Path]:
     if not folder.is_dir(): raise FileNotFoundError(f"Winoground folder not found: {folder}")
     for base in (folder / "data", folder):
         examples = base / "examples.jsonl"
-        if not examples.is_file(): continue
+        if not os.path.lexists(examples): continue
+        _check_file(examples, "Winoground examples file")   # a folder, a symlink loop, no permission: said as such
         for images in (base / "images", base / "images.zip"):
             if images.exists(): return examples, images
         raise FileNotFoundError(f"{base}: examples.jsonl but neither images/ nor images.zip beside it")
@@ -61,6 +63,8 @@ class WinogroundItem:
     secondary_tag: str = ""
     num_main_preds: int | None = None
     collapsed_tag: str = ""
+    @property
+    def key(self) -> str: return self.id   # the name the loaders' warnings give a record
 
 def _image_source(images: Path, examples: Path, key: str, field: str, name: str):
     "Where example `key`'s image `name` is: a path under the images folder, or a reader of the zip member."
@@ -80,8 +84,10 @@ def _read_examples(folder: str | Path, limit: int | None = None) -> tuple[list[W
     for ln, line in enumerate(lines, 1):
         if not line.strip(): continue
         key = f"line {ln}"
-        try: rec = json.loads(line)
+        try: rec = json.loads(line, object_pairs_hook=_unique_keys)
         except json.JSONDecodeError as err: raise DataFormatError(examples, key, None, f"not valid JSON ({err.msg})") from None
+        except RecursionError: raise DataFormatError(examples, key, None, "JSON nested too deeply to be an example") from None
+        except _DuplicateKey as err: raise DataFormatError(examples, key, str(err), "duplicate JSON key") from None
         _field(examples, key, rec, "id")
         ex_id = _record_id(examples, key, rec, "id", seen)
         tags = {t: rec.get(t) or "" for t in ("tag", "secondary_tag", "collapsed_tag")}
@@ -93,11 +99,10 @@ def _read_examples(folder: str | Path, limit: int | None = None) -> tuple[list[W
                                   tags["tag"], tags["secondary_tag"], preds, tags["collapsed_tag"]))
         if limit and len(out) >= limit: break
     if not out: raise DataFormatError(examples, None, None, "no examples")
-    bad = [it.id for it in out if _same_text(*it.captions) or str(it.images[0]) == str(it.images[1])]
-    if bad:
-        warnings.warn(f"{examples}: {len(bad)} example(s) set aside — the same caption or image twice: {bad[:10]}",
-                      DataWarning, stacklevel=3)
-    return [it for it in out if it.id not in set(bad)], bad
+    kept = _set_aside(examples, out, lambda it: _same_text(*it.captions) or str(it.images[0]) == str(it.images[1]),
+                      "the same caption or image twice (nothing to choose between)")
+    kept_ids = {it.id for it in kept}
+    return kept, [it.id for it in out if it.id not in kept_ids]
 
 def load_winoground(folder: str | Path, limit: int | None = None) -> list[WinogroundItem]:
     "The examples of a Winoground dataset folder (at most `limit`), in file order; unscorable ones set aside with a warning."

@@ -221,7 +221,7 @@ def test_unscorable_examples_are_set_aside_and_counted(tmp_path):
             dict(id=1, caption_0="the same", caption_1="The same.", image_0="x", image_1="y"),   # one caption twice
             dict(id=2, caption_0="a c", caption_1="c a", image_0="x", image_1="x")]              # one image twice
     (d / "examples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    with pytest.warns(DataWarning, match=r"2 example\(s\) set aside — the same caption or image twice: \['1', '2'\]"):
+    with pytest.warns(DataWarning, match=r"2 record\(s\) set aside — the same caption or image twice .*: \['1', '2'\]"):
         assert [it.id for it in W.load_winoground(tmp_path)] == ["0"]
     m = WordHashModel(dim=8); m.image_size = 8
     with pytest.warns(DataWarning):
