@@ -6,7 +6,7 @@ Docs: https://hierbench.github.io/hierbench/retrieval.html.md"""
 
 # %% ../nbs/10e_retrieval.ipynb #f51739ae
 from __future__ import annotations
-import functools, os, re, warnings
+import functools, re, warnings
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace

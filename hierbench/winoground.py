@@ -6,7 +6,7 @@ Docs: https://hierbench.github.io/hierbench/winoground.html.md"""
 
 # %% ../nbs/10g_winoground.ipynb #7b4eb3bd
 from __future__ import annotations
-import functools, io, json, os, warnings, zipfile
+import functools, io, json, os, zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +16,7 @@ import pandas as pd
 import torch
 from PIL import Image
 
-from .data import CorruptImageError, DataFormatError, DataWarning, MissingImageError
+from .data import CorruptImageError, DataFormatError, MissingImageError
 from .loaders import (_DuplicateKey, _check_file, _field, _join, _num, _record_id, _same_text, _set_aside, _str,
                                _tname, _unique_keys)
 from .encoding import encode_image_sources, encode_texts, similarity_name

@@ -3,7 +3,7 @@ give the same set and the same numbers, every recall equals a plain open_clip + 
 written here, ties are counted pessimistically (and counted), Lorentz models rank by −geodesic distance, and bad
 input is named or set aside and counted. Random weights only: nothing is downloaded; the library never imports
 clip_benchmark."""
-import io, json, sys, warnings
+import io, json, sys
 
 import numpy as np
 import open_clip
