@@ -166,6 +166,7 @@ def load_retrieval_wds(folder: str | Path, split: str = "test") -> RetrievalSet:
     for i in range(len(records)):
         try: rec = records[i]
         except DataFormatError as err: bad.append(str(err)); continue   # no image member, or no captions
+        except UnicodeDecodeError as err: bad.append(f"{folder}, sample {i}: captions not UTF-8 ({err.reason})"); continue
         entries.append((rec.key, functools.partial(_shard_image, records, i), rec.captions[0].splitlines()))
     if bad:
         warnings.warn(f"{folder}: {len(bad)} sample(s) set aside: " + "; ".join(bad[:5]) + (" …" if len(bad) > 5 else ""),

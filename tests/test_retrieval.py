@@ -295,17 +295,18 @@ def test_wds_folder_problems(tmp_path):
         sink.write({"__key__": "a", "png": png.read_bytes(), "txt": "one\n\ntwo"})
         sink.write({"__key__": "b", "png": png.read_bytes()})                 # no captions
         sink.write({"__key__": "c", "png": b"garbage", "txt": "three"})      # undecodable: the encoder sets it aside
+        sink.write({"__key__": "d", "png": png.read_bytes(), "txt": b"caf\xe9"})  # Latin-1 captions
     with pytest.raises(FileNotFoundError, match="1 of 2 shard"): R.load_retrieval_wds(d)
     (d / "test" / "nshards.txt").write_text("1\n")
     with pytest.warns(DataWarning) as rec:
         rs = R.load_retrieval_wds(d)
     assert rs.image_ids == ("a", "c") and rs.captions[0] == ("one", "two")    # the blank middle line set aside
-    assert rs.set_aside == {"images": 1, "texts": 1}
-    assert any("'b'" in str(w.message) and "caption" in str(w.message) for w in rec)
+    assert rs.set_aside == {"images": 2, "texts": 1}
+    assert any("'b'" in str(w.message) and "caption" in str(w.message) and "sample 3: captions not UTF-8" in str(w.message) for w in rec)
     m = WordHashModel(dim=8); m.image_size = 8
     with pytest.warns(DataWarning, match="1 of 2 images could not be read.*c: .*cannot decode"):
         res, _ = R.evaluate_retrieval(m, rs, log=None, num_workers=0, ks=(1,))
-    assert res["retrieval/wds_bad/images_set_aside"] == 2 and res["retrieval/wds_bad/texts_set_aside"] == 2
+    assert res["retrieval/wds_bad/images_set_aside"] == 3 and res["retrieval/wds_bad/texts_set_aside"] == 2
 
 
 def test_text_only_model_is_skipped_with_a_line():
