@@ -20,6 +20,7 @@ from .bench_real import (   # section `real` and the pieces every section shares
     FULL, QUICK, BenchSizes, _goal, _median, _pipeline_images, _sync, _train_step, bench_real, format_real, peak_rss_mb,
     recipe_forward, torch_threads)
 from .geometry import geometry_speed_ratios
+from .bench_eval import EVAL_FULL, EVAL_QUICK, bench_evals, format_evals   # section `evals`
 from . import data as D, models as M, recipes as R, train as T
 from .sources import WorldData, world_captions, world_source
 from .decoder import ReconstructionHead, pretrain_decoder
@@ -399,6 +400,7 @@ def run_benchmarks(sections=SECTIONS, quick: bool = False, compare_dir: str | Pa
             elif sec == "recipes": out[sec] = bench_recipes(sizes, recipes, device, log=log, precision=precision)
             elif sec == "pipeline": out[sec] = bench_pipeline(sizes, device)
             elif sec == "real": out[sec] = bench_real(sizes, device)
+            elif sec == "evals": out[sec] = bench_evals(EVAL_QUICK if quick else EVAL_FULL, device)
             else: out[sec] = bench_compare(sizes, compare_dir)
             seconds[sec] = time.perf_counter() - t0
         out["meta"].update(section_seconds=seconds, peak_rss_mb=peak_rss_mb())
@@ -472,4 +474,5 @@ def format_report(report: dict) -> str:
                   f"{p['model']} training step (batch {p['batch']}, {p['device']}): {p['step_samples_per_s']:.0f} samples/s "
                   f"→ {p['workers_needed']} worker(s) keep it fed (--workers)"]
     if "real" in report: lines += format_real(report["real"])
+    if "evals" in report: lines += format_evals(report["evals"])
     return "\n".join(lines)

@@ -8,12 +8,12 @@ Docs: https://hierbench.github.io/hierbench/cli.html.md"""
 from __future__ import annotations
 import argparse, importlib, sys
 
-from .config import BENCH_SECTIONS, BUDGET_NAMES, LAUNCHERS, PRECISIONS
+from .config import BENCH_SECTIONS, BUDGET_NAMES, LAUNCHERS, PRECISIONS, SUITE_NAMES
 
 # %% auto #0
 __all__ = ['SUBCOMMANDS', 'LazyCommand', 'DeprecatedFlag', 'deprecated_alias', 'add_train_parser', 'add_negatives_parser',
            'add_paraphrases_parser', 'add_check_parser', 'add_export_parser', 'add_compare_parser', 'add_bench_parser',
-           'add_eval_parser', 'add_demo_docs_parsers', 'build_parser', 'main']
+           'add_general_eval_flags', 'add_eval_parser', 'add_demo_docs_parsers', 'build_parser', 'main']
 
 # %% ../nbs/15_cli.ipynb #6b3539a5
 class LazyCommand:
@@ -180,7 +180,7 @@ def add_compare_parser(sub):
 # %% ../nbs/15_cli.ipynb #5af21932
 def add_bench_parser(sub):
     d = sub.add_parser("bench", help="speed and memory as ratios against baselines measured in the same run")
-    d.add_argument("--sections", default=None, help="comma-separated: " + ",".join(BENCH_SECTIONS) + " (default: all but real, which steps a ViT-B/32 beside open_clip_train)")
+    d.add_argument("--sections", default=None, help="comma-separated: " + ",".join(BENCH_SECTIONS) + " (default: all but real, which steps a ViT-B/32 beside open_clip_train, and evals, zero-shot and retrieval beside a plain open_clip loop)")
     d.add_argument("--quick", action="store_true", help="tiny sizes (a plumbing check; the numbers mean nothing)")
     d.add_argument("--compare-dir", default=None, help="a `hierbench compare` output folder to read (default: run a smoke compare)")
     d.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
@@ -191,6 +191,25 @@ def add_bench_parser(sub):
     deprecated_alias(d, "--model-preset", "--arch")
     d.set_defaults(func=LazyCommand("hierbench.commands:cmd_bench"))
     return d
+
+# %% ../nbs/15_cli.ipynb #e2c42a01
+def add_general_eval_flags(d):
+    "`eval`'s flags for zero-shot, linear probe, hierarchy, retrieval, Winoground and the papers' suites."
+    d.add_argument("--zeroshot", nargs="+", default=None, metavar="DIR", help="zero-shot classification folders: CLIP_benchmark's "
+                   "WebDataset layout, an ImageFolder with classnames.txt / zeroshot_classification_templates.txt beside it, or "
+                   "ImageNet's val/ ImageFolder (keys zeroshot/NAME/acc1, acc5, mean_per_class_recall; NAME = the folder's name)")
+    d.add_argument("--linear-probe", nargs="+", default=None, metavar="DIR", help="linear probe on classification folders with a "
+                   "train split (CLIP_benchmark's weight-decay sweep; keys linear_probe/NAME/acc1, ...)")
+    d.add_argument("--hierarchy", nargs="+", default=None, metavar="[NAME=]TREE", help="hierarchical metrics of the zero-shot "
+                   "predictions over a class tree: a JSON {class: parent}, an is-a list ('parent child' per line), or 'wordnet' "
+                   "(ImageNet ids; nltk's corpus must be on disk, it is never downloaded); NAME= for one --zeroshot folder only")
+    d.add_argument("--retrieval", nargs="+", default=None, metavar="SPEC", help="image-text retrieval: coco:FILE | flickr:FILE | "
+                   "wds:DIR (images under --image-root; keys retrieval/NAME/image_retrieval_recall@K, text_retrieval_recall@K)")
+    d.add_argument("--winoground", default=None, metavar="DIR", help="Winoground's dataset folder (examples.jsonl and images)")
+    d.add_argument("--suite", choices=SUITE_NAMES, default=None, help="the benchmarks a paper tabulates, found under --data-root, "
+                   "printed in the paper's layout (what is missing is named, one line each)")
+    d.add_argument("--data-root", default=None, help="folder of datasets under conventional names (hierbench.suites documents them)")
+    d.add_argument("--num-workers", type=int, default=None, help="DataLoader workers decoding images (default: cores - 1, at most 8; 0: none)")
 
 # %% ../nbs/15_cli.ipynb #067ed8cf
 class _OldModelFlag(DeprecatedFlag):
@@ -227,6 +246,7 @@ def add_eval_parser(sub):
     d.add_argument("--precision", choices=PRECISIONS, default="fp32", help="encode in this precision (recorded in the JSON)")
     d.add_argument("--limit", type=int, default=None, help="items per subset (quick looks)")
     d.add_argument("--json", default=None, help="metrics JSON file; the per-item rows go beside it (NAME.items.jsonl)")
+    add_general_eval_flags(d)
     d.add_argument("--model", action=_OldModelFlag, help=argparse.SUPPRESS, default=argparse.SUPPRESS)
     deprecated_alias(d, "--out", "--json")
     d.set_defaults(func=LazyCommand("hierbench.eval_command:cmd_eval"))

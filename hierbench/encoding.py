@@ -6,7 +6,7 @@ Docs: https://hierbench.github.io/hierbench/encoding.html.md"""
 
 # %% ../nbs/10b_encoding.ipynb #c9b6b48b
 from __future__ import annotations
-import contextlib, contextvars, hashlib, math, re, warnings
+import contextlib, contextvars, hashlib, math, os, re, warnings
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -21,7 +21,7 @@ from .metrics import pep_auc_ap, pep_score
 __all__ = ['model_device', 'eval_mode', 'WordHashModel', 'encode_texts', 'encode_images', 'images_to_tensor',
            'encode_uint8_images', 'head_geometry', 'head_curv', 'entailment_angle', 'embedding_radius', 'pep_metrics',
            'record_field', 'default_image_loader', 'default_preprocess', 'eval_progress', 'encode_record_images',
-           'encode_image_list', 'option_scores']
+           'encode_image_list', 'default_num_workers', 'encode_image_sources', 'similarity_name', 'option_scores']
 
 # %% ../nbs/10b_encoding.ipynb #894d9e4f
 def model_device(model) -> torch.device:
@@ -284,6 +284,70 @@ def encode_image_list(model, images, preprocess: Callable | None = None, batch_s
         for i in range(0, len(images), batch_size):
             yield torch.stack([preprocess(im if hasattr(im, "convert") else load_image(im)) for im in images[i:i + batch_size]])
     return encode_images(model, batches())
+
+# %% ../nbs/10b_encoding.ipynb #10a80b00
+def default_num_workers() -> int:
+    "DataLoader workers that decode images: every core but one (which runs the model), at most 8; 0 on one core."
+    return max(0, min(8, (os.cpu_count() or 1) - 1))
+
+class _ImageSources(torch.utils.data.Dataset):
+    "Item j: (j, preprocessed image (3, S, S), None), or (j, None, why it could not be read)."
+    def __init__(self, sources: Sequence, preprocess: Callable): self.sources, self.preprocess = sources, preprocess
+    def __len__(self) -> int: return len(self.sources)
+    def __getitem__(self, j: int):
+        src = self.sources[j]
+        try: return j, self.preprocess(src() if callable(src) else load_image(src)), None
+        # MissingImageError is an OSError, CorruptImageError a DataFormatError: both cost only this image
+        except (OSError, DataFormatError) as err: return j, None, str(err)
+
+def _collate_sources(batch):
+    good = [(j, x) for j, x, why in batch if why is None]
+    return [j for j, _ in good], (torch.stack([x for _, x in good]) if good else None), [(j, why) for j, _, why in batch if why is not None]
+
+@torch.no_grad()
+def encode_image_sources(model, sources: Sequence, preprocess: Callable | None = None, batch_size: int = 64,
+                         num_workers: int | None = None, names: Sequence[str] | None = None
+                         ) -> tuple[torch.Tensor, np.ndarray, list[str]]:
+    """Embeddings (M, D) of the distinct readable `sources` (paths or callables returning a PIL image), the row (N,)
+    of each source in them (−1: set aside) and one line per set-aside image ("name: reason"). Decoding and `preprocess`
+    (default `default_preprocess(model)`) run in `num_workers` DataLoader workers (None: `default_num_workers()`)."""
+    sources = list(sources)
+    if not sources: raise ValueError("encode_image_sources: no images")
+    if names is not None and len(names) != len(sources): raise ValueError(f"{len(names)} names for {len(sources)} sources")
+    keys = [src if callable(src) else os.path.abspath(src) for src in sources]   # one decode per distinct file
+    first: dict = {}
+    for i, k in enumerate(keys): first.setdefault(k, i)
+    uniq = list(first.values())   # source index of each distinct image
+    workers = default_num_workers() if num_workers is None else int(num_workers)
+    workers = min(workers, math.ceil(len(uniq) / batch_size))   # a worker per batch at most: forking costs time
+    dev = model_device(model)
+    loader = torch.utils.data.DataLoader(_ImageSources([sources[i] for i in uniq], preprocess or default_preprocess(model)),
+                                         batch_size=batch_size, num_workers=workers, collate_fn=_collate_sources,
+                                         pin_memory=dev.type == "cuda")
+    good, failed, reasons = [], [], []
+    def batches():
+        for idx, x, bad in _progress(loader):
+            failed.extend(uniq[j] for j, _ in bad); reasons.extend(why for _, why in bad)
+            if x is not None: good.extend(uniq[j] for j in idx); yield x
+    try: embs = encode_images(model, batches())
+    except ValueError:   # nothing could be read (any other ValueError goes up)
+        if good or not failed: raise
+        embs = torch.zeros(0, 1, device=dev)
+    name = lambda i: str(names[i]) if names is not None else (str(sources[i]) if not callable(sources[i]) else f"image {i}")
+    lines = [f"{name(i)}: {why}" for i, why in zip(failed, reasons)]
+    if lines:
+        warnings.warn(f"{len(lines)} of {len(uniq)} images could not be read and are set aside: " + "; ".join(lines[:5])
+                      + (" …" if len(lines) > 5 else ""), DataWarning, stacklevel=2)
+    row_of_first = {i: r for r, i in enumerate(good)}
+    rows = np.array([row_of_first.get(first[k], -1) for k in keys], dtype=np.int64)
+    return embs, rows, lines
+
+# %% ../nbs/10b_encoding.ipynb #56837329
+def similarity_name(model) -> str:
+    "The similarity `model.head.pairwise_sim` ranks by, in words: 'cosine' or '−geodesic distance (Lorentz, c=…)'."
+    if getattr(getattr(model, "head", None), "geometry", "euclidean") == "lorentz":
+        return f"−geodesic distance (Lorentz, c={head_curv(model):.4g})"
+    return "cosine"
 
 # %% ../nbs/10b_encoding.ipynb #bea68450
 @torch.no_grad()

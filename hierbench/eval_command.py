@@ -14,15 +14,19 @@ import pandas as pd
 from .benchmarks import evaluate_benchmarks
 from .commands import print_table
 from .config import atomic_write_text
-from .encoding import eval_progress
+from .encoding import eval_progress, similarity_name
+from .item_metrics import leaderboard_table, paired_metric_differences
 from .metrics import results_table
 from .models import create_model, load_model
 from .precision import apply_precision
 from .scorers import load_scorer
-from .stats import paired_item_differences
+from .retrieval import evaluate_retrieval
+from .suites import SUITES, evaluate_classification, run_suite, suite_tables
+from .winoground import evaluate_winoground
 
 # %% auto #0
-__all__ = ['load_any_model', 'items_path', 'read_items', 'read_names', 'leaderboard', 'scorer_for', 'cmd_eval']
+__all__ = ['load_any_model', 'items_path', 'read_items', 'read_names', 'leaderboard', 'general_protocols', 'scorer_for',
+           'cmd_eval']
 
 # %% ../nbs/15b_eval_command.ipynb #e599e91a
 def load_any_model(checkpoint: str | Path, model_name: str | None = None, quick_gelu: bool | None = None,
@@ -54,16 +58,40 @@ def read_names(path) -> tuple[str, ...]:
     return tuple(l.strip() for l in lines if l.strip() and not l.lstrip().startswith("#"))
 
 def leaderboard(folder) -> pd.DataFrame:
-    "One row per `eval --json` metrics file of `folder`: the aggregate columns (no chance levels, no per-subset cells)."
-    rows = {}
-    for p in sorted(Path(folder).glob("*.json")):
-        try: rows[p.stem] = json.loads(p.read_text())
-        except json.JSONDecodeError as err: print(f"{p}: skipped (not JSON: {err.msg})")
-    if not rows: sys.exit(f"no metrics JSON files in {folder}")
-    df = pd.DataFrame(rows).T
-    keep = [c for c in df.columns if "chance" not in c and (c.endswith("/micro") or c.endswith("/macro") or "/" not in c)]
-    # numbers only: a text field (the precision an eval ran in) is not a column to rank by
-    return df[keep].apply(pd.to_numeric, errors="coerce").dropna(axis=1, how="all")
+    """Metrics (rows) × the `eval --json` files of `folder` (columns): `value [low, high]` (95 % item bootstrap) where
+    the per-item rows are beside the file, else the file's aggregates (`item_metrics.leaderboard_table`)."""
+    try: return leaderboard_table(folder)
+    except FileNotFoundError as err: sys.exit(str(err))
+
+# %% ../nbs/15b_eval_command.ipynb #be93c0f1
+def _trees(specs) -> dict[str, str]:
+    "`--hierarchy` entries as {folder name or '' (every folder): tree}."
+    out = {}
+    for s in specs or ():
+        name, eq, tree = s.partition("=")
+        out[name if eq else ""] = tree if eq else s
+    return out
+
+def general_protocols(model, args, per_item: list, log=print) -> dict[str, float]:
+    "Metrics of `--zeroshot`, `--linear-probe` (+ `--hierarchy`), `--retrieval`, `--winoground` and `--suite`; their rows appended to `per_item`."
+    out, common = {}, dict(num_workers=args.num_workers, limit=args.limit)
+    zs, lp, trees = list(args.zeroshot or ()), list(args.linear_probe or ()), _trees(args.hierarchy)
+    unknown = set(trees) - {""} - {Path(f).name for f in zs}
+    if unknown: sys.exit(f"--hierarchy names {sorted(unknown)}, which no --zeroshot folder is called")
+    for folder in dict.fromkeys(zs + lp):
+        tree = trees.get(Path(folder).name, trees.get("")) if folder in zs else None
+        m, rows = evaluate_classification(model, folder, zeroshot=folder in zs, linear_probe_=folder in lp, hierarchy=tree, log=log, **common)
+        out.update(m); per_item.append(rows)
+    for spec in args.retrieval or ():
+        m, rows = evaluate_retrieval(model, spec, image_root=args.image_root, log=log, **common)
+        out.update(m); per_item.append(rows)
+    if args.winoground:
+        m, rows = evaluate_winoground(model, args.winoground, log=log, **common)
+        out.update(m); per_item.append(rows)
+    if args.suite:
+        m, rows, _ = run_suite(model, args.suite, args.data_root, log=log, **common)
+        out.update(m); per_item.append(rows)
+    return out
 
 # %% ../nbs/15b_eval_command.ipynb #d4bef213
 def scorer_for(args):
@@ -77,11 +105,13 @@ def scorer_for(args):
 def cmd_eval(args):
     if args.compare:
         a, b = args.compare
-        table = paired_item_differences(read_items(a), read_items(b))
-        return print_table(table.round(4), f"paired differences on the same items: {a} − {b} (95% item bootstrap)")
+        table = paired_metric_differences(read_items(a), read_items(b))
+        return print_table(table.round(4), f"paired differences on the same items: a = {a} − b = {b} (95% item bootstrap; "
+                                           "mde: the smallest difference these items detect with 80% power)")
     if args.leaderboard:
         table = leaderboard(args.leaderboard)
-        return print_table(table.round(4), f"leaderboard: {len(table)} model(s) in {args.leaderboard}")
+        return print_table(table, f"leaderboard: {table.shape[1]} model(s) in {args.leaderboard} (value [95% item-bootstrap interval])")
+    if args.suite and not args.data_root: sys.exit("--suite needs --data-root DIR (a folder of datasets under conventional names)")
     model, name = scorer_for(args)
     model = apply_precision(model, args.precision)
     per_item: list = []
@@ -92,11 +122,18 @@ def cmd_eval(args):
                                   whatsup=args.whatsup or (), crepe=args.crepe or (), aro_relation=args.aro_relation,
                                   aro_attribution=args.aro_attribution, aro_order=args.aro_order or (),
                                   aro_exclude=read_names(args.aro_exclude), vg_dir=args.vg_dir)
+        general = general_protocols(model, args, per_item)
+    res.update(general)
     print_table(results_table(res), f"evaluation of {name} ({args.precision})")
+    if args.suite:
+        for title, table in suite_tables(args.suite, res, label=Path(str(name)).name):
+            print_table(table, f"{SUITES[args.suite].paper}: {title} (%)")
     res["precision"] = args.precision
+    if general: res["similarity"] = similarity_name(model)   # what ranked the classes and the retrieval candidates
     if args.json:
         out = Path(args.json)
         atomic_write_text(out, json.dumps(res, indent=1))
+        per_item = [t for t in per_item if len(t)]
         if per_item:
             atomic_write_text(items_path(out), pd.concat(per_item, ignore_index=True).to_json(orient="records", lines=True))
             print(f"wrote {out} and {items_path(out)} (one row per item: benchmark, id, verdict, scores)")

@@ -94,10 +94,16 @@ def world_eval_data(split: str, n: int, seed: int = 0, config=None, pep_pool: in
 
 # %% ../nbs/10_evaluate.ipynb #acce5e15
 def class_prototypes(model, prompts_per_class: Sequence[Sequence[str]], batch_size: int = 256) -> torch.Tensor:
-    "Prototypes (C, D): `model.encode_prototypes` when the model has it, else the renormalised mean of prompt embeddings."
+    """Prototypes (C, D): `model.encode_prototypes` when the model has it, else the renormalised mean of prompt
+    embeddings (a Euclidean scorer's prompts are normalised first, as CLIP_benchmark does: an encoder that does not
+    normalise its outputs would otherwise let its longest prompt vectors dominate the mean)."""
     if hasattr(model, "encode_prototypes"):
         with torch.no_grad(), eval_mode(model): return model.encode_prototypes(prompts_per_class).float()
-    embs = [encode_texts(model, p, batch_size) for p in prompts_per_class]
+    if any(len(p) == 0 for p in prompts_per_class): raise ValueError("class_prototypes: every class needs at least one prompt")
+    flat = [t for p in prompts_per_class for t in p]
+    embs = encode_texts(model, flat, batch_size).split([len(p) for p in prompts_per_class])   # distinct texts once, batched
+    if getattr(getattr(model, "head", None), "geometry", "euclidean") == "euclidean":
+        embs = [torch.nn.functional.normalize(e, dim=-1) for e in embs]
     protos = torch.stack([e.mean(0) for e in embs])
     norms = torch.stack([e.norm(dim=-1).mean() for e in embs])   # keep the prompts' mean norm (matters for Lorentz)
     return torch.nn.functional.normalize(protos, dim=-1) * norms[:, None]

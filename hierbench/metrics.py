@@ -129,13 +129,16 @@ def _correct_mask(gt, n_queries: int, n_candidates: int) -> np.ndarray:
     return mask
 
 # %% ../nbs/10a_metrics.ipynb #b4311490
-def rank_of_best_correct(sim, gt) -> np.ndarray:
-    "0-based pessimistic rank of each query's best correct candidate: the number of wrong candidates scoring ≥ it. `sim` (Nq, Nc) → (Nq,)."
+def rank_of_best_correct(sim, gt, ties: str = "pessimistic") -> np.ndarray:
+    """0-based pessimistic rank of each query's best correct candidate: the number of wrong candidates scoring ≥ it
+    (`ties="optimistic"`: scoring > it; the two differ exactly where a wrong candidate ties). `sim` (Nq, Nc) → (Nq,)."""
+    if ties not in ("pessimistic", "optimistic"): raise ValueError(f"ties must be 'pessimistic' or 'optimistic', got {ties!r}")
     s = as_numpy(sim, "sim", ndim=2)
     mask = _correct_mask(gt, *s.shape)
     if not mask.any(1).all(): raise ValueError(f"gt: queries {np.flatnonzero(~mask.any(1))[:10].tolist()} have no correct candidate")
     best = np.where(mask, s, -np.inf).max(1)
-    return ((s >= best[:, None]) & ~mask).sum(1)
+    ahead = s >= best[:, None] if ties == "pessimistic" else s > best[:, None]
+    return (ahead & ~mask).sum(1)
 
 # %% ../nbs/10a_metrics.ipynb #59b9891e
 def recall_at_k(sim, gt, ks: Sequence[int] = (1, 5, 10)) -> dict[int, float]:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from hierbench import data as D, loaders as L
+from hierbench import data as D, loaders as L, retrieval as RT, winoground as WG
 
 SAFE = ("clear", "refused", "handled")
 UNSAFE = ("raw crash", "silently accepted", "lost data")
@@ -29,6 +29,11 @@ def _valse(i, **kw): return {"dataset": "coco", "image_file": f"{i}.jpg", "capti
                              "relation_name": "x", "mturk": {"caption": 3}, **kw}
 def _hier(i, **kw): return {"id": i, "captions": f"animal {i} => dog => brown dog => brown dog on a sofa",
                             "image_url": f"http://x/val2014/COCO_val2014_{i:012d}.jpg", **kw}
+def _coco(i, **kw): return {"id": i, "file_name": f"COCO_val2014_{i:012d}.jpg", "caption": f"a dog on a sofa {i}", **kw}
+def _flickr(i, **kw): return {"image": f"{1000 + i}.jpg", "caption": f"a child climbs the stairs {i}", **kw}
+def _wino(i, **kw): return {"id": i, "caption_0": f"a dog bites a man {i}", "caption_1": f"a man bites a dog {i}",
+                            "image_0": f"ex_{i}_img_0", "image_1": f"ex_{i}_img_1", "tag": "Noun", "secondary_tag": "",
+                            "num_main_preds": 1, "collapsed_tag": "Object", **kw}
 def _crepe(i, **kw): return {"image_id": str(i), "x": 1, "y": 1, "width": 30, "height": 30, "caption": f"a red square {i}",
                              "hard_negs": str([f"a green square {i}", f"a red circle {i}"]), **kw}
 
@@ -49,11 +54,33 @@ FORMATS = {
     "crepe": (_crepe, "caption", None, "image_id",
               lambda p, recs: pd.DataFrame(recs).to_csv(p / "crepe.csv", index=False),
               lambda p, root: L.load_crepe(p / "crepe.csv", root)),
+    # retrieval sets (hierbench.retrieval): one image per record, its caption; the loader returns the images
+    "coco-captions": (_coco, "caption", None, "file_name", lambda p, recs: _write_coco(p / "coco_test_karpathy.json", recs),
+                      lambda p, root: RT.load_coco_captions(p / "coco_test_karpathy.json", root).image_ids),
+    "flickr-txt": (_flickr, "caption", None, "image", lambda p, recs: _write_flickr(p / "flickr30k_test_karpathy.txt", recs),
+                   lambda p, root: RT.load_flickr_captions(p / "flickr30k_test_karpathy.txt", root).image_ids),
+    # Winoground (hierbench.winoground): its second caption plays the negative (equal captions cannot be scored)
+    "winoground": (_wino, "caption_0", "caption_1", "image_0",
+                   lambda p, recs: (_write_json(p / "examples.jsonl", "".join(json.dumps(r) + "\n" for r in recs)),
+                                    (p / "images").mkdir(exist_ok=True)),
+                   lambda p, root: WG.load_winoground(p)),
 }
 FILE_OF = {"sugarcrepe": "swap_obj.json", "sugarcrepe++": "swap_obj.json", "valse": "existence.json",
-           "hierarcaps": "hierarcaps_test.csv", "crepe": "crepe.csv"}
+           "hierarcaps": "hierarcaps_test.csv", "crepe": "crepe.csv", "coco-captions": "coco_test_karpathy.json",
+           "flickr-txt": "flickr30k_test_karpathy.txt", "winoground": "examples.jsonl"}
 
 def _write_json(path: Path, obj): path.write_text(obj if isinstance(obj, str) else json.dumps(obj))
+
+def _write_coco(path: Path, recs):
+    "COCO-captions format: the records' ids and files as `images`, their captions as `annotations` (absent fields stay absent)."
+    images = [{k: r[k] for k in ("id", "file_name") if k in r} for r in recs]
+    anns = [{"image_id": r.get("id"), **({"caption": r["caption"]} if "caption" in r else {})} for r in recs]
+    _write_json(path, {"images": images, "annotations": anns})
+
+def _write_flickr(path: Path, recs):
+    "CLIP_benchmark's Flickr text file: a header, then `IMAGE,caption` per record (a record without a caption: its name alone)."
+    cap = lambda r: "" if r["caption"] is None else str(r["caption"])
+    path.write_text("image,caption\n" + "".join(f"{r['image']},{cap(r)}\n" if "caption" in r else f"{r['image']}\n" for r in recs))
 
 # ---- the classes: (class, applies to, mutate(records) -> records or raw text, expected outcome) -------------------
 def _caption_cases():
@@ -90,11 +117,15 @@ def _applies(fmt: str, case: str) -> bool:
     maker, cap, neg, pth, *_ = FORMATS[fmt]
     if case.startswith("negative equal"): return neg is not None
     if case.startswith("path"): return pth is not None
-    csv = FILE_OF[fmt].endswith(".csv")
-    # a CSV cell is always text: "-7" or "{'a': 1}" there is a (strange) string, not a value of the wrong type
+    csv = FILE_OF[fmt].endswith((".csv", ".txt"))
+    # a CSV cell (a text line) is always text: "-7" or "{'a': 1}" there is a (strange) string, not a value of the wrong type
     if case in ("caption a number", "id is a dict") and csv: return False
+    # a plain text file cut in half is a shorter text file: nothing in the format can tell
+    if case == "truncated JSON" and FILE_OF[fmt].endswith(".txt"): return False
     if case in ("duplicate id", "id is a dict"): return "id" in maker(0)   # dict-keyed files: the key is the id
-    if case in ("record not an object",): return fmt in ("sugarcrepe", "sugarcrepe++", "valse")
+    if case in ("record not an object",): return fmt in ("sugarcrepe", "sugarcrepe++", "valse", "winoground")
+    # the audit duplicates a record key of a dict-of-records file; a COCO-captions file's top level is {images, annotations}
+    if case == "duplicate JSON key" and fmt == "coco-captions": return False
     if case in ("deeply nested JSON", "truncated JSON", "not JSON (binary)", "empty container", "duplicate JSON key"):
         return FILE_OF[fmt].endswith(".json") or case in ("truncated JSON", "not JSON (binary)", "empty container")
     return True
@@ -139,7 +170,9 @@ def run_audit(n_records: int = 4) -> pd.DataFrame:
                 write(folder, good)
                 f = folder / FILE_OF[fmt]
                 raw = f.read_bytes()
-                if case == "truncated JSON": f.write_bytes(raw[: len(raw) // 2])
+                if case == "truncated JSON":   # cut inside a record (a JSON-lines file cut at a line end is a valid shorter file)
+                    cut = len(raw) // 2
+                    f.write_bytes(raw[: cut - 2 if raw[cut - 1:cut] == b"\n" else cut])
                 elif case == "duplicate JSON key":
                     if not raw.startswith(b"{"): continue
                     f.write_text('{"0": %s, %s' % (json.dumps(good[1]), raw.decode()[1:]))
