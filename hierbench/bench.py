@@ -18,7 +18,7 @@ from .precision import check_precision
 from .world import WorldConfig, build_split, make_scene
 from .bench_real import (   # section `real` and the pieces every section shares
     FULL, QUICK, BenchSizes, _goal, _median, _pipeline_images, _sync, _train_step, bench_real, format_real, peak_rss_mb,
-    recipe_forward, torch_threads)
+    recipe_forward, torch_threads, bench_lora, format_lora)
 from .geometry import geometry_speed_ratios
 from . import data as D, models as M, recipes as R, train as T
 from .sources import WorldData, world_captions, world_source
@@ -399,6 +399,7 @@ def run_benchmarks(sections=SECTIONS, quick: bool = False, compare_dir: str | Pa
             elif sec == "recipes": out[sec] = bench_recipes(sizes, recipes, device, log=log, precision=precision)
             elif sec == "pipeline": out[sec] = bench_pipeline(sizes, device)
             elif sec == "real": out[sec] = bench_real(sizes, device)
+            elif sec == "lora": out[sec] = bench_lora(sizes, device, precision)
             else: out[sec] = bench_compare(sizes, compare_dir)
             seconds[sec] = time.perf_counter() - t0
         out["meta"].update(section_seconds=seconds, peak_rss_mb=peak_rss_mb())
@@ -472,4 +473,5 @@ def format_report(report: dict) -> str:
                   f"{p['model']} training step (batch {p['batch']}, {p['device']}): {p['step_samples_per_s']:.0f} samples/s "
                   f"→ {p['workers_needed']} worker(s) keep it fed (--workers)"]
     if "real" in report: lines += format_real(report["real"])
+    if "lora" in report: lines += format_lora(report["lora"])
     return "\n".join(lines)

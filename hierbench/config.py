@@ -13,8 +13,8 @@ from typing import Any, Callable, Sequence
 
 # %% auto #0
 __all__ = ['ENV_PREFIX', 'PRECISIONS', 'LAUNCHERS', 'BENCH_SECTIONS', 'BUDGET_NAMES', 'REPORT_TO_BACKENDS', 'Settings',
-           'find_settings_file', 'load_settings', 'atomic_write', 'atomic_write_text', 'sweep_temporary_files',
-           'FolderLock', 'moved_names', 'run_once']
+           'MissingExtraError', 'find_settings_file', 'load_settings', 'atomic_write', 'atomic_write_text',
+           'sweep_temporary_files', 'FolderLock', 'moved_names', 'run_once']
 
 # %% ../nbs/01_config.ipynb #00ec37bf
 ENV_PREFIX = "HIERBENCH_"
@@ -46,6 +46,9 @@ LAUNCHERS = ("processes", "submitit-local", "slurm")                # where comp
 BENCH_SECTIONS = ("geometry", "world", "recipes", "compare", "pipeline", "real", "lora")  # hierbench.bench's sections
 BUDGET_NAMES = ("smoke", "quick", "standard", "full")               # hierbench.budgets.BUDGETS, in size order
 REPORT_TO_BACKENDS = ("tensorboard", "wandb")                       # --report-to (hierbench.tracking), the [track] extra
+
+class MissingExtraError(ImportError):
+    "An optional library is missing; the message names the pip extra that installs it (the command line prints one line)."
 
 # %% ../nbs/01_config.ipynb #4b73d7d5
 def find_settings_file(start: str | Path | None = None) -> Path | None:

@@ -16,7 +16,7 @@ from torch import nn
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
-from .config import atomic_write, atomic_write_text
+from .config import MissingExtraError, atomic_write, atomic_write_text
 from . import models as M
 
 # %% auto #0
@@ -118,7 +118,7 @@ def _peft():
         import peft
         from peft.tuners.tuners_utils import BaseTunerLayer
     except ImportError as e:
-        raise ImportError("LoRA fine-tunes (--lora-rank) need peft: pip install 'hierbench[lora]'") from e
+        raise MissingExtraError("LoRA fine-tunes (--lora-rank) need peft: pip install 'hierbench[lora]'") from e
     return peft, BaseTunerLayer
 
 def file_sha256(path: str | Path) -> str:

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw
 
-from .config import REPORT_TO_BACKENDS
+from .config import REPORT_TO_BACKENDS, MissingExtraError
 from .geometry import dist0
 
 # %% auto #0
@@ -39,7 +39,7 @@ def require_backends(backends: Sequence[str]) -> None:
         module = {"tensorboard": "tensorboard", "wandb": "wandb"}[name]
         try: __import__(module)
         except ImportError:
-            raise ImportError(f"--report-to {name} needs the {module} package: pip install 'hierbench[track]'") from None
+            raise MissingExtraError(f"--report-to {name} needs the {module} package: pip install 'hierbench[track]'") from None
 
 # %% ../nbs/09d_tracking.ipynb #973cb149
 def metric_tag(key: str) -> str:
