@@ -325,6 +325,24 @@ def _rss_now_mb() -> float:
     try: return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
     except (OSError, ValueError, IndexError): return float("nan")
 
+def _restart_peak_rss() -> bool:
+    """Make the process's peak resident memory start again from now (Linux: free heap handed back with `malloc_trim`,
+    then '5' written to /proc/self/clear_refs resets VmHWM), so that building the model does not count; False where
+    it cannot (the peak then covers the whole process)."""
+    import ctypes, gc
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except (OSError, AttributeError): return False
+
+def _peak_rss_since_restart_mb() -> float:
+    "VmHWM of /proc/self/status (the peak since `_restart_peak_rss`) in MB; `peak_rss_mb()` where there is none."
+    import re
+    try: return int(re.search(r"VmHWM:\s+(\d+) kB", Path("/proc/self/status").read_text()).group(1)) / 1024
+    except (OSError, AttributeError): return peak_rss_mb()
+
 def _lora_child(variant: str, arch: str, batch: int, steps: int, rank: int, threads: int, device: str, precision: str) -> dict:
     """One variant of section `lora` in this (fresh) process: `clip-ft`'s step on `arch` (random init, seed 0) with every
     weight training ('full') or LoRA adapters of `rank` ('lora'); one warm-up step, then `steps` timed ones."""
@@ -345,12 +363,14 @@ def _lora_child(variant: str, arch: str, batch: int, steps: int, rank: int, thre
              params=[p for _, p in named if p.requires_grad], clamps=[model.clamp_parameters_], scaler=grad_scaler(device, precision))
     cuda = torch.device(device).type == "cuda"
     if cuda: torch.cuda.reset_peak_memory_stats(device)
+    restarted = _restart_peak_rss()   # the model's construction (a transient copy of the weights) is not training's peak
     before = _rss_now_mb()
     _train_step(s, recipe_forward(s))   # warm-up: AdamW's state, the allocator
     times = [_train_step(s, recipe_forward(s))["total"] for _ in range(steps)]
     trainable, total = lora_parameter_count(model)
-    return dict(variant=variant, step_s=sum(times) / len(times), peak_rss_mb=peak_rss_mb(), rss_before_mb=before,
-                trainable=trainable, total=total, **({"cuda_peak_mb": torch.cuda.max_memory_allocated(device) / 2**20} if cuda else {}))
+    return dict(variant=variant, step_s=sum(times) / len(times), peak_rss_mb=_peak_rss_since_restart_mb(),
+                process_peak_rss_mb=peak_rss_mb(), rss_before_mb=before, peak_restarted=restarted, trainable=trainable,
+                total=total, **({"cuda_peak_mb": torch.cuda.max_memory_allocated(device) / 2**20} if cuda else {}))
 
 def bench_lora(sizes: BenchSizes = FULL, device: str = "cpu", precision: str = "fp32") -> dict:
     """Section `lora`: a LoRA fine-tune's step against the full fine-tune's (same model, weights, batch, precision,
@@ -383,7 +403,7 @@ def bench_lora(sizes: BenchSizes = FULL, device: str = "cpu", precision: str = "
 
 def format_lora(lo: dict) -> list[str]:
     "The report lines of section `lora` (`bench_lora`'s result) for `bench.format_report`."
-    what = "CUDA peak allocation" if lo["memory"] == "cuda_peak_mb" else "peak RSS of the process"
+    what = "CUDA peak allocation" if lo["memory"] == "cuda_peak_mb" else "peak RSS of the training steps"
     return ["", f"== LoRA vs the full fine-tune: {lo['model']}, batch {lo['batch']}, {lo['precision']}, device {lo['device']}, "
                 f"{lo['threads']} thread(s), rank {lo['rank']} on the default targets (median of {lo['repeats']} interleaved "
                 f"round(s), each variant in a fresh process; load average before {lo['load_avg_before']}) ==",

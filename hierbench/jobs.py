@@ -22,7 +22,8 @@ from .sources import WorldData, fold_deprecated
 from .loaders import load_hierarcaps
 from .train import TrainConfig, TrainResult, ValidationMonitor, read_metrics, train
 from .distributed import init_distributed
-from .lora import LoraSpec, apply_lora, is_lora_file, load_base_, lora_parameter_count, save_lora_model, saved_model_config
+from .lora import (LoraSpec, apply_lora, is_lora_file, load_base_, lora_parameter_count, save_lora_model,
+                            saved_model_config, share_frozen_base_)
 from .tracking import Tracker
 
 
@@ -260,6 +261,7 @@ def train_recipe(recipe: str | R.Recipe,                     # a recipe name (`h
     if log is not None and init_distributed().is_main: log(_settings_line(recipe, data, source, cfg) + note)   # rank 0 only
     decay = recipe.teacher_decay(cfg.steps)
     teacher = M.EMATeacher(model, decay) if recipe.needs_teacher else None
+    if teacher is not None and lora is not None: share_frozen_base_(teacher, model)   # one copy of the frozen base
     modules, recon_head = {}, None
     if recipe.needs_decoder:
         recon_head = modules["recon_head"] = ReconstructionHead(model.text_width, _decoder_for(decoder, source, data, seed))

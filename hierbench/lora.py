@@ -21,8 +21,8 @@ from . import models as M
 
 # %% auto #0
 __all__ = ['LORA_TARGET_GROUPS', 'DEFAULT_LORA_TARGETS', 'LoraError', 'LoraSpec', 'resolve_targets', 'file_sha256', 'base_record',
-           'check_adapters_called', 'apply_lora', 'lora_parameter_count', 'merge_lora', 'saved_model_config',
-           'is_lora_file', 'save_lora_model', 'load_base_', 'load_lora_model']
+           'check_adapters_called', 'apply_lora', 'share_frozen_base_', 'lora_parameter_count', 'merge_lora',
+           'saved_model_config', 'is_lora_file', 'save_lora_model', 'load_base_', 'load_lora_model']
 
 # %% ../nbs/05e_lora.ipynb #a4d5de3d
 # the layers a target group names; each is one peft target kind that runs in open_clip's forward pass
@@ -179,6 +179,17 @@ def apply_lora(model, spec: LoraSpec, base: str | Path | dict | None = None):
     model.model_config = {**model.model_config, "lora": {**spec.record(), "base": rec}}
     check_adapters_called(model)
     return model
+
+def share_frozen_base_(teacher, model) -> int:
+    """Make an EMA teacher (`hierbench.models.EMATeacher`, a copy of the LoRA `model`) use the student's frozen base
+    weights instead of its own copy: they never change, so the teacher's average of them is them (a ViT-B/32 keeps
+    600 MB fewer). Returns how many tensors are shared."""
+    inner = getattr(teacher, "module", teacher)
+    frozen = getattr(model, "frozen_state_keys", frozenset())
+    for name in frozen:
+        owner, _, leaf = name.rpartition(".")
+        setattr(inner.get_submodule(owner), leaf, model.get_parameter(name))
+    return len(frozen)
 
 def lora_parameter_count(model) -> tuple[int, int]:
     "(trainable, all) parameter counts of `model`."

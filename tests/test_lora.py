@@ -33,8 +33,11 @@ def base(tmp_path_factory):
 
 def test_checkpoints_hold_the_adapters_only_and_resume_is_exact(base, tmp_path):
     "DeGLA with LoRA (EMA teacher, hard negatives): stopped after 3 steps and resumed = an uninterrupted run, bit for bit."
-    spec = L.LoraSpec(4)
-    full = J.train_recipe("degla", tmp_path / "full", init_checkpoint=base, lora=spec, **_kw(tmp_path))
+    spec, seen = L.LoraSpec(4), {}
+    def look(event, st):   # the EMA teacher shares the student's frozen base (one copy in memory)
+        if event == "run_start": seen["shared"] = st["teacher"].module.clip.token_embedding.weight is st["model"].clip.token_embedding.weight
+    full = J.train_recipe("degla", tmp_path / "full", init_checkpoint=base, lora=spec, callbacks=[look], **_kw(tmp_path))
+    assert seen["shared"]
     J.train_recipe("degla", tmp_path / "part", init_checkpoint=base, lora=spec, stop_at=3, **_kw(tmp_path))
     ck = tmp_path / "part" / "checkpoints" / "step-00000003"
     saved = safetensors.torch.load_file(str(ck / "model.safetensors"))

@@ -61,12 +61,13 @@ def check_fair(out: Path, rank: int, seed: int) -> None:
     if "lora" not in lora or "lora" in full: raise SystemExit(f"seed {seed}: the LoRA run has no adapters recorded")
 
 
-def run(budget_name: str, seeds: int, out: Path, rank: int, log=print) -> pd.DataFrame:
-    "Train (or reuse) every run, check the pairs, write OUT/lora_vs_full.json; long rows (arm, seed, metric, value)."
+def run(budget, seeds: int, out: Path, rank: int, log=print) -> pd.DataFrame:
+    """Train (or reuse) every run of `budget` (a name or a `Budget`), check the pairs, write OUT/lora_vs_full.json;
+    long rows (arm, seed, metric, value)."""
     from hierbench import compare as C
     from hierbench.budgets import BUDGETS
     from hierbench.config import atomic_write_text
-    budget = BUDGETS[budget_name]
+    budget = BUDGETS[budget] if isinstance(budget, str) else budget
     out = Path(out); out.mkdir(parents=True, exist_ok=True)
     C._prepare_world(budget)
     eval_data = C._EVAL_CACHE[budget]
@@ -83,7 +84,7 @@ def run(budget_name: str, seeds: int, out: Path, rank: int, log=print) -> pd.Dat
         g = lambda a: got[a]["metrics"].get("comp_acc", float("nan"))
         log(f"seed {seed}: comp_acc clip {g('clip'):.3f}, degla {g('degla'):.3f}, degla-lora{rank} {g('degla-lora'):.3f} "
             f"({time.perf_counter() - t0:.0f} s)")
-    atomic_write_text(out / "lora_vs_full.json", json.dumps(C._json_safe(dict(budget=budget_name, seeds=seeds, rank=rank,
+    atomic_write_text(out / "lora_vs_full.json", json.dumps(C._json_safe(dict(budget=budget.name, seeds=seeds, rank=rank,
                                                                               runs=runs)), indent=1))
     return pd.DataFrame(rows).dropna()
 
