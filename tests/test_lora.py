@@ -92,6 +92,8 @@ def test_read_decoder_and_a_lorentz_head_on_a_euclidean_checkpoint(base, tmp_pat
     model = load_model(meru.weights_path)
     assert model.geometry == "lorentz" and "curvature" in read_metrics(meru.run_dir)[-1]
     assert "geometry lorentz (the recipe's) lifting its euclidean towers" in lines[0] and "LoRA rank 4" in lines[0]
+    argent = J.train_recipe("argent", tmp_path / "argent", init_checkpoint=base, lora=L.LoraSpec(2), **_kw(tmp_path, steps=2))
+    assert load_model(argent.weights_path).geometry == "lorentz" and "adaent" in read_metrics(argent.run_dir)[-1]
     first = read_metrics(meru.run_dir)[0]
     assert first["curvature"] != read_metrics(meru.run_dir)[-1]["curvature"] or first["alpha_image"] != read_metrics(meru.run_dir)[-1]["alpha_image"]
 
