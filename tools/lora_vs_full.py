@@ -13,7 +13,7 @@ Runs already in OUT are reused (CLIP and full DeGLA as `hierbench compare` reuse
 budget can be OUT). Writes OUT/lora_vs_full.json (per seed and arm: metrics, training seconds, trainable weights) and
 prints markdown tables: per metric, each arm's mean over seeds with its 95% t-interval; the gains over CLIP of both
 arms; and the paired difference LoRA − full (the CLIP run cancels) with its interval and the smallest difference the
-seeds could detect (80% power)."""
+seeds could detect (80% power); the share of the full change LoRA makes where the full change's interval excludes zero."""
 import argparse, json, math, sys, time
 from pathlib import Path
 
@@ -118,7 +118,8 @@ def tables(rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         gains.append(dict(metric=metric, seeds=n, full_gain=gf, full_low=gfl, full_high=gfh, lora_gain=gl, lora_low=gll,
                           lora_high=glh, lora_minus_full=d, diff_low=dl, diff_high=dh,
                           mde=min_detectable_effect(sd, n) if n > 1 else float("nan"),
-                          kept=gl / gf if gf and np.isfinite(gf) else float("nan")))
+                          # a share of the full gain only where there is one (its interval excludes zero)
+                          kept=gl / gf if np.isfinite(gfl) and (gfl > 0 or gfh < 0) else float("nan")))
     return pd.DataFrame(arms), pd.DataFrame(gains)
 
 
@@ -128,13 +129,11 @@ def _f(x, nd=3) -> str: return "—" if x is None or not np.isfinite(x) else f"{
 def markdown(arms: pd.DataFrame, gains: pd.DataFrame) -> str:
     lines = ["| metric | arm | mean | 95% interval | seeds |", "|---|---|---|---|---|"]
     lines += [f"| {r.metric} | {r.arm} | {r.mean:.3f} | [{r.low:.3f}, {r.high:.3f}] | {r.n} |" for r in arms.itertuples()]
-    lines += ["", "| metric | full DeGLA − CLIP | LoRA DeGLA − CLIP | LoRA − full | 95% interval | smallest detectable | gain kept |",
+    lines += ["", "| metric | full DeGLA − CLIP | LoRA DeGLA − CLIP | LoRA − full | 95% interval | smallest detectable | share of the full change |",
               "|---|---|---|---|---|---|---|"]
     lines += [f"| {r.metric} | {_f(r.full_gain)} [{_f(r.full_low)}, {_f(r.full_high)}] | {_f(r.lora_gain)} [{_f(r.lora_low)}, "
-              f"{_f(r.lora_high)}] | {_f(r.lora_minus_full)} | [{_f(r.diff_low)}, {_f(r.diff_high)}] | {abs(r.mde):.3f} | "
-              f"{100 * r.kept:.0f} % |" if np.isfinite(r.kept) else
-              f"| {r.metric} | {_f(r.full_gain)} | {_f(r.lora_gain)} | {_f(r.lora_minus_full)} | [{_f(r.diff_low)}, {_f(r.diff_high)}] | — | — |"
-              for r in gains.itertuples()]
+              f"{_f(r.lora_high)}] | {_f(r.lora_minus_full)} | [{_f(r.diff_low)}, {_f(r.diff_high)}] | "
+              f"{abs(r.mde):.3f} | {f'{100 * r.kept:.0f} %' if np.isfinite(r.kept) else '—'} |" for r in gains.itertuples()]
     return "\n".join(lines)
 
 
