@@ -18,7 +18,7 @@ from .precision import check_precision
 from .world import WorldConfig, build_split, make_scene
 from .bench_real import (   # section `real` and the pieces every section shares
     FULL, QUICK, BenchSizes, _goal, _median, _pipeline_images, _sync, _train_step, bench_real, format_real, peak_rss_mb,
-    recipe_forward, torch_threads)
+    recipe_forward, torch_threads, bench_lora, format_lora)
 from .geometry import geometry_speed_ratios
 from .bench_eval import EVAL_FULL, EVAL_QUICK, bench_evals, format_evals   # section `evals`
 from . import data as D, models as M, recipes as R, train as T
@@ -401,6 +401,7 @@ def run_benchmarks(sections=SECTIONS, quick: bool = False, compare_dir: str | Pa
             elif sec == "pipeline": out[sec] = bench_pipeline(sizes, device)
             elif sec == "real": out[sec] = bench_real(sizes, device)
             elif sec == "evals": out[sec] = bench_evals(EVAL_QUICK if quick else EVAL_FULL, device)
+            elif sec == "lora": out[sec] = bench_lora(sizes, device, precision)
             else: out[sec] = bench_compare(sizes, compare_dir)
             seconds[sec] = time.perf_counter() - t0
         out["meta"].update(section_seconds=seconds, peak_rss_mb=peak_rss_mb())
@@ -475,4 +476,5 @@ def format_report(report: dict) -> str:
                   f"→ {p['workers_needed']} worker(s) keep it fed (--workers)"]
     if "real" in report: lines += format_real(report["real"])
     if "evals" in report: lines += format_evals(report["evals"])
+    if "lora" in report: lines += format_lora(report["lora"])
     return "\n".join(lines)

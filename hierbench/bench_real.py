@@ -20,9 +20,9 @@ from .data import ChoiceItem
 from .benchmarks import score_choice_items
 
 # %% auto #0
-__all__ = ['FULL', 'QUICK', 'REAL_TRAIN_GOAL', 'REAL_BF16_GOAL', 'REAL_EVAL_GOAL', 'BenchSizes', 'peak_rss_mb', 'torch_threads',
-           'recipe_forward', 'bf16_native', 'open_clip_train_stepper', 'bench_real_train', 'bench_real_eval',
-           'bench_real', 'format_real']
+__all__ = ['FULL', 'QUICK', 'REAL_TRAIN_GOAL', 'REAL_BF16_GOAL', 'REAL_EVAL_GOAL', 'LORA_MEMORY_GOAL', 'LORA_SPEED_GOAL',
+           'BenchSizes', 'peak_rss_mb', 'torch_threads', 'recipe_forward', 'bf16_native', 'open_clip_train_stepper',
+           'bench_real_train', 'bench_real_eval', 'bench_real', 'format_real', 'bench_lora', 'format_lora']
 
 # %% ../nbs/14a_bench_real.ipynb #eedcac1d
 @dataclass(frozen=True)
@@ -50,6 +50,7 @@ class BenchSizes:
     real_steps: int = 4             # timed steps per trainer and precision, in each of `real_repeats` rounds
     real_repeats: int = 3           # interleaved rounds (hierbench, open_clip_train, ...): medians over rounds
     real_eval_items: int = 300      # SugarCrepe-style items scored by hierbench and by a plain per-item loop
+    lora_rank: int = 8              # section `lora`: the adapters' rank (on `real_model`, `real_batch`, `real_steps`)
 
 FULL = BenchSizes()
 QUICK = BenchSizes(geometry_n=128, geometry_d=32, geometry_pairs=2000, geometry_pair_d=8, geometry_repeats=2,
@@ -313,3 +314,104 @@ def format_real(real: dict) -> list[str]:
                  f"{e['plain_loop_items_per_s']:.1f} items/s: {e['ratio']:.2f}x  [goal >= {e['goal']}x]{_goal(e['meets_goal'])}; "
                  f"verdicts equal {e['verdicts_equal']}/{e['items']}")
     return lines
+
+# %% ../nbs/14a_bench_real.ipynb #0a9ba481
+LORA_MEMORY_GOAL = 0.40   # a LoRA fine-tune's peak memory at least 40 % below the full fine-tune's (same model, batch)
+LORA_SPEED_GOAL = 1.3     # and its step at least 1.3x as fast
+
+def _rss_now_mb() -> float:
+    "Resident memory of this process now, in MB (Linux: the second field of /proc/self/statm, in pages); NaN elsewhere."
+    import os
+    try: return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError): return float("nan")
+
+def _restart_peak_rss() -> bool:
+    """Make the process's peak resident memory start again from now (Linux: free heap handed back with `malloc_trim`,
+    then '5' written to /proc/self/clear_refs resets VmHWM), so that building the model does not count; False where
+    it cannot (the peak then covers the whole process)."""
+    import ctypes, gc
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except (OSError, AttributeError): return False
+
+def _peak_rss_since_restart_mb() -> float:
+    "VmHWM of /proc/self/status (the peak since `_restart_peak_rss`) in MB; `peak_rss_mb()` where there is none."
+    import re
+    try: return int(re.search(r"VmHWM:\s+(\d+) kB", Path("/proc/self/status").read_text()).group(1)) / 1024
+    except (OSError, AttributeError): return peak_rss_mb()
+
+def _lora_child(variant: str, arch: str, batch: int, steps: int, rank: int, threads: int, device: str, precision: str) -> dict:
+    """One variant of section `lora` in this (fresh) process: `clip-ft`'s step on `arch` (random init, seed 0) with every
+    weight training ('full') or LoRA adapters of `rank` ('lora'); one warm-up step, then `steps` timed ones."""
+    import tempfile
+    from hierbench.lora import LoraSpec, apply_lora, lora_parameter_count
+    torch.set_num_threads(threads); torch.manual_seed(0)
+    recipe = R.get_recipe("clip-ft")
+    model = M.create_model(arch, **recipe.model_kwargs())
+    with tempfile.TemporaryDirectory() as d:
+        images, caps = _real_train_batch(batch, int(model.image_size), model.image_mean, model.image_std, Path(d))
+    if variant == "lora": apply_lora(model, LoraSpec(rank))
+    model.to(device).train()
+    cfg = T.TrainConfig(**{**recipe.paper.train_overrides(), "batch_size": batch, "precision": precision})
+    cast_towers_(model, precision)
+    named = list(model.named_parameters())
+    s = dict(model=model, teacher=None, batch=T._to_device(dict(images=images, captions=list(caps)), device),
+             loss_fn=R.make_loss_fn(recipe, None), optimizer=T.make_optimizer(named, cfg), cfg=cfg, device=device,
+             params=[p for _, p in named if p.requires_grad], clamps=[model.clamp_parameters_], scaler=grad_scaler(device, precision))
+    cuda = torch.device(device).type == "cuda"
+    if cuda: torch.cuda.reset_peak_memory_stats(device)
+    restarted = _restart_peak_rss()   # the model's construction (a transient copy of the weights) is not training's peak
+    before = _rss_now_mb()
+    _train_step(s, recipe_forward(s))   # warm-up: AdamW's state, the allocator
+    timed = [_train_step(s, recipe_forward(s)) for _ in range(steps)]
+    trainable, total = lora_parameter_count(model)
+    return dict(variant=variant, step_s=sum(t["total"] for t in timed) / steps, step_cpu_s=sum(t["total_cpu"] for t in timed) / steps,
+                peak_rss_mb=_peak_rss_since_restart_mb(),
+                process_peak_rss_mb=peak_rss_mb(), rss_before_mb=before, peak_restarted=restarted, trainable=trainable,
+                total=total, **({"cuda_peak_mb": torch.cuda.max_memory_allocated(device) / 2**20} if cuda else {}))
+
+def bench_lora(sizes: BenchSizes = FULL, device: str = "cpu", precision: str = "fp32") -> dict:
+    """Section `lora`: a LoRA fine-tune's step against the full fine-tune's (same model, weights, batch, precision,
+    threads), each variant in a fresh process, rounds interleaved in alternating order; medians over rounds of the
+    per-round ratios of peak memory and step time."""
+    import multiprocessing as mp, os
+    from concurrent.futures import ProcessPoolExecutor
+    from hierbench import bench_real as this   # the pool pickles the child function by its module's name
+    threads, rounds = torch.get_num_threads(), []
+    load = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
+    for r in range(sizes.real_repeats):
+        res = {}
+        for variant in (("full", "lora") if r % 2 == 0 else ("lora", "full")):
+            with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as ex:   # a fresh process: its own peak
+                res[variant] = ex.submit(this._lora_child, variant, sizes.real_model, sizes.real_batch, sizes.real_steps,
+                                         sizes.lora_rank, threads, device, precision).result()
+        rounds.append(res)
+    mem = "cuda_peak_mb" if torch.device(device).type == "cuda" else "peak_rss_mb"
+    med = lambda f: _median([f(r["full"], r["lora"]) for r in rounds])
+    saving, speedup = med(lambda f, l: 1 - l[mem] / f[mem]), med(lambda f, l: f["step_s"] / l["step_s"])
+    speedup_cpu = med(lambda f, l: f["step_cpu_s"] / l["step_cpu_s"])   # process CPU time: less moved by a busy machine
+    added = med(lambda f, l: 1 - (l["peak_rss_mb"] - l["rss_before_mb"]) / (f["peak_rss_mb"] - f["rss_before_mb"]))
+    return dict(model=sizes.real_model, batch=sizes.real_batch, device=device, precision=precision, threads=threads,
+                steps=sizes.real_steps, repeats=sizes.real_repeats, rank=sizes.lora_rank, memory=mem, rounds=rounds,
+                trainable=rounds[0]["lora"]["trainable"], total=rounds[0]["lora"]["total"],
+                full_step_s=_median([r["full"]["step_s"] for r in rounds]), lora_step_s=_median([r["lora"]["step_s"] for r in rounds]),
+                full_peak_mb=_median([r["full"][mem] for r in rounds]), lora_peak_mb=_median([r["lora"][mem] for r in rounds]),
+                memory_saving=saving, memory_saving_above_model=added, speedup=speedup, speedup_cpu=speedup_cpu, load_avg_before=load,
+                memory_goal=LORA_MEMORY_GOAL, speed_goal=LORA_SPEED_GOAL, memory_meets_goal=bool(saving >= LORA_MEMORY_GOAL),
+                speed_meets_goal=bool(speedup >= LORA_SPEED_GOAL))
+
+def format_lora(lo: dict) -> list[str]:
+    "The report lines of section `lora` (`bench_lora`'s result) for `bench.format_report`."
+    what = "CUDA peak allocation" if lo["memory"] == "cuda_peak_mb" else "peak RSS of the training steps"
+    return ["", f"== LoRA vs the full fine-tune: {lo['model']}, batch {lo['batch']}, {lo['precision']}, device {lo['device']}, "
+                f"{lo['threads']} thread(s), rank {lo['rank']} on the default targets (median of {lo['repeats']} interleaved "
+                f"round(s), each variant in a fresh process; load average before {lo['load_avg_before']}) ==",
+            f"trainable: {lo['trainable']:,} of {lo['total']:,} weights ({100 * lo['trainable'] / lo['total']:.2f} %)",
+            f"memory ({what}): full {lo['full_peak_mb']:,.0f} MB, LoRA {lo['lora_peak_mb']:,.0f} MB: "
+            f"{100 * lo['memory_saving']:.0f} % less  [goal >= {100 * lo['memory_goal']:.0f} %]{_goal(lo['memory_meets_goal'])}"
+            f"; above the built model: {100 * lo['memory_saving_above_model']:.0f} % less",
+            f"step: full {lo['full_step_s']:.3f} s, LoRA {lo['lora_step_s']:.3f} s: {lo['speedup']:.2f}x as fast  "
+            f"[goal >= {lo['speed_goal']}x]{_goal(lo['speed_meets_goal'])}; in process CPU time {lo['speedup_cpu']:.2f}x"]

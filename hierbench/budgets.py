@@ -48,6 +48,7 @@ class Budget:
     snapshots: tuple = (0.25, 0.5)          # pre-training: fractions of the run whose weights are kept (PEP analysis)
     n_boot: int = 1000                      # evaluation-bootstrap replicates per claim row
     precision: str = "fp32"                 # training precision (`hierbench.precision`: fp32, bf16, fp16, amp_bf16, amp_fp16)
+    report_to: tuple = ()                   # dashboards each run also logs to (`hierbench.tracking`): not a number's input
 
     def __post_init__(self):
         try: check_precision(self.precision)
@@ -55,7 +56,7 @@ class Budget:
 
     def run_key(self) -> dict:
         "The fields a finished run's numbers depend on (what may not change for a run to be reused)."
-        skip = {"name", "recipes", "seeds", "n_boot"}
+        skip = {"name", "recipes", "seeds", "n_boot", "report_to"}
         # Finished runs record this dict (eval.json's `run_key`) and are reused only when it is equal. The architecture
         # field was called `model_preset` when those runs were recorded: the key keeps that name, so renaming the
         # attribute to `arch` does not make every finished run of every user look like another budget's.

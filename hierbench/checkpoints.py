@@ -18,8 +18,8 @@ import safetensors.torch
 from .config import atomic_write, atomic_write_text  # one atomic writer for the whole workbench
 
 # %% auto #0
-__all__ = ['CHECKPOINTS_DIR', 'LATEST_FILE', 'STATE_FILE', 'get_rng_state', 'set_rng_state', 'checkpoint_dir', 'save_checkpoint',
-           'list_checkpoints', 'latest_checkpoint', 'load_checkpoint']
+__all__ = ['CHECKPOINTS_DIR', 'LATEST_FILE', 'STATE_FILE', 'get_rng_state', 'set_rng_state', 'checkpoint_dir',
+           'frozen_state_keys', 'save_checkpoint', 'list_checkpoints', 'latest_checkpoint', 'load_checkpoint']
 
 # %% ../nbs/09a_checkpoints.ipynb #c87ce3aa
 def get_rng_state() -> dict:
@@ -59,8 +59,22 @@ def checkpoint_dir(run_dir: str | Path, step: int) -> Path:
     "Folder of the checkpoint after `step` optimizer steps."
     return Path(run_dir) / CHECKPOINTS_DIR / f"step-{step:08d}"
 
+# %% ../nbs/09a_checkpoints.ipynb #fd7127b2
+def frozen_state_keys(module: nn.Module) -> set[str]:
+    """State-dict keys a checkpoint leaves out: those a submodule lists in its `frozen_state_keys` attribute — a LoRA
+    model's frozen base (`hierbench.lora`), rebuilt from the base checkpoint on resume — prefixed with its path."""
+    out = set()
+    for prefix, sub in module.named_modules():
+        keys = sub.__dict__.get("frozen_state_keys")   # the module's own attribute, not one a wrapper delegates
+        if keys: out |= {f"{prefix}.{k}" if prefix else k for k in keys}
+    return out
+
 # %% ../nbs/09a_checkpoints.ipynb #6eb921a4
 def _save_weights(module: nn.Module, path: Path) -> None:
+    frozen = frozen_state_keys(module)
+    if frozen:   # a LoRA run: what trains and the buffers; the frozen base is rebuilt from its own checkpoint
+        sd = {k: v.detach().contiguous() for k, v in module.state_dict().items() if k not in frozen}
+        return atomic_write(path, lambda p: safetensors.torch.save_file(sd, str(p)))
     # safetensors' save_model de-duplicates tied tensors (plain save_file refuses them)
     atomic_write(path, lambda p: safetensors.torch.save_model(module, str(p), force_contiguous=True))
 
@@ -106,7 +120,13 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
 # %% ../nbs/09a_checkpoints.ipynb #de5fe478
 def _load_weights(module: nn.Module, path: Path) -> None:
     if not path.is_file(): raise FileNotFoundError(f"checkpoint file missing: {path}")
-    safetensors.torch.load_model(module, str(path), strict=True)
+    frozen = frozen_state_keys(module)
+    if not frozen: return safetensors.torch.load_model(module, str(path), strict=True)
+    sd, expected = safetensors.torch.load_file(str(path)), set(module.state_dict()) - frozen
+    if set(sd) != expected:   # strict, as for a whole model: every saved tensor and nothing else
+        diff = sorted(set(sd) ^ expected)
+        raise ValueError(f"{path}: {len(diff)} tensor name(s) differ from the model's trainable state, e.g. {diff[0]}")
+    module.load_state_dict(sd, strict=False)
 
 def load_checkpoint(path: str | Path, model: nn.Module, optimizer: torch.optim.Optimizer | None = None,
                     scheduler=None, *, teacher=None, modules: Mapping[str, nn.Module] | None = None) -> dict:

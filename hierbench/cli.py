@@ -8,7 +8,7 @@ Docs: https://hierbench.github.io/hierbench/cli.html.md"""
 from __future__ import annotations
 import argparse, importlib, sys
 
-from .config import BENCH_SECTIONS, BUDGET_NAMES, LAUNCHERS, PRECISIONS, SUITE_NAMES
+from .config import BENCH_SECTIONS, BUDGET_NAMES, LAUNCHERS, PRECISIONS, REPORT_TO_BACKENDS, SUITE_NAMES
 
 # %% auto #0
 __all__ = ['SUBCOMMANDS', 'LazyCommand', 'DeprecatedFlag', 'deprecated_alias', 'add_train_parser', 'add_negatives_parser',
@@ -47,6 +47,11 @@ def deprecated_alias(parser, old: str, new: str, **kwargs):
                         default=argparse.SUPPRESS, **kwargs)
 
 # %% ../nbs/15_cli.ipynb #477f508f
+def _add_report_to(parser):
+    "`--report-to` (open_clip_train's spelling), shared by train and compare."
+    parser.add_argument("--report-to", default=None, help=f"comma-separated: {', '.join(REPORT_TO_BACKENDS)} — every metrics line "
+                        "also in TensorBoard (RUN/tb) and W&B (RUN/wandb, offline unless WANDB_MODE says otherwise); the [track] extra")
+
 def _csv(text: str | None) -> list[str] | None:
     "Comma-separated names as a list (None stays None)."
     return None if text is None else [t.strip() for t in text.split(",") if t.strip()]
@@ -64,11 +69,17 @@ def add_train_parser(sub):
     d.add_argument("--paraphrases", default=None, help="caption → paraphrase file, JSON or JSONL (read's alignment)")
     d.add_argument("--decoder-path", default=None, help="READ's frozen decoder (.safetensors; pretrained and saved there if absent)")
     d.add_argument("--decoder-steps", type=int, default=1500, help="READ: decoder pre-training steps when it is trained here")
-    d.add_argument("--arch", default="world-tiny", help="architecture: a world preset (world-tiny, world-debug, ...) or an "
-                   "open_clip name for real data, e.g. ViT-B-32-quickgelu")
+    d.add_argument("--arch", default=None, help="architecture: a world preset (world-tiny, world-debug, ...) or an "
+                   "open_clip name for real data, e.g. ViT-B-32-quickgelu (default: the --init-checkpoint run's, else world-tiny)")
     d.add_argument("--steps", type=int, default=None, help="default: the recipe's (world) or the paper's epochs over the data")
     d.add_argument("--seed", type=int, default=0)
-    d.add_argument("--init-checkpoint", default=None, help="checkpoint file or finished run folder to fine-tune from")
+    d.add_argument("--init-checkpoint", default=None, help="checkpoint file or finished run folder to fine-tune from (a run "
+                   "folder also gives its architecture and precision)")
+    d.add_argument("--lora-rank", type=int, default=None, help="train low-rank adapters of this rank (peft LoRA, the [lora] "
+                   "extra) on the --init-checkpoint's frozen towers instead of every weight")
+    d.add_argument("--lora-alpha", type=float, default=None, help="LoRA scale alpha: the update is (alpha/rank)·B·A (default 2 × rank)")
+    d.add_argument("--lora-targets", default=None, help="comma-separated layers LoRA adapts: the groups attn (query/key/value "
+                   "projections), mlp, conv (a ResNet's bottlenecks), or layer names such as mlp.c_fc (default: the groups the model has)")
     d.add_argument("--n-train", type=int, default=2000, help="world scenes")
     d.add_argument("--negative-types", default=None, help="world: comma-separated negative types the loader draws, e.g. "
                    "replace_rel (default: the recipe's); recorded in config.json")
@@ -95,6 +106,7 @@ def add_train_parser(sub):
     d.add_argument("--eval-hierarcaps", default=None, help="HierarCaps CSV")
     d.add_argument("--eval-image-root", default=None, help="image folder of the benchmarks")
     d.add_argument("--eval-limit", type=int, default=None, help="items per benchmark subset")
+    _add_report_to(d)
     d.add_argument("--resume", action="store_true", help="continue from the run folder's latest checkpoint")
     d.add_argument("--allow-change", default=None, help="with --resume: optimiser fields that may differ from the saved run "
                    "(e.g. lr,grad_clip after a NaN); recorded in config.json's history")
@@ -173,6 +185,7 @@ def add_compare_parser(sub):
     d.add_argument("--timeout-min", type=int, default=None, help="SLURM time limit of each run's job")
     d.add_argument("--slurm-extra", action="append", default=None, metavar="KEY=VALUE", help="any other sbatch option (repeatable)")
     d.add_argument("--report-only", action="store_true", help="rebuild results.json, claims.json and the report from the folder")
+    _add_report_to(d)
     deprecated_alias(d, "--preset", "--budget", choices=BUDGET_NAMES)
     d.set_defaults(func=LazyCommand("hierbench.commands:cmd_compare"))
     return d
@@ -180,7 +193,7 @@ def add_compare_parser(sub):
 # %% ../nbs/15_cli.ipynb #5af21932
 def add_bench_parser(sub):
     d = sub.add_parser("bench", help="speed and memory as ratios against baselines measured in the same run")
-    d.add_argument("--sections", default=None, help="comma-separated: " + ",".join(BENCH_SECTIONS) + " (default: all but real, which steps a ViT-B/32 beside open_clip_train, and evals, zero-shot and retrieval beside a plain open_clip loop)")
+    d.add_argument("--sections", default=None, help="comma-separated: " + ",".join(BENCH_SECTIONS) + " (default: all but real, evals and lora, which step or evaluate a ViT-B/32: the training step beside open_clip_train, zero-shot and retrieval beside a plain open_clip loop, LoRA against the full fine-tune)")
     d.add_argument("--quick", action="store_true", help="tiny sizes (a plumbing check; the numbers mean nothing)")
     d.add_argument("--compare-dir", default=None, help="a `hierbench compare` output folder to read (default: run a smoke compare)")
     d.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")

@@ -17,10 +17,12 @@ from .benchmarks import evaluate_benchmarks
 from .budgets import BUDGETS
 from .cli import _csv
 from .compare import main_job_dir
-from .config import BENCH_SECTIONS, atomic_write_text
+from .config import BENCH_SECTIONS, MissingExtraError, atomic_write_text
 from .distributed import dist_info
 from .geometry import dist, dist0, exp_map0, exterior_angle, half_aperture
-from .jobs import DecoderSpec, resolve_init, train_recipe
+from .jobs import DecoderSpec, SettingsConflict, resolve_init, train_recipe
+from .lora import LoraError, LoraSpec
+from .tracking import parse_report_to, require_backends
 from .launch import launch_compare
 from .loaders import check_benchmark_folder
 from .models import load_model
@@ -99,12 +101,25 @@ def _train_data(args) -> WorldData | RealData:
         sys.exit(f"--mirror-twins / --top-caption-p compose batches of the built-in world, not of {args.data!r}")
     return RealData(args.data, args.image_root, args.negatives, args.paraphrases)
 
+def _lora_spec(args) -> LoraSpec | None:
+    "The `--lora-*` flags as a `LoraSpec` (None without `--lora-rank`), or exit with one line naming the bad flag."
+    if args.lora_rank is None:
+        if args.lora_alpha is not None or args.lora_targets is not None:
+            sys.exit("hierbench train: --lora-alpha / --lora-targets say how LoRA adapts: give --lora-rank R (an integer >= 1) too")
+        return None
+    targets = None if args.lora_targets is None else tuple(_csv(args.lora_targets))
+    try: return LoraSpec(args.lora_rank, args.lora_alpha, targets)
+    except ValueError as e: sys.exit(f"hierbench train: {e}")
+
 def cmd_train(args):
     config = {k: v for k, v in dict(ckpt_every=args.ckpt_every, num_workers=args.num_workers, lr=args.lr,
                                     weight_decay=args.weight_decay, log_every=args.log_every, batch_size=args.batch_size,
                                     precision=args.precision, batch_scope=args.batch_scope,
                                     keep_checkpoints=args.keep_checkpoints, save_optimizer=args.save_optimizer).items()
               if v is not None}
+    try: report_to = parse_report_to(args.report_to)
+    except ValueError as e: sys.exit(f"hierbench train: {e}")
+    lora = _lora_spec(args)
     recipe = _recipe_with_negative_types(args.recipe, args.negative_types, args.data) if args.negative_types else args.recipe
     if args.weights: recipe = _recipe_with_weights(recipe, args.weights)
     callbacks = []
@@ -117,8 +132,9 @@ def cmd_train(args):
     try: res = train_recipe(recipe, args.out, _train_data(args), arch=args.arch, steps=args.steps, seed=args.seed,
                             init_checkpoint=args.init_checkpoint, decoder=DecoderSpec(args.decoder_path, args.decoder_steps),
                             resume=args.resume, callbacks=callbacks, log=print,
-                            allow_changes=tuple(_csv(args.allow_change) or ()), **config)
+                            allow_changes=tuple(_csv(args.allow_change) or ()), lora=lora, report_to=report_to, **config)
     except MissingTrainingFileError as e: sys.exit(str(e))   # one line naming the command that writes the file
+    except (SettingsConflict, LoraError, MissingExtraError) as e: sys.exit(f"hierbench train: {e}")   # settings that cannot work (--arch, --lora-*, --report-to): nothing written
     if res.preempted:   # SLURM's warning signal: stopped after a checkpoint; "try again" (--resume continues exactly)
         if dist_info().rank == 0: print(f"{args.recipe}: {res.preempted} after step {res.step}, checkpoint {res.checkpoint}; "
                                         "run again with --resume to continue", file=sys.stderr)
@@ -166,6 +182,9 @@ def cmd_export(args):
 def cmd_compare(args):
     if args.out is None: args.out = str(main_job_dir())   # the main job's folder, where the tutorials look
     budget = args.budget if args.precision == "fp32" else dataclasses.replace(BUDGETS[args.budget], precision=args.precision)
+    try: report_to = parse_report_to(args.report_to); require_backends(report_to)   # each run reports into its own folder
+    except (ValueError, MissingExtraError) as e: sys.exit(f"hierbench compare: {e}")
+    if report_to: budget = dataclasses.replace(BUDGETS[budget] if isinstance(budget, str) else budget, report_to=report_to)
     try: res = launch_compare(budget, seeds=args.seeds, out=args.out, recipes=_csv(args.recipes), launcher=args.launcher,
                               jobs=args.jobs, slurm_partition=args.slurm_partition, slurm_account=args.slurm_account,
                               gpus_per_run=args.gpus_per_run, cpus_per_run=args.cpus_per_run, timeout_min=args.timeout_min,
@@ -180,7 +199,7 @@ def cmd_compare(args):
 
 # %% ../nbs/15a_commands.ipynb #63d439ba
 def cmd_bench(args):
-    sections = tuple(_csv(args.sections)) if args.sections else tuple(s for s in BENCH_SECTIONS if s not in ("real", "evals"))
+    sections = tuple(_csv(args.sections)) if args.sections else tuple(s for s in BENCH_SECTIONS if s not in ("real", "evals", "lora"))
     report = run_benchmarks(sections, quick=args.quick, compare_dir=args.compare_dir, threads=args.threads,
                             model_preset=args.arch, batch_size=args.batch_size, precision=args.precision,
                             log=lambda m: print(m, file=sys.stderr))

@@ -158,7 +158,7 @@ def _train_run(recipe, seed: int, budget: Budget, out: Path, folder: Path, decod
     t0 = time.perf_counter()
     res = train_recipe(recipe, folder, WorldData(n_train=budget.n_train), arch=budget.arch, steps=steps, seed=seed,
                        init_checkpoint=init, batch_size=budget.finetune_batch_size if finetune else budget.batch_size,
-                       decoder=decoder, resume=True, quiet=quiet, precision=budget.precision,
+                       decoder=decoder, resume=True, quiet=quiet, precision=budget.precision, report_to=budget.report_to,
                        validation=Validation(every=budget.validate_every) if finetune else None,
                        log_every=math.gcd(10, budget.validate_every),
                        callbacks=[_Snapshots(folder / "snapshots", snaps)] if snaps else ())

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 # %% auto #0
-__all__ = ['ENV_PREFIX', 'PRECISIONS', 'LAUNCHERS', 'BENCH_SECTIONS', 'BUDGET_NAMES', 'SUITE_NAMES', 'Settings',
-           'find_settings_file', 'load_settings', 'atomic_write', 'atomic_write_text', 'sweep_temporary_files',
-           'FolderLock', 'moved_names', 'run_once']
+__all__ = ['ENV_PREFIX', 'PRECISIONS', 'LAUNCHERS', 'BENCH_SECTIONS', 'BUDGET_NAMES', 'SUITE_NAMES', 'REPORT_TO_BACKENDS',
+           'Settings', 'MissingExtraError', 'find_settings_file', 'load_settings', 'atomic_write', 'atomic_write_text',
+           'sweep_temporary_files', 'FolderLock', 'moved_names', 'run_once']
 
 # %% ../nbs/01_config.ipynb #00ec37bf
 ENV_PREFIX = "HIERBENCH_"
@@ -43,9 +43,13 @@ _DEFAULTS = dict(data_root="data", cache_dir=".cache/hierbench", runs_dir="~/hie
 # %% ../nbs/01_config.ipynb #cf2efdfa
 PRECISIONS = ("fp32", "bf16", "fp16", "amp_bf16", "amp_fp16")      # open_clip's names (hierbench.precision)
 LAUNCHERS = ("processes", "submitit-local", "slurm")                # where compare's runs go (hierbench.launch)
-BENCH_SECTIONS = ("geometry", "world", "recipes", "compare", "pipeline", "real", "evals")  # hierbench.bench's sections
+BENCH_SECTIONS = ("geometry", "world", "recipes", "compare", "pipeline", "real", "evals", "lora")  # hierbench.bench's sections
 BUDGET_NAMES = ("smoke", "quick", "standard", "full")               # hierbench.budgets.BUDGETS, in size order
 SUITE_NAMES = ("argent", "degla", "read")                           # hierbench.suites.SUITES: `eval --suite`
+REPORT_TO_BACKENDS = ("tensorboard", "wandb")                       # --report-to (hierbench.tracking), the [track] extra
+
+class MissingExtraError(ImportError):
+    "An optional library is missing; the message names the pip extra that installs it (the command line prints one line)."
 
 # %% ../nbs/01_config.ipynb #4b73d7d5
 def find_settings_file(start: str | Path | None = None) -> Path | None:

@@ -11,6 +11,7 @@ from pathlib import Path
 from safetensors.torch import save_file
 from .config import atomic_write, atomic_write_text
 from .models import DualEncoder
+from .lora import merge_lora
 
 # %% auto #0
 __all__ = ['export_open_clip']
@@ -18,7 +19,9 @@ __all__ = ['export_open_clip']
 # %% ../nbs/05b_export.ipynb #c9fa4e3f
 def export_open_clip(model: DualEncoder, out_dir: str | Path, name: str | None = None) -> dict[str, Path]:
     """Write `NAME.safetensors` (open_clip's state dict), `NAME.json` (its model config) and `NAME.head.json`
-    (geometry, curvature, α) into `out_dir`; `name` defaults to the model's architecture name. Returns the paths."""
+    (geometry, curvature, α) into `out_dir`; `name` defaults to the model's architecture name. A LoRA model is merged
+    first (`hierbench.lora.merge_lora`): open_clip loads plain weights. Returns the paths."""
+    model = merge_lora(model)
     name = name or str(model.model_config["name"])
     readout = model.model_config["arch"].get("image_readout", "attention")
     if readout != "attention":

@@ -6,7 +6,7 @@ Docs: https://hierbench.github.io/hierbench/jobs.html.md"""
 
 # %% ../nbs/09b_jobs.ipynb #aa380d6c
 from __future__ import annotations
-import warnings
+import json, warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
@@ -22,10 +22,14 @@ from .sources import WorldData, fold_deprecated
 from .loaders import load_hierarcaps
 from .train import TrainConfig, TrainResult, ValidationMonitor, read_metrics, train
 from .distributed import init_distributed
+from .lora import (LoraSpec, apply_lora, is_lora_file, load_base_, lora_parameter_count, save_lora_model,
+                            saved_model_config, share_frozen_base_)
+from .tracking import Tracker
 
 
 # %% auto #0
-__all__ = ['resolve_init', 'recipe_config', 'Validation', 'DecoderSpec', 'train_recipe', 'hierarcaps_smoke']
+__all__ = ['resolve_init', 'SettingsConflict', 'init_settings', 'inherit_from_init', 'recipe_config', 'Validation', 'DecoderSpec',
+           'train_recipe', 'hierarcaps_smoke']
 
 # %% ../nbs/09b_jobs.ipynb #b087b1e5
 def resolve_init(init_checkpoint) -> Path | None:
@@ -36,6 +40,46 @@ def resolve_init(init_checkpoint) -> Path | None:
         if (p / "model.safetensors").is_file(): return p / "model.safetensors"
         raise FileNotFoundError(f"init_checkpoint {p} is a folder without model.safetensors (not a finished run)")
     return p
+
+# %% ../nbs/09b_jobs.ipynb #1daf1c40
+class SettingsConflict(ValueError):
+    "Settings of a run that cannot go together (`hierbench train` prints it as one line and writes nothing)."
+
+def init_settings(init_checkpoint) -> dict:
+    """What a run folder (its `config.json`) or a model saved by hierbench (its JSON config) records about the model it
+    holds: `arch`, `geometry` and, for a run folder, `precision`; {} for a plain (open_clip) weights file or None."""
+    if init_checkpoint is None: return {}
+    p, out = Path(init_checkpoint), {}
+    if p.is_dir() and (p / "config.json").is_file():
+        try: cfg = json.loads((p / "config.json").read_text())
+        except json.JSONDecodeError as e: raise ValueError(f"{p / 'config.json'}: invalid JSON ({e})") from None
+        out = {k: cfg[key] for k, key in (("arch", "preset"), ("geometry", "geometry"), ("precision", "precision")) if cfg.get(key)}
+    model_config = saved_model_config(resolve_init(p)) or {}
+    for k, key in (("arch", "name"), ("geometry", "geometry")):
+        if model_config.get(key): out.setdefault(k, model_config[key])
+    return out
+
+def inherit_from_init(init_checkpoint, arch: str | None, train_config: dict, recipe) -> tuple[str, dict, str]:
+    """(architecture, TrainConfig keywords, note for the settings line) of a run starting from `init_checkpoint`: its
+    architecture (`arch` may only repeat it), its precision unless `train_config` sets one; `M.DEFAULT_PRESET` without."""
+    base, notes = init_settings(init_checkpoint), []
+    if base.get("arch"):
+        if arch is not None and arch != base["arch"]:
+            raise SettingsConflict(f"--arch {arch!r} conflicts with --init-checkpoint {init_checkpoint}, which holds a "
+                                   f"{base['arch']!r} model: leave --arch out to take the checkpoint's")
+        if arch is None: notes.append(f"arch {base['arch']}")
+        arch = base["arch"]
+    elif arch is None:
+        if init_checkpoint is not None:
+            raise SettingsConflict(f"--init-checkpoint {init_checkpoint} records no architecture (a plain open_clip "
+                                   "checkpoint): give --arch, e.g. --arch ViT-B-32-quickgelu")
+        arch = M.DEFAULT_PRESET
+    if base.get("geometry"):
+        notes.append(f"geometry {recipe.geometry}" if base["geometry"] == recipe.geometry else
+                     f"geometry {recipe.geometry} (the recipe's) lifting its {base['geometry']} towers")
+    if base.get("precision") and train_config.get("precision") is None:
+        train_config = {**train_config, "precision": base["precision"]}; notes.append(f"precision {base['precision']}")
+    return arch, train_config, (f"; from {init_checkpoint}: {', '.join(notes)}" if notes else "")
 
 # %% ../nbs/09b_jobs.ipynb #4ad7b593
 def recipe_config(recipe, run_dir, steps: int | None = None, seed: int = 0, batch_size: int | None = None,
@@ -62,6 +106,8 @@ def _model_for(recipe, arch: str, init: Path | None, kind: str) -> nn.Module:
     if kind != "world" and arch in M.ARCHS and M.ARCHS[arch].get("world_vocab"):
         raise ValueError(f"model {arch!r} is a world architecture (its tokenizer knows only the world's words); real data "
                          "needs an open_clip architecture, e.g. --arch ViT-B-32-quickgelu --init FILE")
+    if init is not None and is_lora_file(init):   # a LoRA run's weights: its base with its adapters merged
+        return load_base_(M.create_model(arch, **recipe.model_kwargs()), init)
     return M.create_model(arch, checkpoint=init, **recipe.model_kwargs())  # geometry, curv_init, learn_curv
 
 # %% ../nbs/09b_jobs.ipynb #d7535379
@@ -144,6 +190,17 @@ def _monitor(validation, recipe, model, data, loss_fn, cfg: TrainConfig) -> Vali
     return ValidationMonitor(loss_fn, S.validation_batch(recipe, model, validation.n, data), validation.every,
                              stop_on_plateau=validation.stop_on_plateau)
 
+def _lora_note(model, lora: LoraSpec) -> str:
+    "The settings line's account of a LoRA run: rank, scale, targets and how much of the model trains."
+    n, total = lora_parameter_count(model)
+    return (f"; LoRA rank {lora.rank} (alpha {lora.scale:g}) on {', '.join(lora.targets) if lora.targets else 'the default groups'}"
+            f": {n:,} of {total:,} weights train ({100 * n / total:.2f} %)")
+
+def _figure_batch(monitor, source, n: int = 64) -> dict:
+    "Images and captions whose embedding norms the dashboards draw: the validation batch, else the data's first `n` items."
+    batch = monitor.batch if monitor is not None else collate_batch([source[i] for i in range(min(n, len(source)))])
+    return dict(images=batch["images"], captions=list(batch["captions"]))
+
 def _run_record(recipe, arch, init, data, source, decay, validation) -> dict:
     "What config.json records beside the TrainConfig (the keys runs have always had)."
     extra = dict(recipe=recipe.name, recipe_weights=dict(recipe.weights), preset=arch, geometry=recipe.geometry,
@@ -161,7 +218,8 @@ def _run_record(recipe, arch, init, data, source, decay, validation) -> dict:
 def train_recipe(recipe: str | R.Recipe,                     # a recipe name (`hierbench.recipes`) or a `Recipe`
                  run_dir: str | Path,                          # run folder: config.json, metrics.jsonl, checkpoints, weights
                  data: WorldData | RealData | None = None,     # what to train on; None: `WorldData()`, the built-in world
-                 arch: str = "world-tiny",                     # a world architecture, or an open_clip one for real data
+                 arch: str | None = None,                      # a world architecture, or an open_clip one for real data;
+                                                               # None: the init checkpoint's, else world-tiny
                  steps: int | None = None,                     # optimizer steps; None: the recipe's / the paper's
                  seed: int = 0,                                # model init, data order and every draw
                  init_checkpoint: str | Path | None = None,    # weights file or finished run folder to start from
@@ -173,16 +231,24 @@ def train_recipe(recipe: str | R.Recipe,                     # a recipe name (`h
                  callbacks: Iterable[Callable] = (),           # trainer callbacks (e.g. snapshots)
                  log: Callable[[str], None] | None = None,     # receives the resolved optimiser settings
                  allow_changes: Sequence[str] = (),            # optimiser fields a resume may change, e.g. ('lr',)
+                 lora: LoraSpec | None = None,                 # low-rank adapters (peft) on the init checkpoint's towers
+                 report_to: str | Sequence[str] = (),          # 'tensorboard', 'wandb': dashboards in the run folder
                  **train_config) -> TrainResult:               # `TrainConfig` fields: batch_size, lr, log_every, ...
     "Train `recipe` on `data` into `run_dir`; the world's defaults come from `recipe.world`, real data's from `recipe.paper`."
     data, arch, decoder, validation, train_config = _upgrade_call(data, arch, decoder, validation, train_config)
     recipe = R.get_recipe(recipe) if isinstance(recipe, str) else recipe
     init = resolve_init(init_checkpoint)
+    arch, train_config, note = inherit_from_init(init_checkpoint, arch, train_config, recipe)
+    if lora is not None and init is None:
+        raise SettingsConflict(f"--lora-rank adapts a checkpoint, but recipe {recipe.name!r} starts from none: give "
+                               "--init-checkpoint (a run folder or weights file); training from scratch trains every weight")
+    tracker = Tracker(report_to) if report_to else None   # an unknown or missing backend fails here, before any file
     if recipe.stage == "finetune" and init is None:
         warnings.warn(f"recipe {recipe.name!r} fine-tunes a {recipe.init_from!r} checkpoint, but no init_checkpoint "
                       "was given: training from a random init")
     torch.manual_seed(seed)
     model = _model_for(recipe, arch, init, data.kind)
+    if lora is not None: note += _lora_note(apply_lora(model, lora, base=init), lora)   # before the EMA teacher copies it
     batch_size = train_config.pop("batch_size", None)
     if data.kind == "world":
         source = S.world_source(recipe, model, data)
@@ -191,18 +257,23 @@ def train_recipe(recipe: str | R.Recipe,                     # a recipe name (`h
         source = RD.real_source(recipe, model, data, seed=seed)
         cfg = recipe_config(recipe, run_dir, steps, seed, batch_size, defaults=recipe.paper, dataset_size=len(source),
                             **train_config)
-    if log is not None and init_distributed().is_main: log(_settings_line(recipe, data, source, cfg))   # rank 0 only
+    if tracker is not None: note += f"; reporting to {', '.join(tracker.backends)} in the run folder"
+    if log is not None and init_distributed().is_main: log(_settings_line(recipe, data, source, cfg) + note)   # rank 0 only
     decay = recipe.teacher_decay(cfg.steps)
     teacher = M.EMATeacher(model, decay) if recipe.needs_teacher else None
+    if teacher is not None and lora is not None: share_frozen_base_(teacher, model)   # one copy of the frozen base
     modules, recon_head = {}, None
     if recipe.needs_decoder:
         recon_head = modules["recon_head"] = ReconstructionHead(model.text_width, _decoder_for(decoder, source, data, seed))
     loss_fn = R.make_loss_fn(recipe, recon_head)
     monitor = _monitor(validation, recipe, model, data, loss_fn, cfg)
-    callbacks = list(callbacks) + ([monitor] if monitor is not None else [])
+    if tracker is not None: tracker.figure_batch = _figure_batch(monitor, source)
+    callbacks = list(callbacks) + ([monitor] if monitor is not None else []) + ([tracker] if tracker is not None else [])
+    record = _run_record(recipe, arch, init, data, source, decay, validation)
+    if lora is not None: record["lora"] = model.model_config["lora"]   # spec and base (path, SHA-256): resume checks it
     res = train(model, loss_fn, source, cfg, teacher=teacher, callbacks=callbacks, resume=resume, stop_at=stop_at,
-                collate_fn=collate_batch, modules=modules, save_final=M.save_model, allow_changes=allow_changes,
-                extra_config=_run_record(recipe, arch, init, data, source, decay, validation))
+                collate_fn=collate_batch, modules=modules, allow_changes=allow_changes, extra_config=record,
+                save_final=save_lora_model if lora is not None else M.save_model)
     res.plateau = monitor.plateau if monitor is not None else None
     return res
 

@@ -635,6 +635,8 @@ def load_model(path: str | Path, map_location: str | torch.device = "cpu") -> Du
         if "hierbench_config" not in meta:
             raise ValueError(f"{path}: no config sidecar {_sidecar(path).name} and no 'hierbench_config' metadata")
         config = json.loads(meta["hierbench_config"])
+    if config.get("lora"):   # LoRA adapters over a base checkpoint: `hierbench.lora` (a later module) rebuilds it
+        from hierbench.lora import load_lora_model; return load_lora_model(path, config, map_location)
     model = model_from_config(config)
     model.load_state_dict(load_file(str(path), device="cpu"), strict=True)
     return model.to(map_location)

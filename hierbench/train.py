@@ -580,6 +580,9 @@ def train(model: nn.Module, loss_fn: Callable, data, cfg: TrainConfig, teacher=N
     r = _setup_run(model, data, cfg, teacher, modules, collate_fn)
     info, device = r.info, r.device
     start = _start_or_resume(r, cfg, resume, extra_config, allow_changes)
+    def notify(event, **state):   # events for sinks of the metrics (e.g. `hierbench.tracking.Tracker`): no return value
+        for cb in callbacks: cb(event, dict(state, model=model, teacher=teacher))
+    notify("run_start", step=start, start=start, run_dir=r.run_dir, config=r.cfg_dict, is_main=info.is_main)
     clamps = [c for c in (clamp_hook(m) for m in (model, *r.modules.values())) if c is not None]
     end = cfg.steps if stop_at is None else min(cfg.steps, int(stop_at))
     bar = _Progress(start, cfg.steps, _auto_quiet(cfg, info))
@@ -595,6 +598,7 @@ def train(model: nn.Module, loss_fn: Callable, data, cfg: TrainConfig, teacher=N
         begin = extra_metrics("begin", 0)
         if begin and info.is_main:
             with open(r.metrics_path, "a") as f: f.write(json.dumps(dict(step=0, **begin)) + "\n")
+            notify("metrics", step=0, metrics=dict(step=0, **begin))
     guard = stop_signals if isinstance(stop_signals, PreemptionGuard) else PreemptionGuard(stop_signals)
     guard, preempted = guard.__enter__(), None
     try:
@@ -605,6 +609,7 @@ def train(model: nn.Module, loss_fn: Callable, data, cfg: TrainConfig, teacher=N
             metrics = None
             if step % cfg.log_every == 0 or step == cfg.steps or step == end:
                 metrics = last = _log_step(r, step, lr, terms, vals, grad_norm, t0, extra_metrics)
+                notify("metrics", step=step, metrics=metrics)   # the line metrics.jsonl got
             bar.update(step, f"loss {float(vals[0]):.4f}, {(step - start) * r.global_batch / max(time.time() - t0, 1e-9):.0f} samples/s")
             for cb in callbacks: cb("step_end", dict(step=step, model=model, optimizer=r.optimizer, teacher=teacher, metrics=metrics))
             if any(getattr(cb, "stop_requested", False) for cb in callbacks):   # e.g. a plateau with stop_on_plateau
@@ -613,7 +618,7 @@ def train(model: nn.Module, loss_fn: Callable, data, cfg: TrainConfig, teacher=N
             if step % cfg.ckpt_every == 0 or step == end: last_ckpt = _checkpoint_step(r, cfg, step)
             if step == end: break
     finally:
-        bar.close(); guard.__exit__()
+        bar.close(); guard.__exit__(); notify("run_end", step=end)
     return _finish_run(r, cfg, start, end, last, last_ckpt, callbacks, preempted, save_final)
 
 # %% ../nbs/09_train.ipynb #2af1b697

@@ -53,7 +53,7 @@ def _extras_import_names() -> set[str]:
     from pathlib import Path
     meta = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
     names = set()
-    for extra in ("lab", "docs", "t5"):
+    for extra in ("lab", "docs", "t5", "track", "lora"):
         for req in meta["optional-dependencies"][extra]:
             dist = re.match(r"[A-Za-z0-9_.-]+", req)[0]
             names.add(_IMPORT_NAME.get(dist, dist.replace("-", "_")))
@@ -66,11 +66,12 @@ def test_notebook_tools_are_extras_not_core():
     meta = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
     core = {re.match(r"[A-Za-z0-9_.-]+", r)[0].lower() for r in meta["dependencies"]}
     assert not core & {"jupyterlab", "ipywidgets", "umap-learn", "geoopt", "nbdev", "nbconvert", "jupyter-server-mathjax", "kaleido"}
-    assert {"hierbench[lab,docs,t5]", "pytest"} <= set(meta["optional-dependencies"]["dev"])   # the README's install
+    assert {"hierbench[lab,docs,t5,track,lora]", "pytest"} <= set(meta["optional-dependencies"]["dev"])   # the README's install
+    assert set(meta["optional-dependencies"]["track"]) == {"tensorboard", "wandb"} and meta["optional-dependencies"]["lora"][0].startswith("peft")
 
 
 def test_every_module_imports_without_the_extras(tmp_path):
-    "A core install (no [lab], [docs], [t5]): every library module still imports; the extras' packages are stubbed out."
+    "A core install (no [lab], [docs], [t5], [track], [lora]): every library module still imports; the extras' packages are stubbed out."
     for name in _extras_import_names():
         (tmp_path / name).mkdir()
         (tmp_path / name / "__init__.py").write_text(f"raise ModuleNotFoundError('{name} (a core install)', name='{name}')")
