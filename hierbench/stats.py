@@ -123,6 +123,7 @@ def _null_t_paths(looks: tuple, reps: int, rng):
 @functools.lru_cache(maxsize=64)
 def _levels(looks: tuple, alpha: float, spending: str, reps: int, seed: int) -> tuple:
     spend = np.diff(np.r_[0.0, alpha_spent(np.asarray(looks) / looks[-1], alpha, spending)])   # α_k per look
+    if len(looks) == 1: return (float(1 - spend[0]) if looks[0] >= 2 else float("nan"),)   # one look: exact, no paths
     alive, out = np.ones(reps, bool), []
     for k, (n, t) in enumerate(zip(looks, _null_t_paths(looks, reps, np.random.default_rng(seed)))):
         if n < 2: out.append(float("nan")); continue          # one seed: no interval, nothing decided
