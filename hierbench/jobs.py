@@ -173,6 +173,8 @@ def train_recipe(recipe: str | R.Recipe,                     # a recipe name (`h
                  callbacks: Iterable[Callable] = (),           # trainer callbacks (e.g. snapshots)
                  log: Callable[[str], None] | None = None,     # receives the resolved optimiser settings
                  allow_changes: Sequence[str] = (),            # optimiser fields a resume may change, e.g. ('lr',)
+                 trainer: Callable = train,                    # what trains the prepared run (`hierbench.seed_batch`
+                                                               # collects several seeds' runs here to train them together)
                  **train_config) -> TrainResult:               # `TrainConfig` fields: batch_size, lr, log_every, ...
     "Train `recipe` on `data` into `run_dir`; the world's defaults come from `recipe.world`, real data's from `recipe.paper`."
     data, arch, decoder, validation, train_config = _upgrade_call(data, arch, decoder, validation, train_config)
@@ -200,7 +202,7 @@ def train_recipe(recipe: str | R.Recipe,                     # a recipe name (`h
     loss_fn = R.make_loss_fn(recipe, recon_head)
     monitor = _monitor(validation, recipe, model, data, loss_fn, cfg)
     callbacks = list(callbacks) + ([monitor] if monitor is not None else [])
-    res = train(model, loss_fn, source, cfg, teacher=teacher, callbacks=callbacks, resume=resume, stop_at=stop_at,
+    res = trainer(model, loss_fn, source, cfg, teacher=teacher, callbacks=callbacks, resume=resume, stop_at=stop_at,
                 collate_fn=collate_batch, modules=modules, save_final=M.save_model, allow_changes=allow_changes,
                 extra_config=_run_record(recipe, arch, init, data, source, decay, validation))
     res.plateau = monitor.plateau if monitor is not None else None
