@@ -16,6 +16,7 @@ import torch
 from .config import BENCH_SECTIONS
 from .precision import check_precision
 from .world import WorldConfig, build_split, make_scene
+from .bench_seeds import bench_seeds, format_seeds   # section `seeds`
 from .bench_real import (   # section `real` and the pieces every section shares
     FULL, QUICK, BenchSizes, _goal, _median, _pipeline_images, _sync, _train_step, bench_real, format_real, peak_rss_mb,
     recipe_forward, torch_threads)
@@ -399,6 +400,7 @@ def run_benchmarks(sections=SECTIONS, quick: bool = False, compare_dir: str | Pa
             elif sec == "recipes": out[sec] = bench_recipes(sizes, recipes, device, log=log, precision=precision)
             elif sec == "pipeline": out[sec] = bench_pipeline(sizes, device)
             elif sec == "real": out[sec] = bench_real(sizes, device)
+            elif sec == "seeds": out[sec] = bench_seeds(sizes, log)
             else: out[sec] = bench_compare(sizes, compare_dir)
             seconds[sec] = time.perf_counter() - t0
         out["meta"].update(section_seconds=seconds, peak_rss_mb=peak_rss_mb())
@@ -472,4 +474,5 @@ def format_report(report: dict) -> str:
                   f"{p['model']} training step (batch {p['batch']}, {p['device']}): {p['step_samples_per_s']:.0f} samples/s "
                   f"→ {p['workers_needed']} worker(s) keep it fed (--workers)"]
     if "real" in report: lines += format_real(report["real"])
+    if "seeds" in report: lines += format_seeds(report["seeds"])
     return "\n".join(lines)

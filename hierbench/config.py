@@ -43,7 +43,7 @@ _DEFAULTS = dict(data_root="data", cache_dir=".cache/hierbench", runs_dir="~/hie
 # %% ../nbs/01_config.ipynb #cf2efdfa
 PRECISIONS = ("fp32", "bf16", "fp16", "amp_bf16", "amp_fp16")      # open_clip's names (hierbench.precision)
 LAUNCHERS = ("processes", "submitit-local", "slurm")                # where compare's runs go (hierbench.launch)
-BENCH_SECTIONS = ("geometry", "world", "recipes", "compare", "pipeline", "real")  # hierbench.bench's sections
+BENCH_SECTIONS = ("geometry", "world", "recipes", "compare", "pipeline", "real", "seeds")  # hierbench.bench's sections
 BUDGET_NAMES = ("smoke", "quick", "standard", "full")               # hierbench.budgets.BUDGETS, in size order
 
 # %% ../nbs/01_config.ipynb #4b73d7d5
