@@ -162,7 +162,16 @@ def add_compare_parser(sub):
     d.add_argument("--out", default=None, help="output folder (default: RUNS_DIR/compare, runs_dir of settings.ini)")
     d.add_argument("--recipes", default=None, help="comma-separated subset (parents of fine-tunes are added)")
     d.add_argument("--jobs", type=int, default=None, help="parallel processes over seeds (default: one per core)")
-    d.add_argument("--verbose", action="store_true", help="show progress bars")
+    shown = d.add_mutually_exclusive_group()
+    shown.add_argument("--quiet", action="store_true", help="no progress: only the start line and the final tables")
+    shown.add_argument("--verbose", action="store_true", help="also each run's own progress bar (the job's progress "
+                       "lines stay; its bar gives way to the runs')")
+    d.add_argument("--until-decided", action="store_true", help="add seeds in rounds to the recipes whose claims are "
+                   "still undecided (a group-sequential rule keeps the 5%% error rate), up to --max-seeds")
+    d.add_argument("--max-seeds", type=int, default=None, help="with --until-decided: the most seeds a claim may take")
+    d.add_argument("--round-seeds", type=int, default=2, help="with --until-decided: seeds a round adds (default 2)")
+    d.add_argument("--max-hours", type=float, default=None, help="with --until-decided: begin no round that the time "
+                   "estimate says would end after this many hours from the start")
     d.add_argument("--precision", choices=PRECISIONS, default="fp32", help="training precision of every run (fp32: the ledger's)")
     d.add_argument("--launcher", choices=LAUNCHERS, default="processes", help="processes (a local pool, default) | "
                    "submitit-local (submitit's local executor) | slurm (job arrays per stage; see 'Running on a cluster')")

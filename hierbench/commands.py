@@ -169,11 +169,16 @@ def cmd_compare(args):
     try: res = launch_compare(budget, seeds=args.seeds, out=args.out, recipes=_csv(args.recipes), launcher=args.launcher,
                               jobs=args.jobs, slurm_partition=args.slurm_partition, slurm_account=args.slurm_account,
                               gpus_per_run=args.gpus_per_run, cpus_per_run=args.cpus_per_run, timeout_min=args.timeout_min,
-                              slurm_extra=args.slurm_extra, report_only=args.report_only, quiet=not args.verbose)
+                              slurm_extra=args.slurm_extra, report_only=args.report_only, quiet=not args.verbose,
+                              progress=not args.quiet, until_decided=args.until_decided, max_seeds=args.max_seeds,
+                              round_seeds=args.round_seeds, max_hours=args.max_hours)
     except ValueError as e: sys.exit(f"hierbench compare: {e}")   # launcher settings that do not fit together
     print_table(res["summary"], "summary: mean ± 95% half-width over seeds (first row: chance)")
-    led = res["ledger"][["id", "a", "b", "metric", "effect", "ci_low", "ci_high", "n", "verdict"]]
-    print_table(led.round(4), "claims ledger (effect = A − B, paired by seed)")
+    led = res["ledger"].assign(kept=lambda d: [f"{k}/{n}" if n else "" for k, n in zip(d.loso_kept, d.n)],
+                               verdict=lambda d: [v + (" (fragile)" if f is True else "") for v, f in zip(d.verdict, d.fragile)])
+    cols = ["id", "a", "b", "metric", "effect", "ci_low", "ci_high", "n", "verdict", "kept"]
+    if "until_decided" in res["meta"]: cols[7:7] = ["level", "look", "stopped"]
+    print_table(led[cols].round(4), "claims ledger (effect = A − B, paired by seed; kept: verdicts kept without one seed)")
     meta = res["meta"]   # a rebuilt report (--report-only) has no run time of its own
     cost = f" ({meta['wall_seconds'] / 60:.1f} min, peak {meta['peak_rss_mb']:.0f} MB)" if meta.get("wall_seconds") else ""
     print(f"\nwrote {Path(args.out) / 'results.json'}, claims.json, report.html{cost}")

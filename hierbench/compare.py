@@ -6,16 +6,16 @@ Docs: https://hierbench.github.io/hierbench/compare.html.md"""
 
 # %% ../nbs/11_compare.ipynb #ca21d6b4
 from __future__ import annotations
-import ctypes, dataclasses, hashlib, html, json, math, os, resource, shutil, signal, time, warnings
+import ctypes, dataclasses, functools, hashlib, html, inspect, json, math, os, resource, shutil, signal, time, warnings
 import multiprocessing as mp
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 import numpy as np, pandas as pd
 import plotly, torch
 from .budgets import BUDGETS, Budget, plan_runs
-from .claims import evaluate_claims, power_table
+from .claims import evaluate_claims, power_table, recipes_to_extend
 from .config import FolderLock, atomic_write, atomic_write_text, load_settings, run_once, sweep_temporary_files
 from .decoder import CaptionDecoder, load_or_pretrain_decoder
 from .evaluate import evaluate_world_split, pep_angle_summary, world_eval_data
@@ -27,11 +27,13 @@ from .report import render_report, save_static_figures, stage_table, summary_tab
 from .sources import WorldData, WorldDataset, world_captions
 from .train import Preempted, plateau_step, read_metrics
 from .world import WorldConfig, build_split
+from .progress import CompareProgress, duration, prior_decoder_seconds
+from .stats import SequentialPlan, look_schedule
 
 # %% auto #0
 __all__ = ['DECODER_TASK', 'read_decoder', 'build_eval_data', 'evaluate_run', 'save_items', 'load_items', 'run_dir',
-           'run_fingerprint', 'finished_run', 'run_recipe', 'results_rows', 'task_graph', 'InProcess', 'ProcessPool',
-           'default_launcher', 'compare_outputs', 'main_job_dir', 'run_compare']
+           'run_fingerprint', 'finished_run', 'run_recipe', 'results_rows', 'task_graph', 'task_runs', 'InProcess',
+           'ProcessPool', 'default_launcher', 'compare_outputs', 'main_job_dir', 'run_compare']
 
 # %% ../nbs/11_compare.ipynb #13eb1a27
 def read_decoder(out: str | Path, budget: Budget, quiet: bool = True) -> CaptionDecoder:
@@ -246,28 +248,39 @@ def results_rows(runs: list[dict]) -> list[dict]:
 # %% ../nbs/11_compare.ipynb #454c9a2c
 DECODER_TASK = (-1, "decoder")   # the task that pre-trains READ's decoder (a no-op when the output folder holds it)
 
-def task_graph(order: list[str], seeds: int) -> tuple[list[tuple], dict[tuple, list[tuple]]]:
+def task_graph(order: list[str], seeds: int | Mapping[str, Sequence[int]]) -> tuple[list[tuple], dict[tuple, list[tuple]]]:
     """The compare job's tasks `(seed, recipe)` in an order that runs every task after the tasks it needs (READ's
-    decoder first, when a recipe needs it), and per task the tasks it needs: its parent (same seed), the decoder."""
-    tasks = [(seed, name) for seed in range(seeds) for name in order]
+    decoder first, when a recipe needs it), and per task the tasks it needs: its parent (same seed), the decoder.
+    `seeds`: a count (seeds 0..seeds−1 of every recipe) or `{recipe: seeds}` (a round of `--until-decided`: each recipe
+    of `order` its own seeds). A parent that is not in the graph must be finished in the folder already."""
+    per = {n: set(range(seeds)) if isinstance(seeds, int) else set(seeds.get(n, ())) for n in order}
+    tasks = [(seed, name) for seed in sorted(set().union(*per.values())) for name in order if seed in per[name]]
     deps: dict[tuple, list[tuple]] = {}
     for seed, name in tasks:
         r = get_recipe(name)
-        deps[(seed, name)] = [*([(seed, r.init_from)] if r.stage == "finetune" else []),
+        parent = (seed, r.init_from) if r.stage == "finetune" else None
+        deps[(seed, name)] = [*([parent] if parent and seed in per.get(r.init_from, ()) else []),
                               *([DECODER_TASK] if r.needs_decoder else [])]
     if any(DECODER_TASK in d for d in deps.values()): tasks, deps[DECODER_TASK] = [DECODER_TASK, *tasks], []
     return tasks, deps
+
+def task_runs(task: tuple) -> list[tuple[str, int]]:
+    "The runs `(recipe, seed)` a task trains (READ's decoder task: none) — the one place that reads a task's form."
+    return [] if task == DECODER_TASK else [(task[1], task[0])]
 
 # %% ../nbs/11_compare.ipynb #7ad44bcb
 class InProcess:
     "Launcher: run the tasks one after another in this process (torch's thread setting untouched)."
     jobs, threads = 1, None
-    def __call__(self, tasks: list[tuple], deps: Mapping[tuple, list[tuple]], run: Callable[[tuple], dict]) -> dict:
+    def __call__(self, tasks: list[tuple], deps: Mapping[tuple, list[tuple]], run: Callable[[tuple], dict],
+                 progress=None) -> dict:
         done: dict = {}
         for t in tasks:
             missing = [d for d in deps.get(t, []) if d not in done]
             if missing: raise ValueError(f"task {t} needs {missing}, which do not come before it")
+            if progress: progress.started(t)
             done[t] = run(t)
+            if progress: progress.finished(t, done[t])
         return done
 
 # %% ../nbs/11_compare.ipynb #1497a7c0
@@ -286,8 +299,9 @@ def _worker_init(threads: int | None):
 # %% ../nbs/11_compare.ipynb #c7ecf90c
 class ProcessPool:
     "Launcher: `jobs` spawned worker processes (`threads` torch threads each) take ready tasks as they free up."
-    def __init__(self, jobs: int, threads: int = 1): self.jobs, self.threads = jobs, threads
-    def __call__(self, tasks: list[tuple], deps: Mapping[tuple, list[tuple]], run: Callable[[tuple], dict]) -> dict:
+    def __init__(self, jobs: int, threads: int = 1, poll_s: float = 2.0): self.jobs, self.threads, self.poll_s = jobs, threads, poll_s
+    def __call__(self, tasks: list[tuple], deps: Mapping[tuple, list[tuple]], run: Callable[[tuple], dict],
+                 progress=None) -> dict:
         done, pending, running = {}, list(tasks), {}
         # spawn: a fresh interpreter per worker (forking a process that holds torch's thread pools can hang)
         with ProcessPoolExecutor(self.jobs, mp_context=mp.get_context("spawn"), initializer=_worker_init,
@@ -296,9 +310,15 @@ class ProcessPool:
                 for t in [t for t in pending if all(d in done for d in deps.get(t, []))][: self.jobs - len(running)]:
                     pending.remove(t)
                     running[ex.submit(run, t)] = t
+                    if progress: progress.started(t)
                 if not running: raise ValueError(f"tasks {pending} wait for tasks that are not in the graph")
-                finished, _ = wait(running, return_when=FIRST_COMPLETED)
-                for f in finished: done[running.pop(f)] = f.result()
+                # the parent prints what the workers did (their own output is lost in a notebook): wake up to say it
+                finished, _ = wait(running, timeout=self.poll_s if progress else None, return_when=FIRST_COMPLETED)
+                for f in finished:
+                    t = running.pop(f)
+                    done[t] = f.result()
+                    if progress: progress.finished(t, done[t])
+                if progress and not finished: progress.tick()
         return done
 
 # %% ../nbs/11_compare.ipynb #4ca60599
@@ -325,16 +345,11 @@ class _TaskRunner:
         if self.budget not in _EVAL_CACHE: _EVAL_CACHE[self.budget] = build_eval_data(self.budget)
         decoder = (CaptionDecoder.load(Path(self.out) / "decoder.safetensors").freeze()
                    if get_recipe(name).needs_decoder else None)
-        t0 = time.perf_counter()
         # the run's own lock: another launcher's job on the same shared folder trains it once; this one then reuses it
         row, _ = run_once(run_dir(self.out, name, seed), lambda: finished_run(name, seed, self.budget, self.out),
                           lambda: run_recipe(name, seed, self.budget, self.out, _EVAL_CACHE[self.budget],
                                              decoder=decoder, quiet=self.quiet))
-        m = row["metrics"]
-        g = lambda k: m.get(k) if m.get(k) is not None else float("nan")
-        print(f"  seed {seed} {name:18s} zs {g('zs_acc/general'):.3f}  R@5 {g('i2t_R@5'):.3f}  comp {g('comp_acc'):.3f}"
-              f"  tot {g('tot_acc'):.3f}  pep_auc {g('pep_auc'):.3f}  ({time.perf_counter() - t0:.0f} s)", flush=True)
-        return row
+        return row   # its line is printed by the parent (`hierbench.progress`): a worker's output can be lost
 
 # %% ../nbs/11_compare.ipynb #4a120848
 def _prepare_world(budget: Budget):
@@ -368,39 +383,114 @@ def _write_outputs(out: Path, meta: dict, results: pd.DataFrame, ledger: pd.Data
     atomic_write_text(out / "report.html", report.replace("</body>", f"<p>{note}</p></body>"))
 
 # %% ../nbs/11_compare.ipynb #bf7a45ec
-def compare_outputs(out: Path, budget: Budget, seeds: int, order: list[str], runs: list[dict], meta: dict) -> dict:
-    "The results table, claims ledger and report of the finished `runs`, written into `out` (`meta`: how they were run)."
+def compare_outputs(out: Path, budget: Budget, seeds: int, order: list[str], runs: list[dict], meta: dict,
+                    plan: SequentialPlan | None = None, still_open: str = "open") -> dict:
+    """The results table, claims ledger and report of the finished `runs`, written into `out` (`meta`: how they were
+    run). `plan`: the looks of a seeds-until-decided run (the ledger reads them); `still_open`: what the ledger's
+    `stopped` says of rows left undecided below the last look (e.g. 'time cap')."""
     results = pd.DataFrame(results_rows(runs))
     items = {(r["recipe"], r["seed"]): load_items(run_dir(out, r["recipe"], r["seed"]) / "items.npz") for r in runs}
-    ledger = evaluate_claims(results, items=items, n_boot=budget.n_boot)
+    ledger = evaluate_claims(results, items=items, n_boot=budget.n_boot, plan=plan)
+    ledger.loc[ledger.stopped == "open", "stopped"] = still_open
     meta = dict(budget=dataclasses.asdict(budget), seeds=seeds, recipes=order, **meta)
     _write_outputs(out, meta, results, ledger, runs)
     return dict(results=results, ledger=ledger, meta=meta, summary=summary_table(results), runs=runs,
                 power=power_table(ledger), stages=stage_table(runs))
 
 # %% ../nbs/11_compare.ipynb #5d1e3a5a
+def _until_decided_plan(first: int, max_seeds: int | None, round_seeds: int, spending: str) -> SequentialPlan:
+    "The looks of `--until-decided`, or a one-line error naming the flag that does not fit."
+    if max_seeds is None: raise ValueError("--until-decided needs --max-seeds N, the most seeds a claim may take")
+    if max_seeds < first:
+        raise ValueError(f"--max-seeds {max_seeds} is below the {first} seeds the first round trains (the budget's or "
+                         "--seeds): give at least as many")
+    if round_seeds < 1: raise ValueError(f"--round-seeds {round_seeds}: a round adds at least one seed")
+    return SequentialPlan(look_schedule(first, max_seeds, round_seeds), spending=spending)
+
+def _refuse_other_budgets(out: Path, budget: Budget):
+    "Before anything trains: a finished run of another budget in `out` is an error (its seeds are not this budget's)."
+    for ev in sorted(Path(out).glob("runs/*/seed*/eval.json")):
+        try: row = json.loads(ev.read_text())
+        except ValueError: continue   # a half-written record: the run is redone when its turn comes
+        if row.get("run_key") != budget.run_key():
+            raise ValueError(f"{ev.parent} holds a run of another budget ({row.get('budget_name')!r}, not {budget.name!r}): "
+                             "--until-decided adds seeds to one budget's runs; use another --out folder")
+
+def _launch(launcher, tasks: list, deps: dict, run, progress) -> dict:
+    "Run the graph; a launcher that takes no `progress` (a user's own) gets its lines said when it returns."
+    takes = "progress" in inspect.signature(launcher).parameters
+    done = launcher(tasks, deps, run, progress=progress) if takes else launcher(tasks, deps, run)
+    if not takes:
+        for t in tasks: progress.finished(t, done[t])
+    return done
+
+def _task_rows(result) -> list[dict]:
+    "A task's run rows: one row, several (a task that trains several seeds), or none (READ's decoder)."
+    return [r for r in (result if isinstance(result, list) else [result]) if r]
+
+# %% ../nbs/11_compare.ipynb #fa78be4d
 def _run_compare(budget: str | Budget, seeds: int | None, out: Path, recipes: list[str] | None, quiet: bool,
-                 jobs: int | None, log: Callable, launcher=None) -> dict:
-    "`run_compare` inside its folder lock: plan, prepare the world, launch the run graph, write the outputs."
+                 jobs: int | None, log: Callable, launcher=None, progress: bool = True, until_decided: bool = False,
+                 max_seeds: int | None = None, round_seeds: int = 2, max_hours: float | None = None,
+                 spending: str = "obf") -> dict:
+    """`run_compare` inside its folder lock: plan, prepare the world, launch the run graph (in rounds with
+    `until_decided`), write the outputs."""
     budget = BUDGETS[budget] if isinstance(budget, str) else budget
     seeds = budget.seeds if seeds is None else seeds
     if seeds < 1: raise ValueError(f"seeds must be >= 1, got {seeds}")
+    if not until_decided and (max_seeds is not None or max_hours is not None):
+        raise ValueError("--max-seeds and --max-hours go with --until-decided")
+    if max_hours is not None and not max_hours > 0: raise ValueError(f"--max-hours {max_hours}: give a positive number of hours")
+    plan = _until_decided_plan(seeds, max_seeds, round_seeds, spending) if until_decided else None
     out = Path(out); out.mkdir(parents=True, exist_ok=True)
     order = plan_runs(list(budget.recipes) if recipes is None else recipes)
-    tasks, deps = task_graph(order, seeds)
+    if plan: _refuse_other_budgets(out, budget)
     launcher = launcher or default_launcher(jobs, seeds * len(order))
     t_start = time.perf_counter()
     log(f"compare: budget {budget.name}, {seeds} seed(s), {len(order)} recipes, "
-        f"{getattr(launcher, 'jobs', '?')} process(es) → {out}")
+        f"{getattr(launcher, 'jobs', '?')} process(es) → {out}"
+        + (f"; until decided: looks at {', '.join(map(str, plan.looks))} seeds" if plan else ""))
     # the plan, so that the outputs can be rebuilt from the folder alone (`hierbench compare --report-only`)
-    atomic_write_text(out / "plan.json", json.dumps(dict(budget=dataclasses.asdict(budget), seeds=seeds, recipes=order), indent=1))
+    record = dict(budget=dataclasses.asdict(budget), seeds=seeds, recipes=order)
+    atomic_write_text(out / "plan.json", json.dumps(record, indent=1))
     _prepare_world(budget)
-    done = launcher(tasks, deps, _TaskRunner(budget, str(out), quiet))
-    runs = [done[t] for t in tasks if t != DECODER_TASK]
-    return compare_outputs(out, budget, seeds, order, runs, dict(
-        jobs=getattr(launcher, "jobs", None), launcher=type(launcher).__name__, wall_seconds=time.perf_counter() - t_start,
-        peak_rss_mb=_peak_rss_mb(), torch=torch.__version__,
-        threads=getattr(launcher, "threads", None) or torch.get_num_threads()))
+    shown = CompareProgress(budget, task_runs, functools.partial(run_dir, out), jobs=getattr(launcher, "jobs", None),
+                            log=log if progress else (lambda *a: None), bar=None if progress and quiet else False,
+                            decoder_seconds=0.0 if (out / "decoder.safetensors").exists() else prior_decoder_seconds(budget))
+    runner, rows, have = _TaskRunner(budget, str(out), quiet), {}, {r: seeds for r in order}
+    wanted, n, stopped, rounds = {r: range(seeds) for r in order}, seeds, "open", []
+    while True:
+        tasks, deps = task_graph(list(wanted), wanted)
+        shown.begin(tasks, deps, label=f"round {len(rounds) + 1}:" if plan else "")
+        done = _launch(launcher, tasks, deps, runner, shown)
+        shown.end()
+        for t in tasks: rows.update({(r["recipe"], r["seed"]): r for r in _task_rows(done[t])})
+        for r in wanted: have[r] = max(have.get(r, 0), max(wanted[r], default=-1) + 1)
+        if plan is None: break
+        ledger = evaluate_claims(pd.DataFrame(results_rows(list(rows.values()))), plan=plan)
+        need, later = recipes_to_extend(ledger), [k for k in plan.looks if k > n]
+        rounds.append(dict(seeds=n, recipes=list(wanted), runs=sum(len(task_runs(t)) for t in tasks),
+                           decided=int(ledger.stopped.eq("decided").sum()), open=int(ledger.stopped.eq("open").sum())))
+        log(f"compare: round {len(rounds)} at {n} seeds: {rounds[-1]['decided']} claim rows decided, {rounds[-1]['open']} open")
+        atomic_write_text(out / "plan.json", json.dumps({**record, "seeds": n, "until_decided": dict(   # the rounds done
+            plan=dataclasses.asdict(plan), seeds_per_recipe=have, rounds=rounds)}, indent=1))
+        if not need:   # open rows are below the last look: none left means each row is decided or at the most seeds
+            stopped = "max seeds" if ledger.stopped.eq("max seeds").any() else "every claim decided"; break
+        wanted = {r: range(n, later[0]) for r in plan_runs(need)}     # both arms of each open row, and their parents
+        if max_hours is not None:
+            left, cost = max_hours * 3600 - (time.perf_counter() - t_start), shown.estimate(*task_graph(list(wanted), wanted))
+            if cost > left:
+                log(f"compare: round {len(rounds) + 1} (about {duration(cost)}) does not fit in the {duration(left)} left "
+                    f"of --max-hours {max_hours:g}: stopping with {rounds[-1]['open']} row(s) open")
+                stopped = "time cap"; break
+        n = later[0]
+    runs = [rows[k] for k in sorted(rows, key=lambda k: (k[1], order.index(k[0])))]
+    meta = dict(jobs=getattr(launcher, "jobs", None), launcher=type(launcher).__name__, wall_seconds=time.perf_counter() - t_start,
+                peak_rss_mb=_peak_rss_mb(), torch=torch.__version__, threads=getattr(launcher, "threads", None) or torch.get_num_threads())
+    if plan:
+        meta["until_decided"] = dict(plan=dataclasses.asdict(plan), seeds_per_recipe=have, rounds=rounds, stopped=stopped)
+        atomic_write_text(out / "plan.json", json.dumps({**record, "seeds": n, "until_decided": meta["until_decided"]}, indent=1))
+    return compare_outputs(out, budget, n, order, runs, meta, plan=plan, still_open="time cap" if stopped == "time cap" else "open")
 
 # %% ../nbs/11_compare.ipynb #1e9f6b7e
 def main_job_dir() -> Path:
@@ -410,14 +500,21 @@ def main_job_dir() -> Path:
 # %% ../nbs/11_compare.ipynb #9353a1df
 def run_compare(budget: str | Budget = "smoke", seeds: int | None = None, out: str | Path | None = None,
                 recipes: list[str] | None = None, quiet: bool = True, jobs: int | None = None, log=print,
-                launcher=None) -> dict:
+                launcher=None, progress: bool = True, until_decided: bool = False, max_seeds: int | None = None,
+                round_seeds: int = 2, max_hours: float | None = None, spending: str = "obf") -> dict:
     """Train and evaluate `recipes` (default: the budget's) over `seeds` seeds (default: the budget's); write
     results.json, claims.json, report.html into `out`. `launcher` runs the run graph (default: `jobs` processes,
     `default_launcher`). `out` is locked for the run (a second compare into it is told who holds it) and temporary
-    files of killed runs are swept first. Default `out`: `main_job_dir()`."""
+    files of killed runs are swept first. Default `out`: `main_job_dir()`. `progress`: a line per finished run with the
+    time left, and a bar in a notebook or terminal unless the runs show their own (`quiet=False`).
+
+    `until_decided`: after the first `seeds`, add `round_seeds` seeds per round to the recipes of the claim rows still
+    undecided (group-sequential rule of `hierbench.stats`, `spending`), up to `max_seeds`; with `max_hours`, a round
+    that the time estimate says would end past that many hours from the start is not begun."""
     out = Path(out) if out is not None else main_job_dir()
     Path(out).mkdir(parents=True, exist_ok=True)
     with FolderLock(out):
         swept = sweep_temporary_files(out)
         if swept: log(f"compare: removed {swept} temporary file(s) left by an interrupted run")
-        return _run_compare(budget, seeds, out, recipes, quiet, jobs, log, launcher)
+        return _run_compare(budget, seeds, out, recipes, quiet, jobs, log, launcher, progress, until_decided, max_seeds,
+                            round_seeds, max_hours, spending)
