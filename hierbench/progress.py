@@ -207,7 +207,8 @@ def begin(self: CompareProgress, tasks: Sequence, deps: Mapping, label: str = ""
             self.reused.add(r); self.costs.add_row(row)
     new = self.total - len([r for r in runs if r in self.reused])
     self.say(f"compare: {self.label}{self.total} runs, {self.total - new} already in the folder, {new} to train; "
-             f"about {duration(self.eta())} on {self.jobs or 'as many'} worker(s) (estimated from "
+             f"about {duration(self.eta())} " + (f"on {self.jobs} worker(s)" if self.jobs else "with no limit on workers")
+             + " (estimated from "
              + ("the measured runs)" if self.costs.measured else "the budget's measured step costs; refined as runs finish)"))
     if self.want_bar and self.total:
         self._bar = fp.progress_bar(range(self.total), total=self.total, leave=True)
