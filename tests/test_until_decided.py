@@ -84,13 +84,12 @@ def _value(recipe, seed, metric):
 def _fake_launcher(calls):
     "A launcher that trains nothing: each task's row holds made-up metrics (and says it took 1 s)."
     def launcher(tasks, deps, run, progress=None):
-        calls.append(list(tasks))
+        calls.append([run for t in tasks for run in C.task_runs(t)])   # (recipe, seed), whatever a task's form
         done = {}
         for t in tasks:
-            seed, recipe = t
-            done[t] = {} if t == C.DECODER_TASK else dict(
-                recipe=recipe, seed=seed, train_seconds=1.0, eval_seconds=0.1, samples_per_second=1.0,
-                metrics={m: v for m in ("d_corr", "comp_acc") if (v := _value(recipe, seed, m)) is not None})
+            done[t] = [dict(recipe=recipe, seed=seed, train_seconds=1.0, eval_seconds=0.1, samples_per_second=1.0,
+                            metrics={m: v for m in ("d_corr", "comp_acc") if (v := _value(recipe, seed, m)) is not None})
+                       for recipe, seed in C.task_runs(t)]
             if progress: progress.started(t); progress.finished(t, done[t])
         return done
     return launcher
@@ -109,10 +108,10 @@ def test_rounds_add_seeds_only_to_the_recipes_of_open_rows_until_the_last_look(t
     calls, lines = [], []
     C.run_compare("smoke", seeds=3, out=tmp_path, recipes=["clip", "meru", "negclip", "clip-ft"], log=lines.append,
                   launcher=_fake_launcher(calls), until_decided=True, max_seeds=7, round_seeds=2)
-    assert [sorted({s for s, _ in c}) for c in calls] == [[0, 1, 2], [3, 4], [5, 6]]
-    assert {r for _, r in calls[0]} == {"clip", "meru", "negclip", "clip-ft"}
+    assert [sorted({s for _, s in c}) for c in calls] == [[0, 1, 2], [3, 4], [5, 6]]
+    assert {r for r, _ in calls[0]} == {"clip", "meru", "negclip", "clip-ft"}
     # meru's only row (HYP-1 against clip) is decided at 3 seeds: it gets no more; clip stays as the fine-tunes' parent
-    assert all({r for _, r in c} == {"clip", "negclip", "clip-ft"} for c in calls[1:])
+    assert all({r for r, _ in c} == {"clip", "negclip", "clip-ft"} for c in calls[1:])
     ud = outputs["meta"]["until_decided"]
     assert ud["seeds_per_recipe"] == {"clip": 7, "meru": 3, "negclip": 7, "clip-ft": 7} and ud["stopped"] == "max seeds"
     assert [r["seeds"] for r in ud["rounds"]] == [3, 5, 7] and outputs["plan"].looks == (3, 5, 7)
