@@ -108,6 +108,7 @@ def test_in_process_launcher_tells_the_parent_about_every_task():
 
 def test_submitit_launcher_tells_the_parent_about_every_task_and_the_runs_already_finished(tmp_path, monkeypatch):
     from hierbench import launch as L
+    from hierbench.compare import task_graph, task_runs
     class Job:
         def __init__(self, value): self.value, self.job_id = value, "1"
         def done(self): return True
@@ -115,13 +116,16 @@ def test_submitit_launcher_tells_the_parent_about_every_task_and_the_runs_alread
     class Executor:
         cluster, folder = "local", tmp_path
         def submit(self, fn): return Job(fn())
-    monkeypatch.setattr(L, "finished_run", lambda r, s, budget, out: {"recipe": r, "seed": s} if (r, s) == ("a", 0) else None)
-    run = SimpleNamespace(budget=BUDGETS["smoke"], out=str(tmp_path))
+    rows = lambda t: [{"recipe": r, "seed": s} for r, s in task_runs(t)]
+    # every clip run is finished in the folder; the negclip runs are not
+    monkeypatch.setattr(L, "finished_run", lambda r, s, budget, out: {"recipe": r, "seed": s} if r == "clip" else None)
+    monkeypatch.setattr(L, "_GraphJob", lambda run, threads: rows)
+    tasks, deps = task_graph(["clip", "negclip"], 2)
+    clip = [t for t in tasks if task_runs(t)[0][0] == "clip"]
     progress, rec = _recorder()
-    tasks = [(0, "a"), (1, "a"), (1, "b")]
     launcher = L.SubmititLauncher(Executor(), jobs=2, poll_s=0.0, log=lambda *a: None)
-    monkeypatch.setattr(L, "_GraphJob", lambda run, threads: (lambda t: {"recipe": t[1], "seed": t[0]}))
-    done = launcher(tasks, {(1, "b"): [(1, "a")]}, run, progress=progress)
-    assert [t for t, _ in rec.finished][0] == (0, "a")                     # finished in the folder: said first
-    assert sorted(t for t, _ in rec.finished) == sorted(tasks) and sorted(rec.started) == [(1, "a"), (1, "b")]
-    assert done[(1, "b")] == {"recipe": "b", "seed": 1}
+    done = launcher(tasks, deps, SimpleNamespace(budget=BUDGETS["smoke"], out=str(tmp_path)), progress=progress)
+    assert [t for t, _ in rec.finished][:len(clip)] == clip                  # finished in the folder: said at once
+    assert sorted(t for t, _ in rec.finished) == sorted(tasks) and sorted(rec.started) == sorted(set(tasks) - set(clip))
+    from hierbench.compare import _task_rows
+    assert all(_task_rows(done[t]) == rows(t) for t in tasks)                # every run's row, none lost
