@@ -163,12 +163,21 @@ def eta(self: CompareProgress) -> float:
     todo = [t for t in self.tasks if t not in self.running and t not in self.finished_tasks]
     return eta_seconds(todo, self.deps, {t: self._task_seconds(t) for t in todo}, self.jobs, left)
 
+def _note_finished(self: CompareProgress, runs) -> None:
+    "Runs of `runs` the folder already holds (this budget's): they cost nothing now; their recorded seconds feed the costs."
+    for r in runs:
+        if r in self.reused: continue
+        row = _finished_row(Path(self.run_folder(*r)))
+        if row is not None and row.get("run_key") == self.budget.run_key():
+            self.reused.add(r); self.costs.add_row(row)
+
 def estimate(self: CompareProgress, tasks: Sequence, deps: Mapping) -> float:
-    "Seconds `tasks` would take from now with nothing running (for a time cap: does a round fit?)."
+    "Seconds `tasks` would take from now with nothing running (for a time cap: does a round fit?); finished runs cost 0."
+    self._note_finished([r for t in tasks for r in self.runs_of(t)])
     return eta_seconds(list(tasks), deps, {t: self._task_seconds(t) for t in tasks}, self.jobs)
 
 CompareProgress._task_seconds, CompareProgress._run_fraction = _task_seconds, _run_fraction
-CompareProgress.eta, CompareProgress.estimate = eta, estimate
+CompareProgress.eta, CompareProgress.estimate, CompareProgress._note_finished = eta, estimate, _note_finished
 
 # %% ../nbs/11f_progress.ipynb #d94d3530
 def _status(self: CompareProgress) -> str:
@@ -201,10 +210,7 @@ def begin(self: CompareProgress, tasks: Sequence, deps: Mapping, label: str = ""
     self.running, self.finished_tasks, self.done = {}, set(), 0
     runs = [r for t in self.tasks for r in self.runs_of(t)]
     self.total = len(runs)
-    for r in runs:
-        row = _finished_row(Path(self.run_folder(*r)))
-        if row is not None and row.get("run_key") == self.budget.run_key():
-            self.reused.add(r); self.costs.add_row(row)
+    self._note_finished(runs)
     new = self.total - len([r for r in runs if r in self.reused])
     self.say(f"compare: {self.label}{self.total} runs, {self.total - new} already in the folder, {new} to train; "
              f"about {duration(self.eta())} " + (f"on {self.jobs} worker(s)" if self.jobs else "with no limit on workers")

@@ -129,3 +129,14 @@ def test_submitit_launcher_tells_the_parent_about_every_task_and_the_runs_alread
     assert sorted(t for t, _ in rec.finished) == sorted(tasks) and sorted(rec.started) == sorted(set(tasks) - set(clip))
     from hierbench.compare import _task_rows
     assert all(_task_rows(done[t]) == rows(t) for t in tasks)                # every run's row, none lost
+
+
+def test_a_rounds_estimate_counts_runs_already_in_the_folder_as_free(tmp_path):
+    "The time cap asks whether a round fits: runs the folder already holds (e.g. seeds of an earlier run) cost nothing."
+    folder = tmp_path / "runs" / "clip" / "seed5"
+    folder.mkdir(parents=True)
+    (folder / "model.safetensors").write_bytes(b"x")
+    (folder / "eval.json").write_text(json.dumps(dict(_row("clip", 5, 300.0), run_key=Q.run_key())))
+    p = _reporter(tmp_path, [], [0.0])
+    assert p.estimate([((5,), "clip")], {}) == 0.0
+    assert p.estimate([((5, 6), "clip")], {}) == pytest.approx(300.0)   # seed 6 costs what seed 5 took
