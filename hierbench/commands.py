@@ -30,6 +30,7 @@ from .paraphrases import generate_paraphrases
 from .real_data import MissingTrainingFileError, RealData, generate_negatives, parse_data_spec, real_records
 from .recipes import get_recipe
 from .sources import WorldData
+from .seed_batch import train_seeds
 from .train import PREEMPTED_EXIT_CODE, EvalEvery
 
 # %% auto #0
@@ -99,6 +100,22 @@ def _train_data(args) -> WorldData | RealData:
         sys.exit(f"--mirror-twins / --top-caption-p compose batches of the built-in world, not of {args.data!r}")
     return RealData(args.data, args.image_root, args.negatives, args.paraphrases)
 
+def _train_seeds(args, recipe, callbacks, config):
+    "`hierbench train --seeds 0,1,2`: the seeds side by side in one process (`seed_batch.train_seeds`), OUT/seed<k> each."
+    if args.data != "world":
+        sys.exit("--seeds trains seeds of the built-in world side by side; real data trains one seed per run (--seed)")
+    try: results = train_seeds(recipe, args.out, args.seeds, _train_data(args), arch=args.arch, steps=args.steps,
+                               init_checkpoint=args.init_checkpoint, decoder=DecoderSpec(args.decoder_path, args.decoder_steps),
+                               resume=args.resume, callbacks=callbacks, log=print,
+                               allow_changes=tuple(_csv(args.allow_change) or ()), **config)
+    except (ValueError, FileExistsError, FileNotFoundError) as e: sys.exit(f"hierbench train: {e}")
+    stopped = [r for r in results if r.preempted]
+    for r in results: print(f"trained {args.recipe} seed {r.run_dir.name[4:]} for {r.step} steps → {r.weights_path or r.checkpoint}")
+    if stopped:   # SLURM's warning signal: every seed stopped after the same step with a checkpoint
+        print(f"{args.recipe}: {stopped[0].preempted} after step {stopped[0].step}; run again with --resume to continue",
+              file=sys.stderr)
+        sys.exit(PREEMPTED_EXIT_CODE)
+
 def cmd_train(args):
     config = {k: v for k, v in dict(ckpt_every=args.ckpt_every, num_workers=args.num_workers, lr=args.lr,
                                     weight_decay=args.weight_decay, log_every=args.log_every, batch_size=args.batch_size,
@@ -114,6 +131,7 @@ def cmd_train(args):
             sys.exit(f"--eval-every {args.eval_every} must be a multiple of --log-every {config['log_every']} "
                      "(evaluations happen at logged steps)")
         callbacks.append(_eval_callback(args))
+    if args.seeds is not None: return _train_seeds(args, recipe, callbacks, config)
     try: res = train_recipe(recipe, args.out, _train_data(args), arch=args.arch, steps=args.steps, seed=args.seed,
                             init_checkpoint=args.init_checkpoint, decoder=DecoderSpec(args.decoder_path, args.decoder_steps),
                             resume=args.resume, callbacks=callbacks, log=print,
@@ -171,7 +189,8 @@ def cmd_compare(args):
                               gpus_per_run=args.gpus_per_run, cpus_per_run=args.cpus_per_run, timeout_min=args.timeout_min,
                               slurm_extra=args.slurm_extra, report_only=args.report_only, quiet=not args.verbose,
                               progress=not args.quiet, until_decided=args.until_decided, max_seeds=args.max_seeds,
-                              round_seeds=args.round_seeds, max_hours=args.max_hours)
+                              round_seeds=args.round_seeds, max_hours=args.max_hours,
+                              seeds_per_process=args.seeds_per_process)
     except ValueError as e: sys.exit(f"hierbench compare: {e}")   # launcher settings that do not fit together
     print_table(res["summary"], "summary: mean ± 95% half-width over seeds (first row: chance)")
     led = res["ledger"].assign(kept=lambda d: [f"{k}/{n}" if n else "" for k, n in zip(d.loso_kept, d.n)],

@@ -6,7 +6,7 @@ Docs: https://hierbench.github.io/hierbench/compare.html.md"""
 
 # %% ../nbs/11_compare.ipynb #ca21d6b4
 from __future__ import annotations
-import ctypes, dataclasses, functools, hashlib, html, inspect, json, math, os, resource, shutil, signal, time, warnings
+import contextlib, ctypes, dataclasses, functools, hashlib, html, inspect, json, math, os, resource, shutil, signal, time, warnings
 import multiprocessing as mp
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
@@ -20,7 +20,7 @@ from .config import FolderLock, atomic_write, atomic_write_text, load_settings, 
 from .decoder import CaptionDecoder, load_or_pretrain_decoder
 from .evaluate import evaluate_world_split, pep_angle_summary, world_eval_data
 from .metrics import chance_key
-from .jobs import Validation, train_recipe
+from .jobs import Validation
 from .models import load_model, resolve_architecture, save_model
 from .recipes import get_recipe, recipe_fields
 from .report import render_report, save_static_figures, stage_table, summary_table
@@ -29,11 +29,13 @@ from .train import Preempted, plateau_step, read_metrics
 from .world import WorldConfig, build_split
 from .progress import CompareProgress, duration, prior_decoder_seconds
 from .stats import SequentialPlan, look_schedule
+from .seed_batch import train_seeds
 
 # %% auto #0
-__all__ = ['DECODER_TASK', 'read_decoder', 'build_eval_data', 'evaluate_run', 'save_items', 'load_items', 'run_dir',
-           'run_fingerprint', 'finished_run', 'run_recipe', 'results_rows', 'task_graph', 'task_runs', 'InProcess',
-           'ProcessPool', 'default_launcher', 'compare_outputs', 'main_job_dir', 'run_compare']
+__all__ = ['DECODER_TASK', 'SEEDS_PER_PROCESS', 'read_decoder', 'build_eval_data', 'evaluate_run', 'save_items', 'load_items',
+           'run_dir', 'run_fingerprint', 'finished_run', 'run_recipe_seeds', 'run_recipe', 'results_rows', 'task_graph',
+           'task_runs', 'InProcess', 'ProcessPool', 'default_launcher', 'compare_outputs', 'main_job_dir',
+           'run_compare']
 
 # %% ../nbs/11_compare.ipynb #13eb1a27
 def read_decoder(out: str | Path, budget: Budget, quiet: bool = True) -> CaptionDecoder:
@@ -148,24 +150,28 @@ def _stage_summary(run_dir: Path, steps: int) -> dict:
                 plateau=plateau, budget=steps, curve=curve)
 
 # %% ../nbs/11_compare.ipynb #fd4a35a4
-def _train_run(recipe, seed: int, budget: Budget, out: Path, folder: Path, decoder=None, quiet: bool = True) -> float:
-    "Train `recipe` for `seed` into `folder` with the budget's settings (resuming a partial run); returns the training seconds."
+def _train_runs(recipe, seeds: list[int], budget: Budget, out: Path, decoder=None, quiet: bool = True) -> float:
+    """Train `recipe` for `seeds` into `out/runs/RECIPE/seed<k>` with the budget's settings, side by side in this process
+    (`seed_batch.train_seeds`; partial runs resume); returns the training seconds of the whole group."""
     finetune = recipe.stage == "finetune"
     steps = budget.finetune_steps if finetune else budget.pretrain_steps
-    init = run_dir(out, recipe.init_from, seed) if finetune else None
-    if init is not None and not (init / "model.safetensors").exists():
-        raise FileNotFoundError(f"{recipe.name} fine-tunes {recipe.init_from}, but {init / 'model.safetensors'} is missing: "
-                                "train the parent first (plan_runs orders them)")
+    inits = {s: run_dir(out, recipe.init_from, s) for s in seeds} if finetune else None
+    for s, init in (inits or {}).items():
+        if not (init / "model.safetensors").exists():
+            raise FileNotFoundError(f"{recipe.name} fine-tunes {recipe.init_from}, but {init / 'model.safetensors'} is "
+                                    "missing: train the parent first (plan_runs orders them)")
     snaps = {max(1, round(f * steps)) for f in budget.snapshots} if not finetune else set()
+    snapshots = lambda s: [_Snapshots(run_dir(out, recipe.name, s) / "snapshots", snaps)] if snaps else []
     t0 = time.perf_counter()
-    res = train_recipe(recipe, folder, WorldData(n_train=budget.n_train), arch=budget.arch, steps=steps, seed=seed,
-                       init_checkpoint=init, batch_size=budget.finetune_batch_size if finetune else budget.batch_size,
-                       decoder=decoder, resume=True, quiet=quiet, precision=budget.precision,
-                       validation=Validation(every=budget.validate_every) if finetune else None,
-                       log_every=math.gcd(10, budget.validate_every),
-                       callbacks=[_Snapshots(folder / "snapshots", snaps)] if snaps else ())
-    if res.preempted: raise Preempted(res.preempted, folder)   # a launcher that can requeue resumes it
-    if res.weights_path is None: raise RuntimeError(f"{folder}: training ended without final weights")
+    results = train_seeds(recipe, Path(out) / "runs" / recipe.name, seeds, WorldData(n_train=budget.n_train),
+                          arch=budget.arch, steps=steps, init_checkpoint=inits,
+                          batch_size=budget.finetune_batch_size if finetune else budget.batch_size,
+                          decoder=decoder, resume=True, quiet=quiet, precision=budget.precision,
+                          validation=Validation(every=budget.validate_every) if finetune else None,
+                          log_every=math.gcd(10, budget.validate_every), callbacks=snapshots)
+    for res in results:
+        if res.preempted: raise Preempted(res.preempted, res.run_dir)   # a launcher that can requeue resumes it
+        if res.weights_path is None: raise RuntimeError(f"{res.run_dir}: training ended without final weights")
     return time.perf_counter() - t0
 
 # %% ../nbs/11_compare.ipynb #d0b32e94
@@ -188,9 +194,10 @@ def _record_run(name: str, recipe, seed: int, budget: Budget, folder: Path, eval
     items: dict = {}
     metrics = evaluate_run(load_model(weights), eval_data, items)
     save_items(folder / "items.npz", items)
-    batch = json.loads((folder / "config.json").read_text())["batch_size"]
+    config = json.loads((folder / "config.json").read_text())
+    batch = config["batch_size"]
     row = dict(recipe=name, seed=seed, budget_name=budget.name, run_key=budget.run_key(), steps=steps,
-               batch_size=batch, train_seconds=train_s, eval_seconds=time.perf_counter() - t1,
+               batch_size=batch, seed_group=config.get("seed_group", [seed]), train_seconds=train_s, eval_seconds=time.perf_counter() - t1,
                samples_per_second=steps * batch / max(train_s, 1e-9),
                final_loss=float([m for m in read_metrics(folder) if "loss" in m][-1]["loss"]),
                metrics=metrics, weights_sha256=_sha256(weights), run_fingerprint=run_fingerprint(recipe))
@@ -215,20 +222,27 @@ def finished_run(name: str, seed: int, budget: Budget, out: str | Path) -> dict 
     return row
 
 # %% ../nbs/11_compare.ipynb #0d4b2695
+def run_recipe_seeds(name: str, seeds: list[int], budget: Budget, out: str | Path, eval_data: dict, decoder=None,
+                     quiet: bool = True) -> list[dict]:
+    """Train (or reuse) recipe `name` for `seeds` and evaluate each; returns one row per seed, in order ({metrics,
+    train_seconds, samples_per_second, stage (fine-tunes), pep_analysis (pre-training, at the snapshots too), ...}).
+    A finished run is reused only when its recorded run key (the budget fields its numbers depend on) and weights hash
+    match what is on disk; the seeds still to train are trained side by side in this process, and each row's
+    `train_seconds` is its share of the group's time."""
+    recipe, rows = get_recipe(name), {s: finished_run(name, s, budget, out) for s in seeds}
+    todo = [s for s in seeds if rows[s] is None]
+    # weights whose eval.json does not belong to them (edited, or left from another run): evaluate them again
+    stale = {s: json.loads((run_dir(out, name, s) / "eval.json").read_text()).get("train_seconds", float("nan"))
+             for s in todo if (run_dir(out, name, s) / "eval.json").exists() and (run_dir(out, name, s) / "model.safetensors").exists()}
+    train = [s for s in todo if s not in stale]
+    share = _train_runs(recipe, train, budget, Path(out), decoder, quiet) / len(train) if train else 0.0
+    for s in todo: rows[s] = _record_run(name, recipe, s, budget, run_dir(out, name, s), eval_data, stale.get(s, share))
+    return [rows[s] for s in seeds]
+
 def run_recipe(name: str, seed: int, budget: Budget, out: str | Path, eval_data: dict, decoder=None,
                quiet: bool = True) -> dict:
-    """Train (or reuse) recipe `name` for `seed` and evaluate it; returns {metrics, train_seconds, samples_per_second,
-    stage (fine-tunes), pep_analysis (pre-training, at the snapshots too), ...}. A finished run is reused only when
-    its recorded run key (the budget fields its numbers depend on) and weights hash match what is on disk."""
-    row = finished_run(name, seed, budget, out)
-    if row is not None: return row
-    recipe = get_recipe(name)
-    folder = run_dir(out, name, seed)
-    if (folder / "eval.json").exists() and (folder / "model.safetensors").exists():
-        # eval.json does not belong to these weights (edited, or left from another run): evaluate them again
-        train_s = json.loads((folder / "eval.json").read_text()).get("train_seconds", float("nan"))
-    else: train_s = _train_run(recipe, seed, budget, Path(out), folder, decoder, quiet)
-    return _record_run(name, recipe, seed, budget, folder, eval_data, train_s)
+    "`run_recipe_seeds` for one seed: its row."
+    return run_recipe_seeds(name, [seed], budget, out, eval_data, decoder, quiet)[0]
 
 # %% ../nbs/11_compare.ipynb #0f06117e
 def results_rows(runs: list[dict]) -> list[dict]:
@@ -246,27 +260,42 @@ def results_rows(runs: list[dict]) -> list[dict]:
     return rows
 
 # %% ../nbs/11_compare.ipynb #454c9a2c
-DECODER_TASK = (-1, "decoder")   # the task that pre-trains READ's decoder (a no-op when the output folder holds it)
+DECODER_TASK = ((), "decoder")   # the task that pre-trains READ's decoder (a no-op when the output folder holds it)
 
-def task_graph(order: list[str], seeds: int | Mapping[str, Sequence[int]]) -> tuple[list[tuple], dict[tuple, list[tuple]]]:
-    """The compare job's tasks `(seed, recipe)` in an order that runs every task after the tasks it needs (READ's
-    decoder first, when a recipe needs it), and per task the tasks it needs: its parent (same seed), the decoder.
-    `seeds`: a count (seeds 0..seeds−1 of every recipe) or `{recipe: seeds}` (a round of `--until-decided`: each recipe
-    of `order` its own seeds). A parent that is not in the graph must be finished in the folder already."""
-    per = {n: set(range(seeds)) if isinstance(seeds, int) else set(seeds.get(n, ())) for n in order}
-    tasks = [(seed, name) for seed in sorted(set().union(*per.values())) for name in order if seed in per[name]]
+def _topological(tasks: list[tuple], deps: Mapping[tuple, list[tuple]]) -> list[tuple]:
+    "`tasks` in their given order of preference, each moved after the tasks it needs."
+    out, placed, left = [], set(), list(tasks)
+    while left:
+        t = next((t for t in left if all(d in placed or d not in deps for d in deps.get(t, []))), None)
+        if t is None: raise ValueError(f"the tasks {left} need each other")
+        left.remove(t); out.append(t); placed.add(t)
+    return out
+
+def task_graph(order: list[str], seeds: int | Sequence[int] | Mapping[str, Sequence[int]],
+               seeds_per_process: int = 1) -> tuple[list[tuple], dict[tuple, list[tuple]]]:
+    """The compare job's tasks `(seeds, recipe)` in an order that runs every task after the tasks it needs (READ's
+    decoder first, when a recipe needs it), and per task the tasks it needs: the parent tasks holding its seeds, the
+    decoder. `seeds`: a count (seeds 0..seeds−1 of every recipe), a list, or `{recipe: seeds}` (a round of
+    `--until-decided`: each recipe of `order` its own seeds); each recipe's seeds, ascending, are cut into groups of
+    `seeds_per_process`. A parent run that is not in the graph must be finished in the folder already."""
+    if int(seeds_per_process) < 1: raise ValueError(f"seeds_per_process must be >= 1, got {seeds_per_process}")
+    k = int(seeds_per_process)
+    if isinstance(seeds, Mapping): per = {n: sorted(set(seeds.get(n, ()))) for n in order}
+    else: per = {n: sorted(set(range(seeds) if isinstance(seeds, int) else seeds)) for n in order}
+    groups = {n: [tuple(per[n][i:i + k]) for i in range(0, len(per[n]), k)] for n in order}
+    holder = {(n, s): (g, n) for n in order for g in groups[n] for s in g}
+    tasks = sorted(((g, n) for n in order for g in groups[n]), key=lambda t: (t[0][0], order.index(t[1])))
     deps: dict[tuple, list[tuple]] = {}
-    for seed, name in tasks:
+    for g, name in tasks:
         r = get_recipe(name)
-        parent = (seed, r.init_from) if r.stage == "finetune" else None
-        deps[(seed, name)] = [*([parent] if parent and seed in per.get(r.init_from, ()) else []),
-                              *([DECODER_TASK] if r.needs_decoder else [])]
+        parents = [holder[(r.init_from, s)] for s in g if r.stage == "finetune" and (r.init_from, s) in holder]
+        deps[(g, name)] = [*dict.fromkeys(parents), *([DECODER_TASK] if r.needs_decoder else [])]
     if any(DECODER_TASK in d for d in deps.values()): tasks, deps[DECODER_TASK] = [DECODER_TASK, *tasks], []
-    return tasks, deps
+    return _topological(tasks, deps), deps
 
 def task_runs(task: tuple) -> list[tuple[str, int]]:
     "The runs `(recipe, seed)` a task trains (READ's decoder task: none) — the one place that reads a task's form."
-    return [] if task == DECODER_TASK else [(task[1], task[0])]
+    return [] if task == DECODER_TASK else [(task[1], s) for s in task[0]]
 
 # %% ../nbs/11_compare.ipynb #7ad44bcb
 class InProcess:
@@ -322,9 +351,9 @@ class ProcessPool:
         return done
 
 # %% ../nbs/11_compare.ipynb #4ca60599
-def default_launcher(jobs: int | None, n_runs: int):
-    "`InProcess()` for one job, else `ProcessPool(jobs)`; `jobs` defaults to one per core, and at most one per run."
-    jobs = max(1, min(n_runs, jobs if jobs is not None else (os.cpu_count() or 1)))
+def default_launcher(jobs: int | None, n_tasks: int):
+    "`InProcess()` for one job, else `ProcessPool(jobs)`; `jobs` defaults to one per core, and at most one per task."
+    jobs = max(1, min(n_tasks, jobs if jobs is not None else (os.cpu_count() or 1)))
     return InProcess() if jobs == 1 else ProcessPool(jobs)
 
 # %% ../nbs/11_compare.ipynb #f840dfa6
@@ -332,24 +361,27 @@ _EVAL_CACHE: dict = {}
 
 @dataclass(frozen=True)
 class _TaskRunner:
-    "Run one task `(seed, recipe)` of a compare run (or `DECODER_TASK`: READ's decoder) in this process; picklable."
+    "Run one task `(seeds, recipe)` of a compare run (or `DECODER_TASK`: READ's decoder) in this process; picklable."
     budget: Budget
     out: str
     quiet: bool = True
 
-    def __call__(self, task: tuple) -> dict:
-        seed, name = task
+    def __call__(self, task: tuple) -> list[dict] | dict:
+        seeds, name = task
         if task == DECODER_TASK:
             read_decoder(Path(self.out), self.budget, self.quiet)
             return {}
         if self.budget not in _EVAL_CACHE: _EVAL_CACHE[self.budget] = build_eval_data(self.budget)
+        rows = [finished_run(name, s, self.budget, self.out) for s in seeds]
+        if all(r is not None for r in rows): return rows
         decoder = (CaptionDecoder.load(Path(self.out) / "decoder.safetensors").freeze()
                    if get_recipe(name).needs_decoder else None)
-        # the run's own lock: another launcher's job on the same shared folder trains it once; this one then reuses it
-        row, _ = run_once(run_dir(self.out, name, seed), lambda: finished_run(name, seed, self.budget, self.out),
-                          lambda: run_recipe(name, seed, self.budget, self.out, _EVAL_CACHE[self.budget],
-                                             decoder=decoder, quiet=self.quiet))
-        return row   # its line is printed by the parent (`hierbench.progress`): a worker's output can be lost
+        # the runs' own locks: another launcher's job on the same shared folder trains them once; this one then
+        # reuses them (sorted: two groups that share a seed take their locks in one order)
+        with contextlib.ExitStack() as held:
+            for s in sorted(seeds): held.enter_context(FolderLock(run_dir(self.out, name, s), timeout=None))
+            return run_recipe_seeds(name, list(seeds), self.budget, self.out, _EVAL_CACHE[self.budget],
+                                    decoder=decoder, quiet=self.quiet)   # lines printed by the parent (`hierbench.progress`)
 
 # %% ../nbs/11_compare.ipynb #4a120848
 def _prepare_world(budget: Budget):
@@ -428,11 +460,24 @@ def _task_rows(result) -> list[dict]:
     "A task's run rows: one row, several (a task that trains several seeds), or none (READ's decoder)."
     return [r for r in (result if isinstance(result, list) else [result]) if r]
 
+# %% ../nbs/11_compare.ipynb #14cf43a8
+SEEDS_PER_PROCESS = 2   # the default group size: `hierbench bench --sections seeds` (2026-12-03, 2 cores)
+
+def _seeds_per_process(k: int | None, seeds: int, round_seeds: int | None = None) -> int:
+    "The group size of a compare: `k` checked against the seeds of a round, or the default cut to them."
+    if k is None: return max(1, min(SEEDS_PER_PROCESS, seeds, round_seeds or seeds))
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1: raise ValueError(f"--seeds-per-process {k!r}: give an integer >= 1")
+    if k > seeds: raise ValueError(f"--seeds-per-process {k} is larger than the {seeds} seed(s) asked for: give at most {seeds}")
+    if round_seeds is not None and k > round_seeds:
+        raise ValueError(f"--seeds-per-process {k} is larger than the {round_seeds} seed(s) a round adds (--round-seeds): "
+                         f"give at most {round_seeds}")
+    return k
+
 # %% ../nbs/11_compare.ipynb #fa78be4d
 def _run_compare(budget: str | Budget, seeds: int | None, out: Path, recipes: list[str] | None, quiet: bool,
                  jobs: int | None, log: Callable, launcher=None, progress: bool = True, until_decided: bool = False,
                  max_seeds: int | None = None, round_seeds: int = 2, max_hours: float | None = None,
-                 spending: str = "obf") -> dict:
+                 spending: str = "obf", seeds_per_process: int | None = None) -> dict:
     """`run_compare` inside its folder lock: plan, prepare the world, launch the run graph (in rounds with
     `until_decided`), write the outputs."""
     budget = BUDGETS[budget] if isinstance(budget, str) else budget
@@ -442,13 +487,14 @@ def _run_compare(budget: str | Budget, seeds: int | None, out: Path, recipes: li
         raise ValueError("--max-seeds and --max-hours go with --until-decided")
     if max_hours is not None and not max_hours > 0: raise ValueError(f"--max-hours {max_hours}: give a positive number of hours")
     plan = _until_decided_plan(seeds, max_seeds, round_seeds, spending) if until_decided else None
+    k = _seeds_per_process(seeds_per_process, seeds, round_seeds if plan else None)
     out = Path(out); out.mkdir(parents=True, exist_ok=True)
     order = plan_runs(list(budget.recipes) if recipes is None else recipes)
     if plan: _refuse_other_budgets(out, budget)
-    launcher = launcher or default_launcher(jobs, seeds * len(order))
+    launcher = launcher or default_launcher(jobs, math.ceil(seeds / k) * len(order))
     t_start = time.perf_counter()
     log(f"compare: budget {budget.name}, {seeds} seed(s), {len(order)} recipes, "
-        f"{getattr(launcher, 'jobs', '?')} process(es) → {out}"
+        f"{getattr(launcher, 'jobs', '?')} process(es), up to {k} seed(s) each → {out}"
         + (f"; until decided: looks at {', '.join(map(str, plan.looks))} seeds" if plan else ""))
     # the plan, so that the outputs can be rebuilt from the folder alone (`hierbench compare --report-only`)
     record = dict(budget=dataclasses.asdict(budget), seeds=seeds, recipes=order)
@@ -460,7 +506,7 @@ def _run_compare(budget: str | Budget, seeds: int | None, out: Path, recipes: li
     runner, rows, have = _TaskRunner(budget, str(out), quiet), {}, {r: seeds for r in order}
     wanted, n, stopped, rounds = {r: range(seeds) for r in order}, seeds, "open", []
     while True:
-        tasks, deps = task_graph(list(wanted), wanted)
+        tasks, deps = task_graph(list(wanted), wanted, k)
         shown.begin(tasks, deps, label=f"round {len(rounds) + 1}:" if plan else "")
         done = _launch(launcher, tasks, deps, runner, shown)
         shown.end()
@@ -478,14 +524,15 @@ def _run_compare(budget: str | Budget, seeds: int | None, out: Path, recipes: li
             stopped = "max seeds" if ledger.stopped.eq("max seeds").any() else "every claim decided"; break
         wanted = {r: range(n, later[0]) for r in plan_runs(need)}     # both arms of each open row, and their parents
         if max_hours is not None:
-            left, cost = max_hours * 3600 - (time.perf_counter() - t_start), shown.estimate(*task_graph(list(wanted), wanted))
+            left, cost = max_hours * 3600 - (time.perf_counter() - t_start), shown.estimate(*task_graph(list(wanted), wanted, k))
             if cost > left:
                 log(f"compare: round {len(rounds) + 1} (about {duration(cost)}) does not fit in the {duration(left)} left "
                     f"of --max-hours {max_hours:g}: stopping with {rounds[-1]['open']} row(s) open")
                 stopped = "time cap"; break
         n = later[0]
     runs = [rows[k] for k in sorted(rows, key=lambda k: (k[1], order.index(k[0])))]
-    meta = dict(jobs=getattr(launcher, "jobs", None), launcher=type(launcher).__name__, wall_seconds=time.perf_counter() - t_start,
+    meta = dict(jobs=getattr(launcher, "jobs", None), launcher=type(launcher).__name__, seeds_per_process=k,
+                wall_seconds=time.perf_counter() - t_start,
                 peak_rss_mb=_peak_rss_mb(), torch=torch.__version__, threads=getattr(launcher, "threads", None) or torch.get_num_threads())
     if plan:
         meta["until_decided"] = dict(plan=dataclasses.asdict(plan), seeds_per_recipe=have, rounds=rounds, stopped=stopped)
@@ -501,7 +548,8 @@ def main_job_dir() -> Path:
 def run_compare(budget: str | Budget = "smoke", seeds: int | None = None, out: str | Path | None = None,
                 recipes: list[str] | None = None, quiet: bool = True, jobs: int | None = None, log=print,
                 launcher=None, progress: bool = True, until_decided: bool = False, max_seeds: int | None = None,
-                round_seeds: int = 2, max_hours: float | None = None, spending: str = "obf") -> dict:
+                round_seeds: int = 2, max_hours: float | None = None, spending: str = "obf",
+                seeds_per_process: int | None = None) -> dict:
     """Train and evaluate `recipes` (default: the budget's) over `seeds` seeds (default: the budget's); write
     results.json, claims.json, report.html into `out`. `launcher` runs the run graph (default: `jobs` processes,
     `default_launcher`). `out` is locked for the run (a second compare into it is told who holds it) and temporary
@@ -510,11 +558,14 @@ def run_compare(budget: str | Budget = "smoke", seeds: int | None = None, out: s
 
     `until_decided`: after the first `seeds`, add `round_seeds` seeds per round to the recipes of the claim rows still
     undecided (group-sequential rule of `hierbench.stats`, `spending`), up to `max_seeds`; with `max_hours`, a round
-    that the time estimate says would end past that many hours from the start is not begun."""
+    that the time estimate says would end past that many hours from the start is not begun.
+
+    `seeds_per_process`: the seeds of one recipe each process trains side by side (`hierbench.seed_batch`; each seed's
+    numbers are those it has alone); default `SEEDS_PER_PROCESS`, cut to the seeds a round trains."""
     out = Path(out) if out is not None else main_job_dir()
     Path(out).mkdir(parents=True, exist_ok=True)
     with FolderLock(out):
         swept = sweep_temporary_files(out)
         if swept: log(f"compare: removed {swept} temporary file(s) left by an interrupted run")
         return _run_compare(budget, seeds, out, recipes, quiet, jobs, log, launcher, progress, until_decided, max_seeds,
-                            round_seeds, max_hours, spending)
+                            round_seeds, max_hours, spending, seeds_per_process)

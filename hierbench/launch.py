@@ -95,7 +95,7 @@ class SubmititLauncher:
     def pending(self, tasks, deps, run) -> tuple[dict, list]:
         "`(done, todo)`: the rows of the runs finished in `run.out`, and the tasks still to run, in order."
         rows = {t: [finished_run(r, s, run.budget, run.out) for r, s in task_runs(t)] for t in tasks if t != DECODER_TASK}
-        done = {t: (rs[0] if len(rs) == 1 else rs) for t, rs in rows.items() if rs and all(x is not None for x in rs)}
+        done = {t: rs for t, rs in rows.items() if rs and all(x is not None for x in rs)}   # a task's rows, as it returns them
         todo = [t for t in tasks if t not in done and t != DECODER_TASK]
         if any(DECODER_TASK in deps.get(t, []) for t in todo): todo.insert(0, DECODER_TASK)
         elif DECODER_TASK in tasks: done[DECODER_TASK] = {}
@@ -229,7 +229,8 @@ def launch_compare(budget: str = "smoke", seeds: int | None = None, out: str | P
                    slurm_extra: Sequence[str] | Mapping[str, str] | None = None,   # KEY=VALUE sbatch options
                    report_only: bool = False,               # only rebuild the outputs from the folder
                    quiet: bool = True, log: Callable = print,
-                   **rounds) -> dict:                       # progress, until_decided, max_seeds, round_seeds, max_hours, spending
+                   **rounds) -> dict:                       # progress, until_decided, max_seeds, round_seeds, max_hours,
+                                                            # spending, seeds_per_process (`run_compare`'s)
     "`hierbench compare` with a launcher: the process pool, submitit's local executor or SLURM (see `make_executor`)."
     from hierbench.compare import main_job_dir
     out = Path(out) if out is not None else main_job_dir()

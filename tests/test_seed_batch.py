@@ -217,3 +217,57 @@ def test_a_folder_holding_a_run_is_refused_without_resume_and_nothing_is_touched
     assert (tmp_path / "g" / "seed1" / "metrics.jsonl").read_text() == before
     res = train_seeds("clip", tmp_path / "g", [0, 1], resume=True, **kw)   # the finished seed is kept as it is
     assert [r.step for r in res] == [2, 2] and (tmp_path / "g" / "seed1" / "metrics.jsonl").read_text() == before
+
+
+# ------------------------------------------------------------------ compare: groups of seeds per process
+
+def test_compare_groups_seeds_without_changing_a_number_and_reuses_across_group_sizes(tmp_path, monkeypatch):
+    "K=2 and K=1 compares hold the same runs (weights hashes, results); a K=2 compare into K=1's folder trains nothing."
+    from hierbench import compare as C
+    kw = dict(recipes=["clip", "negclip"], launcher=C.InProcess(), log=lambda *_: None, progress=False)
+    one = C.run_compare("smoke", seeds=3, out=tmp_path / "one", seeds_per_process=1, **kw)
+    two = C.run_compare("smoke", seeds=3, out=tmp_path / "two", seeds_per_process=2, **kw)
+    assert (one["meta"]["seeds_per_process"], two["meta"]["seeds_per_process"]) == (1, 2)
+    sha = lambda res: {(r["recipe"], r["seed"]): r["weights_sha256"] for r in res["runs"]}
+    for r in one["runs"]:   # the same tensors (a fine-tune's file also records its parent's path, which differs)
+        assert_same_run(C.run_dir(tmp_path / "one", r["recipe"], r["seed"]), C.run_dir(tmp_path / "two", r["recipe"], r["seed"]))
+    key = ["recipe", "seed", "metric"]
+    clean = lambda res: res["results"].query("metric not in ('train_seconds', 'samples_per_second')").sort_values(key).reset_index(drop=True)
+    import pandas as pd
+    pd.testing.assert_frame_equal(clean(one), clean(two))
+    groups = {(r["recipe"], r["seed"]): r["seed_group"] for r in two["runs"]}
+    assert groups[("clip", 1)] == [0, 1] and groups[("negclip", 2)] == [2]
+    def no_training(*a, **k): raise AssertionError("a finished run was trained again")
+    monkeypatch.setattr(C, "_train_runs", no_training)
+    again = C.run_compare("smoke", seeds=3, out=tmp_path / "one", seeds_per_process=3, **kw)
+    assert sha(again) == sha(one)
+
+
+def test_compare_refuses_more_seeds_per_process_than_seeds_before_touching_the_folder(tmp_path, capsys):
+    from hierbench import compare as C
+    from hierbench.cli import main
+    with pytest.raises(ValueError, match="larger than the 2 seed"):
+        C.run_compare("smoke", seeds=2, out=tmp_path / "c", recipes=["clip"], seeds_per_process=3, log=lambda *_: None)
+    assert not (tmp_path / "c" / "plan.json").exists() and not (tmp_path / "c" / "runs").exists()
+    with pytest.raises(SystemExit) as info:
+        main(["compare", "--budget", "smoke", "--seeds", "2", "--seeds-per-process", "3", "--out", str(tmp_path / "c")])
+    assert "larger than the 2 seed(s) asked for" in str(info.value) and "\n" not in str(info.value)
+    with pytest.raises(ValueError, match="a round adds"):
+        C.run_compare("smoke", seeds=3, out=tmp_path / "u", recipes=["clip"], seeds_per_process=3, until_decided=True,
+                      max_seeds=5, round_seeds=2, log=lambda *_: None)
+
+
+def test_hierbench_train_seeds_writes_one_run_folder_per_seed(tmp_path, capsys):
+    from hierbench.cli import main
+    common = ["--arch", "world-debug", "--steps", "2", "--n-train", "16", "--batch-size", "8", "--out", str(tmp_path / "g")]
+    main(["train", "clip", "--seeds", "2,0", *common])
+    out = capsys.readouterr().out
+    assert "trained clip seed 2 for 2 steps" in out and "trained clip seed 0 for 2 steps" in out
+    assert all((tmp_path / "g" / f"seed{s}" / "model.safetensors").is_file() for s in (0, 2))
+    with pytest.raises(SystemExit, match="already holds a run"): main(["train", "clip", "--seeds", "0,1", *common])
+    assert not (tmp_path / "g" / "seed1").exists()
+    with pytest.raises(SystemExit, match="real data trains one seed per run"):
+        main(["train", "clip", "--seeds", "0,1", "--data", "coco:x.json", "--out", str(tmp_path / "r")])
+    main(["train", "negclip", "--seeds", "0,2", *common[:-1], str(tmp_path / "ft"), "--init-checkpoint", str(tmp_path / "g")])
+    cfg = json.loads((tmp_path / "ft" / "seed2" / "config.json").read_text())
+    assert Path(cfg["init_checkpoint"]) == tmp_path / "g" / "seed2" / "model.safetensors"
