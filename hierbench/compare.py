@@ -448,6 +448,15 @@ def _refuse_other_budgets(out: Path, budget: Budget):
             raise ValueError(f"{ev.parent} holds a run of another budget ({row.get('budget_name')!r}, not {budget.name!r}): "
                              "--until-decided adds seeds to one budget's runs; use another --out folder")
 
+def _refuse_another_plan(out: Path, plan: SequentialPlan):
+    "An earlier --until-decided run in `out` planned other looks: changing them after seeing results breaks the rule's error rate."
+    try: before = json.loads((Path(out) / "plan.json").read_text()).get("until_decided", {}).get("plan")
+    except (OSError, ValueError): return   # no plan recorded (or a half-written one): nothing was decided by it
+    if before and (tuple(before["looks"]), before["alpha"], before["spending"]) != (plan.looks, plan.alpha, plan.spending):
+        raise ValueError(f"{out} was run --until-decided with looks at {before['looks']} seeds ({before['spending']} spending); "
+                         f"this run plans {list(plan.looks)} ({plan.spending}): a plan changed after its results were seen "
+                         "no longer keeps its error rate; repeat the same flags, or use another --out folder")
+
 def _launch(launcher, tasks: list, deps: dict, run, progress) -> dict:
     "Run the graph; a launcher that takes no `progress` (a user's own) gets its lines said when it returns."
     takes = "progress" in inspect.signature(launcher).parameters
@@ -490,7 +499,7 @@ def _run_compare(budget: str | Budget, seeds: int | None, out: Path, recipes: li
     k = _seeds_per_process(seeds_per_process, seeds, round_seeds if plan else None)
     out = Path(out); out.mkdir(parents=True, exist_ok=True)
     order = plan_runs(list(budget.recipes) if recipes is None else recipes)
-    if plan: _refuse_other_budgets(out, budget)
+    if plan: _refuse_other_budgets(out, budget); _refuse_another_plan(out, plan)
     launcher = launcher or default_launcher(jobs, math.ceil(seeds / k) * len(order))
     t_start = time.perf_counter()
     log(f"compare: budget {budget.name}, {seeds} seed(s), {len(order)} recipes, "

@@ -189,3 +189,14 @@ def test_until_decided_at_the_smoke_budget_end_to_end(tmp_path):
     deg = [l for l in page.splitlines() if l.startswith("| DEG-1 | negclip − clip |")][0]
     assert f"| {row['verdict']}" in deg and "| supported |" in deg          # the 5-seed ledger page said supported
     assert "| 1 | 2 |" in page and "Rows run: 1;" in page and "Earlier verdicts compared: 1;" in page
+
+
+def test_an_until_decided_folder_refuses_another_plan(tmp_path, outputs):
+    "Looks changed after the results of the first ones were seen would not keep the error rate: the second plan is refused."
+    C.run_compare("smoke", seeds=3, out=tmp_path, recipes=["clip", "meru"], log=lambda *a: None,
+                  launcher=_fake_launcher([]), until_decided=True, max_seeds=5)
+    with pytest.raises(ValueError, match=r"looks at \[3, 5\] seeds .* this run plans \[3, 5, 7, 9\]"):
+        C.run_compare("smoke", seeds=3, out=tmp_path, recipes=["clip", "meru"], log=lambda *a: None,
+                      launcher=_fake_launcher([]), until_decided=True, max_seeds=9)
+    C.run_compare("smoke", seeds=3, out=tmp_path, recipes=["clip", "meru"], log=lambda *a: None,   # the same plan: fine
+                  launcher=_fake_launcher([]), until_decided=True, max_seeds=5, max_hours=2)
