@@ -470,7 +470,10 @@ def _task_rows(result) -> list[dict]:
     return [r for r in (result if isinstance(result, list) else [result]) if r]
 
 # %% ../nbs/11_compare.ipynb #14cf43a8
-SEEDS_PER_PROCESS = 2   # the default group size: `hierbench bench --sections seeds` (2026-12-03, 2 cores)
+# the default group size: `hierbench bench --sections seeds` (2026-12-03, 2 shared cores) found groups of 2 and 4 seeds
+# per process as fast as one seed per process (0.98-1.01x per CPU second for clip, argent and degla), so one — the
+# finest tasks, the best balance over the workers — stays the default; K > 1 is `--seeds-per-process K`
+SEEDS_PER_PROCESS = 1
 
 def _seeds_per_process(k: int | None, seeds: int, round_seeds: int | None = None) -> int:
     "The group size of a compare: `k` checked against the seeds of a round, or the default cut to them."
