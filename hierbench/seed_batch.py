@@ -163,7 +163,7 @@ def train_group(runs: Sequence, stop_signals: Iterable[str | int] | PreemptionGu
             for t in range(lo, hi):
                 step, losses = t + 1, []
                 active = [s for s in states if s.error is None and s.start <= t < s.end]
-                if not active: break
+                if not active: continue   # e.g. a seed stopped early (a plateau) before another resumes
                 for s in active:
                     set_rng_state(s.rng)
                     try: losses.append(_step(s, t))
@@ -177,6 +177,10 @@ def train_group(runs: Sequence, stop_signals: Iterable[str | int] | PreemptionGu
                         set_rng_state(s.rng)
                         try: s.last_ckpt = T._checkpoint_step(s.r, s.cfg, step)
                         except Exception as e: _fail(s, e, step)
+                if stop:   # seeds that have not begun yet (resumed from a later step) do not begin after a signal
+                    for s in states:
+                        if s.error is None and s.preempted is None and s.start > t and s.end > s.start:
+                            s.end, s.preempted = s.start, guard.received or "a signal"
                 if losses:
                     rate = sum((step - max(s.start, lo)) * s.r.global_batch for s in active) / max(time.time() - t_begin, 1e-9)
                     bar.update(step, f"mean loss {sum(losses) / len(losses):.4f} over {len(losses)} seed(s), {rate:.0f} samples/s")

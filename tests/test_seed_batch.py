@@ -172,6 +172,22 @@ def test_a_preemption_signal_stops_every_seed_after_the_same_step(tmp_path):
     for s in (0, 1, 2): assert_same_run(tmp_path / "cut" / f"seed{s}", tmp_path / "straight" / f"seed{s}")
 
 
+def test_a_signal_before_a_later_seed_begins_stops_it_too(tmp_path):
+    "Seed 1 resumes at step 3, seed 0 from scratch; a signal at step 2 (seed 0 alone) stops both, seed 1 untouched."
+    kw = _kw(tmp_path, steps=5, ckpt_every=100)
+    train_seeds("clip", tmp_path / "straight", [0, 1], **kw)
+    train_recipe("clip", tmp_path / "cut" / "seed1", seed=1, stop_at=3, **kw)
+    before = (tmp_path / "cut" / "seed1" / "metrics.jsonl").read_text()
+    guard = PreemptionGuard(())
+    def signal_at_step_2(event, state):
+        if event == "before_optimizer_step" and state["step"] == 2: guard.request("SIGUSR2")
+    res = train_seeds("clip", tmp_path / "cut", [0, 1], resume=True, callbacks=[signal_at_step_2], stop_signals=guard, **kw)
+    assert [(r.preempted, r.step, r.weights_path) for r in res] == [("SIGUSR2", 2, None), ("SIGUSR2", 3, None)]
+    assert (tmp_path / "cut" / "seed1" / "metrics.jsonl").read_text() == before
+    train_seeds("clip", tmp_path / "cut", [0, 1], resume=True, **kw)
+    for s in (0, 1): assert_same_run(tmp_path / "cut" / f"seed{s}", tmp_path / "straight" / f"seed{s}")
+
+
 def test_a_seed_that_fails_stops_alone_and_is_named(tmp_path):
     kw = _kw(tmp_path, steps=4, ckpt_every=1)
     def poison(seed):
