@@ -55,7 +55,8 @@ def compare_metrics(sep: pd.DataFrame, bat: pd.DataFrame, metrics) -> pd.DataFra
         spread = float(np.std(d.value_sep.to_numpy(float), ddof=1))
         rows.append(dict(recipe=recipe, metric=metric, seeds=n, separate=float(d.value_sep.mean()),
                          batched=float(d.value_bat.mean()), difference=effect, low=low, high=high, seed_sd=spread,
-                         holds_zero=bool(low <= 0 <= high), narrower=bool(high - low < spread)))
+                         holds_zero=bool(low <= 0 <= high),
+                         narrower=bool(high - low < spread or high - low == 0)))   # a zero-width interval: identical runs
     return pd.DataFrame(rows)
 
 
