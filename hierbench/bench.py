@@ -16,6 +16,7 @@ import torch
 from .config import BENCH_SECTIONS
 from .precision import check_precision
 from .world import WorldConfig, build_split, make_scene
+from .bench_seeds import bench_seeds, format_seeds   # section `seeds`
 from .bench_real import (   # section `real` and the pieces every section shares
     FULL, QUICK, BenchSizes, _goal, _median, _pipeline_images, _sync, _train_step, bench_real, format_real, peak_rss_mb,
     recipe_forward, torch_threads, bench_lora, format_lora)
@@ -402,6 +403,7 @@ def run_benchmarks(sections=SECTIONS, quick: bool = False, compare_dir: str | Pa
             elif sec == "real": out[sec] = bench_real(sizes, device)
             elif sec == "evals": out[sec] = bench_evals(EVAL_QUICK if quick else EVAL_FULL, device)
             elif sec == "lora": out[sec] = bench_lora(sizes, device, precision)
+            elif sec == "seeds": out[sec] = bench_seeds(sizes, log)
             else: out[sec] = bench_compare(sizes, compare_dir)
             seconds[sec] = time.perf_counter() - t0
         out["meta"].update(section_seconds=seconds, peak_rss_mb=peak_rss_mb())
@@ -477,4 +479,5 @@ def format_report(report: dict) -> str:
     if "real" in report: lines += format_real(report["real"])
     if "evals" in report: lines += format_evals(report["evals"])
     if "lora" in report: lines += format_lora(report["lora"])
+    if "seeds" in report: lines += format_seeds(report["seeds"])
     return "\n".join(lines)

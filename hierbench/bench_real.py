@@ -51,12 +51,19 @@ class BenchSizes:
     real_repeats: int = 3           # interleaved rounds (hierbench, open_clip_train, ...): medians over rounds
     real_eval_items: int = 300      # SugarCrepe-style items scored by hierbench and by a plain per-item loop
     lora_rank: int = 8              # section `lora`: the adapters' rank (on `real_model`, `real_batch`, `real_steps`)
+    seeds_recipe: str = "clip"      # section `seeds`: the recipe trained K seeds to a process (`hierbench.bench_seeds`)
+    seeds_ks: tuple = (2, 4)        # the seeds per process timed against the baseline of one
+    seeds_n_train: int = 4000       # its world scenes (the quick and standard budgets')
+    seeds_steps: int = 40           # steps each process trains, of which
+    seeds_warmup: int = 5           # the first are not timed
+    seeds_rounds: int = 2           # interleaved rounds of every layout: medians over rounds
 
 FULL = BenchSizes()
 QUICK = BenchSizes(geometry_n=128, geometry_d=32, geometry_pairs=2000, geometry_pair_d=8, geometry_repeats=2,
                    world_scenes=40, recipe_preset="world-debug", recipe_batch=8, recipe_warmup=1, recipe_steps=2,
                    decoder_steps=2, compare_recipes=("clip",), peak_n=256, pipeline_images=4, pipeline_batch=4,
-                   real_model="real-tiny", real_batch=4, real_steps=1, real_repeats=1, real_eval_items=6)
+                   real_model="real-tiny", real_batch=4, real_steps=1, real_repeats=1, real_eval_items=6,
+                   seeds_ks=(2,), seeds_n_train=32, seeds_steps=3, seeds_warmup=1, seeds_rounds=1)
 
 # %% ../nbs/14a_bench_real.ipynb #59320fe7
 def _sync(device) -> None:

@@ -1,4 +1,4 @@
-"""The papers' claims as testable rows — recipe A against recipe B on one metric, in a stated direction, the two recipes differing in declared fields only — and the ledger that reads each row off paired differences over seeds, with an evaluation bootstrap over scenes and the power of the design.
+"""The papers' claims as testable rows — recipe A against recipe B on one metric, in a stated direction, the two recipes differing in declared fields only — and the ledger that reads each row off paired differences over seeds (one 95% interval, or a group-sequential rule when seeds are added until a claim is decided), with an evaluation bootstrap over scenes, the power of the design and how fragile each verdict is.
 
 Docs: https://hierbench.github.io/hierbench/claims.html.md"""
 
@@ -11,11 +11,12 @@ import numpy as np, pandas as pd
 from .budgets import BUDGETS, plan_runs
 from .evaluate import bootstrap_replicates, scene_counts
 from .recipes import recipe_diff
-from .stats import bootstrap_weights, min_detectable_effect, paired_effect, seeds_for_half_width, verdict
+from .stats import (SequentialPlan, bootstrap_weights, fragility, mean_interval, min_detectable_effect,
+                             seeds_for_half_width, sequential_verdict, t_half_width)
 
 # %% auto #0
 __all__ = ['ENTAILMENT', 'NORM_REG', 'WEIGHT_MODE', 'HARD_NEGATIVES', 'HYPERBOLIC', 'CLAIMS', 'HALF_WIDTH_TARGETS', 'Claim',
-           'unfair_claims', 'deciding_budget', 'evaluate_claims', 'power_table']
+           'unfair_claims', 'deciding_budget', 'evaluate_claims', 'recipes_to_extend', 'power_table']
 
 # %% ../nbs/11c_claims.ipynb #693bf639
 @dataclass(frozen=True)
@@ -149,32 +150,50 @@ def _boot_interval(c: Claim, seeds: list, items: dict, W: dict, cache: dict) -> 
     return tuple(float(x) for x in np.nanpercentile(diff, [2.5, 97.5]))
 
 # %% ../nbs/11c_claims.ipynb #c3bcc6cf
-def _claim_row(c: Claim, wide: pd.DataFrame, items: dict | None, W: dict | None, cache: dict) -> dict:
-    "The ledger row of claim row `c` from `wide` (index (metric, seed), one column per recipe)."
+_NOT_RUN = dict(mean_a=np.nan, mean_b=np.nan, effect=np.nan, ci_low=np.nan, ci_high=np.nan, level=np.nan, n=0,
+                seeds_available=0, seed_sd=np.nan, seed_half_width=np.nan, mde=np.nan, boot_low=np.nan, boot_high=np.nan,
+                boot_half_width=np.nan, verdict="not run", rule="", look=0, stopped="", fixed_verdict="not run",
+                first_look_fixed_verdict="not run", loso_kept=0, fragile=None, history=[])
+
+def _claim_row(c: Claim, wide: pd.DataFrame, items: dict | None, W: dict | None, cache: dict,
+               plan: SequentialPlan | None = None) -> dict:
+    """The ledger row of claim row `c` from `wide` (index (metric, seed), one column per recipe). Without `plan`: one
+    95% t-interval over every seed both arms have (`n`); with it: `sequential_verdict` at the plan's looks, the row
+    using the seeds up to its deciding (or last) look. Either way `loso_kept` of the `n` leave-one-seed-out intervals
+    (same level) keep the verdict, and `fragile` says whether a single seed overturns it."""
     base = dict(id=c.id, source=c.source, claim=c.text, a=c.a, b=c.b, metric=c.metric, direction=c.direction,
                 differs_in=", ".join(c.differs_in), note=c.note, target_half_width=_target(c.metric),
                 decided_by=deciding_budget(c))
     if c.metric not in wide.index.get_level_values(0) or c.a not in wide.columns or c.b not in wide.columns:
-        return {**base, "mean_a": np.nan, "mean_b": np.nan, "effect": np.nan, "ci_low": np.nan, "ci_high": np.nan,
-                "n": 0, "seed_sd": np.nan, "seed_half_width": np.nan, "mde": np.nan, "boot_low": np.nan, "boot_high": np.nan,
-                "boot_half_width": np.nan, "verdict": "not run"}
-    w = wide.loc[c.metric][[c.a, c.b]].dropna()
-    eff, lo, hi, n_seeds = paired_effect(w[c.a].to_numpy(), w[c.b].to_numpy())
-    sd = float(np.std(w[c.a].to_numpy() - w[c.b].to_numpy(), ddof=1)) if n_seeds > 1 else float("nan")
+        return {**base, **_NOT_RUN}
+    both = wide.loc[c.metric][[c.a, c.b]].dropna().sort_index()       # the seeds both arms have, in seed order
+    diffs = (both[c.a] - both[c.b]).to_numpy()
+    # no plan: today's rule, one 95% interval over every seed (a plan with a single look at all of them)
+    seq = sequential_verdict(diffs, plan or SequentialPlan((max(len(diffs), 1),)), c.direction, c.margin)
+    w, level = both.iloc[:seq["n"]], (seq["level"] if plan else 0.95)   # the seeds the verdict used
+    d = diffs[:seq["n"]]
+    sd = float(np.std(d, ddof=1)) if len(d) > 1 else float("nan")
     blo, bhi = _boot_interval(c, list(w.index), items, W, cache) if W is not None else (np.nan, np.nan)
-    return {**base, "mean_a": float(w[c.a].mean()) if n_seeds else np.nan,
-            "mean_b": float(w[c.b].mean()) if n_seeds else np.nan, "effect": eff, "ci_low": lo, "ci_high": hi,
-            "n": n_seeds, "seed_sd": sd, "seed_half_width": (hi - lo) / 2, "mde": min_detectable_effect(sd, n_seeds),
-            "boot_low": blo, "boot_high": bhi, "boot_half_width": (bhi - blo) / 2,
-            "verdict": verdict(lo, hi, c.direction, c.margin)}
+    frag = fragility(d, c.direction, c.margin, level if np.isfinite(level) else 0.95)
+    last = plan is None or seq["n"] >= plan.looks[-1]
+    return {**base, "mean_a": float(w[c.a].mean()) if len(w) else np.nan, "mean_b": float(w[c.b].mean()) if len(w) else np.nan,
+            "effect": seq["effect"], "ci_low": seq["low"], "ci_high": seq["high"], "level": level, "n": len(d),
+            "seeds_available": len(diffs), "seed_sd": sd, "seed_half_width": t_half_width(sd, len(d)),
+            "mde": min_detectable_effect(sd, len(d)), "boot_low": blo, "boot_high": bhi, "boot_half_width": (bhi - blo) / 2,
+            "verdict": seq["verdict"], "rule": plan.rule if plan else "t-interval 95%",
+            "look": seq["look"], "stopped": "decided" if seq["verdict"] != "inconclusive" else "max seeds" if last else "open",
+            "fixed_verdict": seq["fixed_verdict"],
+            "first_look_fixed_verdict": seq["history"][0]["fixed_verdict"] if seq["history"] else seq["fixed_verdict"],
+            "loso_kept": frag["kept"], "fragile": frag["fragile"], "history": seq["history"]}
 
 # %% ../nbs/11c_claims.ipynb #e1b70663
 def evaluate_claims(results: pd.DataFrame, claims: list[Claim] | None = None, items: dict | None = None,
-                    n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
+                    n_boot: int = 1000, seed: int = 0, plan: SequentialPlan | None = None) -> pd.DataFrame:
     """The ledger: one row per claim row. `results` has columns recipe, seed, metric, value. Per row: effect A−B paired
     by seed with its 95% t-interval (training-seed variance), the minimum detectable effect at that seed count, and —
     when `items[(recipe, seed)]` holds the per-item records — a paired evaluation bootstrap over scenes (evaluation-
-    sample variance: the same resampled scenes for both arms and every seed, effect averaged over seeds)."""
+    sample variance: the same resampled scenes for both arms and every seed, effect averaged over seeds). `plan`: the
+    looks of a seeds-until-decided run (`hierbench.stats.SequentialPlan`): each row read by the group-sequential rule."""
     claims = CLAIMS if claims is None else claims
     wide = results.pivot_table(index=["metric", "seed"], columns="recipe", values="value", aggfunc="mean")
     W = None
@@ -183,7 +202,13 @@ def evaluate_claims(results: pd.DataFrame, claims: list[Claim] | None = None, it
         draws = list(bootstrap_weights(n, n_boot, seed))
         W = {s: np.stack([d[s] for d in draws]) for s in n}
     cache: dict = {}
-    return pd.DataFrame([_claim_row(c, wide, items, W, cache) for c in claims])
+    return pd.DataFrame([_claim_row(c, wide, items, W, cache, plan) for c in claims])
+
+# %% ../nbs/11c_claims.ipynb #c76e237c
+def recipes_to_extend(ledger: pd.DataFrame) -> list[str]:
+    "Both recipes of every row still open (inconclusive below the plan's last look), in ledger order, each once."
+    rows = ledger[(ledger.verdict == "inconclusive") & (ledger.stopped == "open")]
+    return list(dict.fromkeys(r for a, b in zip(rows.a, rows.b) for r in (a, b)))
 
 # %% ../nbs/11c_claims.ipynb #5f7226ed
 def power_table(ledger: pd.DataFrame) -> pd.DataFrame:

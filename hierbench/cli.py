@@ -11,9 +11,10 @@ import argparse, importlib, sys
 from .config import BENCH_SECTIONS, BUDGET_NAMES, LAUNCHERS, PRECISIONS, REPORT_TO_BACKENDS, SUITE_NAMES
 
 # %% auto #0
-__all__ = ['SUBCOMMANDS', 'LazyCommand', 'DeprecatedFlag', 'deprecated_alias', 'add_train_parser', 'add_negatives_parser',
-           'add_paraphrases_parser', 'add_check_parser', 'add_export_parser', 'add_compare_parser', 'add_bench_parser',
-           'add_general_eval_flags', 'add_eval_parser', 'add_demo_docs_parsers', 'build_parser', 'main']
+__all__ = ['SUBCOMMANDS', 'LazyCommand', 'DeprecatedFlag', 'deprecated_alias', 'seed_list', 'add_train_parser',
+           'add_negatives_parser', 'add_paraphrases_parser', 'add_check_parser', 'add_export_parser',
+           'add_compare_parser', 'add_bench_parser', 'add_general_eval_flags', 'add_eval_parser',
+           'add_demo_docs_parsers', 'build_parser', 'main']
 
 # %% ../nbs/15_cli.ipynb #6b3539a5
 class LazyCommand:
@@ -56,6 +57,18 @@ def _csv(text: str | None) -> list[str] | None:
     "Comma-separated names as a list (None stays None)."
     return None if text is None else [t.strip() for t in text.split(",") if t.strip()]
 
+def seed_list(text: str) -> tuple[int, ...]:
+    "`--seeds 0,1,2,3`: distinct integers >= 0, or an argparse error naming the bad entry (before any import of torch)."
+    seeds = []
+    for part in _csv(text) or []:
+        try: s = int(part)
+        except ValueError: raise argparse.ArgumentTypeError(f"{part!r} is not an integer (give e.g. 0,1,2,3)") from None
+        if s < 0: raise argparse.ArgumentTypeError(f"{s} is negative (seeds are >= 0)")
+        if s in seeds: raise argparse.ArgumentTypeError(f"{s} is given twice (each seed is trained once)")
+        seeds.append(s)
+    if not seeds: raise argparse.ArgumentTypeError("no seed given (give e.g. 0,1,2,3)")
+    return tuple(seeds)
+
 # %% ../nbs/15_cli.ipynb #3082d3c7
 def add_train_parser(sub):
     "The `train` subcommand's flags (each named after the `train_recipe` / `TrainConfig` field it sets)."
@@ -72,9 +85,13 @@ def add_train_parser(sub):
     d.add_argument("--arch", default=None, help="architecture: a world preset (world-tiny, world-debug, ...) or an "
                    "open_clip name for real data, e.g. ViT-B-32-quickgelu (default: the --init-checkpoint run's, else world-tiny)")
     d.add_argument("--steps", type=int, default=None, help="default: the recipe's (world) or the paper's epochs over the data")
-    d.add_argument("--seed", type=int, default=0)
+    seeds = d.add_mutually_exclusive_group()
+    seeds.add_argument("--seed", type=int, default=0)
+    seeds.add_argument("--seeds", type=seed_list, default=None, help="world: several seeds side by side in one process, "
+                       "e.g. 0,1,2,3, each into OUT/seed<k> (the runs each seed trains alone, bit for bit)")
     d.add_argument("--init-checkpoint", default=None, help="checkpoint file or finished run folder to fine-tune from (a run "
-                   "folder also gives its architecture and precision)")
+                   "folder also gives its architecture and precision; with --seeds: a folder of seed<k> runs, or a path with "
+                   "{seed}, starts each seed from its own)")
     d.add_argument("--lora-rank", type=int, default=None, help="train low-rank adapters of this rank (peft LoRA, the [lora] "
                    "extra) on the --init-checkpoint's frozen towers instead of every weight")
     d.add_argument("--lora-alpha", type=float, default=None, help="LoRA scale alpha: the update is (alpha/rank)·B·A (default 2 × rank)")
@@ -174,7 +191,18 @@ def add_compare_parser(sub):
     d.add_argument("--out", default=None, help="output folder (default: RUNS_DIR/compare, runs_dir of settings.ini)")
     d.add_argument("--recipes", default=None, help="comma-separated subset (parents of fine-tunes are added)")
     d.add_argument("--jobs", type=int, default=None, help="parallel processes over seeds (default: one per core)")
-    d.add_argument("--verbose", action="store_true", help="show progress bars")
+    d.add_argument("--seeds-per-process", type=int, default=None, help="seeds of one recipe each process trains side by "
+                   "side (each run is the one it is alone; default: compare's measured choice)")
+    shown = d.add_mutually_exclusive_group()
+    shown.add_argument("--quiet", action="store_true", help="no progress: only the start line and the final tables")
+    shown.add_argument("--verbose", action="store_true", help="also each run's own progress bar (the job's progress "
+                       "lines stay; its bar gives way to the runs')")
+    d.add_argument("--until-decided", action="store_true", help="add seeds in rounds to the recipes whose claims are "
+                   "still undecided (a group-sequential rule keeps the 5%% error rate), up to --max-seeds")
+    d.add_argument("--max-seeds", type=int, default=None, help="with --until-decided: the most seeds a claim may take")
+    d.add_argument("--round-seeds", type=int, default=2, help="with --until-decided: seeds a round adds (default 2)")
+    d.add_argument("--max-hours", type=float, default=None, help="with --until-decided: begin no round that the time "
+                   "estimate says would end after this many hours from the start")
     d.add_argument("--precision", choices=PRECISIONS, default="fp32", help="training precision of every run (fp32: the ledger's)")
     d.add_argument("--launcher", choices=LAUNCHERS, default="processes", help="processes (a local pool, default) | "
                    "submitit-local (submitit's local executor) | slurm (job arrays per stage; see 'Running on a cluster')")

@@ -32,6 +32,7 @@ from .paraphrases import generate_paraphrases
 from .real_data import MissingTrainingFileError, RealData, generate_negatives, parse_data_spec, real_records
 from .recipes import get_recipe
 from .sources import WorldData
+from .seed_batch import train_seeds
 from .train import PREEMPTED_EXIT_CODE, EvalEvery
 
 # %% auto #0
@@ -110,6 +111,23 @@ def _lora_spec(args) -> LoraSpec | None:
     targets = None if args.lora_targets is None else tuple(_csv(args.lora_targets))
     try: return LoraSpec(args.lora_rank, args.lora_alpha, targets)
     except ValueError as e: sys.exit(f"hierbench train: {e}")
+def _train_seeds(args, recipe, callbacks, config):
+    "`hierbench train --seeds 0,1,2`: the seeds side by side in one process (`seed_batch.train_seeds`), OUT/seed<k> each."
+    if args.data != "world":
+        sys.exit("--seeds trains seeds of the built-in world side by side; real data trains one seed per run (--seed)")
+    try: results = train_seeds(recipe, args.out, args.seeds, _train_data(args), arch=args.arch, steps=args.steps,
+                               init_checkpoint=args.init_checkpoint, decoder=DecoderSpec(args.decoder_path, args.decoder_steps),
+                               resume=args.resume, callbacks=callbacks, log=print,
+                               allow_changes=tuple(_csv(args.allow_change) or ()), **config)
+    except MissingTrainingFileError as e: sys.exit(str(e))
+    except (ValueError, FileExistsError, FileNotFoundError, SettingsConflict, LoraError, MissingExtraError) as e:
+        sys.exit(f"hierbench train: {e}")
+    stopped = [r for r in results if r.preempted]
+    for r in results: print(f"trained {args.recipe} seed {r.run_dir.name[4:]} for {r.step} steps → {r.weights_path or r.checkpoint}")
+    if stopped:   # SLURM's warning signal: every seed stopped after the same step with a checkpoint
+        print(f"{args.recipe}: {stopped[0].preempted} after step {stopped[0].step}; run again with --resume to continue",
+              file=sys.stderr)
+        sys.exit(PREEMPTED_EXIT_CODE)
 
 def cmd_train(args):
     config = {k: v for k, v in dict(ckpt_every=args.ckpt_every, num_workers=args.num_workers, lr=args.lr,
@@ -129,6 +147,7 @@ def cmd_train(args):
             sys.exit(f"--eval-every {args.eval_every} must be a multiple of --log-every {config['log_every']} "
                      "(evaluations happen at logged steps)")
         callbacks.append(_eval_callback(args))
+    if args.seeds is not None: return _train_seeds(args, recipe, callbacks, dict(config, lora=lora, report_to=report_to))
     try: res = train_recipe(recipe, args.out, _train_data(args), arch=args.arch, steps=args.steps, seed=args.seed,
                             init_checkpoint=args.init_checkpoint, decoder=DecoderSpec(args.decoder_path, args.decoder_steps),
                             resume=args.resume, callbacks=callbacks, log=print,
@@ -188,11 +207,17 @@ def cmd_compare(args):
     try: res = launch_compare(budget, seeds=args.seeds, out=args.out, recipes=_csv(args.recipes), launcher=args.launcher,
                               jobs=args.jobs, slurm_partition=args.slurm_partition, slurm_account=args.slurm_account,
                               gpus_per_run=args.gpus_per_run, cpus_per_run=args.cpus_per_run, timeout_min=args.timeout_min,
-                              slurm_extra=args.slurm_extra, report_only=args.report_only, quiet=not args.verbose)
+                              slurm_extra=args.slurm_extra, report_only=args.report_only, quiet=not args.verbose,
+                              progress=not args.quiet, until_decided=args.until_decided, max_seeds=args.max_seeds,
+                              round_seeds=args.round_seeds, max_hours=args.max_hours,
+                              seeds_per_process=args.seeds_per_process)
     except ValueError as e: sys.exit(f"hierbench compare: {e}")   # launcher settings that do not fit together
     print_table(res["summary"], "summary: mean ± 95% half-width over seeds (first row: chance)")
-    led = res["ledger"][["id", "a", "b", "metric", "effect", "ci_low", "ci_high", "n", "verdict"]]
-    print_table(led.round(4), "claims ledger (effect = A − B, paired by seed)")
+    led = res["ledger"].assign(kept=lambda d: [f"{k}/{n}" if n else "" for k, n in zip(d.loso_kept, d.n)],
+                               verdict=lambda d: [v + (" (fragile)" if f is True else "") for v, f in zip(d.verdict, d.fragile)])
+    cols = ["id", "a", "b", "metric", "effect", "ci_low", "ci_high", "n", "verdict", "kept"]
+    if "until_decided" in res["meta"]: cols[7:7] = ["level", "look", "stopped"]
+    print_table(led[cols].round(4), "claims ledger (effect = A − B, paired by seed; kept: verdicts kept without one seed)")
     meta = res["meta"]   # a rebuilt report (--report-only) has no run time of its own
     cost = f" ({meta['wall_seconds'] / 60:.1f} min, peak {meta['peak_rss_mb']:.0f} MB)" if meta.get("wall_seconds") else ""
     print(f"\nwrote {Path(args.out) / 'results.json'}, claims.json, report.html{cost}")

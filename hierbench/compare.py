@@ -6,32 +6,36 @@ Docs: https://hierbench.github.io/hierbench/compare.html.md"""
 
 # %% ../nbs/11_compare.ipynb #ca21d6b4
 from __future__ import annotations
-import ctypes, dataclasses, hashlib, html, json, math, os, resource, shutil, signal, time, warnings
+import contextlib, ctypes, dataclasses, functools, hashlib, html, inspect, json, math, os, resource, shutil, signal, time, warnings
 import multiprocessing as mp
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 import numpy as np, pandas as pd
 import plotly, torch
 from .budgets import BUDGETS, Budget, plan_runs
-from .claims import evaluate_claims, power_table
+from .claims import evaluate_claims, power_table, recipes_to_extend
 from .config import FolderLock, atomic_write, atomic_write_text, load_settings, run_once, sweep_temporary_files
 from .decoder import CaptionDecoder, load_or_pretrain_decoder
 from .evaluate import evaluate_world_split, pep_angle_summary, world_eval_data
 from .metrics import chance_key
-from .jobs import Validation, train_recipe
+from .jobs import Validation
 from .models import load_model, resolve_architecture, save_model
 from .recipes import get_recipe, recipe_fields
 from .report import render_report, save_static_figures, stage_table, summary_table
 from .sources import WorldData, WorldDataset, world_captions
 from .train import Preempted, plateau_step, read_metrics
 from .world import WorldConfig, build_split
+from .progress import CompareProgress, duration, prior_decoder_seconds
+from .stats import SequentialPlan, look_schedule
+from .seed_batch import train_seeds
 
 # %% auto #0
-__all__ = ['DECODER_TASK', 'read_decoder', 'build_eval_data', 'evaluate_run', 'save_items', 'load_items', 'run_dir',
-           'run_fingerprint', 'finished_run', 'run_recipe', 'results_rows', 'task_graph', 'InProcess', 'ProcessPool',
-           'default_launcher', 'compare_outputs', 'main_job_dir', 'run_compare']
+__all__ = ['DECODER_TASK', 'SEEDS_PER_PROCESS', 'read_decoder', 'build_eval_data', 'evaluate_run', 'save_items', 'load_items',
+           'run_dir', 'run_fingerprint', 'finished_run', 'run_recipe_seeds', 'run_recipe', 'results_rows', 'task_graph',
+           'task_runs', 'InProcess', 'ProcessPool', 'default_launcher', 'compare_outputs', 'main_job_dir',
+           'run_compare']
 
 # %% ../nbs/11_compare.ipynb #13eb1a27
 def read_decoder(out: str | Path, budget: Budget, quiet: bool = True) -> CaptionDecoder:
@@ -146,24 +150,28 @@ def _stage_summary(run_dir: Path, steps: int) -> dict:
                 plateau=plateau, budget=steps, curve=curve)
 
 # %% ../nbs/11_compare.ipynb #fd4a35a4
-def _train_run(recipe, seed: int, budget: Budget, out: Path, folder: Path, decoder=None, quiet: bool = True) -> float:
-    "Train `recipe` for `seed` into `folder` with the budget's settings (resuming a partial run); returns the training seconds."
+def _train_runs(recipe, seeds: list[int], budget: Budget, out: Path, decoder=None, quiet: bool = True) -> float:
+    """Train `recipe` for `seeds` into `out/runs/RECIPE/seed<k>` with the budget's settings, side by side in this process
+    (`seed_batch.train_seeds`; partial runs resume); returns the training seconds of the whole group."""
     finetune = recipe.stage == "finetune"
     steps = budget.finetune_steps if finetune else budget.pretrain_steps
-    init = run_dir(out, recipe.init_from, seed) if finetune else None
-    if init is not None and not (init / "model.safetensors").exists():
-        raise FileNotFoundError(f"{recipe.name} fine-tunes {recipe.init_from}, but {init / 'model.safetensors'} is missing: "
-                                "train the parent first (plan_runs orders them)")
+    inits = {s: run_dir(out, recipe.init_from, s) for s in seeds} if finetune else None
+    for s, init in (inits or {}).items():
+        if not (init / "model.safetensors").exists():
+            raise FileNotFoundError(f"{recipe.name} fine-tunes {recipe.init_from}, but {init / 'model.safetensors'} is "
+                                    "missing: train the parent first (plan_runs orders them)")
     snaps = {max(1, round(f * steps)) for f in budget.snapshots} if not finetune else set()
+    snapshots = lambda s: [_Snapshots(run_dir(out, recipe.name, s) / "snapshots", snaps)] if snaps else []
     t0 = time.perf_counter()
-    res = train_recipe(recipe, folder, WorldData(n_train=budget.n_train), arch=budget.arch, steps=steps, seed=seed,
-                       init_checkpoint=init, batch_size=budget.finetune_batch_size if finetune else budget.batch_size,
-                       decoder=decoder, resume=True, quiet=quiet, precision=budget.precision, report_to=budget.report_to,
-                       validation=Validation(every=budget.validate_every) if finetune else None,
-                       log_every=math.gcd(10, budget.validate_every),
-                       callbacks=[_Snapshots(folder / "snapshots", snaps)] if snaps else ())
-    if res.preempted: raise Preempted(res.preempted, folder)   # a launcher that can requeue resumes it
-    if res.weights_path is None: raise RuntimeError(f"{folder}: training ended without final weights")
+    results = train_seeds(recipe, Path(out) / "runs" / recipe.name, seeds, WorldData(n_train=budget.n_train),
+                          arch=budget.arch, steps=steps, init_checkpoint=inits,
+                          batch_size=budget.finetune_batch_size if finetune else budget.batch_size,
+                          decoder=decoder, resume=True, quiet=quiet, precision=budget.precision, report_to=budget.report_to,
+                          validation=Validation(every=budget.validate_every) if finetune else None,
+                          log_every=math.gcd(10, budget.validate_every), callbacks=snapshots)
+    for res in results:
+        if res.preempted: raise Preempted(res.preempted, res.run_dir)   # a launcher that can requeue resumes it
+        if res.weights_path is None: raise RuntimeError(f"{res.run_dir}: training ended without final weights")
     return time.perf_counter() - t0
 
 # %% ../nbs/11_compare.ipynb #d0b32e94
@@ -186,9 +194,10 @@ def _record_run(name: str, recipe, seed: int, budget: Budget, folder: Path, eval
     items: dict = {}
     metrics = evaluate_run(load_model(weights), eval_data, items)
     save_items(folder / "items.npz", items)
-    batch = json.loads((folder / "config.json").read_text())["batch_size"]
+    config = json.loads((folder / "config.json").read_text())
+    batch = config["batch_size"]
     row = dict(recipe=name, seed=seed, budget_name=budget.name, run_key=budget.run_key(), steps=steps,
-               batch_size=batch, train_seconds=train_s, eval_seconds=time.perf_counter() - t1,
+               batch_size=batch, seed_group=config.get("seed_group", [seed]), train_seconds=train_s, eval_seconds=time.perf_counter() - t1,
                samples_per_second=steps * batch / max(train_s, 1e-9),
                final_loss=float([m for m in read_metrics(folder) if "loss" in m][-1]["loss"]),
                metrics=metrics, weights_sha256=_sha256(weights), run_fingerprint=run_fingerprint(recipe))
@@ -213,20 +222,27 @@ def finished_run(name: str, seed: int, budget: Budget, out: str | Path) -> dict 
     return row
 
 # %% ../nbs/11_compare.ipynb #0d4b2695
+def run_recipe_seeds(name: str, seeds: list[int], budget: Budget, out: str | Path, eval_data: dict, decoder=None,
+                     quiet: bool = True) -> list[dict]:
+    """Train (or reuse) recipe `name` for `seeds` and evaluate each; returns one row per seed, in order ({metrics,
+    train_seconds, samples_per_second, stage (fine-tunes), pep_analysis (pre-training, at the snapshots too), ...}).
+    A finished run is reused only when its recorded run key (the budget fields its numbers depend on) and weights hash
+    match what is on disk; the seeds still to train are trained side by side in this process, and each row's
+    `train_seconds` is its share of the group's time."""
+    recipe, rows = get_recipe(name), {s: finished_run(name, s, budget, out) for s in seeds}
+    todo = [s for s in seeds if rows[s] is None]
+    # weights whose eval.json does not belong to them (edited, or left from another run): evaluate them again
+    stale = {s: json.loads((run_dir(out, name, s) / "eval.json").read_text()).get("train_seconds", float("nan"))
+             for s in todo if (run_dir(out, name, s) / "eval.json").exists() and (run_dir(out, name, s) / "model.safetensors").exists()}
+    train = [s for s in todo if s not in stale]
+    share = _train_runs(recipe, train, budget, Path(out), decoder, quiet) / len(train) if train else 0.0
+    for s in todo: rows[s] = _record_run(name, recipe, s, budget, run_dir(out, name, s), eval_data, stale.get(s, share))
+    return [rows[s] for s in seeds]
+
 def run_recipe(name: str, seed: int, budget: Budget, out: str | Path, eval_data: dict, decoder=None,
                quiet: bool = True) -> dict:
-    """Train (or reuse) recipe `name` for `seed` and evaluate it; returns {metrics, train_seconds, samples_per_second,
-    stage (fine-tunes), pep_analysis (pre-training, at the snapshots too), ...}. A finished run is reused only when
-    its recorded run key (the budget fields its numbers depend on) and weights hash match what is on disk."""
-    row = finished_run(name, seed, budget, out)
-    if row is not None: return row
-    recipe = get_recipe(name)
-    folder = run_dir(out, name, seed)
-    if (folder / "eval.json").exists() and (folder / "model.safetensors").exists():
-        # eval.json does not belong to these weights (edited, or left from another run): evaluate them again
-        train_s = json.loads((folder / "eval.json").read_text()).get("train_seconds", float("nan"))
-    else: train_s = _train_run(recipe, seed, budget, Path(out), folder, decoder, quiet)
-    return _record_run(name, recipe, seed, budget, folder, eval_data, train_s)
+    "`run_recipe_seeds` for one seed: its row."
+    return run_recipe_seeds(name, [seed], budget, out, eval_data, decoder, quiet)[0]
 
 # %% ../nbs/11_compare.ipynb #0f06117e
 def results_rows(runs: list[dict]) -> list[dict]:
@@ -244,30 +260,56 @@ def results_rows(runs: list[dict]) -> list[dict]:
     return rows
 
 # %% ../nbs/11_compare.ipynb #454c9a2c
-DECODER_TASK = (-1, "decoder")   # the task that pre-trains READ's decoder (a no-op when the output folder holds it)
+DECODER_TASK = ((), "decoder")   # the task that pre-trains READ's decoder (a no-op when the output folder holds it)
 
-def task_graph(order: list[str], seeds: int) -> tuple[list[tuple], dict[tuple, list[tuple]]]:
-    """The compare job's tasks `(seed, recipe)` in an order that runs every task after the tasks it needs (READ's
-    decoder first, when a recipe needs it), and per task the tasks it needs: its parent (same seed), the decoder."""
-    tasks = [(seed, name) for seed in range(seeds) for name in order]
+def _topological(tasks: list[tuple], deps: Mapping[tuple, list[tuple]]) -> list[tuple]:
+    "`tasks` in their given order of preference, each moved after the tasks it needs."
+    out, placed, left = [], set(), list(tasks)
+    while left:
+        t = next((t for t in left if all(d in placed or d not in deps for d in deps.get(t, []))), None)
+        if t is None: raise ValueError(f"the tasks {left} need each other")
+        left.remove(t); out.append(t); placed.add(t)
+    return out
+
+def task_graph(order: list[str], seeds: int | Sequence[int] | Mapping[str, Sequence[int]],
+               seeds_per_process: int = 1) -> tuple[list[tuple], dict[tuple, list[tuple]]]:
+    """The compare job's tasks `(seeds, recipe)` in an order that runs every task after the tasks it needs (READ's
+    decoder first, when a recipe needs it), and per task the tasks it needs: the parent tasks holding its seeds, the
+    decoder. `seeds`: a count (seeds 0..seeds−1 of every recipe), a list, or `{recipe: seeds}` (a round of
+    `--until-decided`: each recipe of `order` its own seeds); each recipe's seeds, ascending, are cut into groups of
+    `seeds_per_process`. A parent run that is not in the graph must be finished in the folder already."""
+    if int(seeds_per_process) < 1: raise ValueError(f"seeds_per_process must be >= 1, got {seeds_per_process}")
+    k = int(seeds_per_process)
+    if isinstance(seeds, Mapping): per = {n: sorted(set(seeds.get(n, ()))) for n in order}
+    else: per = {n: sorted(set(range(seeds) if isinstance(seeds, int) else seeds)) for n in order}
+    groups = {n: [tuple(per[n][i:i + k]) for i in range(0, len(per[n]), k)] for n in order}
+    holder = {(n, s): (g, n) for n in order for g in groups[n] for s in g}
+    tasks = sorted(((g, n) for n in order for g in groups[n]), key=lambda t: (t[0][0], order.index(t[1])))
     deps: dict[tuple, list[tuple]] = {}
-    for seed, name in tasks:
+    for g, name in tasks:
         r = get_recipe(name)
-        deps[(seed, name)] = [*([(seed, r.init_from)] if r.stage == "finetune" else []),
-                              *([DECODER_TASK] if r.needs_decoder else [])]
+        parents = [holder[(r.init_from, s)] for s in g if r.stage == "finetune" and (r.init_from, s) in holder]
+        deps[(g, name)] = [*dict.fromkeys(parents), *([DECODER_TASK] if r.needs_decoder else [])]
     if any(DECODER_TASK in d for d in deps.values()): tasks, deps[DECODER_TASK] = [DECODER_TASK, *tasks], []
-    return tasks, deps
+    return _topological(tasks, deps), deps
+
+def task_runs(task: tuple) -> list[tuple[str, int]]:
+    "The runs `(recipe, seed)` a task trains (READ's decoder task: none) — the one place that reads a task's form."
+    return [] if task == DECODER_TASK else [(task[1], s) for s in task[0]]
 
 # %% ../nbs/11_compare.ipynb #7ad44bcb
 class InProcess:
     "Launcher: run the tasks one after another in this process (torch's thread setting untouched)."
     jobs, threads = 1, None
-    def __call__(self, tasks: list[tuple], deps: Mapping[tuple, list[tuple]], run: Callable[[tuple], dict]) -> dict:
+    def __call__(self, tasks: list[tuple], deps: Mapping[tuple, list[tuple]], run: Callable[[tuple], dict],
+                 progress=None) -> dict:
         done: dict = {}
         for t in tasks:
             missing = [d for d in deps.get(t, []) if d not in done]
             if missing: raise ValueError(f"task {t} needs {missing}, which do not come before it")
+            if progress: progress.started(t)
             done[t] = run(t)
+            if progress: progress.finished(t, done[t])
         return done
 
 # %% ../nbs/11_compare.ipynb #1497a7c0
@@ -286,8 +328,9 @@ def _worker_init(threads: int | None):
 # %% ../nbs/11_compare.ipynb #c7ecf90c
 class ProcessPool:
     "Launcher: `jobs` spawned worker processes (`threads` torch threads each) take ready tasks as they free up."
-    def __init__(self, jobs: int, threads: int = 1): self.jobs, self.threads = jobs, threads
-    def __call__(self, tasks: list[tuple], deps: Mapping[tuple, list[tuple]], run: Callable[[tuple], dict]) -> dict:
+    def __init__(self, jobs: int, threads: int = 1, poll_s: float = 2.0): self.jobs, self.threads, self.poll_s = jobs, threads, poll_s
+    def __call__(self, tasks: list[tuple], deps: Mapping[tuple, list[tuple]], run: Callable[[tuple], dict],
+                 progress=None) -> dict:
         done, pending, running = {}, list(tasks), {}
         # spawn: a fresh interpreter per worker (forking a process that holds torch's thread pools can hang)
         with ProcessPoolExecutor(self.jobs, mp_context=mp.get_context("spawn"), initializer=_worker_init,
@@ -296,15 +339,21 @@ class ProcessPool:
                 for t in [t for t in pending if all(d in done for d in deps.get(t, []))][: self.jobs - len(running)]:
                     pending.remove(t)
                     running[ex.submit(run, t)] = t
+                    if progress: progress.started(t)
                 if not running: raise ValueError(f"tasks {pending} wait for tasks that are not in the graph")
-                finished, _ = wait(running, return_when=FIRST_COMPLETED)
-                for f in finished: done[running.pop(f)] = f.result()
+                # the parent prints what the workers did (their own output is lost in a notebook): wake up to say it
+                finished, _ = wait(running, timeout=self.poll_s if progress else None, return_when=FIRST_COMPLETED)
+                for f in finished:
+                    t = running.pop(f)
+                    done[t] = f.result()
+                    if progress: progress.finished(t, done[t])
+                if progress and not finished: progress.tick()
         return done
 
 # %% ../nbs/11_compare.ipynb #4ca60599
-def default_launcher(jobs: int | None, n_runs: int):
-    "`InProcess()` for one job, else `ProcessPool(jobs)`; `jobs` defaults to one per core, and at most one per run."
-    jobs = max(1, min(n_runs, jobs if jobs is not None else (os.cpu_count() or 1)))
+def default_launcher(jobs: int | None, n_tasks: int):
+    "`InProcess()` for one job, else `ProcessPool(jobs)`; `jobs` defaults to one per core, and at most one per task."
+    jobs = max(1, min(n_tasks, jobs if jobs is not None else (os.cpu_count() or 1)))
     return InProcess() if jobs == 1 else ProcessPool(jobs)
 
 # %% ../nbs/11_compare.ipynb #f840dfa6
@@ -312,29 +361,27 @@ _EVAL_CACHE: dict = {}
 
 @dataclass(frozen=True)
 class _TaskRunner:
-    "Run one task `(seed, recipe)` of a compare run (or `DECODER_TASK`: READ's decoder) in this process; picklable."
+    "Run one task `(seeds, recipe)` of a compare run (or `DECODER_TASK`: READ's decoder) in this process; picklable."
     budget: Budget
     out: str
     quiet: bool = True
 
-    def __call__(self, task: tuple) -> dict:
-        seed, name = task
+    def __call__(self, task: tuple) -> list[dict] | dict:
+        seeds, name = task
         if task == DECODER_TASK:
             read_decoder(Path(self.out), self.budget, self.quiet)
             return {}
         if self.budget not in _EVAL_CACHE: _EVAL_CACHE[self.budget] = build_eval_data(self.budget)
+        rows = [finished_run(name, s, self.budget, self.out) for s in seeds]
+        if all(r is not None for r in rows): return rows
         decoder = (CaptionDecoder.load(Path(self.out) / "decoder.safetensors").freeze()
                    if get_recipe(name).needs_decoder else None)
-        t0 = time.perf_counter()
-        # the run's own lock: another launcher's job on the same shared folder trains it once; this one then reuses it
-        row, _ = run_once(run_dir(self.out, name, seed), lambda: finished_run(name, seed, self.budget, self.out),
-                          lambda: run_recipe(name, seed, self.budget, self.out, _EVAL_CACHE[self.budget],
-                                             decoder=decoder, quiet=self.quiet))
-        m = row["metrics"]
-        g = lambda k: m.get(k) if m.get(k) is not None else float("nan")
-        print(f"  seed {seed} {name:18s} zs {g('zs_acc/general'):.3f}  R@5 {g('i2t_R@5'):.3f}  comp {g('comp_acc'):.3f}"
-              f"  tot {g('tot_acc'):.3f}  pep_auc {g('pep_auc'):.3f}  ({time.perf_counter() - t0:.0f} s)", flush=True)
-        return row
+        # the runs' own locks: another launcher's job on the same shared folder trains them once; this one then
+        # reuses them (sorted: two groups that share a seed take their locks in one order)
+        with contextlib.ExitStack() as held:
+            for s in sorted(seeds): held.enter_context(FolderLock(run_dir(self.out, name, s), timeout=None))
+            return run_recipe_seeds(name, list(seeds), self.budget, self.out, _EVAL_CACHE[self.budget],
+                                    decoder=decoder, quiet=self.quiet)   # lines printed by the parent (`hierbench.progress`)
 
 # %% ../nbs/11_compare.ipynb #4a120848
 def _prepare_world(budget: Budget):
@@ -368,39 +415,141 @@ def _write_outputs(out: Path, meta: dict, results: pd.DataFrame, ledger: pd.Data
     atomic_write_text(out / "report.html", report.replace("</body>", f"<p>{note}</p></body>"))
 
 # %% ../nbs/11_compare.ipynb #bf7a45ec
-def compare_outputs(out: Path, budget: Budget, seeds: int, order: list[str], runs: list[dict], meta: dict) -> dict:
-    "The results table, claims ledger and report of the finished `runs`, written into `out` (`meta`: how they were run)."
+def compare_outputs(out: Path, budget: Budget, seeds: int, order: list[str], runs: list[dict], meta: dict,
+                    plan: SequentialPlan | None = None, still_open: str = "open") -> dict:
+    """The results table, claims ledger and report of the finished `runs`, written into `out` (`meta`: how they were
+    run). `plan`: the looks of a seeds-until-decided run (the ledger reads them); `still_open`: what the ledger's
+    `stopped` says of rows left undecided below the last look (e.g. 'time cap')."""
     results = pd.DataFrame(results_rows(runs))
     items = {(r["recipe"], r["seed"]): load_items(run_dir(out, r["recipe"], r["seed"]) / "items.npz") for r in runs}
-    ledger = evaluate_claims(results, items=items, n_boot=budget.n_boot)
+    ledger = evaluate_claims(results, items=items, n_boot=budget.n_boot, plan=plan)
+    ledger.loc[ledger.stopped == "open", "stopped"] = still_open
     meta = dict(budget=dataclasses.asdict(budget), seeds=seeds, recipes=order, **meta)
     _write_outputs(out, meta, results, ledger, runs)
     return dict(results=results, ledger=ledger, meta=meta, summary=summary_table(results), runs=runs,
                 power=power_table(ledger), stages=stage_table(runs))
 
 # %% ../nbs/11_compare.ipynb #5d1e3a5a
+def _until_decided_plan(first: int, max_seeds: int | None, round_seeds: int, spending: str) -> SequentialPlan:
+    "The looks of `--until-decided`, or a one-line error naming the flag that does not fit."
+    if max_seeds is None: raise ValueError("--until-decided needs --max-seeds N, the most seeds a claim may take")
+    if max_seeds < first:
+        raise ValueError(f"--max-seeds {max_seeds} is below the {first} seeds the first round trains (the budget's or "
+                         "--seeds): give at least as many")
+    if round_seeds < 1: raise ValueError(f"--round-seeds {round_seeds}: a round adds at least one seed")
+    return SequentialPlan(look_schedule(first, max_seeds, round_seeds), spending=spending)
+
+def _refuse_other_budgets(out: Path, budget: Budget):
+    "Before anything trains: a finished run of another budget in `out` is an error (its seeds are not this budget's)."
+    for ev in sorted(Path(out).glob("runs/*/seed*/eval.json")):
+        try: row = json.loads(ev.read_text())
+        except ValueError: continue   # a half-written record: the run is redone when its turn comes
+        if row.get("run_key") != budget.run_key():
+            raise ValueError(f"{ev.parent} holds a run of another budget ({row.get('budget_name')!r}, not {budget.name!r}): "
+                             "--until-decided adds seeds to one budget's runs; use another --out folder")
+
+def _refuse_another_plan(out: Path, plan: SequentialPlan):
+    "An earlier --until-decided run in `out` planned other looks: changing them after seeing results breaks the rule's error rate."
+    try: before = json.loads((Path(out) / "plan.json").read_text()).get("until_decided", {}).get("plan")
+    except (OSError, ValueError): return   # no plan recorded (or a half-written one): nothing was decided by it
+    if before and (tuple(before["looks"]), before["alpha"], before["spending"]) != (plan.looks, plan.alpha, plan.spending):
+        raise ValueError(f"{out} was run --until-decided with looks at {before['looks']} seeds ({before['spending']} spending); "
+                         f"this run plans {list(plan.looks)} ({plan.spending}): a plan changed after its results were seen "
+                         "no longer keeps its error rate; repeat the same flags, or use another --out folder")
+
+def _launch(launcher, tasks: list, deps: dict, run, progress) -> dict:
+    "Run the graph; a launcher that takes no `progress` (a user's own) gets its lines said when it returns."
+    takes = "progress" in inspect.signature(launcher).parameters
+    done = launcher(tasks, deps, run, progress=progress) if takes else launcher(tasks, deps, run)
+    if not takes:
+        for t in tasks: progress.finished(t, done[t])
+    return done
+
+def _task_rows(result) -> list[dict]:
+    "A task's run rows: one row, several (a task that trains several seeds), or none (READ's decoder)."
+    return [r for r in (result if isinstance(result, list) else [result]) if r]
+
+# %% ../nbs/11_compare.ipynb #14cf43a8
+# the default group size: `hierbench bench --sections seeds` (2026-12-03, 2 shared cores) found groups of 2 and 4 seeds
+# per process as fast as one seed per process (0.98-1.01x per CPU second for clip, argent and degla), so one — the
+# finest tasks, the best balance over the workers — stays the default; K > 1 is `--seeds-per-process K`
+SEEDS_PER_PROCESS = 1
+
+def _seeds_per_process(k: int | None, seeds: int, round_seeds: int | None = None) -> int:
+    "The group size of a compare: `k` checked against the seeds of a round, or the default cut to them."
+    if k is None: return max(1, min(SEEDS_PER_PROCESS, seeds, round_seeds or seeds))
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1: raise ValueError(f"--seeds-per-process {k!r}: give an integer >= 1")
+    if k > seeds: raise ValueError(f"--seeds-per-process {k} is larger than the {seeds} seed(s) asked for: give at most {seeds}")
+    if round_seeds is not None and k > round_seeds:
+        raise ValueError(f"--seeds-per-process {k} is larger than the {round_seeds} seed(s) a round adds (--round-seeds): "
+                         f"give at most {round_seeds}")
+    return k
+
+# %% ../nbs/11_compare.ipynb #fa78be4d
 def _run_compare(budget: str | Budget, seeds: int | None, out: Path, recipes: list[str] | None, quiet: bool,
-                 jobs: int | None, log: Callable, launcher=None) -> dict:
-    "`run_compare` inside its folder lock: plan, prepare the world, launch the run graph, write the outputs."
+                 jobs: int | None, log: Callable, launcher=None, progress: bool = True, until_decided: bool = False,
+                 max_seeds: int | None = None, round_seeds: int = 2, max_hours: float | None = None,
+                 spending: str = "obf", seeds_per_process: int | None = None) -> dict:
+    """`run_compare` inside its folder lock: plan, prepare the world, launch the run graph (in rounds with
+    `until_decided`), write the outputs."""
     budget = BUDGETS[budget] if isinstance(budget, str) else budget
     seeds = budget.seeds if seeds is None else seeds
     if seeds < 1: raise ValueError(f"seeds must be >= 1, got {seeds}")
+    if not until_decided and (max_seeds is not None or max_hours is not None):
+        raise ValueError("--max-seeds and --max-hours go with --until-decided")
+    if max_hours is not None and not max_hours > 0: raise ValueError(f"--max-hours {max_hours}: give a positive number of hours")
+    plan = _until_decided_plan(seeds, max_seeds, round_seeds, spending) if until_decided else None
+    k = _seeds_per_process(seeds_per_process, seeds, round_seeds if plan else None)
     out = Path(out); out.mkdir(parents=True, exist_ok=True)
     order = plan_runs(list(budget.recipes) if recipes is None else recipes)
-    tasks, deps = task_graph(order, seeds)
-    launcher = launcher or default_launcher(jobs, seeds * len(order))
+    if plan: _refuse_other_budgets(out, budget); _refuse_another_plan(out, plan)
+    launcher = launcher or default_launcher(jobs, math.ceil(seeds / k) * len(order))
     t_start = time.perf_counter()
     log(f"compare: budget {budget.name}, {seeds} seed(s), {len(order)} recipes, "
-        f"{getattr(launcher, 'jobs', '?')} process(es) → {out}")
+        f"{getattr(launcher, 'jobs', '?')} process(es), up to {k} seed(s) each → {out}"
+        + (f"; until decided: looks at {', '.join(map(str, plan.looks))} seeds" if plan else ""))
     # the plan, so that the outputs can be rebuilt from the folder alone (`hierbench compare --report-only`)
-    atomic_write_text(out / "plan.json", json.dumps(dict(budget=dataclasses.asdict(budget), seeds=seeds, recipes=order), indent=1))
+    record = dict(budget=dataclasses.asdict(budget), seeds=seeds, recipes=order)
+    atomic_write_text(out / "plan.json", json.dumps(record, indent=1))
     _prepare_world(budget)
-    done = launcher(tasks, deps, _TaskRunner(budget, str(out), quiet))
-    runs = [done[t] for t in tasks if t != DECODER_TASK]
-    return compare_outputs(out, budget, seeds, order, runs, dict(
-        jobs=getattr(launcher, "jobs", None), launcher=type(launcher).__name__, wall_seconds=time.perf_counter() - t_start,
-        peak_rss_mb=_peak_rss_mb(), torch=torch.__version__,
-        threads=getattr(launcher, "threads", None) or torch.get_num_threads()))
+    shown = CompareProgress(budget, task_runs, functools.partial(run_dir, out), jobs=getattr(launcher, "jobs", None),
+                            log=log if progress else (lambda *a: None), bar=None if progress and quiet else False,
+                            decoder_seconds=0.0 if (out / "decoder.safetensors").exists() else prior_decoder_seconds(budget))
+    runner, rows, have = _TaskRunner(budget, str(out), quiet), {}, {r: seeds for r in order}
+    wanted, n, stopped, rounds = {r: range(seeds) for r in order}, seeds, "open", []
+    while True:
+        tasks, deps = task_graph(list(wanted), wanted, k)
+        shown.begin(tasks, deps, label=f"round {len(rounds) + 1}:" if plan else "")
+        done = _launch(launcher, tasks, deps, runner, shown)
+        shown.end()
+        for t in tasks: rows.update({(r["recipe"], r["seed"]): r for r in _task_rows(done[t])})
+        for r in wanted: have[r] = max(have.get(r, 0), max(wanted[r], default=-1) + 1)
+        if plan is None: break
+        ledger = evaluate_claims(pd.DataFrame(results_rows(list(rows.values()))), plan=plan)
+        need, later = recipes_to_extend(ledger), [k for k in plan.looks if k > n]
+        rounds.append(dict(seeds=n, recipes=list(wanted), runs=sum(len(task_runs(t)) for t in tasks),
+                           decided=int(ledger.stopped.eq("decided").sum()), open=int(ledger.stopped.eq("open").sum())))
+        log(f"compare: round {len(rounds)} at {n} seeds: {rounds[-1]['decided']} claim rows decided, {rounds[-1]['open']} open")
+        atomic_write_text(out / "plan.json", json.dumps({**record, "seeds": n, "until_decided": dict(   # the rounds done
+            plan=dataclasses.asdict(plan), seeds_per_recipe=have, rounds=rounds)}, indent=1))
+        if not need:   # open rows are below the last look: none left means each row is decided or at the most seeds
+            stopped = "max seeds" if ledger.stopped.eq("max seeds").any() else "every claim decided"; break
+        wanted = {r: range(n, later[0]) for r in plan_runs(need)}     # both arms of each open row, and their parents
+        if max_hours is not None:
+            left, cost = max_hours * 3600 - (time.perf_counter() - t_start), shown.estimate(*task_graph(list(wanted), wanted, k))
+            if cost > left:
+                log(f"compare: round {len(rounds) + 1} (about {duration(cost)}) does not fit in the {duration(left)} left "
+                    f"of --max-hours {max_hours:g}: stopping with {rounds[-1]['open']} row(s) open")
+                stopped = "time cap"; break
+        n = later[0]
+    runs = [rows[k] for k in sorted(rows, key=lambda k: (k[1], order.index(k[0])))]
+    meta = dict(jobs=getattr(launcher, "jobs", None), launcher=type(launcher).__name__, seeds_per_process=k,
+                wall_seconds=time.perf_counter() - t_start,
+                peak_rss_mb=_peak_rss_mb(), torch=torch.__version__, threads=getattr(launcher, "threads", None) or torch.get_num_threads())
+    if plan:
+        meta["until_decided"] = dict(plan=dataclasses.asdict(plan), seeds_per_recipe=have, rounds=rounds, stopped=stopped)
+        atomic_write_text(out / "plan.json", json.dumps({**record, "seeds": n, "until_decided": meta["until_decided"]}, indent=1))
+    return compare_outputs(out, budget, n, order, runs, meta, plan=plan, still_open="time cap" if stopped == "time cap" else "open")
 
 # %% ../nbs/11_compare.ipynb #1e9f6b7e
 def main_job_dir() -> Path:
@@ -410,14 +559,25 @@ def main_job_dir() -> Path:
 # %% ../nbs/11_compare.ipynb #9353a1df
 def run_compare(budget: str | Budget = "smoke", seeds: int | None = None, out: str | Path | None = None,
                 recipes: list[str] | None = None, quiet: bool = True, jobs: int | None = None, log=print,
-                launcher=None) -> dict:
+                launcher=None, progress: bool = True, until_decided: bool = False, max_seeds: int | None = None,
+                round_seeds: int = 2, max_hours: float | None = None, spending: str = "obf",
+                seeds_per_process: int | None = None) -> dict:
     """Train and evaluate `recipes` (default: the budget's) over `seeds` seeds (default: the budget's); write
     results.json, claims.json, report.html into `out`. `launcher` runs the run graph (default: `jobs` processes,
     `default_launcher`). `out` is locked for the run (a second compare into it is told who holds it) and temporary
-    files of killed runs are swept first. Default `out`: `main_job_dir()`."""
+    files of killed runs are swept first. Default `out`: `main_job_dir()`. `progress`: a line per finished run with the
+    time left, and a bar in a notebook or terminal unless the runs show their own (`quiet=False`).
+
+    `until_decided`: after the first `seeds`, add `round_seeds` seeds per round to the recipes of the claim rows still
+    undecided (group-sequential rule of `hierbench.stats`, `spending`), up to `max_seeds`; with `max_hours`, a round
+    that the time estimate says would end past that many hours from the start is not begun.
+
+    `seeds_per_process`: the seeds of one recipe each process trains side by side (`hierbench.seed_batch`; each seed's
+    numbers are those it has alone); default `SEEDS_PER_PROCESS`, cut to the seeds a round trains."""
     out = Path(out) if out is not None else main_job_dir()
     Path(out).mkdir(parents=True, exist_ok=True)
     with FolderLock(out):
         swept = sweep_temporary_files(out)
         if swept: log(f"compare: removed {swept} temporary file(s) left by an interrupted run")
-        return _run_compare(budget, seeds, out, recipes, quiet, jobs, log, launcher)
+        return _run_compare(budget, seeds, out, recipes, quiet, jobs, log, launcher, progress, until_decided, max_seeds,
+                            round_seeds, max_hours, spending, seeds_per_process)

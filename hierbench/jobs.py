@@ -233,6 +233,8 @@ def train_recipe(recipe: str | R.Recipe,                     # a recipe name (`h
                  allow_changes: Sequence[str] = (),            # optimiser fields a resume may change, e.g. ('lr',)
                  lora: LoraSpec | None = None,                 # low-rank adapters (peft) on the init checkpoint's towers
                  report_to: str | Sequence[str] = (),          # 'tensorboard', 'wandb': dashboards in the run folder
+                 trainer: Callable = train,                    # what trains the prepared run (`hierbench.seed_batch`
+                                                               # collects several seeds' runs here to train them together)
                  **train_config) -> TrainResult:               # `TrainConfig` fields: batch_size, lr, log_every, ...
     "Train `recipe` on `data` into `run_dir`; the world's defaults come from `recipe.world`, real data's from `recipe.paper`."
     data, arch, decoder, validation, train_config = _upgrade_call(data, arch, decoder, validation, train_config)
@@ -271,9 +273,9 @@ def train_recipe(recipe: str | R.Recipe,                     # a recipe name (`h
     callbacks = list(callbacks) + ([monitor] if monitor is not None else []) + ([tracker] if tracker is not None else [])
     record = _run_record(recipe, arch, init, data, source, decay, validation)
     if lora is not None: record["lora"] = model.model_config["lora"]   # spec and base (path, SHA-256): resume checks it
-    res = train(model, loss_fn, source, cfg, teacher=teacher, callbacks=callbacks, resume=resume, stop_at=stop_at,
-                collate_fn=collate_batch, modules=modules, allow_changes=allow_changes, extra_config=record,
-                save_final=save_lora_model if lora is not None else M.save_model)
+    res = trainer(model, loss_fn, source, cfg, teacher=teacher, callbacks=callbacks, resume=resume, stop_at=stop_at,
+                  collate_fn=collate_batch, modules=modules, allow_changes=allow_changes, extra_config=record,
+                  save_final=save_lora_model if lora is not None else M.save_model)
     res.plateau = monitor.plateau if monitor is not None else None
     return res
 

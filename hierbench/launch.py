@@ -15,7 +15,8 @@ import submitit, torch
 from submitit.helpers import Checkpointable, DelayedSubmission
 
 from .budgets import budget_from_meta
-from .compare import DECODER_TASK, compare_outputs, finished_run, run_compare, task_graph
+from .compare import DECODER_TASK, compare_outputs, finished_run, run_compare, task_graph, task_runs
+from .stats import SequentialPlan
 from .config import LAUNCHERS, FolderLock
 from .jobs import train_recipe
 from .train import Preempted
@@ -93,8 +94,8 @@ class SubmititLauncher:
 
     def pending(self, tasks, deps, run) -> tuple[dict, list]:
         "`(done, todo)`: the rows of the runs finished in `run.out`, and the tasks still to run, in order."
-        done = {t: row for t in tasks if t != DECODER_TASK
-                and (row := finished_run(t[1], t[0], run.budget, run.out)) is not None}
+        rows = {t: [finished_run(r, s, run.budget, run.out) for r, s in task_runs(t)] for t in tasks if t != DECODER_TASK}
+        done = {t: rs for t, rs in rows.items() if rs and all(x is not None for x in rs)}   # a task's rows, as it returns them
         todo = [t for t in tasks if t not in done and t != DECODER_TASK]
         if any(DECODER_TASK in deps.get(t, []) for t in todo): todo.insert(0, DECODER_TASK)
         elif DECODER_TASK in tasks: done[DECODER_TASK] = {}
@@ -113,27 +114,43 @@ class SubmititLauncher:
             for t, job in zip(stage, submitted): jobs[t], array[t] = job, str(job.job_id).split("_")[0]
         return jobs
 
-    def run_local(self, todo, deps, work, done: dict) -> dict:
+    def run_local(self, todo, deps, work, done: dict, progress=None) -> dict:
         "Local executor: submit each task once the tasks it needs are done, at most `jobs` at a time; wait for all."
         pending, running, limit = list(todo), {}, self.jobs or len(todo)
         while pending or running:
             for t in [t for t in pending if all(d in done for d in deps.get(t, []))][: limit - len(running)]:
                 pending.remove(t); running[t] = self.executor.submit(Requeueable(work, t))
+                if progress: progress.started(t)
             if not running: raise ValueError(f"tasks {pending} wait for tasks that are not in the graph")
-            for t in [t for t, job in running.items() if job.done()]: done[t] = running.pop(t).result()
+            self._collect(running, done, progress)
             time.sleep(self.poll_s)
         return done
 
-    def __call__(self, tasks, deps, run) -> dict:
+    def _collect(self, running: dict, done: dict, progress=None):
+        "Move the finished jobs of `running` into `done`, saying each one's runs (the parent prints: job logs stay quiet)."
+        finished = [t for t, job in running.items() if job.done()]
+        for t in finished:
+            done[t] = running.pop(t).result()
+            if progress: progress.finished(t, done[t])
+        if progress and not finished: progress.tick()
+
+    def __call__(self, tasks, deps, run, progress=None) -> dict:
         done, todo = self.pending(tasks, deps, run)
+        if progress:
+            for t in done: progress.finished(t, done[t])   # finished in the folder: said (and counted) at once
         n_done = len([t for t in done if t != DECODER_TASK])
         self.log(f"compare: {n_done} run(s) already finished in {run.out}, {len(todo)} task(s) as {self.cluster} jobs")
         work = _GraphJob(run, self.threads)
-        if self.cluster != "slurm": return self.run_local(todo, deps, work, done)
+        if self.cluster != "slurm": return self.run_local(todo, deps, work, done, progress)
         jobs = self.submit_stages(todo, deps, work)
         self.log(f"compare: submitted {len(jobs)} job(s) in {len({str(j.job_id).split('_')[0] for j in jobs.values()})} "
                  f"array(s); waiting (logs in {self.executor.folder})")
-        for t, job in jobs.items(): done[t] = job.result()
+        running = dict(jobs)
+        if progress:
+            for t in running: progress.started(t)
+        while running:   # poll gently: every look asks SLURM (submitit caches its answers)
+            self._collect(running, done, progress)
+            if running: time.sleep(max(self.poll_s, 10.0))
         return done
 
 # %% ../nbs/11e_launch.ipynb #1ade283a
@@ -187,16 +204,20 @@ def rebuild_report(out: str | Path, log: Callable = print) -> dict:
     plan = json.loads(src.read_text())
     plan = plan.get("meta", plan)
     budget, seeds, order = budget_from_meta(plan), int(plan["seeds"]), list(plan["recipes"])
-    tasks, _ = task_graph(order, seeds)
+    until = plan.get("until_decided")   # seeds until decided: each recipe's seeds, the looks, why the rounds stopped
+    tasks, _ = task_graph(order, {r: range(int(n)) for r, n in until["seeds_per_recipe"].items()} if until else seeds)
     with FolderLock(out):
-        rows = {t: finished_run(t[1], t[0], budget, out) for t in tasks if t != DECODER_TASK}
-        missing = [f"{name}/seed{seed}" for (seed, name), row in rows.items() if row is None]
+        rows = {(r, s): finished_run(r, s, budget, out) for t in tasks for r, s in task_runs(t)}
+        missing = [f"{name}/seed{seed}" for (name, seed), row in rows.items() if row is None]
         if missing:
             raise RuntimeError(f"{out}: {len(missing)} of {len(rows)} runs are not finished ({', '.join(missing[:8])}"
                                f"{', ...' if len(missing) > 8 else ''}); run the compare again: finished runs are reused")
         log(f"compare: rebuilding the outputs of {out} from {len(rows)} finished runs")
+        sequential = SequentialPlan(**{**until["plan"], "looks": tuple(until["plan"]["looks"])}) if until else None
         return compare_outputs(out, budget, seeds, order, list(rows.values()), dict(
-            jobs=None, launcher="report-only", wall_seconds=None, peak_rss_mb=None, torch=torch.__version__, threads=None))
+            jobs=None, launcher="report-only", wall_seconds=None, peak_rss_mb=None, torch=torch.__version__, threads=None,
+            **({"until_decided": until} if until else {})), plan=sequential,
+            still_open="time cap" if until and until.get("stopped") == "time cap" else "open")
 
 # %% ../nbs/11e_launch.ipynb #98a3dd7e
 def launch_compare(budget: str = "smoke", seeds: int | None = None, out: str | Path | None = None,
@@ -207,7 +228,9 @@ def launch_compare(budget: str = "smoke", seeds: int | None = None, out: str | P
                    gpus_per_run: int | None = None, cpus_per_run: int | None = None, timeout_min: int | None = None,
                    slurm_extra: Sequence[str] | Mapping[str, str] | None = None,   # KEY=VALUE sbatch options
                    report_only: bool = False,               # only rebuild the outputs from the folder
-                   quiet: bool = True, log: Callable = print) -> dict:
+                   quiet: bool = True, log: Callable = print,
+                   **rounds) -> dict:                       # progress, until_decided, max_seeds, round_seeds, max_hours,
+                                                            # spending, seeds_per_process (`run_compare`'s)
     "`hierbench compare` with a launcher: the process pool, submitit's local executor or SLURM (see `make_executor`)."
     from hierbench.compare import main_job_dir
     out = Path(out) if out is not None else main_job_dir()
@@ -216,11 +239,11 @@ def launch_compare(budget: str = "smoke", seeds: int | None = None, out: str | P
     if launcher == "processes":
         if any(v for v in (slurm_partition, slurm_account, gpus_per_run, cpus_per_run, timeout_min, slurm_extra)):
             raise ValueError("--slurm-*, --gpus-per-run, --cpus-per-run and --timeout-min need --launcher submitit-local or slurm")
-        return run_compare(budget, seeds, out, recipes, quiet=quiet, jobs=jobs, log=log)
+        return run_compare(budget, seeds, out, recipes, quiet=quiet, jobs=jobs, log=log, **rounds)
     ex = make_executor(launcher, out / "submitit", name=f"hierbench-{Path(out).name}", slurm_partition=slurm_partition,
                        slurm_account=slurm_account, gpus_per_run=gpus_per_run, cpus_per_run=cpus_per_run,
                        timeout_min=timeout_min, slurm_extra=slurm_extra)
     local = launcher == "submitit-local"
     sub = SubmititLauncher(ex, jobs=(jobs or os.cpu_count() or 1) if local else None,
                            threads=cpus_per_run or (1 if local else None), slurm_extra=parse_slurm_extra(slurm_extra), log=log)
-    return run_compare(budget, seeds, out, recipes, quiet=quiet, log=log, launcher=sub)
+    return run_compare(budget, seeds, out, recipes, quiet=quiet, log=log, launcher=sub, **rounds)

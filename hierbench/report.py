@@ -196,8 +196,10 @@ def _pep_figures(runs: list[dict], recipes=PEP_RECIPES) -> list:
 
 # %% ../nbs/11d_report.ipynb #f8ef7433
 def forest_figure(ledger: pd.DataFrame):
-    "Every claim row's effect with its seed interval (thick) and evaluation-bootstrap interval (thin), coloured by verdict."
+    """Every claim row's effect with the seed interval that decides its verdict (thick) and the evaluation-bootstrap
+    interval (thin), coloured by verdict; a fragile verdict (one seed left out overturns it) has an open marker."""
     led = ledger[ledger.verdict != "not run"].reset_index(drop=True)
+    fragile = led["fragile"].eq(True) if "fragile" in led else pd.Series(False, index=led.index)   # old ledgers: none
     colour = {"supported": "#2ca02c", "contradicted": "#d62728", "inconclusive": "#999999"}
     labels = [f"{r.id} {r.a} − {r.b} · {r.metric}" for r in led.itertuples()]
     fig = go.Figure()
@@ -206,7 +208,8 @@ def forest_figure(ledger: pd.DataFrame):
         if not m.any(): continue
         sub = led[m]
         fig.add_trace(go.Scatter(x=sub.effect, y=[labels[i] for i in sub.index], mode="markers", name=v,
-                                 marker=dict(color=colour[v], size=8),
+                                 marker=dict(color=colour[v], size=8,
+                                             symbol=["circle-open" if f else "circle" for f in fragile[m]]),
                                  error_x=dict(type="data", symmetric=False, array=sub.ci_high - sub.effect,
                                               arrayminus=sub.effect - sub.ci_low, thickness=3, width=0)))
         fig.add_trace(go.Scatter(x=sub.effect, y=[labels[i] for i in sub.index], mode="markers", showlegend=False,
@@ -214,7 +217,8 @@ def forest_figure(ledger: pd.DataFrame):
                                  error_x=dict(type="data", symmetric=False, array=(sub.boot_high - sub.effect).fillna(0),
                                               arrayminus=(sub.effect - sub.boot_low).fillna(0), thickness=1, width=4)))
     fig.add_vline(x=0, line=dict(color="#444"))
-    fig.update_layout(title="Claims: effect A − B with the 95% seed interval (thick) and the evaluation bootstrap (thin)",
+    fig.update_layout(title="Claims: effect A − B with the seed interval that decides it (thick), the evaluation bootstrap "
+                            "(thin); open: fragile",
                       height=max(300, 22 * len(led) + 120), width=1000, margin=dict(l=330, r=20, t=50, b=40),
                       yaxis=dict(autorange="reversed"))
     return fig
@@ -373,19 +377,44 @@ def _learnability_html(results: pd.DataFrame) -> str:
 # %% ../nbs/11d_report.ipynb #8813efd9
 _LEDGER_COLUMNS = {"id": "id", "claim": "claim", "a": "A", "b": "B", "metric": "metric", "direction": "direction",
                    "differs_in": "A and B differ in", "mean_a": "mean A", "mean_b": "mean B", "effect": "effect A−B",
-                   "ci_low": "seed 95% low", "ci_high": "seed 95% high", "boot_low": "eval-bootstrap low",
+                   "ci_low": "seed low", "ci_high": "seed high", "level": "interval level", "boot_low": "eval-bootstrap low",
                    "boot_high": "eval-bootstrap high", "mde": "min. detectable", "n": "seeds", "verdict": "verdict",
+                   "loso_kept": "kept without one seed", "look": "look", "stopped": "stopped",
                    "decided_by": "decided by (budget)"}
+_SEQUENTIAL_ONLY = ("look", "stopped")   # columns a ledger of one 95% interval leaves out
+
+def _ledger_cell(r, c: str) -> str:
+    "One cell of the ledger table: numbers to 4 digits, the verdict marked fragile, LOSO as kept/n (old ledgers: —)."
+    v = getattr(r, c, None)
+    if c == "verdict" and getattr(r, "fragile", None) is True: return f"{v} · fragile"
+    if c == "loso_kept": return "—" if v is None or getattr(r, "n", 0) == 0 else f"{int(v)}/{int(r.n)}"
+    if c == "level": return "—" if v is None or not np.isfinite(v) else f"{100 * v:.2f}%"
+    return _fmt(v) if isinstance(v, float) else "—" if v is None else str(v)
 
 def _ledger_table_html(ledger: pd.DataFrame) -> str:
     "The ledger as an HTML table, one row per claim row coloured by verdict, its note (if any) in a row below."
-    cols = list(_LEDGER_COLUMNS)
-    cell = lambda v: html.escape(_fmt(v) if isinstance(v, float) else str(v))
+    sequential = "rule" in ledger and ledger.rule.astype(str).str.startswith("group-sequential").any()
+    cols = [c for c in _LEDGER_COLUMNS if sequential or c not in _SEQUENTIAL_ONLY]
     rows = "".join(
-        f"<tr style='background:{_VERDICT_COLOUR.get(r.verdict, '#fff')}'>" + "".join(f"<td>{cell(getattr(r, c))}</td>" for c in cols)
+        f"<tr style='background:{_VERDICT_COLOUR.get(r.verdict, '#fff')}'>" + "".join(f"<td>{html.escape(_ledger_cell(r, c))}</td>" for c in cols)
         + "</tr>" + (f"<tr><td colspan={len(cols)} style='text-align:left;font-size:11px'>{html.escape(r.note)}</td></tr>" if r.note else "")
         for r in ledger.itertuples())
-    return "<table><tr>" + "".join(f"<th>{h}</th>" for h in _LEDGER_COLUMNS.values()) + "</tr>" + rows + "</table>"
+    return "<table><tr>" + "".join(f"<th>{_LEDGER_COLUMNS[c]}</th>" for c in cols) + "</tr>" + rows + "</table>"
+
+def _rule_html(ledger: pd.DataFrame) -> str:
+    "How this ledger's verdicts were decided, and which are fragile, in one paragraph's words (old ledgers: nothing)."
+    if "rule" not in ledger or ledger.empty: return ""
+    run = ledger[ledger.verdict != "not run"]
+    rules = sorted(set(run.rule.astype(str)) - {""})
+    text = "Rule: " + html.escape("; ".join(rules) or "t-interval 95%") + "."
+    if any(r.startswith("group-sequential") for r in rules):
+        text += (" Seeds were added in rounds while a row stayed undecided: each row's interval is the one of its "
+                 "deciding (or last) look, at that look's level, which keeps the chance of a false verdict over all "
+                 "looks at 5% (2.5% a side; <code>hierbench.stats</code> derives it); <i>seeds</i> is what the verdict took, "
+                 "<i>stopped</i> why the row took no more.")
+    fragile = int((run.get("fragile") == True).sum()) if "fragile" in run else 0   # noqa: E712 (None for old rows)
+    return text + (f" Fragile: {fragile} of {len(run)} verdicts change when one seed is left out (column <i>kept "
+                   "without one seed</i>; the verdict says <i>fragile</i>): read them as near their interval's bound.")
 
 # %% ../nbs/11d_report.ipynb #c63c968e
 def _pep_html(runs: list[dict], add: _Figures) -> str:
@@ -437,7 +466,7 @@ def render_report(results: pd.DataFrame, ledger: pd.DataFrame, meta: dict, runs:
             "<h2>Claims ledger</h2><p>Effect = mean over seeds of the paired difference A−B; the seed interval decides "
             "the verdict (" + ", ".join(f"{k}: {v}" for k, v in counts.items()) + "); the evaluation bootstrap shows how "
             "much of it is the choice of test scenes. Each row's recipes differ in exactly the fields listed (checked "
-            "by a test). A single seed is always inconclusive.</p>" + forest + _ledger_table_html(ledger) +
+            "by a test). A single seed is always inconclusive. " + _rule_html(ledger) + "</p>" + forest + _ledger_table_html(ledger) +
             "<h2>Summary (mean ± 95% half-width over seeds; first row: chance)</h2>" + summary_table(results).to_html(escape=True) +
             "<h3>Accuracy per negative type</h3>" + types +
             "<h2>Fine-tuning stages</h2><p>Validation terms (held-out scenes) at the start → end of each fine-tune, "

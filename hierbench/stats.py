@@ -1,4 +1,4 @@
-"""One implementation of each interval, effect, power and verdict rule the workbench reports: paired effects over training seeds with t-intervals, the smallest effect a design detects, the seeds a target half-width needs, and the verdict rule of the claims ledger.
+"""One implementation of each interval, effect, power and verdict rule the workbench reports: paired effects over training seeds with t-intervals, the smallest effect a design detects, the seeds a target half-width needs, the verdict rule of the claims ledger, its group-sequential form for seeds added until a claim is decided, and fragile verdicts (leave one seed out).
 
 Docs: https://hierbench.github.io/hierbench/stats.html.md"""
 
@@ -6,14 +6,17 @@ Docs: https://hierbench.github.io/hierbench/stats.html.md"""
 
 # %% ../nbs/01b_stats.ipynb #db82167f
 from __future__ import annotations
-import math
+import functools, math
 from collections.abc import Mapping
+from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
 # %% auto #0
-__all__ = ['t_half_width', 'mean_interval', 'paired_effect', 'min_detectable_effect', 'seeds_for_half_width', 'verdict',
+__all__ = ['SPENDING', 't_half_width', 'mean_interval', 'paired_effect', 'min_detectable_effect', 'seeds_for_half_width',
+           'verdict', 'leave_one_out_verdicts', 'fragility', 'alpha_spent', 'look_schedule', 'sequential_levels',
+           'SequentialPlan', 'sequential_verdict', 'sequential_rates', 'simulate_sequential', 'power_curve',
            'bootstrap_weights', 'ratio_replicates', 'auc_replicates', 'paired_item_differences']
 
 # %% ../nbs/01b_stats.ipynb #23a6a9b6
@@ -63,6 +66,169 @@ def verdict(low: float, high: float, direction: str, margin: float = 0.02) -> st
     if direction == "lower": return "supported" if high < 0 else "contradicted" if low > 0 else "inconclusive"
     if direction == "no_worse": return "supported" if low > -margin else "contradicted" if high < -margin else "inconclusive"
     raise ValueError(f"unknown direction {direction!r}; use 'higher', 'lower' or 'no_worse'")
+
+# %% ../nbs/01b_stats.ipynb #17331388
+def leave_one_out_verdicts(diffs, direction: str, margin: float = 0.02, level: float = 0.95) -> list[str]:
+    "The verdict of the paired differences `diffs` (n,) without each seed in turn (n verdicts, at `level`); NaN seeds are left out first."
+    d = np.asarray(diffs, float)
+    d = d[np.isfinite(d)]
+    return [verdict(*mean_interval(np.delete(d, i), level)[1:3], direction, margin) for i in range(len(d))]
+
+def fragility(diffs, direction: str, margin: float = 0.02, level: float = 0.95) -> dict:
+    """`{verdict, kept, n, fragile}`: the verdict of all seeds, how many of the n leave-one-seed-out intervals keep it,
+    and whether any single seed overturns it (fragile)."""
+    d = np.asarray(diffs, float)
+    d = d[np.isfinite(d)]
+    full = verdict(*mean_interval(d, level)[1:3], direction, margin)
+    kept = sum(v == full for v in leave_one_out_verdicts(d, direction, margin, level))
+    return dict(verdict=full, kept=kept, n=len(d), fragile=bool(kept < len(d)))
+
+# %% ../nbs/01b_stats.ipynb #83e92bac
+SPENDING = ("obf", "pocock")
+
+def alpha_spent(t, alpha: float = 0.05, spending: str = "obf") -> np.ndarray:
+    """The two-sided error a Lan–DeMets spending function allows by information fraction `t` ∈ [0, 1] (seeds so far /
+    max seeds): 'obf' 4 − 4Φ(z_{1−α/4}/√t) (O'Brien–Fleming type, α/2 per side), 'pocock' α·ln(1 + (e − 1)t)."""
+    t = np.clip(np.asarray(t, float), 0.0, 1.0)
+    if spending == "obf":
+        safe = np.where(t > 0, t, 1.0)   # f(0) = 0; the placeholder 1.0 only keeps √t away from a division by zero
+        return np.where(t > 0, 4 - 4 * sps.norm.cdf(sps.norm.isf(alpha / 4) / np.sqrt(safe)), 0.0)
+    if spending == "pocock": return alpha * np.log1p((np.e - 1) * t)
+    raise ValueError(f"unknown spending function {spending!r}; use one of {SPENDING}")
+
+def look_schedule(first: int, max_seeds: int, step: int = 2) -> tuple[int, ...]:
+    "The seed counts at which the ledger looks: `first`, `first + step`, ..., `max_seeds` (the last round may add fewer)."
+    if first < 1 or step < 1: raise ValueError(f"looks: the first look ({first}) and the round size ({step}) must be >= 1")
+    if max_seeds < first: raise ValueError(f"looks: the most seeds ({max_seeds}) is below the first look's {first}")
+    return tuple(range(first, max_seeds, step)) + (max_seeds,)
+
+# %% ../nbs/01b_stats.ipynb #83240e70
+def _t_stat(total, squares, n: int):
+    "Paired t-statistics √n·mean/sd from running sums `total` and sums of squares `squares` of n values (NaN below 2)."
+    if n < 2: return np.full(np.shape(total), np.nan)
+    mean = total / n
+    var = np.maximum(squares - n * mean * mean, 0.0) / (n - 1)   # clamp: rounding can make a zero spread slightly negative
+    with np.errstate(divide="ignore", invalid="ignore"): return mean / np.sqrt(var / n)
+
+def _null_t_paths(looks: tuple, reps: int, rng):
+    "Per look, the t-statistics (reps,) of null paths (seed differences iid N(0, 1)): two draws per round and path."
+    total = squares = 0.0
+    for prev, n in zip((0,) + looks[:-1], looks):
+        m = n - prev                                          # the seeds this round adds
+        s = rng.standard_normal(reps) * math.sqrt(m)          # the round's sum ~ N(0, m)
+        within = rng.chisquare(m - 1, reps) if m > 1 else 0.0  # its spread about its own mean ~ χ²(m − 1)
+        total, squares = total + s, squares + within + s * s / m
+        yield _t_stat(total, squares, n)
+
+@functools.lru_cache(maxsize=64)
+def _levels(looks: tuple, alpha: float, spending: str, reps: int, seed: int) -> tuple:
+    spend = np.diff(np.r_[0.0, alpha_spent(np.asarray(looks) / looks[-1], alpha, spending)])   # α_k per look
+    if len(looks) == 1: return (float(1 - spend[0]) if looks[0] >= 2 else float("nan"),)   # one look: exact, no paths
+    alive, out = np.ones(reps, bool), []
+    for k, (n, t) in enumerate(zip(looks, _null_t_paths(looks, reps, np.random.default_rng(seed)))):
+        if n < 2: out.append(float("nan")); continue          # one seed: no interval, nothing decided
+        if k == 0: b = float(sps.t.isf(spend[0] / 2, n - 1)) if spend[0] > 0 else float("inf")
+        elif spend[k] * reps < 1: b = float("inf")            # less error than one path: spend none
+        else: b = float(np.quantile(np.where(alive, np.abs(t), 0.0), 1 - spend[k]))   # stopped paths cannot exit again
+        alive &= ~(np.abs(t) >= b)
+        out.append(float(1 - 2 * sps.t.sf(b, n - 1)))
+    return tuple(out)
+
+def sequential_levels(looks, alpha: float = 0.05, spending: str = "obf", reps: int = 400_000, seed: int = 0) -> np.ndarray:
+    """The nominal two-sided level ℓ_k of the t-interval read at each look `looks` (increasing seed counts) so that
+    look k spends α_k of `alpha` (`alpha_spent`) under the null with normal seed noise; NaN where a look has one seed.
+    Boundaries after the first come from `reps` simulated null paths (fixed `seed`: a plan always gives the same levels)."""
+    looks = tuple(int(n) for n in looks)
+    if not looks or looks[0] < 1 or any(b <= a for a, b in zip(looks, looks[1:])):
+        raise ValueError(f"looks {looks}: expected increasing seed counts >= 1")
+    return np.array(_levels(looks, float(alpha), spending, int(reps), int(seed)))
+
+# %% ../nbs/01b_stats.ipynb #09bd4ef5
+@dataclass(frozen=True)
+class SequentialPlan:
+    "The looks of a seeds-until-decided run (seed counts, planned before any seed), its two-sided error and spending."
+    looks: tuple
+    alpha: float = 0.05
+    spending: str = "obf"
+
+    def levels(self) -> np.ndarray: return sequential_levels(self.looks, self.alpha, self.spending)
+
+    @property
+    def rule(self) -> str:
+        "How its verdicts are decided, in words (the ledger's `rule` column)."
+        if len(self.looks) == 1: return f"t-interval {100 * (1 - self.alpha):g}%"
+        return f"group-sequential ({self.spending} spending of {self.alpha:g}, looks at {','.join(map(str, self.looks))} seeds)"
+
+# %% ../nbs/01b_stats.ipynb #00faf19d
+def sequential_verdict(diffs, plan: SequentialPlan, direction: str, margin: float = 0.02) -> dict:
+    """Read the paired differences `diffs` (in seed order; NaN left out) at each look of `plan` the data reach, stopping
+    at the first decided one. Returns the deciding (or last) look's `{verdict, look, n, level, effect, low, high,
+    fixed_verdict}` and `history` (one such dict per look read); `fixed_verdict` is today's 95% rule on the same seeds.
+    Below the first look: inconclusive, look 0, over all seeds at 95%."""
+    d = np.asarray(diffs, float)
+    d = d[np.isfinite(d)]
+    history = []
+    for k, (n, level) in enumerate(zip(plan.looks, plan.levels()), 1):
+        if n > len(d): break
+        effect, low, high, _ = mean_interval(d[:n], level) if np.isfinite(level) else (float(d[:n].mean()), -np.inf, np.inf, n)
+        fixed = verdict(*mean_interval(d[:n])[1:3], direction, margin)
+        history.append(dict(look=k, n=n, level=float(level), effect=effect, low=low, high=high,
+                            verdict=verdict(low, high, direction, margin), fixed_verdict=fixed))
+        if history[-1]["verdict"] != "inconclusive": break
+    if not history:
+        effect, low, high, n = mean_interval(d)
+        return dict(verdict="inconclusive", look=0, n=n, level=0.95, effect=effect, low=low, high=high,
+                    fixed_verdict=verdict(low, high, direction, margin), history=[])
+    return {**history[-1], "history": history}
+
+# %% ../nbs/01b_stats.ipynb #0d145c34
+def _seed_noise(rng, noise: str, shape) -> np.ndarray:
+    "Unit-variance seed noise: 'normal', or 'tDF' (Student t with DF > 2 degrees of freedom, scaled to variance 1)."
+    if noise == "normal": return rng.standard_normal(shape)
+    df = float(noise[1:]) if noise.startswith("t") and noise[1:].replace(".", "", 1).isdigit() else 0.0
+    if df <= 2: raise ValueError(f"noise {noise!r}: use 'normal' or 'tDF' with DF > 2 (finite variance), e.g. 't3'")
+    return rng.standard_t(df, shape) / math.sqrt(df / (df - 2))
+
+def sequential_rates(x: np.ndarray, plan: SequentialPlan, direction: str = "higher", margin: float = 0.02) -> dict:
+    """`sequential_verdict` on every row of `x` (reps, N >= the last look) of seed differences at once: the rates of
+    the three verdicts, `mean_seeds` (a row stops at its deciding look) and `decided_at` (K,): the share of rows first
+    decided at each look."""
+    if direction == "no_worse": x = x + margin          # no_worse reads A − B against −margin
+    elif direction == "lower": x = -x                   # lower is higher with the sign turned
+    elif direction != "higher": raise ValueError(f"unknown direction {direction!r}; use 'higher', 'lower' or 'no_worse'")
+    reps = len(x)
+    total, squares = np.cumsum(x, 1), np.cumsum(x * x, 1)
+    open_, up, down = np.ones(reps, bool), np.zeros(reps, bool), np.zeros(reps, bool)
+    used, decided_at = np.full(reps, plan.looks[-1]), []
+    for n, level in zip(plan.looks, plan.levels()):
+        hi = lo = np.zeros(reps, bool)
+        if np.isfinite(level):
+            t, b = _t_stat(total[:, n - 1], squares[:, n - 1], n), sps.t.ppf(0.5 + level / 2, n - 1)
+            hi, lo = open_ & (t > b), open_ & (t < -b)
+        up |= hi; down |= lo; used[hi | lo] = n; open_ &= ~(hi | lo)
+        decided_at.append(float((hi | lo).mean()))
+    return dict(supported=float(up.mean()), contradicted=float(down.mean()), inconclusive=float(open_.mean()),
+                mean_seeds=float(used.mean()), decided_at=np.array(decided_at))
+
+def simulate_sequential(effect: float, plan: SequentialPlan, direction: str = "higher", margin: float = 0.02,
+                        noise: str = "normal", reps: int = 20_000, seed: int = 0) -> dict:
+    """`sequential_rates` of `reps` simulated claims whose seed differences have mean `effect` and unit sd (`noise`:
+    'normal' or 'tDF'), drawn as one (reps, N) array."""
+    x = _seed_noise(np.random.default_rng(seed), noise, (reps, plan.looks[-1])) + effect
+    return sequential_rates(x, plan, direction, margin)
+
+# %% ../nbs/01b_stats.ipynb #3d20334e
+def power_curve(effects, plan: SequentialPlan, noise: str = "normal", reps: int = 20_000, seed: int = 0) -> pd.DataFrame:
+    """Per true effect in `effects` (seed-sd units): P(supported) and mean seeds of `plan`, beside P(supported) of one
+    95% interval at the first look's seeds (`fixed_first`) and at the most seeds (`fixed_max`)."""
+    first, most = SequentialPlan(plan.looks[:1], plan.alpha), SequentialPlan(plan.looks[-1:], plan.alpha)
+    rows = []
+    for e in effects:
+        s = simulate_sequential(e, plan, noise=noise, reps=reps, seed=seed)
+        rows.append(dict(effect=e, power=s["supported"], mean_seeds=s["mean_seeds"],
+                         fixed_first=simulate_sequential(e, first, noise=noise, reps=reps, seed=seed)["supported"],
+                         fixed_max=simulate_sequential(e, most, noise=noise, reps=reps, seed=seed)["supported"]))
+    return pd.DataFrame(rows).set_index("effect")
 
 # %% ../nbs/01b_stats.ipynb #34554379
 def bootstrap_weights(n_scenes: Mapping[str, int], n_boot: int, seed: int = 0):

@@ -85,9 +85,10 @@ class TrainConfig:
         if unknown and strict: raise ValueError(f"unknown TrainConfig field(s) {sorted(unknown)}; known: {sorted(known)}")
         return cls(**{k: v for k, v in d.items() if k in known})
 
-# Fields that may change between an interrupted run and its resumption without changing any logged number.
+# Fields that may change between an interrupted run and its resumption without changing any logged number
+# (`seed_group`: the seeds `hierbench.seed_batch` trained in one process with this one).
 RESUME_FREE_FIELDS = ("quiet", "device", "log_every", "ckpt_every", "keep_checkpoints", "run_dir", "num_workers",
-                      "save_optimizer")
+                      "save_optimizer", "seed_group")
 
 # %% ../nbs/09_train.ipynb #50959212
 NO_DECAY_NAME_KEYS = ("bias", "logit_scale", "alpha", "curv", "log_c")

@@ -125,8 +125,8 @@ def test_a_launcher_is_one_replaceable_function(tmp_path):
         try: return C.InProcess()(tasks, deps, run)
         finally: torch.set_num_threads(threads)
     a = C.run_compare("smoke", seeds=1, out=tmp_path / "a", recipes=["read"], launcher=launcher, log=lambda *_: None)
-    assert seen["tasks"] == [C.DECODER_TASK, (0, "clip"), (0, "read")]
-    assert seen["deps"][(0, "read")] == [(0, "clip"), C.DECODER_TASK]
+    assert seen["tasks"] == [C.DECODER_TASK, ((0,), "clip"), ((0,), "read")]
+    assert seen["deps"][((0,), "read")] == [((0,), "clip"), C.DECODER_TASK]
     assert a["meta"]["launcher"] == "function" and a["meta"]["budget"]["arch"] == "world-debug"
     b = C.run_compare("smoke", seeds=1, out=tmp_path / "b", recipes=["read"], jobs=2, log=lambda *_: None)
     assert b["meta"]["launcher"] == "ProcessPool" and b["meta"]["jobs"] == 2

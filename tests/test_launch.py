@@ -213,8 +213,8 @@ def test_slurm_launcher_submits_one_array_per_stage_with_afterok(tmp_path, fake_
     assert "#SBATCH --array=0-2%3" in first and "--dependency" not in first          # decoder + 2 pre-trainings
     assert "#SBATCH --array=0-3%4" in second and "#SBATCH --dependency=afterok:101" in second   # 4 fine-tunes
     assert {t: j.job_id for t, j in jobs.items()} == {
-        C.DECODER_TASK: "101_0", (0, "clip"): "101_1", (1, "clip"): "101_2",
-        (0, "negclip"): "102_0", (0, "read"): "102_1", (1, "negclip"): "102_2", (1, "read"): "102_3"}
+        C.DECODER_TASK: "101_0", ((0,), "clip"): "101_1", ((1,), "clip"): "101_2",
+        ((0,), "negclip"): "102_0", ((0,), "read"): "102_1", ((1,), "negclip"): "102_2", ((1,), "read"): "102_3"}
     for t, j in jobs.items():   # each array task's pickled call: the requeueable graph job of its task
         call = submitit.helpers.DelayedSubmission.load(j.paths.submitted_pickle)
         assert isinstance(call.function, L.Requeueable) and call.function.args == (t,)
