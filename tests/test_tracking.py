@@ -94,9 +94,9 @@ def test_compare_passes_report_to_to_every_run_without_touching_reuse(tmp_path, 
     assert budget.run_key() == BUDGETS["smoke"].run_key()   # a finished run is reused whatever the dashboards
     seen = {}
     class Stop(Exception): pass
-    def fake(recipe, folder, data, **kw): seen.update(kw); raise Stop
-    monkeypatch.setattr(C, "train_recipe", fake)
-    with pytest.raises(Stop): C._train_run(C.get_recipe("clip"), 0, budget, tmp_path, tmp_path / "r")
+    def fake(recipe, out, seeds, data, **kw): seen.update(kw); raise Stop
+    monkeypatch.setattr(C, "train_seeds", fake)
+    with pytest.raises(Stop): C._train_runs(C.get_recipe("clip"), [0], budget, tmp_path)
     assert seen["report_to"] == ("tensorboard",)
     with pytest.raises(SystemExit) as e: main(["compare", "--out", str(tmp_path / "c"), "--report-to", "mlflow"])
     assert "accepted: tensorboard, wandb" in str(e.value.code) and not (tmp_path / "c").exists()
