@@ -3,7 +3,8 @@ give the same set and the same numbers, every recall equals a plain open_clip + 
 written here, ties are counted pessimistically (and counted), Lorentz models rank by −geodesic distance, and bad
 input is named or set aside and counted. Random weights only: nothing is downloaded; the library never imports
 clip_benchmark."""
-import io, json, sys
+import io, json
+from pathlib import Path
 
 import numpy as np
 import open_clip
@@ -338,4 +339,11 @@ def test_per_query_rows_survive_the_items_file_and_feed_paired_differences():
 
 
 def test_library_does_not_import_clip_benchmark():
-    assert "clip_benchmark" not in sys.modules
+    """No module of the library imports clip_benchmark, at the top or in a function: read from the source, since
+    tests/test_clip_benchmark_parity.py imports it into the same test session (`sys.modules` cannot tell)."""
+    import ast, hierbench
+    for path in sorted(Path(hierbench.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            assert not any(n.split(".")[0] == "clip_benchmark" for n in names), f"{path.name}:{node.lineno} imports clip_benchmark"
