@@ -105,6 +105,10 @@ def _extra(s, event: str, step: int) -> dict:
         if isinstance(res, Mapping): out.update(res)
     return out
 
+def _notify(s, event: str, **state):
+    "Tell the seed's callbacks what `train` tells its own (events for metric sinks such as `hierbench.tracking.Tracker`)."
+    for cb in s.callbacks: cb(event, dict(state, model=s.r.model, teacher=s.r.teacher))
+
 def _begin(run, seed: int) -> SimpleNamespace:
     "Set one seed up as `train` does (folder, RNG, optimizer, schedule, batches; resume) and log its step-0 'begin' terms."
     r = T._setup_run(run.model, run.data, run.cfg, run.teacher, run.modules, run.collate_fn)
@@ -113,10 +117,12 @@ def _begin(run, seed: int) -> SimpleNamespace:
                         clamps=[c for c in (T.clamp_hook(m) for m in (r.model, *r.modules.values())) if c is not None],
                         end=run.cfg.steps if run.stop_at is None else min(run.cfg.steps, int(run.stop_at)),
                         t0=time.time(), last={}, last_ckpt=None, preempted=None, error=None)
+    _notify(s, "run_start", step=start, start=start, run_dir=r.run_dir, config=r.cfg_dict, is_main=r.info.is_main)
     if start == 0:
         begin = _extra(s, "begin", 0)
         if begin and r.info.is_main:
             with open(r.metrics_path, "a") as f: f.write(json.dumps(dict(step=0, **begin)) + "\n")
+            _notify(s, "metrics", step=0, metrics=dict(step=0, **begin))
     s.rng = get_rng_state()
     return s
 
@@ -128,6 +134,7 @@ def _step(s, t: int) -> float:
     metrics = None
     if step % cfg.log_every == 0 or step == cfg.steps or step == s.end:
         metrics = s.last = T._log_step(s.r, step, lr, terms, vals, grad_norm, s.t0, lambda e, st: _extra(s, e, st))
+        _notify(s, "metrics", step=step, metrics=metrics)   # the line metrics.jsonl got
     for cb in s.callbacks:
         cb("step_end", dict(step=step, model=s.r.model, optimizer=s.r.optimizer, teacher=s.r.teacher, metrics=metrics))
     if any(getattr(cb, "stop_requested", False) for cb in s.callbacks): s.end = step   # e.g. a plateau
@@ -186,6 +193,7 @@ def train_group(runs: Sequence, stop_signals: Iterable[str | int] | PreemptionGu
                     bar.update(step, f"mean loss {sum(losses) / len(losses):.4f} over {len(losses)} seed(s), {rate:.0f} samples/s")
     finally:
         bar.close(); guard.__exit__()
+        for s in states: _notify(s, "run_end", step=s.end)   # e.g. a Tracker closes its writers, also after an error
     results = []
     for s in states:
         if s.error is not None: continue

@@ -59,6 +59,18 @@ def test_a_resumed_run_shows_each_step_once(tmp_path):
     assert [e.step for e in ea.Images("norms/distribution")] == [6]
 
 
+def test_seeds_side_by_side_report_like_seeds_alone(tmp_path):
+    "`compare` trains through `seed_batch.train_seeds`: each seed's dashboard holds its own metrics.jsonl, figures included."
+    from hierbench.seed_batch import train_seeds
+    res = train_seeds("negclip", tmp_path / "group", [0, 1], init_checkpoint=None, report_to="tensorboard",
+                      validation=Validation(every=2, n=32), **{k: v for k, v in _kw(tmp_path).items() if k != "quiet"})
+    for r in res:
+        ea = _check_scalars_equal_metrics(r.run_dir)
+        assert [e.step for e in ea.Images("norms/distribution")] == [0, 2, 4, 6]
+    a, b = (read_metrics(r.run_dir) for r in res)
+    assert a[-1]["loss"] != b[-1]["loss"]   # two seeds, two dashboards: not one seed's lines twice
+
+
 def test_wandb_is_offline_unless_the_user_says_otherwise(tmp_path, monkeypatch):
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.setenv("WANDB_SILENT", "true")
