@@ -37,6 +37,9 @@ def test_the_tool_runs_both_arms_fairly_and_reuses_them(tmp_path, monkeypatch):
     cfg = lvf.lora_folder(out, 2, 0) / "config.json"
     c = json.loads(cfg.read_text()); c["lr"] = 1.0; cfg.write_text(json.dumps(c))
     with pytest.raises(SystemExit, match="differ in lr"): lvf.check_fair(out, 2, 0)
+    c["lr"] = json.loads((out / "runs" / "degla" / "seed0" / "config.json").read_text())["lr"]; c["device"] = "cuda"
+    cfg.write_text(json.dumps(c))   # another device sums in another order: not only LoRA either
+    with pytest.raises(SystemExit, match="differ in device"): lvf.check_fair(out, 2, 0)
     # a LoRA arm at 10x the learning rate: the pair may differ in lr, by that factor only
     lvf.run(tiny, 1, out, 2, log=lambda m: None, lr_scale=10)
     lr = {a: json.loads((f / "config.json").read_text())["lr"] for a, f in (("full", out / "runs" / "degla" / "seed0"),
