@@ -40,3 +40,21 @@ def test_a_malformed_interval_names_the_row(tmp_path):
         "| DEG-1 | negclip | clip | comp_acc | +0.65 | +0.14 to +1.16 | points | supported |")])
     page = tmp_path / "p.ipynb"; nbformat.write(nb, page)
     with pytest.raises(ValueError, match="DEG-1 negclip − clip comp_acc"): claims_forest.ledger_from_page(page)
+
+
+def test_rows_of_a_compare_claims_json(tmp_path):
+    "`--claims`: a compare's own ledger, rows not run left out, the title naming the budget, seeds reached and rule."
+    import json
+    rows = [dict(id="DEG-1", a="degla", b="clip", metric="comp_acc", effect=0.008, ci_low=-0.01, ci_high=0.03,
+                 boot_low=0.0, boot_high=0.02, verdict="inconclusive", fragile=False, n=9),
+            dict(id="READ-1", a="read", b="read-base", metric="comp_acc", effect=0.002, ci_low=0.001, ci_high=0.004,
+                 boot_low=0.0, boot_high=0.004, verdict="supported", fragile=True, n=5),
+            dict(id="ARG-2", a="argent", b="argent-no-weight", metric="pep_auc", effect=None, ci_low=None, ci_high=None,
+                 boot_low=None, boot_high=None, verdict="not run", fragile=None, n=0)]
+    path = tmp_path / "claims.json"
+    path.write_text(json.dumps(dict(meta=dict(budget=dict(name="standard"), seeds=9, until_decided=dict(stopped="time cap")),
+                                    claims=rows)))
+    led, title = claims_forest.ledger_from_claims(path)
+    assert list(led.id) == ["DEG-1", "READ-1"] and "standard budget, 5–9 seeds" in title and "last look" in title
+    path.write_text(json.dumps(dict(meta={}, claims=[{"id": "DEG-1"}])))
+    with pytest.raises(ValueError, match="claims.json.*lack"): claims_forest.ledger_from_claims(path)
