@@ -2,8 +2,8 @@
 """Draw the README's figure: the claims ledger of the standard run as a forest plot (PNG).
 
 With `--claims OUT/claims.json` the rows are a compare's own ledger (for `--until-decided`, each row's interval is
-the one its last look read, at that look's level). Otherwise they are read from the claims-ledger results page (`nbs/results/2026-12-02_claims-ledger.ipynb`, its
-markdown table: claim, A, B, metric, effect, 95% seed interval, unit, verdict), so the numbers stand in one place;
+the one its last look read, at that look's level). Otherwise they are read from the claims-ledger results page
+(`nbs/results/2026-12-02_claims-ledger.ipynb`, its markdown table: claim, A, B, metric, effect, 95% seed interval, unit, verdict), so the numbers stand in one place;
 `points` rows are converted to the metric's own units (÷ 100). Drawn with `hierbench.report.forest_figure` and
 written with kaleido (needs Chrome/Chromium). Usage:
     .venv/bin/python tools/claims_forest.py [--page PAGE | --claims CLAIMS_JSON] [--out nbs/images/claims_forest.png]
