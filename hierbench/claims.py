@@ -7,6 +7,7 @@ Docs: https://hierbench.github.io/hierbench/claims.html.md"""
 # %% ../nbs/11c_claims.ipynb #44f2e3c6
 from __future__ import annotations
 from dataclasses import dataclass
+from typing import Mapping
 import numpy as np, pandas as pd
 from .budgets import BUDGETS, plan_runs
 from .evaluate import bootstrap_replicates, scene_counts
@@ -188,17 +189,19 @@ def _claim_row(c: Claim, wide: pd.DataFrame, items: dict | None, W: dict | None,
 
 # %% ../nbs/11c_claims.ipynb #e1b70663
 def evaluate_claims(results: pd.DataFrame, claims: list[Claim] | None = None, items: dict | None = None,
-                    n_boot: int = 1000, seed: int = 0, plan: SequentialPlan | None = None) -> pd.DataFrame:
+                    n_boot: int = 1000, seed: int = 0, plan: SequentialPlan | None = None,
+                    scenes: Mapping[str, int] | None = None) -> pd.DataFrame:
     """The ledger: one row per claim row. `results` has columns recipe, seed, metric, value. Per row: effect A−B paired
     by seed with its 95% t-interval (training-seed variance), the minimum detectable effect at that seed count, and —
     when `items[(recipe, seed)]` holds the per-item records — a paired evaluation bootstrap over scenes (evaluation-
     sample variance: the same resampled scenes for both arms and every seed, effect averaged over seeds). `plan`: the
-    looks of a seeds-until-decided run (`hierbench.stats.SequentialPlan`): each row read by the group-sequential rule."""
+    looks of a seeds-until-decided run (`hierbench.stats.SequentialPlan`): each row read by the group-sequential rule.
+    `scenes`: the scenes of each split the bootstrap resamples, in order (default: the first run's items tell)."""
     claims = CLAIMS if claims is None else claims
     wide = results.pivot_table(index=["metric", "seed"], columns="recipe", values="value", aggfunc="mean")
     W = None
     if items:
-        n = scene_counts(next(iter(items.values())))
+        n = dict(scenes) if scenes is not None else scene_counts(next(iter(items.values())))
         draws = list(bootstrap_weights(n, n_boot, seed))
         W = {s: np.stack([d[s] for d in draws]) for s in n}
     cache: dict = {}
