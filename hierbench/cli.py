@@ -229,6 +229,8 @@ def add_claims_parser(sub):
     d.add_argument("--json", default=None, metavar="FILE", help="write the recomputed claims.json here")
     d.add_argument("--forest", default=None, metavar="PNG", help="draw the forest plot (kaleido and Chrome/Chromium)")
     d.add_argument("--records", default=None, metavar="OUT", help="reduce the compare folder DIR to ledger records in OUT")
+    d.add_argument("--variance", action="store_true", help="also each row's seed variance split into training and "
+                   "evaluation (scene) noise, and its interval with unlimited scenes")
     d.set_defaults(func=LazyCommand("hierbench.commands:cmd_claims"))
     return d
 

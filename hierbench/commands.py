@@ -16,7 +16,8 @@ from .bench import format_report, run_benchmarks
 from .benchmarks import evaluate_benchmarks
 from .budgets import BUDGETS, Budget
 from .cli import _csv
-from .compare import main_job_dir
+from .claims import variance_components
+from .compare import eval_scene_counts, main_job_dir
 from .records import (LEDGER_FILE, RecordsError, forest_title, ledger_differences, ledger_from_folder,
                                ledger_from_records, read_records, write_records)
 from .report import forest_figure, headline_table
@@ -247,6 +248,10 @@ def cmd_claims(args):
     print(f"README table ({budget.name} budget: mean ± 95% half-width over each recipe's seeds, chance in brackets):\n")
     print(headline_table(res["results"], budget.n_test))
     print_ledger(res["ledger"], res["meta"])
+    if args.variance:
+        var = variance_components(res["ledger"], res["results"], res["items"], eval_scene_counts(budget), n_boot=budget.n_boot)
+        print_table(var.drop(columns=["id"]).set_index(var.id).round(6), "where each row's uncertainty lives (variances per "
+                    "seed; eval_in_seed: scene noise inside the seed spread; half_width_no_eval: with unlimited scenes)")
     if res["reference"] is not None:
         diffs = ledger_differences(json.loads(json.dumps(res["document"])), res["reference"])
         if diffs: sys.exit(f"hierbench claims: the recomputed ledger differs from {src / 'claims.json'}: " + "; ".join(diffs[:5]))

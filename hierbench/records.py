@@ -372,11 +372,11 @@ def read_records(folder: str | Path) -> LedgerRecords:
 
 # %% ../nbs/11g_records.ipynb #4b6cf1fd
 def ledger_from_records(records: LedgerRecords) -> dict:
-    "The claims ledger recomputed from records alone: results, ledger, power, meta and claims.json's document."
+    "The claims ledger recomputed from records alone: results, ledger, meta, claims.json's document and the items read."
     results, ledger = claims_ledger(records.runs, records.items, records.plan.budget, records.plan.sequential,
                                     records.plan.still_open)
     meta = records.ledger.get("meta") or {}
-    return dict(results=results, ledger=ledger, meta=meta, document=claims_document(meta, ledger))
+    return dict(results=results, ledger=ledger, meta=meta, document=claims_document(meta, ledger), items=records.items)
 
 # %% ../nbs/11g_records.ipynb #fe6ec556
 def ledger_differences(document: Mapping, reference: Mapping) -> list[str]:
@@ -420,7 +420,7 @@ def ledger_from_folder(out: str | Path) -> dict:
     results, ledger = claims_ledger(runs, items, plan.budget, plan.sequential, plan.still_open)
     meta = _folder_meta(out, plan)
     same = (out / "claims.json").is_file() and json.loads((out / "claims.json").read_text()).get("meta") == meta
-    return dict(results=results, ledger=ledger, meta=meta, document=claims_document(meta, ledger),
+    return dict(results=results, ledger=ledger, meta=meta, document=claims_document(meta, ledger), items=items,
                 reference=json.loads((out / "claims.json").read_text()) if same else None)
 
 # %% ../nbs/11g_records.ipynb #2f0e10e1
