@@ -6,7 +6,7 @@ Docs: https://hierbench.github.io/hierbench/records.html.md"""
 
 # %% ../nbs/11g_records.ipynb #9e2b55b1
 from __future__ import annotations
-import dataclasses, gzip, hashlib, json, platform, shutil, subprocess, time
+import dataclasses, gzip, hashlib, json, platform, shutil, subprocess, time, zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
@@ -165,6 +165,14 @@ def report_only_meta(plan: RunPlan) -> dict:
                 threads=None, **({"until_decided": plan.until_decided} if plan.until_decided else {}))
 
 # %% ../nbs/11g_records.ipynb #a740403e
+def _write_npz(path: Path, arrays: Mapping):
+    "A compressed .npz that `np.load` reads, byte for byte the same for the same arrays (no timestamps, sorted keys)."
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as z:
+        for key in sorted(arrays):
+            info = zipfile.ZipInfo(f"{key}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            with z.open(info, "w", force_zip64=True) as f: np.lib.format.write_array(f, np.asarray(arrays[key]), allow_pickle=False)
+
 def _fields_of(arrays: Mapping) -> dict:
     "`{'split|record': {field, ...}}` of per-item arrays keyed 'RECIPE|SEED|split|record|field'."
     out: dict = {}
@@ -253,8 +261,8 @@ def write_records(compare_dir: str | Path, out: str | Path) -> Path:
     if tmp.exists(): shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
     (tmp / LEDGER_FILE).write_text(json.dumps(_json_safe(ledger_json), indent=1))
-    with gzip.open(tmp / RUNS_FILE, "wt", compresslevel=9) as f: f.write("\n".join(lines) + "\n")
-    np.savez_compressed(tmp / ITEMS_FILE, **_share(arrays))
+    with gzip.GzipFile(tmp / RUNS_FILE, "wb", compresslevel=9, mtime=0) as f: f.write(("\n".join(lines) + "\n").encode())
+    _write_npz(tmp / ITEMS_FILE, _share(arrays))
     (tmp / CLAIMS_FILE).write_text(json.dumps(claims_document(meta, ledger), indent=1))
     (tmp / "README.md").write_text(readme)
     old = out.with_name(f".{out.name}.old")
