@@ -189,14 +189,14 @@ def view_layouts(emb: torch.Tensor, geometry: str, c: float = 1.0, euclidean: st
     out["euclidean"] = dict(method=euclidean, coords=project_2d(emb.double(), euclidean, geometry=geometry, c=c, seed=seed))
     return out
 
-# %% ../nbs/12b_view.ipynb #002b9646
+# %% ../nbs/12b_view.ipynb #c98249e3
 @torch.no_grad()
 def item_fields(model, emb: torch.Tensor, items: ViewItems, chunk: int = 2048) -> pd.DataFrame:
     "Per row of `items.table`: `norm` (float) and the nearest more-general caption `parent` ('' for the most general)."
     geometry, c = view_geometry(model)
     root = encode_texts(model, [""]).cpu()[0] if geometry == "euclidean" else None
     norm = embedding_radius(emb, geometry, c, root).double()
-    is_text = torch.as_tensor((items.table.kind == "text").to_numpy())
+    is_text = torch.tensor((items.table.kind == "text").to_numpy())
     t_idx = torch.nonzero(is_text).squeeze(1)
     texts = items.table.text.to_numpy()
     parents = []
@@ -273,7 +273,7 @@ def color_labels(view: View, color_by: str = "label") -> list[str]:
     col = view.fields.parent if color_by == "parent" else t[color_by]
     return [f"{color_by} {v}" if color_by == "depth" else str(v) for v in col.fillna("—")]
 
-# %% ../nbs/12b_view.ipynb #03259ec7
+# %% ../nbs/12b_view.ipynb #c10b410d
 def _samples(hv, view: View, media: Path, final_media: Path, color_by: str) -> list:
     "HyperView samples: world arrays written as PNGs into `media` (referenced at `final_media`, where they will be)."
     from PIL import Image
@@ -316,8 +316,13 @@ def write_workspace(view: View, out: str | Path, name: str = "hierbench", color_
         runtime.workspace_registry.ensure_workspace("default", activate=True)
         runtime.set_workspace_dataset("default", name)
         titles = {"poincare": "Poincaré (HoroPCA)", "euclidean": f"Euclidean ({view.layouts['euclidean']['method'].upper()})"}
-        scatters = [hv.ui.Scatter(id=f"scatter-{g}", title=titles[g], layout_key=k, geometry=g) for g, k in keys.items()]
-        hv.ui.View(hv.ui.Explorer(), hv.ui.Horizontal(*scatters), hv.ui.Samples()).apply(runtime, "default")
+        # the layouts side by side (Poincaré first), then the samples and the labels panel HyperView colours and filters by
+        scatters, prev = [], None
+        for g, k in keys.items():
+            scatters.append(hv.ui.Scatter(id=f"scatter-{g}", title=titles[g], layout_key=k, geometry=g, preset=f"{g}-2d",
+                                          reference_panel_id=prev, direction="right" if prev else None))
+            prev = f"scatter-{g}"
+        hv.ui.View(*scatters, hv.ui.Samples(), hv.ui.Explorer()).apply(runtime, "default")
         runtime.set_active_layout("default", next(iter(keys.values())))
         record = dict(format="hierbench-view/1", dataset=name, model=view.model_name, geometry=view.geometry,
                       curvature=view.curv if view.geometry == "lorentz" else None, title=view.items.title,
