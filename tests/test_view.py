@@ -131,20 +131,51 @@ def test_static_bundle_draws_the_points_in_chromium(world_bundle, static_server,
     assert left > 150 and right > 150, (left, right)      # points in the Poincaré disk and in the PCA panel
     dom = _chromium(url, tmp_path, "--dump-dom").stdout
     assert "Poincaré (HoroPCA)" in dom and "Euclidean (PCA)" in dom
-    labels = json.loads((world_bundle / "bundle" / "api" / "dataset.json").read_text())
     for cls in ("triangle", "square", "circle"): assert f">{cls}<" in dom, cls   # the labels panel lists the classes
     if os.environ.get("HIERBENCH_VIEW_SCREENSHOT"): shutil.copy(shot, os.environ["HIERBENCH_VIEW_SCREENSHOT"])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0)); return s.getsockname()[1]
+
+def _cdp_screenshot(url: str, png: Path, profile: Path, wait_s: float = 15.0):
+    """A screenshot after `wait_s` real seconds, through Chromium's DevTools protocol: a live HyperView page keeps a
+    connection open, so `--virtual-time-budget` (which waits for the network to go quiet) would wait forever."""
+    import base64, time, urllib.request
+    from websockets.sync.client import connect
+    port = _free_port()
+    proc = subprocess.Popen([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                             f"--user-data-dir={profile}", f"--remote-debugging-port={port}", "--remote-allow-origins=*",
+                             "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(150):
+            try: tabs = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=1)); break
+            except OSError: time.sleep(0.2)
+        with connect(next(t["webSocketDebuggerUrl"] for t in tabs if t["type"] == "page"), max_size=2 ** 26) as ws:
+            calls = iter(range(1, 100))
+            def call(method, **params):
+                i = next(calls); ws.send(json.dumps({"id": i, "method": method, "params": params}))
+                while True:
+                    msg = json.loads(ws.recv(timeout=60))
+                    if msg.get("id") == i: return msg.get("result", {})
+            call("Emulation.setDeviceMetricsOverride", width=1400, height=900, deviceScaleFactor=1, mobile=False)
+            call("Page.navigate", url=url)
+            time.sleep(wait_s)
+            png.write_bytes(base64.b64decode(call("Page.captureScreenshot", format="png")["data"]))
+    finally:
+        proc.terminate(); proc.wait(10)
 
 
 @needs_view
 @needs_chromium
 def test_served_workspace_draws_the_points(world_bundle, tmp_path):
+    pytest.importorskip("websockets")
     from hierbench.view import serve_workspace
-    with socket.socket() as s: s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
-    session = serve_workspace(world_bundle / "ws", port=port, block=False)
+    session = serve_workspace(world_bundle / "ws", port=_free_port(), block=False)
     try:
         shot = tmp_path / "served.png"
-        _chromium(session.url, tmp_path, f"--screenshot={shot}")
+        _cdp_screenshot(session.url, shot, tmp_path / "profile")
         left, right = _coloured_pixels(shot)
         assert left > 150 and right > 150, (left, right)
     finally: session.stop()
