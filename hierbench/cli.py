@@ -254,7 +254,7 @@ def add_compare_parser(sub):
 # %% ../nbs/15_cli.ipynb #5af21932
 def add_bench_parser(sub):
     d = sub.add_parser("bench", help="speed and memory as ratios against baselines measured in the same run")
-    d.add_argument("--sections", default=None, help="comma-separated: " + ",".join(BENCH_SECTIONS) + " (default: all but real, evals and lora, which step or evaluate a ViT-B/32: the training step beside open_clip_train, zero-shot and retrieval beside a plain open_clip loop, LoRA against the full fine-tune)")
+    d.add_argument("--sections", default=None, help="comma-separated: " + ",".join(BENCH_SECTIONS) + " (default: all but real, evals, lora and view, which step, evaluate or view a ViT-B/32: the training step beside open_clip_train, zero-shot and retrieval beside a plain open_clip loop, LoRA against the full fine-tune, hierbench view against the encoding alone)")
     d.add_argument("--quick", action="store_true", help="tiny sizes (a plumbing check; the numbers mean nothing)")
     d.add_argument("--compare-dir", default=None, help="a `hierbench compare` output folder to read (default: run a smoke compare)")
     d.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")

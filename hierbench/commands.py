@@ -234,7 +234,7 @@ def cmd_compare(args):
 
 # %% ../nbs/15a_commands.ipynb #63d439ba
 def cmd_bench(args):
-    sections = tuple(_csv(args.sections)) if args.sections else tuple(s for s in BENCH_SECTIONS if s not in ("real", "evals", "lora"))
+    sections = tuple(_csv(args.sections)) if args.sections else tuple(s for s in BENCH_SECTIONS if s not in ("real", "evals", "lora", "view"))
     report = run_benchmarks(sections, quick=args.quick, compare_dir=args.compare_dir, threads=args.threads,
                             model_preset=args.arch, batch_size=args.batch_size, precision=args.precision,
                             log=lambda m: print(m, file=sys.stderr))
