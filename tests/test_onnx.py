@@ -69,6 +69,13 @@ def test_world_run_exports_and_onnxruntime_equals_torch(world_run, world_export)
     assert max(cfg["check"]["max_abs_diff"].values()) <= TOL
 
 
+def test_world_resnet_tower_exports(tmp_path):
+    "world-tiny, the default world architecture: a ResNet image tower (BatchNorm, channels-last) + the word tokenizer."
+    model = create_model("world-tiny", geometry="lorentz").eval()
+    res = export_onnx(model, tmp_path / "onnx")
+    assert max(res["max_abs_diff"].values()) <= TOL, res["max_abs_diff"]
+
+
 def test_vit_with_open_clip_tokenizer_exports(tmp_path):
     "A ViT with open_clip's byte-pair tokenizer and CLIP normalisation (real-tiny), Euclidean and Lorentz heads."
     for geometry in ("euclidean", "lorentz"):

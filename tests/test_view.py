@@ -243,6 +243,21 @@ def test_layouts_without_hyperview():
     assert set(view_layouts(torch.nn.functional.normalize(x, dim=-1), "euclidean")) == {"euclidean"}
 
 
+def test_fields_and_colours_on_a_euclidean_model():
+    "A Euclidean model: radii from the empty text, parents closer to it, and each --color-by choice as labels."
+    from hierbench.encoding import WordHashModel
+    from hierbench.view import COLOR_BY, color_labels, item_fields
+    model = WordHashModel(dim=16)
+    items = world_items(6, ("test-iid",), cache_dir=False)
+    view = build_view(model, items)
+    assert set(view.layouts) == {"euclidean"} and view.geometry == "euclidean"
+    norm_of = dict(zip(items.table.text, view.fields.norm))
+    assert all(norm_of[p] < n for p, n in zip(view.fields.parent, view.fields.norm) if p)
+    for c in COLOR_BY: assert len(color_labels(view, c)) == len(items.table)
+    assert len(set(color_labels(view, "norm"))) == 4 and set(color_labels(view, "kind")) == {"image", "text"}
+    with pytest.raises(ValueError, match="--color-by"): color_labels(view, "colour")
+
+
 @needs_view
 def test_hyper_models_runs_the_onnx_image_tower(tmp_path):
     "The ONNX notebook's claim: hyper-models' own ONNX runner takes hierbench's image.onnx from a local path."
