@@ -22,6 +22,7 @@ from .bench_real import (   # section `real` and the pieces every section shares
     recipe_forward, torch_threads, bench_lora, format_lora)
 from .geometry import geometry_speed_ratios
 from .bench_eval import EVAL_FULL, EVAL_QUICK, bench_evals, format_evals   # section `evals`
+from .bench_view import VIEW_FULL, VIEW_QUICK, bench_view, format_view   # section `view`
 from . import data as D, models as M, recipes as R, train as T
 from .sources import WorldData, world_captions, world_source
 from .decoder import ReconstructionHead, pretrain_decoder
@@ -404,6 +405,7 @@ def run_benchmarks(sections=SECTIONS, quick: bool = False, compare_dir: str | Pa
             elif sec == "evals": out[sec] = bench_evals(EVAL_QUICK if quick else EVAL_FULL, device)
             elif sec == "lora": out[sec] = bench_lora(sizes, device, precision)
             elif sec == "seeds": out[sec] = bench_seeds(sizes, log)
+            elif sec == "view": out[sec] = bench_view(VIEW_QUICK if quick else VIEW_FULL, log=log)
             else: out[sec] = bench_compare(sizes, compare_dir)
             seconds[sec] = time.perf_counter() - t0
         out["meta"].update(section_seconds=seconds, peak_rss_mb=peak_rss_mb())
@@ -480,4 +482,5 @@ def format_report(report: dict) -> str:
     if "evals" in report: lines += format_evals(report["evals"])
     if "lora" in report: lines += format_lora(report["lora"])
     if "seeds" in report: lines += format_seeds(report["seeds"])
+    if "view" in report: lines += format_view(report["view"])
     return "\n".join(lines)

@@ -12,7 +12,7 @@ from .config import BENCH_SECTIONS, BUDGET_NAMES, LAUNCHERS, PRECISIONS, REPORT_
 
 # %% auto #0
 __all__ = ['SUBCOMMANDS', 'LazyCommand', 'DeprecatedFlag', 'deprecated_alias', 'seed_list', 'add_train_parser',
-           'add_negatives_parser', 'add_paraphrases_parser', 'add_check_parser', 'add_export_parser',
+           'add_negatives_parser', 'add_paraphrases_parser', 'add_check_parser', 'add_export_parser', 'add_view_parser',
            'add_compare_parser', 'add_claims_parser', 'add_bench_parser', 'add_general_eval_flags', 'add_eval_parser',
            'add_demo_docs_parsers', 'build_parser', 'main']
 
@@ -175,11 +175,44 @@ def add_check_parser(sub):
     return d
 
 def add_export_parser(sub):
-    d = sub.add_parser("export", help="write a trained model as an open_clip checkpoint (+ hierbench head file)")
+    d = sub.add_parser("export", help="write a trained model as an open_clip checkpoint (+ hierbench head file) or as ONNX towers")
     d.add_argument("run", help="a run folder or a model .safetensors saved by hierbench")
     d.add_argument("--out", required=True, help="output folder")
-    d.add_argument("--name", default=None, help="architecture name of the exported config (default: the model's)")
+    d.add_argument("--format", choices=["open_clip", "onnx"], default="open_clip", help="open_clip (default): a checkpoint "
+                   "open_clip loads; onnx: image.onnx, text.onnx and config.json (the [onnx] extra; `eval --scorer onnx:DIR`)")
+    d.add_argument("--name", default=None, help="open_clip: architecture name of the exported config (default: the model's)")
     d.set_defaults(func=LazyCommand("hierbench.commands:cmd_export"))
+    return d
+
+# %% ../nbs/15_cli.ipynb #66b654c1
+def add_view_parser(sub):
+    "`view`: a HyperView workspace of what a model makes of images and texts (`hierbench.view`, the [view] extra)."
+    d = sub.add_parser("view", help="a HyperView workspace of a model's embeddings: images and texts, HoroPCA's Poincaré "
+                       "layout and a Euclidean one, norms and parent captions (the [view] extra)")
+    d.add_argument("--scorer", required=True, help="KIND:PATH as for eval: hierbench:RUN, open_clip:ARCH@FILE, meru:FILE, "
+                   "hycoclip:FILE, onnx:DIR, ...")
+    what = d.add_mutually_exclusive_group(required=True)
+    what.add_argument("--world", action="store_true", help="scenes of the built-in world with their caption chains")
+    what.add_argument("--images", default=None, metavar="DIR", help="a folder of images (class subfolders become labels)")
+    d.add_argument("--captions", default=None, metavar="FILE", help="with --images: captions of its images, a CSV/TSV/JSON/"
+                   "JSONL with columns image and caption (or captions), or HierarCaps' test CSV")
+    d.add_argument("--out", required=True, metavar="WORKSPACE", help="the workspace folder to write (HyperView's home: its "
+                   "dataset, layouts and workspace registry); appears only when complete")
+    shown = d.add_mutually_exclusive_group()
+    shown.add_argument("--serve", action="store_true", help="then start HyperView's local server on the workspace")
+    shown.add_argument("--static", default=None, metavar="DIR", help="then write HyperView's static bundle (no Python needed)")
+    d.add_argument("--n-world", type=int, default=200, help="--world: scenes per split (default 200)")
+    d.add_argument("--world-splits", default="test-iid,test-comp", help="--world: comma-separated splits (default test-iid,test-comp)")
+    d.add_argument("--limit", type=int, default=None, help="--images: at most this many images")
+    d.add_argument("--euclidean", choices=["pca", "umap"], default="pca", help="the Euclidean layout (default pca; umap: "
+                   "the [lab] extra's umap-learn, slower)")
+    d.add_argument("--color-by", default="label", help="the field HyperView colours and filters by: label (class, folder or "
+                   "caption level), depth, split, kind, norm (quartiles) or parent")
+    d.add_argument("--geometry", default="euclidean", choices=["euclidean", "lorentz"], help="open_clip:ARCH@FILE: the head")
+    d.add_argument("--quick-gelu", action="store_true", default=None, help="open_clip: force QuickGELU (OpenAI-derived weights)")
+    d.add_argument("--host", default="127.0.0.1", help="--serve: the address to bind (default 127.0.0.1)")
+    d.add_argument("--port", type=int, default=6262, help="--serve: the port (default 6262)")
+    d.set_defaults(func=LazyCommand("hierbench.view:cmd_view"))
     return d
 
 # %% ../nbs/15_cli.ipynb #6eff9da1
@@ -237,7 +270,7 @@ def add_claims_parser(sub):
 # %% ../nbs/15_cli.ipynb #5af21932
 def add_bench_parser(sub):
     d = sub.add_parser("bench", help="speed and memory as ratios against baselines measured in the same run")
-    d.add_argument("--sections", default=None, help="comma-separated: " + ",".join(BENCH_SECTIONS) + " (default: all but real, evals and lora, which step or evaluate a ViT-B/32: the training step beside open_clip_train, zero-shot and retrieval beside a plain open_clip loop, LoRA against the full fine-tune)")
+    d.add_argument("--sections", default=None, help="comma-separated: " + ",".join(BENCH_SECTIONS) + " (default: all but real, evals, lora and view, which step, evaluate or view a ViT-B/32: the training step beside open_clip_train, zero-shot and retrieval beside a plain open_clip loop, LoRA against the full fine-tune, hierbench view against the encoding alone)")
     d.add_argument("--quick", action="store_true", help="tiny sizes (a plumbing check; the numbers mean nothing)")
     d.add_argument("--compare-dir", default=None, help="a `hierbench compare` output folder to read (default: run a smoke compare)")
     d.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
@@ -277,7 +310,7 @@ class _OldModelFlag(DeprecatedFlag):
 
 def add_eval_parser(sub):
     d = sub.add_parser("eval", help="evaluate any model (hierbench, open_clip, Hugging Face, sentence-transformers) on the benchmarks")
-    d.add_argument("--scorer", default=None, help="KIND:PATH — hierbench:RUN, open_clip:ARCH@FILE, hf:DIR, st:DIR, hf-text:DIR")
+    d.add_argument("--scorer", default=None, help="KIND:PATH — hierbench:RUN, open_clip:ARCH@FILE, hf:DIR, st:DIR, hf-text:DIR, onnx:DIR")
     d.add_argument("--checkpoint", default=None, help="hierbench run folder / model.safetensors, or an open_clip checkpoint file (with --arch)")
     d.add_argument("--arch", default=None, help="open_clip architecture of --checkpoint, e.g. ViT-B-32-quickgelu")
     d.add_argument("--coco-dir", default=None, help="COCO image folder: images found by id across the val2014/val2017 namings")
@@ -322,7 +355,7 @@ def add_demo_docs_parsers(sub):
 # %% ../nbs/15_cli.ipynb #22d11b47
 SUBCOMMANDS = (add_demo_docs_parsers, add_compare_parser, add_train_parser, add_negatives_parser, add_paraphrases_parser,
                add_check_parser,
-               add_export_parser, add_bench_parser, add_eval_parser, add_claims_parser)
+               add_export_parser, add_bench_parser, add_eval_parser, add_claims_parser, add_view_parser)
 
 def build_parser() -> argparse.ArgumentParser:
     "The `hierbench` argument parser: one subparser per job, each added by its `add_*_parser` function."

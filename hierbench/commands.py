@@ -196,10 +196,20 @@ def cmd_check(args):
 
 def cmd_export(args):
     model = load_model(resolve_init(args.run))
+    if args.format == "onnx": return _export_onnx(model, args.out)
     paths = export_open_clip(model, args.out, args.name)
     print("\n".join(f"{k}: {v}" for k, v in paths.items()))
     print(f"load with: open_clip.add_model_config({str(paths['config'])!r}); "
           f"open_clip.create_model({paths['weights'].stem!r}, pretrained={str(paths['weights'])!r})")
+
+def _export_onnx(model, out):
+    "`export --format onnx`: the towers as ONNX graphs + config.json (hierbench.onnx_export), checked against torch."
+    from hierbench.onnx_export import export_onnx   # onnx, onnxruntime, onnxscript: the [onnx] extra
+    try: res = export_onnx(model, out)
+    except (MissingExtraError, ValueError, FileExistsError) as e: sys.exit(f"hierbench export: {e}")
+    worst = max(res["max_abs_diff"].values())
+    print("\n".join(f"{k}: {res[k]}" for k in ("image", "text", "config")))
+    print(f"onnxruntime vs torch on a batch: largest difference {worst:.2g}; score with: hierbench eval --scorer onnx:{out}")
 
 # %% ../nbs/15a_commands.ipynb #48e390ec
 def print_ledger(ledger: pd.DataFrame, meta: dict):
@@ -263,7 +273,7 @@ def cmd_claims(args):
 
 # %% ../nbs/15a_commands.ipynb #63d439ba
 def cmd_bench(args):
-    sections = tuple(_csv(args.sections)) if args.sections else tuple(s for s in BENCH_SECTIONS if s not in ("real", "evals", "lora"))
+    sections = tuple(_csv(args.sections)) if args.sections else tuple(s for s in BENCH_SECTIONS if s not in ("real", "evals", "lora", "view"))
     report = run_benchmarks(sections, quick=args.quick, compare_dir=args.compare_dir, threads=args.threads,
                             model_preset=args.arch, batch_size=args.batch_size, precision=args.precision,
                             log=lambda m: print(m, file=sys.stderr))

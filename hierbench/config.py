@@ -6,7 +6,7 @@ Docs: https://hierbench.github.io/hierbench/config.html.md"""
 
 # %% ../nbs/01_config.ipynb #a9af16c3
 from __future__ import annotations
-import configparser, importlib, os, tempfile, time, warnings
+import configparser, contextlib, importlib, os, shutil, tempfile, time, warnings
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 # %% auto #0
 __all__ = ['ENV_PREFIX', 'PRECISIONS', 'LAUNCHERS', 'BENCH_SECTIONS', 'BUDGET_NAMES', 'SUITE_NAMES', 'REPORT_TO_BACKENDS',
            'Settings', 'MissingExtraError', 'find_settings_file', 'load_settings', 'atomic_write', 'atomic_write_text',
-           'sweep_temporary_files', 'FolderLock', 'moved_names', 'run_once']
+           'sweep_temporary_files', 'FolderLock', 'moved_names', 'run_once', 'atomic_folder']
 
 # %% ../nbs/01_config.ipynb #00ec37bf
 ENV_PREFIX = "HIERBENCH_"
@@ -43,7 +43,7 @@ _DEFAULTS = dict(data_root="data", cache_dir=".cache/hierbench", runs_dir="~/hie
 # %% ../nbs/01_config.ipynb #cf2efdfa
 PRECISIONS = ("fp32", "bf16", "fp16", "amp_bf16", "amp_fp16")      # open_clip's names (hierbench.precision)
 LAUNCHERS = ("processes", "submitit-local", "slurm")                # where compare's runs go (hierbench.launch)
-BENCH_SECTIONS = ("geometry", "world", "recipes", "compare", "pipeline", "real", "evals", "lora", "seeds")  # hierbench.bench's sections
+BENCH_SECTIONS = ("geometry", "world", "recipes", "compare", "pipeline", "real", "evals", "lora", "seeds", "view")  # hierbench.bench's sections
 BUDGET_NAMES = ("smoke", "quick", "standard", "full")               # hierbench.budgets.BUDGETS, in size order
 SUITE_NAMES = ("argent", "degla", "read")                           # hierbench.suites.SUITES: `eval --suite`
 REPORT_TO_BACKENDS = ("tensorboard", "wandb")                       # --report-to (hierbench.tracking), the [track] extra
@@ -197,3 +197,26 @@ def run_once(folder: str | Path,                      # the run's folder (its lo
         done = finished()     # another process may have finished it while we waited for the lock
         if done is not None: return done, False
         return work(), True
+
+# %% ../nbs/01_config.ipynb #0d303455
+@contextlib.contextmanager
+def atomic_folder(path: str | Path, replaceable: Callable[[Path], bool] = lambda p: False):
+    """Write a whole folder so that `path` appears only complete: yield a temporary sibling to fill; on success it is
+    renamed to `path`, on any error removed. An existing `path` is an error (`FileExistsError`) unless it is empty or
+    `replaceable(path)` says it is an earlier result of the same kind, which is then swapped out and deleted."""
+    path = Path(path)
+    if path.exists() and (not path.is_dir() or (any(path.iterdir()) and not replaceable(path))):
+        raise FileExistsError(f"{path} exists and is not an earlier result of this command: choose another folder or remove it")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        yield tmp
+        old = None
+        if path.exists():   # renaming onto a non-empty folder fails: move the old one aside first
+            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old.", suffix=".tmp", dir=path.parent)); old.rmdir()
+            os.replace(path, old)
+        os.replace(tmp, path)
+        if old is not None: shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

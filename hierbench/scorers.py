@@ -213,13 +213,14 @@ def load_meru_checkpoint(path: str | Path, vision_heads: int | None = None, text
     return model.eval()
 
 # %% ../nbs/05c_scorers.ipynb #8ed4010f
-SCORER_KINDS = ("hierbench", "open_clip", "hf", "st", "hf-text", "meru", "hycoclip")
+SCORER_KINDS = ("hierbench", "open_clip", "hf", "st", "hf-text", "meru", "hycoclip", "onnx")
 
 def load_scorer(spec: str, device: str = "cpu", geometry: str = "euclidean", quick_gelu: bool | None = None):
     """A scorer from `KIND:PATH`: `hierbench:RUN_OR_FILE` (a hierbench run or saved model), `open_clip:ARCH@FILE`
     (any open_clip architecture + a local weights file), `hf:DIR` (Hugging Face CLIP/SigLIP), `st:DIR`
     (sentence-transformers, text-only), `hf-text:DIR` (any HF text encoder, mean-pooled, text-only), `meru:FILE` /
-    `hycoclip:FILE` (the official checkpoints, `load_meru_checkpoint`)."""
+    `hycoclip:FILE` (the official checkpoints, `load_meru_checkpoint`), `onnx:DIR` (a `hierbench export --format onnx`
+    folder, run by onnxruntime: `hierbench.onnx_export.OnnxScorer`)."""
     kind, sep, loc = str(spec).partition(":")
     if not sep or kind not in SCORER_KINDS or not loc:
         raise ValueError(f"--model {spec!r}: expected KIND:PATH with KIND one of {SCORER_KINDS} "
@@ -236,6 +237,9 @@ def load_scorer(spec: str, device: str = "cpu", geometry: str = "euclidean", qui
         from hierbench.models import create_model
         return create_model(arch, geometry=geometry, checkpoint=file, force_quick_gelu=quick_gelu).to(device)
     if kind in ("meru", "hycoclip"): return load_meru_checkpoint(loc, name=kind).to(device)
+    if kind == "onnx":   # imported here: onnxruntime is the [onnx] extra
+        from hierbench.onnx_export import OnnxScorer
+        return OnnxScorer(loc)
     if kind == "hf": return HFClipScorer(loc, device)
     if kind == "st": return sentence_transformers_scorer(loc, device)
     return hf_text_scorer(loc, device)
