@@ -17,7 +17,7 @@ from submitit.helpers import Checkpointable, DelayedSubmission
 from .budgets import budget_from_meta
 from .compare import DECODER_TASK, compare_outputs, finished_run, run_compare, task_graph, task_runs
 from .stats import SequentialPlan
-from .config import LAUNCHERS, FolderLock
+from .config import FolderLock, FolderStateError, LAUNCHERS, MissingFileError, SettingsError
 from .jobs import train_recipe
 from .train import Preempted
 
@@ -162,7 +162,7 @@ def parse_slurm_extra(items: Sequence[str] | Mapping[str, str] | None) -> dict[s
     for item in items:
         key, eq, value = str(item).partition("=")
         if not eq or not key.strip() or key.strip().startswith("-"):
-            raise ValueError(f"--slurm-extra {item!r}: expected KEY=VALUE with an sbatch option name, e.g. qos=high")
+            raise SettingsError(f"--slurm-extra {item!r}: expected KEY=VALUE with an sbatch option name, e.g. qos=high")
         out[key.strip()] = value.strip()
     return out
 
@@ -175,7 +175,7 @@ def executor_parameters(kind: str,                           # 'submitit-local' 
                         timeout_min: int | None = None,      # time limit of each job (default: 4 h on SLURM, 1 day locally)
                         slurm_extra: Sequence[str] | Mapping[str, str] | None = None) -> dict:
     "The `AutoExecutor.update_parameters` of the compare jobs."
-    if kind not in ("submitit-local", "slurm"): raise ValueError(f"launcher {kind!r}: submitit executors are 'submitit-local' and 'slurm'")
+    if kind not in ("submitit-local", "slurm"): raise SettingsError(f"launcher {kind!r}: submitit executors are 'submitit-local' and 'slurm'")
     params = dict(name=name, timeout_min=int(timeout_min or (240 if kind == "slurm" else 24 * 60)))
     if gpus_per_run: params["gpus_per_node"] = int(gpus_per_run)
     if cpus_per_run: params["cpus_per_task"] = int(cpus_per_run)
@@ -184,7 +184,7 @@ def executor_parameters(kind: str,                           # 'submitit-local' 
         if slurm_partition: params["slurm_partition"] = slurm_partition
         if slurm_account: params["slurm_account"] = slurm_account
     elif slurm_partition or slurm_account or slurm_extra:
-        raise ValueError("--slurm-partition, --slurm-account and --slurm-extra need --launcher slurm")
+        raise SettingsError("--slurm-partition, --slurm-account and --slurm-extra need --launcher slurm")
     return params
 
 def make_executor(kind: str, folder: str | Path, **options) -> submitit.AutoExecutor:
@@ -200,7 +200,7 @@ def rebuild_report(out: str | Path, log: Callable = print) -> dict:
     out = Path(out)
     src = out / "plan.json" if (out / "plan.json").is_file() else out / "results.json"
     if not src.is_file():
-        raise FileNotFoundError(f"{out}: neither plan.json nor results.json; not a compare folder (run `hierbench compare --out {out}`)")
+        raise MissingFileError(f"{out}: neither plan.json nor results.json; not a compare folder (run `hierbench compare --out {out}`)")
     plan = json.loads(src.read_text())
     plan = plan.get("meta", plan)
     budget, seeds, order = budget_from_meta(plan), int(plan["seeds"]), list(plan["recipes"])
@@ -210,7 +210,7 @@ def rebuild_report(out: str | Path, log: Callable = print) -> dict:
         rows = {(r, s): finished_run(r, s, budget, out) for t in tasks for r, s in task_runs(t)}
         missing = [f"{name}/seed{seed}" for (name, seed), row in rows.items() if row is None]
         if missing:
-            raise RuntimeError(f"{out}: {len(missing)} of {len(rows)} runs are not finished ({', '.join(missing[:8])}"
+            raise FolderStateError(f"{out}: {len(missing)} of {len(rows)} runs are not finished ({', '.join(missing[:8])}"
                                f"{', ...' if len(missing) > 8 else ''}); run the compare again: finished runs are reused")
         log(f"compare: rebuilding the outputs of {out} from {len(rows)} finished runs")
         sequential = SequentialPlan(**{**until["plan"], "looks": tuple(until["plan"]["looks"])}) if until else None
@@ -235,10 +235,10 @@ def launch_compare(budget: str = "smoke", seeds: int | None = None, out: str | P
     from hierbench.compare import main_job_dir
     out = Path(out) if out is not None else main_job_dir()
     if report_only: return rebuild_report(out, log)
-    if launcher not in LAUNCHERS: raise ValueError(f"launcher {launcher!r}: expected one of {LAUNCHERS}")
+    if launcher not in LAUNCHERS: raise SettingsError(f"launcher {launcher!r}: expected one of {LAUNCHERS}")
     if launcher == "processes":
         if any(v for v in (slurm_partition, slurm_account, gpus_per_run, cpus_per_run, timeout_min, slurm_extra)):
-            raise ValueError("--slurm-*, --gpus-per-run, --cpus-per-run and --timeout-min need --launcher submitit-local or slurm")
+            raise SettingsError("--slurm-*, --gpus-per-run, --cpus-per-run and --timeout-min need --launcher submitit-local or slurm")
         return run_compare(budget, seeds, out, recipes, quiet=quiet, jobs=jobs, log=log, **rounds)
     ex = make_executor(launcher, out / "submitit", name=f"hierbench-{Path(out).name}", slurm_partition=slurm_partition,
                        slurm_account=slurm_account, gpus_per_run=gpus_per_run, cpus_per_run=cpus_per_run,

@@ -13,9 +13,9 @@ from typing import Any
 
 import pandas as pd
 
-from .config import load_settings
+from .config import MissingFileError, SettingsError, load_settings
 from .data import (CaptionItem, ChainItem, ChainPairItem, ChoiceItem, DataFormatError, DataWarning,
-                            GroundedItem, NegClipRow, Phrase, TripletItem)
+                            GroundedItem, NegClipRow, NotAFileError, Phrase, TripletItem, UnreadableFileError)
 from .negatives import ORDER_RULES, Tagger, is_changed, rewrite
 
 # %% auto #0
@@ -80,12 +80,12 @@ def _literal_list(path, key, name, text) -> list:
 def _check_file(path: Path, what: str = "annotation file") -> Path:
     "A readable regular file, or an error that says what is there instead (folder, symlink loop, no permission)."
     try: os.stat(path)
-    except FileNotFoundError: raise FileNotFoundError(f"{what} not found: {path}") from None
+    except FileNotFoundError: raise MissingFileError(f"{what} not found: {path}") from None
     except OSError as err:
         if err.errno == errno.ELOOP: raise DataFormatError(path, None, None, f"{what} is a symlink loop") from None
         raise DataFormatError(path, None, None, f"{what} cannot be read ({err.strerror})") from None
-    if os.path.isdir(path): raise IsADirectoryError(f"{what} is a folder, not a file: {path}")
-    if not os.access(path, os.R_OK): raise PermissionError(f"{what} is not readable (permission denied): {path}")
+    if os.path.isdir(path): raise NotAFileError(f"{what} is a folder, not a file: {path}")
+    if not os.access(path, os.R_OK): raise UnreadableFileError(f"{what} is not readable (permission denied): {path}")
     return path
 
 class _DuplicateKey(Exception): pass
@@ -187,10 +187,10 @@ SUGARCREPE_GROUPS = {"replace": ("replace_obj", "replace_att", "replace_rel"), "
 
 def _subset_files(ann_dir, subsets, known) -> list[tuple[str, Path]]:
     ann_dir = Path(ann_dir)
-    if not ann_dir.is_dir(): raise FileNotFoundError(f"annotation folder not found: {ann_dir}")
+    if not ann_dir.is_dir(): raise MissingFileError(f"annotation folder not found: {ann_dir}")
     subsets = known if subsets is None else tuple(subsets)
     for s in subsets:
-        if s not in known: raise ValueError(f"unknown subset {s!r}; known: {list(known)}")
+        if s not in known: raise SettingsError(f"unknown subset {s!r}; known: {list(known)}")
     return [(s, ann_dir / f"{s}.json") for s in subsets]
 
 def load_sugarcrepe(ann_dir: str | Path, image_root: str | Path | None = None,
@@ -257,8 +257,8 @@ def load_grit(path: str | Path, image_root: str | Path | None = None, min_box_si
               span_fields: Sequence[str] = ("noun_chunks", "ref_exps"), box_units: str = "auto") -> list[GroundedItem]:
     "Grounded captions from a GRIT-style JSONL file; boxes in pixels, those under `min_box_size` px dropped."
     path = Path(path)
-    if box_units not in ("auto", "normalized", "pixels"): raise ValueError(f"box_units must be auto/normalized/pixels, got {box_units!r}")
-    if not path.is_file(): raise FileNotFoundError(f"annotation file not found: {path}")
+    if box_units not in ("auto", "normalized", "pixels"): raise SettingsError(f"box_units must be auto/normalized/pixels, got {box_units!r}")
+    if not path.is_file(): raise MissingFileError(f"annotation file not found: {path}")
     root = resolve_image_root(image_root, "grit")
     out = []
     with open(path, encoding="utf-8", errors="strict") as f:
@@ -367,7 +367,7 @@ class CocoImageIndex:
         self.by_id: dict[int, Path] = {}
         for folder in folders:
             folder = Path(folder)
-            if not folder.is_dir(): raise FileNotFoundError(f"COCO image folder not found: {folder}")
+            if not folder.is_dir(): raise MissingFileError(f"COCO image folder not found: {folder}")
             for p in sorted(folder.rglob("*")):
                 i = coco_id(p.name) if p.suffix.lower() in (".jpg", ".jpeg", ".png") else None
                 if i is not None: self.by_id.setdefault(i, p)
@@ -411,9 +411,9 @@ def check_benchmark_folder(folder: str | Path, image_root: str | Path | None = N
                            coco_dir: str | Path | None = None) -> pd.DataFrame:
     "One row per recognised benchmark file: records, set aside (with the reasons), error, missing images."
     folder = Path(folder)
-    if not folder.is_dir(): raise FileNotFoundError(f"benchmark folder not found: {folder}")
+    if not folder.is_dir(): raise MissingFileError(f"benchmark folder not found: {folder}")
     files = _benchmark_files(folder)
-    if not files: raise ValueError(f"{folder}: no SugarCrepe, SugarCrepe++, HierarCaps, VALSE, CREPE or WhatsUp files recognised")
+    if not files: raise DataFormatError(folder, problem=f"no SugarCrepe, SugarCrepe++, HierarCaps, VALSE, CREPE or WhatsUp files recognised")
     index = CocoImageIndex(coco_dir) if coco_dir else None
     rows = []
     for bench, f, loader in files:
@@ -465,9 +465,9 @@ def load_valse(ann_dir: str | Path, image_root: str | Path | None = None, valid_
                image_dirs: Mapping[str, str | Path] | None = None, files: Sequence[str] | None = None) -> dict[str, list[ChoiceItem]]:
     "VALSE items per file (those of `VALSE_FILES` present in `ann_dir`, or exactly `files`)."
     ann_dir = Path(ann_dir)
-    if not ann_dir.is_dir(): raise FileNotFoundError(f"annotation folder not found: {ann_dir}")
+    if not ann_dir.is_dir(): raise MissingFileError(f"annotation folder not found: {ann_dir}")
     names = [n for n in VALSE_FILES if (ann_dir / f"{n}.json").is_file()] if files is None else list(files)
-    if not names: raise FileNotFoundError(f"no VALSE files ({', '.join(VALSE_FILES)}).json in {ann_dir}")
+    if not names: raise MissingFileError(f"no VALSE files ({', '.join(VALSE_FILES)}).json in {ann_dir}")
     return {n: load_valse_file(ann_dir / f"{n}.json", image_root, valid_only, image_dirs) for n in names}
 
 # %% ../nbs/04b_loaders.ipynb #627d012d
@@ -564,7 +564,7 @@ def load_whatsup_spatial(path: str | Path, image_root: str | Path | None = None,
     naming: COCO images are `{id:012d}.jpg` (val2017), Visual Genome / GQA ones `{id}.jpg` under `vg_images/`; `auto`
     reads the kind from the file name (`coco_qa_*` / `vg_qa_*`), whatever the JSON type of the ids."""
     path = Path(path)
-    if naming not in ("auto", "coco", "gqa", "vg"): raise ValueError(f"naming must be auto/coco/vg (gqa), got {naming!r}")
+    if naming not in ("auto", "coco", "gqa", "vg"): raise SettingsError(f"naming must be auto/coco/vg (gqa), got {naming!r}")
     if naming == "auto":
         naming = "coco" if path.stem.startswith("coco") else "vg" if path.stem.startswith(("vg", "gqa")) else "auto"
     root = resolve_image_root(image_root, "whatsup/vg_images" if naming in ("vg", "gqa") else "coco/val2017")

@@ -16,7 +16,7 @@ from torch import nn
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
-from .config import MissingExtraError, atomic_write, atomic_write_text
+from .config import MissingExtraError, MissingFileError, SettingsError, atomic_write, atomic_write_text
 from . import models as M
 
 # %% auto #0
@@ -33,7 +33,7 @@ LORA_TARGET_GROUPS = {
 }
 DEFAULT_LORA_TARGETS = ("attn", "mlp", "conv")   # every group the model has (a ViT has no conv, a ResNet tower no mlp)
 
-class LoraError(ValueError):
+class LoraError(SettingsError):
     "A LoRA setting that cannot work (a rank below 1, targets that match no layer, adapters the forward never calls)."
 
 @dataclass(frozen=True)
@@ -261,7 +261,7 @@ def load_base_(model, checkpoint: str | Path):
     src = merge_lora(M.load_model(checkpoint))
     missing, unexpected = model.load_state_dict(src.state_dict(), strict=False)
     bad = [k for k in (*missing, *unexpected) if not k.startswith("head.")]
-    if bad: raise ValueError(f"{checkpoint}: its model does not match {model.model_config['name']!r}: {bad[:5]}")
+    if bad: raise LoraError(f"{checkpoint}: its model does not match {model.model_config['name']!r}: {bad[:5]}")
     return model
 
 def load_lora_model(path: str | Path, config: dict, map_location="cpu"):
@@ -270,10 +270,10 @@ def load_lora_model(path: str | Path, config: dict, map_location="cpu"):
     rec, base = config["lora"], (config["lora"] or {}).get("base") or {}
     bpath = Path(base.get("path", ""))
     if not bpath.is_file():
-        raise FileNotFoundError(f"{path}: holds LoRA adapters over the base checkpoint {bpath}, which is not there (moved? "
+        raise MissingFileError(f"{path}: holds LoRA adapters over the base checkpoint {bpath}, which is not there (moved? "
                                 "put it back, or export the run where it was)")
     if file_sha256(bpath) != base.get("sha256"):
-        raise ValueError(f"{path}: its base checkpoint {bpath} has changed since the adapters were trained (SHA-256 differs)")
+        raise LoraError(f"{path}: its base checkpoint {bpath} has changed since the adapters were trained (SHA-256 differs)")
     model = M.model_from_config({k: v for k, v in config.items() if k != "lora"})
     load_base_(model, bpath)
     apply_lora(model, LoraSpec.from_record(rec), base=base)
@@ -281,6 +281,6 @@ def load_lora_model(path: str | Path, config: dict, map_location="cpu"):
     expected = set(model.state_dict()) - model.frozen_state_keys
     if set(tensors) != expected:
         diff = sorted(set(tensors) ^ expected)
-        raise ValueError(f"{path}: does not hold this model's adapters ({len(diff)} tensor name(s) differ, e.g. {diff[0]})")
+        raise LoraError(f"{path}: does not hold this model's adapters ({len(diff)} tensor name(s) differ, e.g. {diff[0]})")
     model.load_state_dict(tensors, strict=False)
     return model.to(map_location)

@@ -7,7 +7,7 @@ Docs: https://hierbench.github.io/hierbench/models.html.md"""
 # %% ../nbs/05_models.ipynb #f993f561
 from __future__ import annotations
 import copy, json, logging, math, os, re, tempfile, warnings
-from .config import atomic_write, atomic_write_text
+from .config import MissingFileError, SettingsError, atomic_write, atomic_write_text
 from .precision import matmul_patch_embedding_
 from functools import lru_cache
 from pathlib import Path
@@ -103,17 +103,17 @@ def resolve_architecture(preset_or_name: str, **overrides) -> dict:
     if preset_or_name in ARCHS: arch = copy.deepcopy(ARCHS[preset_or_name])
     else:
         if str(preset_or_name).startswith("hf-hub:"):
-            raise ValueError(f"model {preset_or_name!r}: 'hf-hub:' architectures download their config; hierbench "
+            raise SettingsError(f"model {preset_or_name!r}: 'hf-hub:' architectures download their config; hierbench "
                              "never downloads. Save the config locally and use 'local-dir:PATH' or a registered name.")
         lookup = preset_or_name if preset_or_name.startswith("local-dir:") else preset_or_name.replace("/", "-")
         arch = open_clip.get_model_config(lookup)  # open_clip accepts the 'ViT-B/32' spelling too
         if arch is None:
-            raise ValueError(f"unknown model {preset_or_name!r}: not a hierbench preset {sorted(ARCHS)} and not an "
+            raise SettingsError(f"unknown model {preset_or_name!r}: not a hierbench preset {sorted(ARCHS)} and not an "
                              "open_clip architecture (see open_clip.list_models(); register a JSON config with "
                              "open_clip.add_model_config)")
         arch = copy.deepcopy(arch)
     if "multimodal_cfg" in arch:
-        raise ValueError(f"model {preset_or_name!r} is a CoCa-style captioner (multimodal_cfg); only dual encoders "
+        raise SettingsError(f"model {preset_or_name!r} is a CoCa-style captioner (multimodal_cfg); only dual encoders "
                          "are supported")
     for key, value in overrides.items():
         if key == "image_size": arch["vision_cfg"]["image_size"] = value
@@ -124,7 +124,7 @@ def resolve_architecture(preset_or_name: str, **overrides) -> dict:
         elif key in arch or key in ("quick_gelu", "custom_text", "init_logit_bias", "preprocess_cfg", "world_vocab",
                                       "image_readout"): arch[key] = value
         else:
-            raise ValueError(f"unknown override {key!r} for model {preset_or_name!r}; allowed: image_size, "
+            raise SettingsError(f"unknown override {key!r} for model {preset_or_name!r}; allowed: image_size, "
                              f"context_length, {sorted(set(arch) | {'quick_gelu'})}")
     return arch
 
@@ -148,7 +148,7 @@ def build_open_clip(arch: dict) -> nn.Module:
     cfg.pop("preprocess_cfg", None)
     cfg.pop("world_vocab", None)   # the tokenizer's business (`make_tokenizer`), not open_clip's
     readout = cfg.pop("image_readout", "attention")
-    if readout not in IMAGE_READOUTS: raise ValueError(f"image_readout must be one of {IMAGE_READOUTS}, got {readout!r}")
+    if readout not in IMAGE_READOUTS: raise SettingsError(f"image_readout must be one of {IMAGE_READOUTS}, got {readout!r}")
     if "timm_model_name" in cfg["vision_cfg"]: cfg["vision_cfg"]["timm_model_pretrained"] = False
     is_hf_text = "hf_model_name" in cfg["text_cfg"]
     if is_hf_text: cfg["text_cfg"]["hf_model_pretrained"] = False
@@ -157,7 +157,7 @@ def build_open_clip(arch: dict) -> nn.Module:
     clip = cls(**cfg)
     if readout == "flatten":
         pool = getattr(clip.visual, "attnpool", None)
-        if pool is None: raise ValueError("image_readout 'flatten' replaces the attention pooling of a ResNet image tower "
+        if pool is None: raise SettingsError("image_readout 'flatten' replaces the attention pooling of a ResNet image tower "
                                           f"(open_clip's ModifiedResNet); this tower is {type(clip.visual).__name__}")
         clip.visual.attnpool = FlattenReadout(pool.k_proj.in_features, pool.positional_embedding.shape[0] - 1,
                                               pool.c_proj.out_features)
@@ -510,7 +510,7 @@ def _require_local_file(checkpoint) -> Path:
     if not path.is_file():
         hint = (" It looks like an open_clip pretrained tag; download the weights yourself and pass the file path."
                 if "/" not in str(checkpoint) and "." not in str(checkpoint) else "")
-        raise FileNotFoundError(f"checkpoint {str(checkpoint)!r} is not an existing local file; hierbench never "
+        raise MissingFileError(f"checkpoint {str(checkpoint)!r} is not an existing local file; hierbench never "
                                 f"downloads weights.{hint}")
     return path
 
@@ -521,7 +521,7 @@ def make_head(geometry: str, embed_dim: int, curv_init: float = 1.0, learn_curv:
     "The head for `geometry` ('euclidean' or 'lorentz')."
     if geometry == "euclidean": return EuclideanHead()
     if geometry == "lorentz": return LorentzHead(embed_dim, curv_init=curv_init, learn_curv=learn_curv)
-    raise ValueError(f"geometry must be one of {GEOMETRIES}, got {geometry!r}")
+    raise SettingsError(f"geometry must be one of {GEOMETRIES}, got {geometry!r}")
 
 # %% ../nbs/05_models.ipynb #32522b81
 def model_from_config(model_config: dict) -> DualEncoder:
@@ -539,9 +539,9 @@ def create_model(preset_or_name: str = DEFAULT_PRESET, geometry: str = "euclidea
                  learn_curv: bool = True, pretrained: str | Path | None = None, **overrides) -> DualEncoder:
     "A `DualEncoder` from a preset or open_clip architecture name, optionally with weights from a local `checkpoint`."
     if pretrained is not None:  # open_clip's spelling, accepted as an alias
-        if checkpoint is not None: raise ValueError("pass either checkpoint= or pretrained=, not both")
+        if checkpoint is not None: raise SettingsError("pass either checkpoint= or pretrained=, not both")
         checkpoint = pretrained
-    if geometry not in GEOMETRIES: raise ValueError(f"geometry must be one of {GEOMETRIES}, got {geometry!r}")
+    if geometry not in GEOMETRIES: raise SettingsError(f"geometry must be one of {GEOMETRIES}, got {geometry!r}")
     ckpt_path = _require_local_file(checkpoint) if checkpoint is not None else None
     arch = resolve_architecture(preset_or_name, **overrides)
     if force_quick_gelu is not None: arch["quick_gelu"] = bool(force_quick_gelu)
@@ -569,10 +569,10 @@ def _torch_load(path: Path, mmap: bool):
             raise
     except Exception as e:
         if "TorchScript" in str(e):
-            raise ValueError(f"{path}: a TorchScript archive (like OpenAI's original CLIP .pt files). hierbench loads "
+            raise SettingsError(f"{path}: a TorchScript archive (like OpenAI's original CLIP .pt files). hierbench loads "
                              "tensors only: convert it once, in a session you trust, e.g. "
                              "safetensors.torch.save_file(torch.jit.load(path).state_dict(), 'clip.safetensors')") from e
-        raise ValueError(f"{path}: cannot be read with torch.load(weights_only=True) ({e}); hierbench never "
+        raise SettingsError(f"{path}: cannot be read with torch.load(weights_only=True) ({e}); hierbench never "
                          "unpickles arbitrary objects — convert it to safetensors or a plain state_dict") from e
 
 def read_state_dict(path: str | Path, mmap: bool = False) -> dict[str, torch.Tensor]:
@@ -582,7 +582,7 @@ def read_state_dict(path: str | Path, mmap: bool = False) -> dict[str, torch.Ten
     for key in ("state_dict", "model"):  # training scripts wrap the weights: {'state_dict': ..., 'epoch': ...}
         if isinstance(sd, dict) and isinstance(sd.get(key), dict): sd = sd[key]
     if not isinstance(sd, dict) or not all(isinstance(v, torch.Tensor) for v in sd.values()):
-        raise ValueError(f"{path}: not a state dict of tensors")
+        raise SettingsError(f"{path}: not a state dict of tensors")
     return {k.removeprefix("module."): v for k, v in sd.items()}
 
 # %% ../nbs/05_models.ipynb #f75ef5b7
@@ -599,15 +599,15 @@ def load_weights_(model: DualEncoder, checkpoint: str | Path) -> DualEncoder:
     if any(k.startswith("clip.") for k in _state_dict_keys(path)):
         try: missing, unexpected = model.load_state_dict(read_state_dict(path), strict=False)
         except RuntimeError as e:  # shape mismatches raise even with strict=False
-            raise ValueError(f"{path}: hierbench checkpoint does not match model {name!r}: {str(e)[:500]}") from e
+            raise SettingsError(f"{path}: hierbench checkpoint does not match model {name!r}: {str(e)[:500]}") from e
         bad = [k for k in missing if not k.startswith("head.")] + [k for k in unexpected if not k.startswith("head.")]
-        if bad: raise ValueError(f"{path}: hierbench checkpoint does not match model {name!r}: "
+        if bad: raise SettingsError(f"{path}: hierbench checkpoint does not match model {name!r}: "
                                  f"{bad[:8]}{' ...' if len(bad) > 8 else ''}")
         if missing: _logger.info("%s: no weights for %s; keeping their initialisation", path, missing)
     else:
         try: open_clip.load_checkpoint(model.clip, str(path), strict=True, weights_only=True)
         except (RuntimeError, AssertionError, KeyError, ValueError) as e:
-            raise ValueError(f"{path}: weights do not fit architecture {name!r}: {str(e)[:500]}") from e
+            raise SettingsError(f"{path}: weights do not fit architecture {name!r}: {str(e)[:500]}") from e
     return model
 
 # %% ../nbs/05_models.ipynb #327cce7b
@@ -629,11 +629,11 @@ def load_model(path: str | Path, map_location: str | torch.device = "cpu") -> Du
     path = _require_local_file(path)
     if _sidecar(path).is_file():
         try: config = json.loads(_sidecar(path).read_text())
-        except json.JSONDecodeError as e: raise ValueError(f"{_sidecar(path)}: invalid JSON ({e})") from e
+        except json.JSONDecodeError as e: raise SettingsError(f"{_sidecar(path)}: invalid JSON ({e})") from e
     else:
         with safe_open(str(path), framework="pt") as f: meta = f.metadata() or {}
         if "hierbench_config" not in meta:
-            raise ValueError(f"{path}: no config sidecar {_sidecar(path).name} and no 'hierbench_config' metadata")
+            raise SettingsError(f"{path}: no config sidecar {_sidecar(path).name} and no 'hierbench_config' metadata")
         config = json.loads(meta["hierbench_config"])
     if config.get("lora"):   # LoRA adapters over a base checkpoint: `hierbench.lora` (a later module) rebuilds it
         from hierbench.lora import load_lora_model; return load_lora_model(path, config, map_location)

@@ -17,22 +17,23 @@ from .distributed import dist_info
 from .jobs import train_recipe
 from .sources import WorldData, WorldDataset
 from .train import PREEMPTION_SIGNALS, PreemptionGuard, TrainResult, ValidationMonitor
+from .config import MissingFileError, RunExistsError, SettingsError
 
 # %% auto #0
 __all__ = ['check_seeds', 'seed_dir', 'seed_init', 'shared_item_draws', 'train_group', 'train_seeds']
 
 # %% ../nbs/09c_seed_batch.ipynb #52f04f94
 def check_seeds(seeds: Iterable[int]) -> tuple[int, ...]:
-    "`seeds` as a tuple of distinct non-negative ints, in the order given; a one-line `ValueError` names a bad entry."
+    "`seeds` as a tuple of distinct non-negative ints, in the order given; a one-line `SettingsError` names a bad entry."
     if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Iterable):
-        raise ValueError(f"seeds must be a list of integers, got {seeds!r}")
+        raise SettingsError(f"seeds must be a list of integers, got {seeds!r}")
     out: list[int] = []
     for s in seeds:
-        if isinstance(s, bool) or not isinstance(s, numbers.Integral): raise ValueError(f"seeds: {s!r} is not an integer")
-        if s < 0: raise ValueError(f"seeds: {s} is negative (seeds are >= 0)")
-        if int(s) in out: raise ValueError(f"seeds: {s} is given twice (each seed is trained once)")
+        if isinstance(s, bool) or not isinstance(s, numbers.Integral): raise SettingsError(f"seeds: {s!r} is not an integer")
+        if s < 0: raise SettingsError(f"seeds: {s} is negative (seeds are >= 0)")
+        if int(s) in out: raise SettingsError(f"seeds: {s} is given twice (each seed is trained once)")
         out.append(int(s))
-    if not out: raise ValueError("seeds: none given")
+    if not out: raise SettingsError("seeds: none given")
     return tuple(out)
 
 def seed_dir(out: str | Path, seed: int) -> Path:
@@ -46,14 +47,14 @@ def seed_init(init_checkpoint, seed: int):
     if init_checkpoint is None: return None
     if callable(init_checkpoint): return init_checkpoint(seed)
     if isinstance(init_checkpoint, Mapping):
-        if seed not in init_checkpoint: raise ValueError(f"init_checkpoint has no entry for seed {seed} (it has {sorted(init_checkpoint)})")
+        if seed not in init_checkpoint: raise SettingsError(f"init_checkpoint has no entry for seed {seed} (it has {sorted(init_checkpoint)})")
         return init_checkpoint[seed]
     text = str(init_checkpoint)
     if "{seed}" in text: return text.replace("{seed}", str(int(seed)))
     p = Path(text)
     if p.is_dir() and not (p / "model.safetensors").is_file() and any(p.glob("seed*/model.safetensors")):
         if not (p / f"seed{seed}" / "model.safetensors").is_file():
-            raise FileNotFoundError(f"init_checkpoint {p} holds seed folders but no finished seed{seed}/ (train that seed of the parent first)")
+            raise MissingFileError(f"init_checkpoint {p} holds seed folders but no finished seed{seed}/ (train that seed of the parent first)")
         return p / f"seed{seed}"
     return init_checkpoint
 
@@ -154,7 +155,7 @@ def train_group(runs: Sequence, stop_signals: Iterable[str | int] | PreemptionGu
     finish; the first failure is raised at the end. A preemption signal stops every seed after the same step, each
     with a checkpoint. Returns one `TrainResult` per run, in order."""
     if not runs: raise ValueError("train_group: no runs")
-    if dist_info().world_size > 1: raise ValueError("train_seeds / train_group run in one process; under torchrun train one seed per job")
+    if dist_info().world_size > 1: raise SettingsError("train_seeds / train_group run in one process; under torchrun train one seed per job")
     shared, key = runs[0].data, _draws_key(runs[0].data)
     for run in runs[1:]:   # every seed reads one dataset: its draws are the same for all (`_draws_key`)
         if key is not None and _draws_key(run.data) == key: run.data = shared
@@ -229,14 +230,14 @@ def train_seeds(recipe,                               # a recipe name or `Recipe
     seeds = check_seeds(seeds)
     data = WorldData() if data is None else data
     if getattr(data, "kind", None) != "world":
-        raise ValueError(f"several seeds in one process train the built-in world (data=WorldData(...)); got "
+        raise SettingsError(f"several seeds in one process train the built-in world (data=WorldData(...)); got "
                          f"{type(data).__name__} — train real data one seed per run (train_recipe / hierbench train --seed)")
     if kwargs.get("num_workers"):
-        raise ValueError("num_workers must be 0: the seeds' batches are built in this process, from one draw per scene")
+        raise SettingsError("num_workers must be 0: the seeds' batches are built in this process, from one draw per scene")
     folders = {s: Path(run_dirs[s]) if run_dirs and s in run_dirs else seed_dir(out, s) for s in seeds}
     if not resume:
         busy = [str(f) for f in folders.values() if (f / "config.json").exists() or latest_checkpoint(f) is not None]
-        if busy: raise FileExistsError(f"{busy[0]} already holds a run; pass resume=True (--resume) to continue it, or "
+        if busy: raise RunExistsError(f"{busy[0]} already holds a run; pass resume=True (--resume) to continue it, or "
                                        "choose another folder" + (f" ({len(busy)} seed folders hold runs)" if len(busy) > 1 else ""))
     inits = {s: seed_init(init_checkpoint, s) for s in seeds}   # a missing parent fails here, before any training
     runs = []

@@ -20,6 +20,7 @@ from torch import nn
 
 from .precision import (training_forward, cast_towers_, check_precision, describe_precision, grad_scaler,
                                  legacy_amp_precision)
+from .config import HierbenchError, RunExistsError, SettingsError
 
 # %% auto #0
 __all__ = ['RESUME_FREE_FIELDS', 'NO_DECAY_NAME_KEYS', 'CHANGEABLE_ON_RESUME', 'PREEMPTION_SIGNALS', 'PREEMPTED_EXIT_CODE',
@@ -60,8 +61,8 @@ class TrainConfig:
         self.betas = tuple(self.betas)
         if amp is not None and self.precision == "fp32": self.precision = legacy_amp_precision(amp, self.device)
         try: self.precision = check_precision(self.precision)
-        except ValueError as e: raise ValueError(f"TrainConfig.precision: {e}") from None
-        def bad(name, why): raise ValueError(f"TrainConfig.{name} = {getattr(self, name)!r}: {why}")
+        except ValueError as e: raise SettingsError(f"TrainConfig.precision: {e}") from None
+        def bad(name, why): raise SettingsError(f"TrainConfig.{name} = {getattr(self, name)!r}: {why}")
         for name in ("steps", "batch_size", "log_every", "ckpt_every"):
             if int(getattr(self, name)) < 1: bad(name, "must be >= 1")
         if self.lr <= 0: bad("lr", "must be > 0")
@@ -82,7 +83,7 @@ class TrainConfig:
         also holds the caller's extras such as the recipe name, which are then ignored)."""
         known = {f.name for f in fields(cls)} | {"amp"}   # `amp`: old config.json files
         unknown = set(d) - known
-        if unknown and strict: raise ValueError(f"unknown TrainConfig field(s) {sorted(unknown)}; known: {sorted(known)}")
+        if unknown and strict: raise SettingsError(f"unknown TrainConfig field(s) {sorted(unknown)}; known: {sorted(known)}")
         return cls(**{k: v for k, v in d.items() if k in known})
 
 # Fields that may change between an interrupted run and its resumption without changing any logged number
@@ -132,7 +133,7 @@ def make_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig) -> torch.
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 # %% ../nbs/09_train.ipynb #f43370c6
-class NonFiniteLossError(FloatingPointError):
+class NonFiniteLossError(HierbenchError, FloatingPointError):
     "Training stopped: a loss term (or the gradient norm) became NaN/inf at `step`."
     def __init__(self, step: int, term: str, value: float):
         self.step, self.term, self.value = step, term, value
@@ -166,7 +167,7 @@ def _epoch_permutation(n_items: int, seed: int, epoch: int) -> torch.Tensor:
 def batch_indices(step: int, n_items: int, batch_size: int, seed: int) -> torch.Tensor:
     "Dataset indices (batch_size,) of 0-based `step`: per-epoch permutation seeded by (seed, epoch), last batch dropped."
     per_epoch = n_items // batch_size
-    if per_epoch == 0: raise ValueError(f"batch_size {batch_size} is larger than the dataset ({n_items} items)")
+    if per_epoch == 0: raise SettingsError(f"batch_size {batch_size} is larger than the dataset ({n_items} items)")
     epoch, i = divmod(step, per_epoch)
     return _epoch_permutation(n_items, seed, epoch)[i * batch_size:(i + 1) * batch_size].clone()
 
@@ -253,7 +254,7 @@ class _Batches:
     def __init__(self, data, cfg: TrainConfig, collate_fn, info: DistInfo):
         self.data, self.cfg, self.info = data, cfg, info
         if cfg.batch_size % info.world_size:
-            raise ValueError(f"batch_size {cfg.batch_size} is not divisible by the {info.world_size} ranks")
+            raise SettingsError(f"batch_size {cfg.batch_size} is not divisible by the {info.world_size} ranks")
         self.is_dataset = hasattr(data, "__getitem__") and hasattr(data, "__len__")
         if not self.is_dataset and not callable(data):
             raise TypeError(f"data must be a map-style dataset or a function step -> batch, got {type(data).__name__}")
@@ -348,12 +349,12 @@ def _check_resume_config(saved: Mapping, cfg: TrainConfig, where: Path, extra: M
         saved = {**saved, "precision": legacy_amp_precision(bool(saved["amp"]), saved.get("device", "auto"))}
     norm = lambda v: tuple(v) if isinstance(v, list) else v   # JSON turns tuples into lists
     bad = [k for k in allow_changes if k not in CHANGEABLE_ON_RESUME]
-    if bad: raise ValueError(f"cannot allow changes to {bad} on resume; changeable: {list(CHANGEABLE_ON_RESUME)}")
+    if bad: raise SettingsError(f"cannot allow changes to {bad} on resume; changeable: {list(CHANGEABLE_ON_RESUME)}")
     diff = [k for k in now if k not in RESUME_FREE_FIELDS and k in saved and norm(saved[k]) != norm(now[k])]
     refused = [k for k in diff if k not in allow_changes]
     if refused:
         hint = [k for k in refused if k in CHANGEABLE_ON_RESUME]
-        raise ValueError(f"cannot resume {where}: config differs in "
+        raise SettingsError(f"cannot resume {where}: config differs in "
                          + ", ".join(f"{k} (saved {saved[k]!r}, now {now[k]!r})" for k in refused)
                          + (f"; to resume with new optimiser settings on purpose, allow them (allow_changes={hint}, "
                             f"or --allow-change {','.join(hint)}): the change is recorded in config.json" if hint else ""))
@@ -371,7 +372,7 @@ class PreemptionGuard:
     def __init__(self, signals: Iterable[str | int] = PREEMPTION_SIGNALS):
         def sig(s):
             if isinstance(s, str) and not isinstance(getattr(signal, s, None), signal.Signals):
-                raise ValueError(f"unknown signal {s!r}; expected names such as {PREEMPTION_SIGNALS}")
+                raise SettingsError(f"unknown signal {s!r}; expected names such as {PREEMPTION_SIGNALS}")
             return signal.Signals(getattr(signal, s) if isinstance(s, str) else s)
         self.signals = [sig(s) for s in signals]
         self.received: str | None = None   # name of the first signal caught
@@ -457,7 +458,7 @@ def _start_or_resume(r: SimpleNamespace, cfg: TrainConfig, resume: bool, extra_c
     if info.is_main and run_dir.exists(): sweep_temporary_files(run_dir)   # half-written files of a killed run
     ckpt = latest_checkpoint(run_dir) if run_dir.exists() else None
     if not resume and (config_path.exists() or ckpt is not None):
-        raise FileExistsError(f"{run_dir} already holds a run; pass resume=True to continue it or choose a new run_dir")
+        raise RunExistsError(f"{run_dir} already holds a run; pass resume=True to continue it or choose a new run_dir")
     if info.world_size > 1: dist.barrier()  # every rank has looked before rank 0 writes config.json
     start = 0
     if resume and ckpt is not None:
@@ -480,7 +481,7 @@ def _start_or_resume(r: SimpleNamespace, cfg: TrainConfig, resume: bool, extra_c
                 atomic_write_text(config_path, json.dumps({**r.cfg_dict, **dict(extra_config or {}), "history": hist},
                                                           indent=2, default=str))
         if state["data"] != r.batches.state():
-            raise ValueError(f"cannot resume {ckpt}: data differs (saved {state['data']}, now {r.batches.state()})")
+            raise SettingsError(f"cannot resume {ckpt}: data differs (saved {state['data']}, now {r.batches.state()})")
         rngs = state["rng"]
         if len(rngs) == info.world_size: set_rng_state(rngs[info.rank])
         else: warnings.warn(f"checkpoint has RNG states of {len(rngs)} ranks, now {info.world_size}: not restored")
