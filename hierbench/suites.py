@@ -269,6 +269,11 @@ def run_suite(model, suite: str | Suite, data_root: str | Path, *, batch_size: i
             m = _compositional(model, b, path, images, common, rows, log)
             r = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
         out.update(m); items.append(r)
+    if len(skips) == len(s.benchmarks):   # a wrong --data-root, not a suite with nothing to score
+        first = next(b for b in s.benchmarks if b.paths)
+        raise MissingFileError(f"--data-root {root}: nothing of suite {suite if isinstance(suite, str) else s.paper!r} is there "
+                               f"(none of its {len(s.benchmarks)} benchmarks under their conventional names, e.g. "
+                               f"{first.paths[0].split(':', 1)[-1]} for {first.name})")
     items = [r for r in items if len(r)]
     return out, (pd.concat(items, ignore_index=True) if items else pd.DataFrame()), skips
 

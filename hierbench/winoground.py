@@ -160,7 +160,8 @@ def evaluate_winoground(model, data, *, batch_size: int = 64, num_workers: int |
                                          num_workers, [f"{it.id}/image_{j}" for it in items for j in (0, 1)])
     rows = rows.reshape(len(items), 2)
     keep = np.flatnonzero((rows >= 0).all(1))
-    if len(keep) == 0: raise UnreadableImagesError(f"none of the {len(items)} examples has both images readable (see the warning)")
+    if len(keep) == 0: raise UnreadableImagesError((f"{data}: " if isinstance(data, (str, Path)) else "")
+                                                      + f"none of the {len(items)} examples has both images readable (see the warning)")
     kept = [items[k] for k in keep]
     txt = encode_texts(model, [c for it in kept for c in it.captions], 4 * batch_size).to(embs.device).reshape(len(kept), 2, -1)
     img = embs[torch.as_tensor(rows[keep], device=embs.device)]                 # (N, 2, D): image 0, image 1
