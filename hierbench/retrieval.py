@@ -17,8 +17,9 @@ import pandas as pd
 import torch
 
 from .data import DataFormatError, DataWarning
-from .loaders import (MAX_TEXT_CHARS, _check_file, _field, _join, _read_json, _record_id, _str, _tname,
-                               _visible, load_coco_karpathy, resolve_image_root)
+from .annotations import (MAX_TEXT_CHARS, _check_file, _field, _join, _read_json, _record_id, _str, _tname,
+                                   _visible, resolve_image_root)
+from .loaders import load_coco_karpathy
 from .real_data import ShardRecords
 from .encoding import encode_image_sources, encode_texts, similarity_name
 from .metrics import chance_key, chance_recall_at_k, rank_of_best_correct

@@ -6,7 +6,7 @@ Docs: https://hierbench.github.io/hierbench/seed_batch.html.md"""
 
 # %% ../nbs/09c_seed_batch.ipynb #c9192db8
 from __future__ import annotations
-import contextlib, json, numbers, time
+import contextlib, numbers, time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Callable, Iterable, Mapping, Sequence
@@ -16,7 +16,8 @@ from .checkpoints import get_rng_state, latest_checkpoint, set_rng_state
 from .distributed import dist_info
 from .jobs import train_recipe
 from .sources import WorldData, WorldDataset
-from .train import PREEMPTION_SIGNALS, PreemptionGuard, TrainResult, ValidationMonitor
+from .callbacks import RunEvents, ValidationMonitor
+from .train import PREEMPTION_SIGNALS, PreemptionGuard, TrainResult
 from .config import MissingFileError, RunExistsError, SettingsError
 
 # %% auto #0
@@ -98,32 +99,17 @@ def _draws_key(ds) -> tuple | None:
             ds.top_caption_p, ds.partners is not None)
 
 # %% ../nbs/09c_seed_batch.ipynb #8072d7e7
-def _extra(s, event: str, step: int) -> dict:
-    "What the seed's callbacks add on a 'begin' or 'log' event (e.g. `ValidationMonitor`'s validation terms)."
-    out = {}
-    for cb in s.callbacks:
-        res = cb(event, dict(step=step, model=s.r.model, teacher=s.r.teacher, start=s.start))
-        if isinstance(res, Mapping): out.update(res)
-    return out
-
-def _notify(s, event: str, **state):
-    "Tell the seed's callbacks what `train` tells its own (events for metric sinks such as `hierbench.tracking.Tracker`)."
-    for cb in s.callbacks: cb(event, dict(state, model=s.r.model, teacher=s.r.teacher))
-
 def _begin(run, seed: int) -> SimpleNamespace:
-    "Set one seed up as `train` does (folder, RNG, optimizer, schedule, batches; resume) and log its step-0 'begin' terms."
+    "Set one seed up as `train` does (folder, RNG, optimizer, schedule, batches; resume); its events start as `train`'s do."
     r = T._setup_run(run.model, run.data, run.cfg, run.teacher, run.modules, run.collate_fn)
     start = T._start_or_resume(r, run.cfg, run.resume, run.extra_config, run.allow_changes)
     s = SimpleNamespace(seed=seed, run=run, r=r, cfg=run.cfg, start=start, callbacks=list(run.callbacks),
                         clamps=[c for c in (T.clamp_hook(m) for m in (r.model, *r.modules.values())) if c is not None],
                         end=run.cfg.steps if run.stop_at is None else min(run.cfg.steps, int(run.stop_at)),
                         t0=time.time(), last={}, last_ckpt=None, preempted=None, error=None)
-    _notify(s, "run_start", step=start, start=start, run_dir=r.run_dir, config=r.cfg_dict, is_main=r.info.is_main)
-    if start == 0:
-        begin = _extra(s, "begin", 0)
-        if begin and r.info.is_main:
-            with open(r.metrics_path, "a") as f: f.write(json.dumps(dict(step=0, **begin)) + "\n")
-            _notify(s, "metrics", step=0, metrics=dict(step=0, **begin))
+    s.events = RunEvents(s.callbacks, r.model, r.teacher, start)   # the events `train` tells its callbacks, told alike
+    s.events.run_start(r.run_dir, r.cfg_dict, r.info.is_main)
+    s.events.begin(r.metrics_path, r.info.is_main)
     s.rng = get_rng_state()
     return s
 
@@ -134,11 +120,10 @@ def _step(s, t: int) -> float:
     lr, terms, vals, grad_norm = T._train_step(s.r, cfg, s.run.loss_fn, s.r.batches(t), step, s.callbacks, s.clamps)
     metrics = None
     if step % cfg.log_every == 0 or step == cfg.steps or step == s.end:
-        metrics = s.last = T._log_step(s.r, step, lr, terms, vals, grad_norm, s.t0, lambda e, st: _extra(s, e, st))
-        _notify(s, "metrics", step=step, metrics=metrics)   # the line metrics.jsonl got
-    for cb in s.callbacks:
-        cb("step_end", dict(step=step, model=s.r.model, optimizer=s.r.optimizer, teacher=s.r.teacher, metrics=metrics))
-    if any(getattr(cb, "stop_requested", False) for cb in s.callbacks): s.end = step   # e.g. a plateau
+        metrics = s.last = T._log_step(s.r, step, lr, terms, vals, grad_norm, s.t0, s.events.extra)
+        s.events.metrics(step, metrics)
+    s.events.step_end(step, s.r.optimizer, metrics)
+    if s.events.stop_requested: s.end = step   # e.g. a plateau
     return float(vals[0])
 
 def _fail(s, err: BaseException, step: int):
@@ -194,7 +179,7 @@ def train_group(runs: Sequence, stop_signals: Iterable[str | int] | PreemptionGu
                     bar.update(step, f"mean loss {sum(losses) / len(losses):.4f} over {len(losses)} seed(s), {rate:.0f} samples/s")
     finally:
         bar.close(); guard.__exit__()
-        for s in states: _notify(s, "run_end", step=s.end)   # e.g. a Tracker closes its writers, also after an error
+        for s in states: s.events.run_end(s.end)   # e.g. a Tracker closes its writers, also after an error
     results = []
     for s in states:
         if s.error is not None: continue

@@ -17,8 +17,8 @@ import torch
 from PIL import Image
 
 from .data import CorruptImageError, DataFormatError, MissingImageError, UnreadableImagesError
-from .loaders import (_DuplicateKey, _check_file, _field, _join, _num, _record_id, _same_text, _set_aside, _str,
-                               _tname, _unique_keys)
+from .annotations import (_DuplicateKey, _check_file, _field, _join, _num, _record_id, _same_text, _set_aside,
+                                   _str, _tname, _unique_keys)
 from .encoding import encode_image_sources, encode_texts, similarity_name
 from .metrics import chance_key
 from .scorers import has_images, skipped
