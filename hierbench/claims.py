@@ -7,6 +7,7 @@ Docs: https://hierbench.github.io/hierbench/claims.html.md"""
 # %% ../nbs/11c_claims.ipynb #44f2e3c6
 from __future__ import annotations
 from dataclasses import dataclass
+from typing import Mapping
 import numpy as np, pandas as pd
 from .budgets import BUDGETS, plan_runs
 from .evaluate import bootstrap_replicates, scene_counts
@@ -16,7 +17,8 @@ from .stats import (SequentialPlan, bootstrap_weights, fragility, mean_interval,
 
 # %% auto #0
 __all__ = ['ENTAILMENT', 'NORM_REG', 'WEIGHT_MODE', 'HARD_NEGATIVES', 'HYPERBOLIC', 'CLAIMS', 'HALF_WIDTH_TARGETS', 'Claim',
-           'unfair_claims', 'deciding_budget', 'evaluate_claims', 'recipes_to_extend', 'power_table']
+           'unfair_claims', 'deciding_budget', 'evaluate_claims', 'recipes_to_extend', 'power_table',
+           'variance_components']
 
 # %% ../nbs/11c_claims.ipynb #693bf639
 @dataclass(frozen=True)
@@ -188,17 +190,19 @@ def _claim_row(c: Claim, wide: pd.DataFrame, items: dict | None, W: dict | None,
 
 # %% ../nbs/11c_claims.ipynb #e1b70663
 def evaluate_claims(results: pd.DataFrame, claims: list[Claim] | None = None, items: dict | None = None,
-                    n_boot: int = 1000, seed: int = 0, plan: SequentialPlan | None = None) -> pd.DataFrame:
+                    n_boot: int = 1000, seed: int = 0, plan: SequentialPlan | None = None,
+                    scenes: Mapping[str, int] | None = None) -> pd.DataFrame:
     """The ledger: one row per claim row. `results` has columns recipe, seed, metric, value. Per row: effect A−B paired
     by seed with its 95% t-interval (training-seed variance), the minimum detectable effect at that seed count, and —
     when `items[(recipe, seed)]` holds the per-item records — a paired evaluation bootstrap over scenes (evaluation-
     sample variance: the same resampled scenes for both arms and every seed, effect averaged over seeds). `plan`: the
-    looks of a seeds-until-decided run (`hierbench.stats.SequentialPlan`): each row read by the group-sequential rule."""
+    looks of a seeds-until-decided run (`hierbench.stats.SequentialPlan`): each row read by the group-sequential rule.
+    `scenes`: the scenes of each split the bootstrap resamples, in order (default: the first run's items tell)."""
     claims = CLAIMS if claims is None else claims
     wide = results.pivot_table(index=["metric", "seed"], columns="recipe", values="value", aggfunc="mean")
     W = None
     if items:
-        n = scene_counts(next(iter(items.values())))
+        n = dict(scenes) if scenes is not None else scene_counts(next(iter(items.values())))
         draws = list(bootstrap_weights(n, n_boot, seed))
         W = {s: np.stack([d[s] for d in draws]) for s in n}
     cache: dict = {}
@@ -227,3 +231,31 @@ def power_table(ledger: pd.DataFrame) -> pd.DataFrame:
     sd = g.seed_sd.median() if "seed_sd" in led else pd.Series(np.nan, index=out.index)
     out["seeds_needed"] = [seeds_for_half_width(s, t) if pd.notna(t) else np.nan for s, t in zip(sd, out.target)]
     return out
+
+# %% ../nbs/11c_claims.ipynb #9453780c
+def variance_components(ledger: pd.DataFrame, results: pd.DataFrame, items: Mapping, scenes: Mapping[str, int],
+                        n_boot: int = 1000, seed: int = 0, level: float = 0.95) -> pd.DataFrame:
+    """Per claim row, over the `n` seeds it read: the seed variance of the paired effect (`seed_var`) split into its
+    evaluation part (`eval_in_seed`: each seed's effect measured on finite scenes) and its training part (`train`, the
+    rest); `eval_shared`, the evaluation noise common to all seeds, which no seed count removes; the seed interval's
+    half-width and what it would be with unlimited scenes (`half_width_no_eval`). Variances are per seed."""
+    wide = results.pivot_table(index=["metric", "seed"], columns="recipe", values="value", aggfunc="mean")
+    draws = list(bootstrap_weights(dict(scenes), n_boot, seed))
+    W = {s: np.stack([d[s] for d in draws]) for s in scenes if scenes[s]}
+    out = []
+    for c in ledger[ledger.n >= 3].itertuples():
+        both = wide.loc[c.metric][[c.a, c.b]].dropna().sort_index().iloc[: int(c.n)]
+        d, n = (both[c.a] - both[c.b]).to_numpy(), len(both)
+        ra, rb = (_boot_replicates(items, [(arm, s) for s in both.index], c.metric, W) for arm in (c.a, c.b))
+        if ra is None or rb is None: continue
+        D = ra - rb                                             # (seeds, replicates): each seed's effect, resampled
+        within, of_mean = np.nanmean(np.nanvar(D, axis=1, ddof=1)), np.nanvar(np.nanmean(D, axis=0), ddof=1)
+        in_seed = max(0.0, (within - of_mean) * n / (n - 1))   # D = effect + shared + seed-specific evaluation noise
+        seed_var = float(np.var(d, ddof=1))
+        train = max(0.0, seed_var - in_seed)
+        out.append(dict(id=c.id, a=c.a, b=c.b, metric=c.metric, n=n, seed_var=seed_var, train=train, eval_in_seed=in_seed,
+                        eval_share=in_seed / seed_var if seed_var > 0 else np.nan,
+                        eval_shared=max(0.0, of_mean - in_seed / n),
+                        half_width=t_half_width(np.sqrt(seed_var), n, level),
+                        half_width_no_eval=t_half_width(np.sqrt(train), n, level)))
+    return pd.DataFrame(out)

@@ -13,7 +13,7 @@ from .config import HierbenchError, BENCH_SECTIONS, BUDGET_NAMES, LAUNCHERS, PRE
 # %% auto #0
 __all__ = ['SUBCOMMANDS', 'LazyCommand', 'DeprecatedFlag', 'deprecated_alias', 'seed_list', 'add_train_parser',
            'add_negatives_parser', 'add_paraphrases_parser', 'add_check_parser', 'add_export_parser',
-           'add_compare_parser', 'add_bench_parser', 'add_general_eval_flags', 'add_eval_parser',
+           'add_compare_parser', 'add_claims_parser', 'add_bench_parser', 'add_general_eval_flags', 'add_eval_parser',
            'add_demo_docs_parsers', 'build_parser', 'error_line', 'debug_wanted', 'run_command', 'main']
 
 # %% ../nbs/15_cli.ipynb #6b3539a5
@@ -213,9 +213,25 @@ def add_compare_parser(sub):
     d.add_argument("--timeout-min", type=int, default=None, help="SLURM time limit of each run's job")
     d.add_argument("--slurm-extra", action="append", default=None, metavar="KEY=VALUE", help="any other sbatch option (repeatable)")
     d.add_argument("--report-only", action="store_true", help="rebuild results.json, claims.json and the report from the folder")
+    d.add_argument("--from-records", default=None, metavar="DIR", help="with --until-decided: continue the plan of ledger "
+                   "records (`hierbench claims --records`) in --out, training only the seeds it still asks for")
     _add_report_to(d)
     deprecated_alias(d, "--preset", "--budget", choices=BUDGET_NAMES)
     d.set_defaults(func=LazyCommand("hierbench.commands:cmd_compare"))
+    return d
+
+# %% ../nbs/15_cli.ipynb #9d8cc082
+def add_claims_parser(sub):
+    "The `claims` subcommand: the ledger recomputed from records or a compare folder, or a folder reduced to records."
+    d = sub.add_parser("claims", help="recompute the claims ledger, the README's table and the forest plot from ledger "
+                       "records (or a compare folder), or reduce a compare folder to records")
+    d.add_argument("dir", help="ledger records (ledger.json, ...) or a compare folder (plan.json, runs/)")
+    d.add_argument("--json", default=None, metavar="FILE", help="write the recomputed claims.json here")
+    d.add_argument("--forest", default=None, metavar="PNG", help="draw the forest plot (kaleido and Chrome/Chromium)")
+    d.add_argument("--records", default=None, metavar="OUT", help="reduce the compare folder DIR to ledger records in OUT")
+    d.add_argument("--variance", action="store_true", help="also each row's seed variance split into training and "
+                   "evaluation (scene) noise, and its interval with unlimited scenes")
+    d.set_defaults(func=LazyCommand("hierbench.commands:cmd_claims"))
     return d
 
 # %% ../nbs/15_cli.ipynb #5af21932
@@ -308,7 +324,7 @@ _DEBUG_HELP = "show the traceback of a refusal (or set HIERBENCH_DEBUG=1) instea
 
 SUBCOMMANDS = (add_demo_docs_parsers, add_compare_parser, add_train_parser, add_negatives_parser, add_paraphrases_parser,
                add_check_parser,
-               add_export_parser, add_bench_parser, add_eval_parser)
+               add_export_parser, add_bench_parser, add_eval_parser, add_claims_parser)
 
 def build_parser() -> argparse.ArgumentParser:
     "The `hierbench` argument parser: one subparser per job, each added by its `add_*_parser` function."

@@ -14,10 +14,14 @@ import torch
 
 from .bench import format_report, run_benchmarks
 from .benchmarks import evaluate_benchmarks
-from .budgets import BUDGETS
+from .budgets import BUDGETS, Budget
 from .cli import _csv
-from .compare import main_job_dir
-from .config import BENCH_SECTIONS, SettingsError, atomic_write_text
+from .claims import variance_components
+from .compare import eval_scene_counts, main_job_dir
+from .records import (LEDGER_FILE, RecordsError, forest_title, ledger_differences, ledger_from_folder,
+                               ledger_from_records, read_records, write_records)
+from .report import forest_figure, headline_table
+from .config import BENCH_SECTIONS, SettingsError, atomic_write, atomic_write_text
 from .data import DataFormatError
 from .distributed import dist_info
 from .geometry import dist, dist0, exp_map0, exterior_angle, half_aperture
@@ -38,7 +42,7 @@ from .train import PREEMPTED_EXIT_CODE, EvalEvery
 
 # %% auto #0
 __all__ = ['geometry_demo', 'print_table', 'cmd_train', 'cmd_negatives', 'cmd_paraphrases', 'cmd_check', 'cmd_export',
-           'cmd_compare', 'cmd_bench', 'cmd_demo', 'cmd_docs']
+           'print_ledger', 'cmd_compare', 'cmd_claims', 'cmd_bench', 'cmd_demo', 'cmd_docs']
 
 # %% ../nbs/15a_commands.ipynb #b2c90b5b
 def geometry_demo() -> list[tuple[str, float, float]]:
@@ -192,6 +196,15 @@ def cmd_export(args):
     print(f"load with: open_clip.add_model_config({str(paths['config'])!r}); "
           f"open_clip.create_model({paths['weights'].stem!r}, pretrained={str(paths['weights'])!r})")
 
+# %% ../nbs/15a_commands.ipynb #48e390ec
+def print_ledger(ledger: pd.DataFrame, meta: dict):
+    "The claims ledger as `compare` and `claims` print it: effect, interval, seeds, verdict, and how many seeds keep it."
+    led = ledger.assign(kept=lambda d: [f"{k}/{n}" if n else "" for k, n in zip(d.loso_kept, d.n)],
+                        verdict=lambda d: [v + (" (fragile)" if f is True else "") for v, f in zip(d.verdict, d.fragile)])
+    cols = ["id", "a", "b", "metric", "effect", "ci_low", "ci_high", "n", "verdict", "kept"]
+    if "until_decided" in meta: cols[7:7] = ["level", "look", "stopped"]
+    print_table(led[cols].round(4), "claims ledger (effect = A − B, paired by seed; kept: verdicts kept without one seed)")
+
 # %% ../nbs/15a_commands.ipynb #67ba9a31
 def cmd_compare(args):
     if args.out is None: args.out = str(main_job_dir())   # the main job's folder, where the tutorials look
@@ -203,16 +216,41 @@ def cmd_compare(args):
                          gpus_per_run=args.gpus_per_run, cpus_per_run=args.cpus_per_run, timeout_min=args.timeout_min,
                          slurm_extra=args.slurm_extra, report_only=args.report_only, quiet=not args.verbose,
                          progress=not args.quiet, until_decided=args.until_decided, max_seeds=args.max_seeds,
-                         round_seeds=args.round_seeds, max_hours=args.max_hours, seeds_per_process=args.seeds_per_process)
+                         round_seeds=args.round_seeds, max_hours=args.max_hours, seeds_per_process=args.seeds_per_process,
+                         from_records=args.from_records)
     print_table(res["summary"], "summary: mean ± 95% half-width over seeds (first row: chance)")
-    led = res["ledger"].assign(kept=lambda d: [f"{k}/{n}" if n else "" for k, n in zip(d.loso_kept, d.n)],
-                               verdict=lambda d: [v + (" (fragile)" if f is True else "") for v, f in zip(d.verdict, d.fragile)])
-    cols = ["id", "a", "b", "metric", "effect", "ci_low", "ci_high", "n", "verdict", "kept"]
-    if "until_decided" in res["meta"]: cols[7:7] = ["level", "look", "stopped"]
-    print_table(led[cols].round(4), "claims ledger (effect = A − B, paired by seed; kept: verdicts kept without one seed)")
+    print_ledger(res["ledger"], res["meta"])
     meta = res["meta"]   # a rebuilt report (--report-only) has no run time of its own
     cost = f" ({meta['wall_seconds'] / 60:.1f} min, peak {meta['peak_rss_mb']:.0f} MB)" if meta.get("wall_seconds") else ""
     print(f"\nwrote {Path(args.out) / 'results.json'}, claims.json, report.html{cost}")
+
+# %% ../nbs/15a_commands.ipynb #5747ec27
+def cmd_claims(args):
+    src = Path(args.dir)
+    if args.records:
+        rec = read_records(write_records(src, args.records))
+        size = sum(p.stat().st_size for p in Path(args.records).iterdir()) / 1e6
+        print(f"wrote {args.records}: {len(rec.runs)} runs of {len(rec.plan.recipes)} recipes ({size:.1f} MB); "
+              f"`hierbench claims {args.records}` recomputes the ledger from them")
+        return
+    if (src / LEDGER_FILE).is_file(): rec = read_records(src); res = {**ledger_from_records(rec), "reference": rec.claims}
+    else: res = ledger_from_folder(src)   # a records folder or a compare folder that is neither: one line (`RecordsError`, ...)
+    budget = Budget.from_dict(res["meta"]["budget"])
+    print(f"README table ({budget.name} budget: mean ± 95% half-width over each recipe's seeds, chance in brackets):\n")
+    print(headline_table(res["results"], budget.n_test))
+    print_ledger(res["ledger"], res["meta"])
+    if args.variance:
+        var = variance_components(res["ledger"], res["results"], res["items"], eval_scene_counts(budget), n_boot=budget.n_boot)
+        print_table(var.drop(columns=["id"]).set_index(var.id).round(6), "where each row's uncertainty lives (variances per "
+                    "seed; eval_in_seed: scene noise inside the seed spread; half_width_no_eval: with unlimited scenes)")
+    if res["reference"] is not None:
+        diffs = ledger_differences(json.loads(json.dumps(res["document"])), res["reference"])
+        if diffs: raise RecordsError(f"the recomputed ledger differs from {src / 'claims.json'}: " + "; ".join(diffs[:5]))
+        print(f"\nequal to {src / 'claims.json'}: {len(res['ledger'])} claim rows, every verdict, effect and interval")
+    if args.json: atomic_write_text(args.json, json.dumps(res["document"], indent=1)); print(f"wrote {args.json}")
+    if args.forest:
+        fig = forest_figure(res["ledger"]).update_layout(title=forest_title(res["meta"], res["ledger"]))
+        atomic_write(args.forest, lambda p: fig.write_image(p, format="png", scale=1)); print(f"wrote {args.forest}")
 
 # %% ../nbs/15a_commands.ipynb #63d439ba
 def cmd_bench(args):

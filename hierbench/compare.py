@@ -6,9 +6,7 @@ Docs: https://hierbench.github.io/hierbench/compare.html.md"""
 
 # %% ../nbs/11_compare.ipynb #ca21d6b4
 from __future__ import annotations
-import contextlib, ctypes, dataclasses, functools, hashlib, html, inspect, json, math, os, resource, shutil, signal, time, warnings
-import multiprocessing as mp
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+import contextlib, dataclasses, functools, hashlib, html, inspect, json, math, resource, shutil, time, warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
@@ -23,6 +21,7 @@ from .evaluate import evaluate_world_split, pep_angle_summary, world_eval_data
 from .metrics import chance_key
 from .jobs import Validation
 from .models import load_model, resolve_architecture, save_model
+from .pool import InProcess, ProcessPool, default_launcher   # the local launchers (re-exported: `compare.InProcess`)
 from .recipes import get_recipe, recipe_fields
 from .report import render_report, save_static_figures, stage_table, summary_table
 from .sources import WorldData, WorldDataset, world_captions
@@ -33,10 +32,10 @@ from .stats import SequentialPlan, look_schedule
 from .seed_batch import train_seeds
 
 # %% auto #0
-__all__ = ['DECODER_TASK', 'SEEDS_PER_PROCESS', 'read_decoder', 'build_eval_data', 'evaluate_run', 'save_items', 'load_items',
-           'run_dir', 'run_fingerprint', 'finished_run', 'run_recipe_seeds', 'run_recipe', 'results_rows', 'task_graph',
-           'task_runs', 'InProcess', 'ProcessPool', 'default_launcher', 'compare_outputs', 'main_job_dir',
-           'run_compare']
+__all__ = ['DECODER_TASK', 'FIRST_LOOK', 'SEEDS_PER_PROCESS', 'read_decoder', 'build_eval_data', 'eval_scene_counts',
+           'evaluate_run', 'save_items', 'load_items', 'run_dir', 'run_fingerprint', 'finished_run', 'run_recipe_seeds',
+           'run_recipe', 'results_rows', 'task_graph', 'task_runs', 'claims_document', 'claims_ledger',
+           'compare_outputs', 'main_job_dir', 'run_compare']
 
 # %% ../nbs/11_compare.ipynb #13eb1a27
 def read_decoder(out: str | Path, budget: Budget, quiet: bool = True) -> CaptionDecoder:
@@ -49,6 +48,11 @@ def build_eval_data(budget: Budget) -> dict:
     "The evaluation scenes of every split, built once (world seed 0; training never sees these splits)."
     return {split: world_eval_data(split, budget.n_test, seed=0, pep_pool=budget.pep_pool if split == "test-iid" else 0)
             for split in ("test-iid", "test-comp", "general")}
+
+# %% ../nbs/11_compare.ipynb #1268016b
+def eval_scene_counts(budget: Budget) -> dict[str, int]:
+    "Scenes per evaluation split, in `build_eval_data`'s order: the evaluation bootstrap's resampling units."
+    return {split: budget.n_test for split in ("test-iid", "test-comp", "general")}
 
 # %% ../nbs/11_compare.ipynb #40d3d3a5
 def evaluate_run(model, eval_data: dict, items: dict | None = None) -> dict[str, float]:
@@ -120,7 +124,8 @@ def _check_finished(folder: Path, name: str, recipe, budget: Budget) -> dict:
                          f"{budget.name!r}, or an older version of it): use another --out folder, or delete that run")
     # the budget names its architecture; if that name now means another architecture (a newer hierbench), the old run
     # would silently stand in for the new model
-    saved = json.loads((folder / "model.json").read_text())["arch"] if (folder / "model.json").exists() else None
+    saved = (row["recorded"]["arch"] if "recorded" in row else   # a run restored from ledger records keeps its model's
+             json.loads((folder / "model.json").read_text())["arch"] if (folder / "model.json").exists() else None)
     if saved != json.loads(json.dumps(resolve_architecture(budget.arch))):
         raise SettingsError(f"{folder} holds a finished run whose model is not today's {budget.arch!r} "
                          "architecture: use another --out folder, or delete that run to redo it")
@@ -211,12 +216,16 @@ def _record_run(name: str, recipe, seed: int, budget: Budget, folder: Path, eval
 def finished_run(name: str, seed: int, budget: Budget, out: str | Path) -> dict | None:
     """The recorded row of run `(name, seed)` in `out` when it is finished and reusable: its run key, architecture and
     fingerprint are today's (`_check_finished`, which refuses another budget's run) and its weights are the recorded
-    ones; None when it still has to be trained or evaluated."""
+    ones; None when it still has to be trained or evaluated. A run restored from ledger records (`hierbench.records`:
+    its row and per-item records, `"recorded"` in its eval.json) has no weights here and is reused as recorded."""
     recipe, folder = get_recipe(name), run_dir(out, name, seed)
     eval_path, weights = folder / "eval.json", folder / "model.safetensors"
-    if not (eval_path.exists() and weights.exists()): return None
+    if not eval_path.exists(): return None
+    if not weights.exists() and "recorded" not in json.loads(eval_path.read_text()): return None   # train it again
     row = _check_finished(folder, name, recipe, budget)
-    if row.get("weights_sha256") != _sha256(weights) or not (folder / "items.npz").exists(): return None
+    if not (folder / "items.npz").exists(): return None
+    if "recorded" in row: return row
+    if row.get("weights_sha256") != _sha256(weights): return None
     if row.get("run_fingerprint") is None:   # a run finished before fingerprints were recorded: record today's, once
         row["run_fingerprint"] = run_fingerprint(recipe)
         atomic_write_text(eval_path, json.dumps(_json_safe(row), indent=1))
@@ -298,65 +307,6 @@ def task_runs(task: tuple) -> list[tuple[str, int]]:
     "The runs `(recipe, seed)` a task trains (READ's decoder task: none) — the one place that reads a task's form."
     return [] if task == DECODER_TASK else [(task[1], s) for s in task[0]]
 
-# %% ../nbs/11_compare.ipynb #7ad44bcb
-class InProcess:
-    "Launcher: run the tasks one after another in this process (torch's thread setting untouched)."
-    jobs, threads = 1, None
-    def __call__(self, tasks: list[tuple], deps: Mapping[tuple, list[tuple]], run: Callable[[tuple], dict],
-                 progress=None) -> dict:
-        done: dict = {}
-        for t in tasks:
-            missing = [d for d in deps.get(t, []) if d not in done]
-            if missing: raise ValueError(f"task {t} needs {missing}, which do not come before it")
-            if progress: progress.started(t)
-            done[t] = run(t)
-            if progress: progress.finished(t, done[t])
-        return done
-
-# %% ../nbs/11_compare.ipynb #1497a7c0
-def _die_with_parent():
-    "Worker initializer (Linux): the kernel kills this worker when the compare process dies, even by SIGKILL."
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
-    except (OSError, AttributeError): pass   # not Linux: workers end when their pipe closes
-
-# %% ../nbs/11_compare.ipynb #817e7183
-def _worker_init(threads: int | None):
-    "Initializer of a pool worker: die with the parent, and use `threads` torch threads."
-    _die_with_parent()
-    if threads: torch.set_num_threads(threads)
-
-# %% ../nbs/11_compare.ipynb #c7ecf90c
-class ProcessPool:
-    "Launcher: `jobs` spawned worker processes (`threads` torch threads each) take ready tasks as they free up."
-    def __init__(self, jobs: int, threads: int = 1, poll_s: float = 2.0): self.jobs, self.threads, self.poll_s = jobs, threads, poll_s
-    def __call__(self, tasks: list[tuple], deps: Mapping[tuple, list[tuple]], run: Callable[[tuple], dict],
-                 progress=None) -> dict:
-        done, pending, running = {}, list(tasks), {}
-        # spawn: a fresh interpreter per worker (forking a process that holds torch's thread pools can hang)
-        with ProcessPoolExecutor(self.jobs, mp_context=mp.get_context("spawn"), initializer=_worker_init,
-                                 initargs=(self.threads,)) as ex:
-            while pending or running:
-                for t in [t for t in pending if all(d in done for d in deps.get(t, []))][: self.jobs - len(running)]:
-                    pending.remove(t)
-                    running[ex.submit(run, t)] = t
-                    if progress: progress.started(t)
-                if not running: raise ValueError(f"tasks {pending} wait for tasks that are not in the graph")
-                # the parent prints what the workers did (their own output is lost in a notebook): wake up to say it
-                finished, _ = wait(running, timeout=self.poll_s if progress else None, return_when=FIRST_COMPLETED)
-                for f in finished:
-                    t = running.pop(f)
-                    done[t] = f.result()
-                    if progress: progress.finished(t, done[t])
-                if progress and not finished: progress.tick()
-        return done
-
-# %% ../nbs/11_compare.ipynb #4ca60599
-def default_launcher(jobs: int | None, n_tasks: int):
-    "`InProcess()` for one job, else `ProcessPool(jobs)`; `jobs` defaults to one per core, and at most one per task."
-    jobs = max(1, min(n_tasks, jobs if jobs is not None else (os.cpu_count() or 1)))
-    return InProcess() if jobs == 1 else ProcessPool(jobs)
-
 # %% ../nbs/11_compare.ipynb #f840dfa6
 _EVAL_CACHE: dict = {}
 
@@ -398,14 +348,18 @@ def _peak_rss_mb() -> float:
     kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     return max(own, kids) / 1024
 
+# %% ../nbs/11_compare.ipynb #b10dbd4b
+def claims_document(meta: dict, ledger: pd.DataFrame) -> dict:
+    "What claims.json holds: how the runs were made (`meta`), the ledger's rows and its power table; JSON-safe."
+    return _json_safe(dict(meta=meta, claims=ledger.to_dict("records"), power=power_table(ledger).reset_index().to_dict("records")))
+
 # %% ../nbs/11_compare.ipynb #91bf0076
 def _write_outputs(out: Path, meta: dict, results: pd.DataFrame, ledger: pd.DataFrame, runs: list[dict]):
     "results.json, claims.json, report.html (plotly.min.js beside it) and the figures' PNG copies in `out/figures`."
     extras = dict(stages={f"{r['recipe']}/seed{r['seed']}": r["stage"] for r in runs if r.get("stage")},
                   pep_analysis={f"{r['recipe']}/seed{r['seed']}": r["pep_analysis"] for r in runs if r.get("pep_analysis")})
     atomic_write_text(out / "results.json", json.dumps(_json_safe(dict(meta=meta, rows=results.to_dict("records"), **extras)), indent=1))
-    atomic_write_text(out / "claims.json", json.dumps(_json_safe(dict(meta=meta, claims=ledger.to_dict("records"),
-                                                                      power=power_table(ledger).reset_index().to_dict("records"))), indent=1))
+    atomic_write_text(out / "claims.json", json.dumps(claims_document(meta, ledger), indent=1))
     shutil.copy(Path(plotly.__file__).parent / "package_data" / "plotly.min.js", out / "plotly.min.js")
     figures: dict = {}
     report = render_report(results, ledger, meta, runs, plotlyjs="directory", run_root=out / "runs", figures=figures)
@@ -415,22 +369,35 @@ def _write_outputs(out: Path, meta: dict, results: pd.DataFrame, ledger: pd.Data
     if static["skipped"]: warnings.warn(f"compare: static figures not written ({static['skipped']})")
     atomic_write_text(out / "report.html", report.replace("</body>", f"<p>{note}</p></body>"))
 
+# %% ../nbs/11_compare.ipynb #1669d55b
+def claims_ledger(runs: list[dict], items: Mapping, budget: Budget, plan: SequentialPlan | None = None,
+                  still_open: str = "open") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The result rows and the claims ledger of finished `runs` (their rows) and `items` (`{(recipe, seed): per-item
+    records}`): what `compare_outputs` writes, and what `hierbench.records` recomputes from a ledger's records alone."""
+    results = pd.DataFrame(results_rows(runs))
+    ledger = evaluate_claims(results, items=items, n_boot=budget.n_boot, plan=plan, scenes=eval_scene_counts(budget))
+    ledger.loc[ledger.stopped == "open", "stopped"] = still_open
+    return results, ledger
+
 # %% ../nbs/11_compare.ipynb #bf7a45ec
 def compare_outputs(out: Path, budget: Budget, seeds: int, order: list[str], runs: list[dict], meta: dict,
                     plan: SequentialPlan | None = None, still_open: str = "open") -> dict:
     """The results table, claims ledger and report of the finished `runs`, written into `out` (`meta`: how they were
     run). `plan`: the looks of a seeds-until-decided run (the ledger reads them); `still_open`: what the ledger's
     `stopped` says of rows left undecided below the last look (e.g. 'time cap')."""
-    results = pd.DataFrame(results_rows(runs))
     items = {(r["recipe"], r["seed"]): load_items(run_dir(out, r["recipe"], r["seed"]) / "items.npz") for r in runs}
-    ledger = evaluate_claims(results, items=items, n_boot=budget.n_boot, plan=plan)
-    ledger.loc[ledger.stopped == "open", "stopped"] = still_open
+    results, ledger = claims_ledger(runs, items, budget, plan, still_open)
     meta = dict(budget=dataclasses.asdict(budget), seeds=seeds, recipes=order, **meta)
     _write_outputs(out, meta, results, ledger, runs)
     return dict(results=results, ledger=ledger, meta=meta, summary=summary_table(results), runs=runs,
                 power=power_table(ledger), stages=stage_table(runs))
 
 # %% ../nbs/11_compare.ipynb #5d1e3a5a
+# --until-decided's first look when no --seeds are given. A look at 2 seeds has one degree of freedom: at the level an
+# O'Brien–Fleming plan spends there (99.99x %) its t-interval is some 10^4 standard errors wide, so it cannot decide and
+# a round spent on it is lost. 5 is the standard budget's first look (the ledger's plan); quick's 2 seeds start there too.
+FIRST_LOOK = 5
+
 def _until_decided_plan(first: int, max_seeds: int | None, round_seeds: int, spending: str) -> SequentialPlan:
     "The looks of `--until-decided`, or a one-line error naming the flag that does not fit."
     if max_seeds is None: raise SettingsError("--until-decided needs --max-seeds N, the most seeds a claim may take")
@@ -494,7 +461,7 @@ def _run_compare(budget: str | Budget, seeds: int | None, out: Path, recipes: li
     """`run_compare` inside its folder lock: plan, prepare the world, launch the run graph (in rounds with
     `until_decided`), write the outputs."""
     budget = BUDGETS[budget] if isinstance(budget, str) else budget
-    seeds = budget.seeds if seeds is None else seeds
+    if seeds is None: seeds = max(budget.seeds, FIRST_LOOK) if until_decided else budget.seeds
     if seeds < 1: raise SettingsError(f"seeds must be >= 1, got {seeds}")
     if not until_decided and (max_seeds is not None or max_hours is not None):
         raise SettingsError("--max-seeds and --max-hours go with --until-decided")

@@ -27,7 +27,7 @@ from .metrics import (CHANCE_ITT_TOT, aggregate_accuracy, chance_choice, chance_
                                chance_hierarchical_metrics, chance_kendall, chance_key, choice_correct, group_means,
                                hierarchical_metrics, itt_tot, kendall_per_chain, pep_score, rank_of_best_correct,
                                retrieval_recalls, saturated_fraction, with_suffix)
-from .stats import auc_replicates, ratio_replicates
+from .stats import ap_replicates, auc_replicates, ratio_replicates
 from .config import moved_names
 
 # %% auto #0
@@ -408,10 +408,11 @@ def bootstrap_replicates(name: str, items: Mapping[str, Mapping], weights: Mappi
         if tail in per: return per[tail]
     if head in ("tot_acc", "itt_acc") and tail == "":
         rec = its[head[:3]]; return ratio_replicates(W, np.asarray(rec["group"]), np.asarray(rec["ok"]))
-    if head in ("pep_auc", "pep_angle_auc") and tail == "":
+    if head in ("pep_auc", "pep_ap", "pep_angle_auc") and tail == "":
         rec = its["pep"]; pos, neg = np.asarray(rec["pos_phi"]), np.asarray(rec["neg_phi"])
         f = (lambda p: -p) if head == "pep_angle_auc" else pep_score
-        return auc_replicates(W, f(pos), np.asarray(rec["pos_group"]), f(neg), np.asarray(rec["neg_group"]))
+        replicates = ap_replicates if head == "pep_ap" else auc_replicates
+        return replicates(W, f(pos), np.asarray(rec["pos_group"]), f(neg), np.asarray(rec["neg_group"]))
     if head == "d_corr" and tail == "":
         rec = its["chains"]; return ratio_replicates(W, np.asarray(rec["group"]), np.asarray(rec["tau"]))
     if head in ("aperture_saturated", "parent_norm") and tail == "":

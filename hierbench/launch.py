@@ -6,7 +6,7 @@ Docs: https://hierbench.github.io/hierbench/launch.html.md"""
 
 # %% ../nbs/11e_launch.ipynb #abf6712c
 from __future__ import annotations
-import json, os, signal, time
+import os, signal, time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -14,10 +14,9 @@ from typing import Any, Callable, Mapping, Sequence
 import submitit, torch
 from submitit.helpers import Checkpointable, DelayedSubmission
 
-from .budgets import budget_from_meta
-from .compare import DECODER_TASK, compare_outputs, finished_run, run_compare, task_graph, task_runs
-from .stats import SequentialPlan
-from .config import FolderLock, FolderStateError, LAUNCHERS, MissingFileError, SettingsError
+from .compare import DECODER_TASK, compare_outputs, finished_run, run_compare, task_runs
+from .records import finished_runs, read_plan, read_records, report_only_meta, restore_records
+from .config import FolderLock, LAUNCHERS, SettingsError
 from .jobs import train_recipe
 from .train import Preempted
 
@@ -197,27 +196,12 @@ def make_executor(kind: str, folder: str | Path, **options) -> submitit.AutoExec
 # %% ../nbs/11e_launch.ipynb #c8dce27e
 def rebuild_report(out: str | Path, log: Callable = print) -> dict:
     "The compare outputs of folder `out`, rebuilt from its `plan.json` and finished runs (no training, no job)."
-    out = Path(out)
-    src = out / "plan.json" if (out / "plan.json").is_file() else out / "results.json"
-    if not src.is_file():
-        raise MissingFileError(f"{out}: neither plan.json nor results.json; not a compare folder (run `hierbench compare --out {out}`)")
-    plan = json.loads(src.read_text())
-    plan = plan.get("meta", plan)
-    budget, seeds, order = budget_from_meta(plan), int(plan["seeds"]), list(plan["recipes"])
-    until = plan.get("until_decided")   # seeds until decided: each recipe's seeds, the looks, why the rounds stopped
-    tasks, _ = task_graph(order, {r: range(int(n)) for r, n in until["seeds_per_recipe"].items()} if until else seeds)
+    out, plan = Path(out), read_plan(out)   # each recipe's seeds, and with --until-decided the looks and why the rounds stopped
     with FolderLock(out):
-        rows = {(r, s): finished_run(r, s, budget, out) for t in tasks for r, s in task_runs(t)}
-        missing = [f"{name}/seed{seed}" for (name, seed), row in rows.items() if row is None]
-        if missing:
-            raise FolderStateError(f"{out}: {len(missing)} of {len(rows)} runs are not finished ({', '.join(missing[:8])}"
-                               f"{', ...' if len(missing) > 8 else ''}); run the compare again: finished runs are reused")
+        rows = finished_runs(out, plan)
         log(f"compare: rebuilding the outputs of {out} from {len(rows)} finished runs")
-        sequential = SequentialPlan(**{**until["plan"], "looks": tuple(until["plan"]["looks"])}) if until else None
-        return compare_outputs(out, budget, seeds, order, list(rows.values()), dict(
-            jobs=None, launcher="report-only", wall_seconds=None, peak_rss_mb=None, torch=torch.__version__, threads=None,
-            **({"until_decided": until} if until else {})), plan=sequential,
-            still_open="time cap" if until and until.get("stopped") == "time cap" else "open")
+        return compare_outputs(out, plan.budget, plan.seeds, list(plan.recipes), rows, report_only_meta(plan),
+                               plan=plan.sequential, still_open=plan.still_open)
 
 # %% ../nbs/11e_launch.ipynb #98a3dd7e
 def launch_compare(budget: str = "smoke", seeds: int | None = None, out: str | Path | None = None,
@@ -228,6 +212,7 @@ def launch_compare(budget: str = "smoke", seeds: int | None = None, out: str | P
                    gpus_per_run: int | None = None, cpus_per_run: int | None = None, timeout_min: int | None = None,
                    slurm_extra: Sequence[str] | Mapping[str, str] | None = None,   # KEY=VALUE sbatch options
                    report_only: bool = False,               # only rebuild the outputs from the folder
+                   from_records: str | Path | None = None,  # ledger records (`hierbench.records`) to continue from
                    quiet: bool = True, log: Callable = print,
                    **rounds) -> dict:                       # progress, until_decided, max_seeds, round_seeds, max_hours,
                                                             # spending, seeds_per_process (`run_compare`'s)
@@ -235,6 +220,10 @@ def launch_compare(budget: str = "smoke", seeds: int | None = None, out: str | P
     from hierbench.compare import main_job_dir
     out = Path(out) if out is not None else main_job_dir()
     if report_only: return rebuild_report(out, log)
+    if from_records is not None:   # the recorded runs stand in for their folders: only the seeds the plan adds train
+        records = read_records(from_records)
+        with FolderLock(out): n = restore_records(records, out)
+        log(f"compare: {n} of {len(records.runs)} recorded run(s) restored from {from_records} into {out}")
     if launcher not in LAUNCHERS: raise SettingsError(f"launcher {launcher!r}: expected one of {LAUNCHERS}")
     if launcher == "processes":
         if any(v for v in (slurm_partition, slurm_account, gpus_per_run, cpus_per_run, timeout_min, slurm_extra)):

@@ -21,10 +21,11 @@ from .train import read_metrics
 from .viz import ablation_bars_figure, angle_histograms_figure
 
 # %% auto #0
-__all__ = ['KEY_METRICS', 'TYPE_METRICS', 'LEARNABILITY_TARGETS', 'SATURATION_LIMIT', 'COMPARED_TYPES', 'PEP_RECIPES',
-           'PAPER_TABLES', 'summary_table', 'stage_table', 'learnability_table', 'saturation_table',
-           'pep_analysis_table', 'pep_diagnosis', 'pep_conclusion', 'forest_figure', 'type_accuracy_figure',
-           'training_curves_by_recipe_figure', 'papers_figure', 'save_static_figures', 'render_report']
+__all__ = ['KEY_METRICS', 'TYPE_METRICS', 'HEADLINE_RECIPES', 'HEADLINE_METRICS', 'LEARNABILITY_TARGETS', 'SATURATION_LIMIT',
+           'COMPARED_TYPES', 'PEP_RECIPES', 'PAPER_TABLES', 'summary_table', 'headline_table', 'stage_table',
+           'learnability_table', 'saturation_table', 'pep_analysis_table', 'pep_diagnosis', 'pep_conclusion',
+           'forest_figure', 'type_accuracy_figure', 'training_curves_by_recipe_figure', 'papers_figure',
+           'save_static_figures', 'render_report']
 
 # %% ../nbs/11d_report.ipynb #3aba15a2
 KEY_METRICS = ("zs_acc/test-iid", "zs_acc/test-comp", "zs_acc/general", "i2t_R@5", "t2i_R@5", "comp_acc",
@@ -51,6 +52,30 @@ def summary_table(results: pd.DataFrame, metrics=KEY_METRICS) -> pd.DataFrame:
     df = pd.DataFrame(out)
     if df.empty: return df   # none of `metrics` was measured
     return df.loc[["(chance)"] + [r for r in df.index if r != "(chance)"]]
+
+# %% ../nbs/11d_report.ipynb #e87e8d06
+HEADLINE_RECIPES = {"clip": "CLIP", "meru": "MERU", "hycoclip": "HyCoCLIP", "argent": "ARGENT", "negclip": "NegCLIP",
+                    "degla": "DeGLA", "read": "READ"}
+HEADLINE_METRICS = {"zs_acc/test-iid": "zero-shot shape, test-iid", "i2t_R@5": "image→text R@5 of {n_test}",
+                    "comp_acc": "compositional accuracy", "pep_auc": "PEP AUC"}
+
+def headline_table(results: pd.DataFrame, n_test: int, recipes: Mapping = HEADLINE_RECIPES,
+                   metrics: Mapping = HEADLINE_METRICS) -> str:
+    "The README's table (markdown): mean ± 95% half-width over each recipe's seeds, the seeds first, chance in brackets."
+    have = [r for r in recipes if r in set(results.recipe)]
+    seeds = results.groupby("recipe").seed.nunique()
+    lines = ["| | " + " | ".join(recipes[r] for r in have) + " |", "|---" * (len(have) + 1) + "|",
+             "| seeds | " + " | ".join(str(seeds[r]) for r in have) + " |"]
+    for metric, label in metrics.items():
+        sub = results[results.metric == metric]
+        if sub.empty: continue
+        cells = []
+        for r in have:
+            mean, low, high, _ = mean_interval(sub[sub.recipe == r].value.to_numpy(float))
+            cells.append(f"{mean:.3f}" + (f"±{high - mean:.3f}" if np.isfinite(high) else ""))
+        ch = sub.chance.dropna()
+        lines.append(f"| {label.format(n_test=n_test)} ({f'{ch.mean():.2g}' if len(ch) else '—'}) | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 # %% ../nbs/11d_report.ipynb #b868391c
 def stage_table(runs: list[dict]) -> pd.DataFrame:

@@ -200,3 +200,15 @@ def test_an_until_decided_folder_refuses_another_plan(tmp_path, outputs):
                       launcher=_fake_launcher([]), until_decided=True, max_seeds=9)
     C.run_compare("smoke", seeds=3, out=tmp_path, recipes=["clip", "meru"], log=lambda *a: None,   # the same plan: fine
                   launcher=_fake_launcher([]), until_decided=True, max_seeds=5, max_hours=2)
+
+
+def test_the_quick_budgets_first_look_is_at_five_seeds_not_two(tmp_path, outputs):
+    "Issue 39: a look at 2 seeds (one degree of freedom, at the plan's strictest level) can never decide: no round is spent on it."
+    calls = []
+    C.run_compare("quick", out=tmp_path, recipes=["clip", "meru"], log=lambda *a: None, launcher=_fake_launcher(calls),
+                  until_decided=True, max_seeds=9)
+    assert sorted({s for _, s in calls[0]}) == [0, 1, 2, 3, 4] and outputs["plan"].looks[0] == C.FIRST_LOOK == 5
+    assert C.BUDGETS["quick"].seeds == 2   # without --until-decided the main job keeps its two seeds
+    with pytest.raises(ValueError, match=r"looks at \[5, 7, 9\] seeds .* this run plans \[2, 4, 6, 8, 9\]"):
+        C.run_compare("quick", seeds=2, out=tmp_path, recipes=["clip", "meru"], log=lambda *a: None,
+                      launcher=_fake_launcher([]), until_decided=True, max_seeds=9)   # a plan change stays refused

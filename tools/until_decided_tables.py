@@ -3,7 +3,8 @@
 (`claims.json`, `plan.json`): the rounds; every claim row run with the seeds its verdict took, the rule and look that
 decided it, its interval, whether one seed overturns it (fragile) and why it stopped; which verdicts of the earlier
 ledger held; PEP AP's smallest detectable effect at the seeds reached. Usage:
-    .venv/bin/python tools/until_decided_tables.py OUT [--before CLAIMS_JSON]
+    .venv/bin/python tools/until_decided_tables.py OUT [--before CLAIMS_JSON | --before-page PAGE]
+OUT is a compare folder or ledger records (both hold claims.json).
 Without --before the earlier verdicts are the claims-ledger results page's (nbs/results/2026-12-02_claims-ledger,
 five seeds, read as tools/claims_forest.py reads it); with it, another compare's claims.json (e.g. the folder's
 claims.json copied before the run). Every row also carries today's rule (one 95% interval) at the first look's seeds.
@@ -22,6 +23,20 @@ def _earlier_from_page() -> pd.DataFrame:
     spec = importlib.util.spec_from_file_location("claims_forest", ROOT / "tools" / "claims_forest.py")
     mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
     return mod.ledger_from_page()[KEY + ["verdict"]]
+
+
+def earlier_from_until_page(page: Path) -> pd.DataFrame:
+    "The verdicts of an earlier until-decided results page (the table this tool writes: claim | A − B | metric | ... | verdict | ...)."
+    import nbformat, re
+    text = "\n".join(c.source for c in nbformat.read(page, as_version=4).cells if c.cell_type == "markdown")
+    rows = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 8 or not re.match(r"^[A-Z]+-\d+$", cells[0]) or " − " not in cells[1]: continue
+        a, b = cells[1].split(" − ")
+        rows.append(dict(id=cells[0], a=a, b=b, metric=cells[2], verdict=cells[7].replace(" (fragile)", "")))
+    if not rows: raise SystemExit(f"{page}: no until-decided ledger table found")
+    return pd.DataFrame(rows)
 
 
 def _num(x, digits=4) -> str:
@@ -74,9 +89,10 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out", help="the compare folder of an --until-decided run")
     p.add_argument("--before", default=None, help="an earlier claims.json to compare verdicts with (default: the claims-ledger page)")
+    p.add_argument("--before-page", default=None, type=Path, help="an earlier until-decided results page instead")
     a = p.parse_args(argv)
     before = (pd.DataFrame(json.loads(Path(a.before).read_text())["claims"])[KEY + ["verdict"]] if a.before
-              else _earlier_from_page())
+              else earlier_from_until_page(a.before_page) if a.before_page else _earlier_from_page())
     print(tables(Path(a.out), before))
 
 
