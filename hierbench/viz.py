@@ -20,8 +20,9 @@ from .geometry import dist0, exterior_angle, half_aperture, lorentz_to_poincare,
 from .metrics import pep_score, saturated_fraction  # ARGENT's PEP score (numpy or torch) and saturation measure
 from .stats import t_half_width
 # HoroPCA and its Poincaré-ball toolkit (hierbench.horopca), also reachable here as hierbench.viz.NAME
-from .horopca import (HoroPCA, _f64, busemann, check_in_ball, frechet_mean, horo_project, mobius_add,
-                               poincare_dist, poincare_exp0, poincare_log0, random_tree_embeddings)
+from .horopca import (HoroPCA, _f64, _frechet_objective, _horopca_objective, busemann, check_in_ball,
+                               frechet_mean, horo_project, mobius_add, poincare_dist, poincare_exp0, poincare_log0,
+                               random_tree_embeddings)
 _all_ = ['HoroPCA', 'busemann', 'check_in_ball', 'frechet_mean', 'horo_project', 'mobius_add', 'poincare_dist',
          'poincare_exp0', 'poincare_log0', 'random_tree_embeddings']
 
