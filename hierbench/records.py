@@ -89,8 +89,8 @@ def _kept_records(ledger: pd.DataFrame, runs: Mapping, items: Mapping) -> dict:
 # %% ../nbs/11g_records.ipynb #2e7ae6bb
 def _made_on() -> dict:
     "Where records are written: the commit of hierbench's checkout (when it is one), the CPU, Python and torch."
-    import torch
-    root = Path(__file__).resolve().parents[1]
+    import torch, hierbench
+    root = Path(hierbench.__file__).resolve().parents[1]   # the checkout (also where a notebook has no __file__)
     try: commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
                                  timeout=10).stdout.strip() or None
     except (OSError, subprocess.SubprocessError): commit = None
