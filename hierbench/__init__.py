@@ -11,7 +11,7 @@ __version__ = "0.1.0"
 
 # name -> the module that defines it (one line each; tests/test_front_door.py checks every one resolves)
 _FRONT_DOOR = {
-    "create_model": "hierbench.models",        # a DualEncoder from an architecture name (+ local checkpoint)
+    "create_model": "hierbench.dual_encoder",  # a DualEncoder from an architecture name (+ local checkpoint)
     "load_model": "hierbench.models",          # rebuild a model saved by hierbench
     "get_recipe": "hierbench.recipes",         # a named recipe: model head, data fields, weighted losses
     "list_recipes": "hierbench.recipes",

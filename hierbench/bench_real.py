@@ -322,7 +322,7 @@ def format_real(real: dict) -> list[str]:
                  f"verdicts equal {e['verdicts_equal']}/{e['items']}")
     return lines
 
-# %% ../nbs/14a_bench_real.ipynb #0a9ba481
+# %% ../nbs/14a_bench_real.ipynb #49f4ca98
 LORA_MEMORY_GOAL = 0.40   # a LoRA fine-tune's peak memory at least 40 % below the full fine-tune's (same model, batch)
 LORA_SPEED_GOAL = 1.3     # and its step at least 1.3x as fast
 
@@ -350,6 +350,7 @@ def _peak_rss_since_restart_mb() -> float:
     try: return int(re.search(r"VmHWM:\s+(\d+) kB", Path("/proc/self/status").read_text()).group(1)) / 1024
     except (OSError, AttributeError): return peak_rss_mb()
 
+# %% ../nbs/14a_bench_real.ipynb #7fd6cab7
 def _lora_child(variant: str, arch: str, batch: int, steps: int, rank: int, threads: int, device: str, precision: str) -> dict:
     """One variant of section `lora` in this (fresh) process: `clip-ft`'s step on `arch` (random init, seed 0) with every
     weight training ('full') or LoRA adapters of `rank` ('lora'); one warm-up step, then `steps` timed ones."""
@@ -380,6 +381,7 @@ def _lora_child(variant: str, arch: str, batch: int, steps: int, rank: int, thre
                 process_peak_rss_mb=peak_rss_mb(), rss_before_mb=before, peak_restarted=restarted, trainable=trainable,
                 total=total, **({"cuda_peak_mb": torch.cuda.max_memory_allocated(device) / 2**20} if cuda else {}))
 
+# %% ../nbs/14a_bench_real.ipynb #da22b3a5
 def bench_lora(sizes: BenchSizes = FULL, device: str = "cpu", precision: str = "fp32") -> dict:
     """Section `lora`: a LoRA fine-tune's step against the full fine-tune's (same model, weights, batch, precision,
     threads), each variant in a fresh process, rounds interleaved in alternating order; medians over rounds of the
@@ -410,6 +412,7 @@ def bench_lora(sizes: BenchSizes = FULL, device: str = "cpu", precision: str = "
                 memory_goal=LORA_MEMORY_GOAL, speed_goal=LORA_SPEED_GOAL, memory_meets_goal=bool(saving >= LORA_MEMORY_GOAL),
                 speed_meets_goal=bool(speedup >= LORA_SPEED_GOAL))
 
+# %% ../nbs/14a_bench_real.ipynb #b566c461
 def format_lora(lo: dict) -> list[str]:
     "The report lines of section `lora` (`bench_lora`'s result) for `bench.format_report`."
     what = "CUDA peak allocation" if lo["memory"] == "cuda_peak_mb" else "peak RSS of the training steps"

@@ -26,6 +26,7 @@ from .metrics import (CHANCE_ITT_TOT, aggregate_accuracy, bag_of_words_tot, bow_
                                chance_kendall, d_corr, group_accuracy, group_means, hierarcaps_retrieval, itt_correct,
                                length_d_corr, score_choices, tot_correct, with_suffix)
 from .scorers import has_images, skipped
+from .data import UnreadableImagesError
 
 # %% auto #0
 __all__ = ['score_choice_items', 'evaluate_choice_benchmark', 'whatsup_axis', 'evaluate_whatsup_controlled',
@@ -43,7 +44,7 @@ def score_choice_items(model, items, image_loader: Callable | None = None, prepr
     embs, rows = encode_record_images(model, items, image_loader, preprocess, batch_size)
     ids = [str(record_field(r, "key", "id", default="") or i) for i, r in enumerate(items)]
     keep = np.flatnonzero(rows >= 0)   # items whose image could be read
-    if len(keep) == 0: raise ValueError(f"no image of the {len(items)} items could be read (see the warning)")
+    if len(keep) == 0: raise UnreadableImagesError(f"no image of the {len(items)} items could be read (see the warning)")
     if len(keep) < len(items):
         options, correct, subsets, ids = ([x[k] for k in keep] for x in (options, correct, subsets, ids))
         rows = rows[keep]

@@ -12,6 +12,7 @@ from typing import Mapping
 from fastcore.basics import patch
 from .precision import check_precision
 from .recipes import get_recipe, list_recipes
+from .config import SettingsError
 
 # %% auto #0
 __all__ = ['PRETRAIN_RECIPES', 'FINETUNE_RECIPES', 'ALL_RECIPES', 'QUICK_RECIPES', 'STANDARD_RECIPES', 'BUDGETS', 'Budget',
@@ -52,7 +53,7 @@ class Budget:
 
     def __post_init__(self):
         try: check_precision(self.precision)
-        except ValueError as e: raise ValueError(f"budget {self.name!r}: {e}") from None
+        except ValueError as e: raise SettingsError(f"budget {self.name!r}: {e}") from None
 
     def run_key(self) -> dict:
         "The fields a finished run's numbers depend on (what may not change for a run to be reused)."
@@ -73,17 +74,17 @@ def from_dict(cls: Budget, d: Mapping) -> Budget:
     if "model_preset" in d: d.setdefault("arch", d.pop("model_preset"))
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(d) - known)
-    if unknown: raise ValueError(f"budget {d.get('name')!r}: unknown field(s) {unknown}; known: {sorted(known)}")
+    if unknown: raise SettingsError(f"budget {d.get('name')!r}: unknown field(s) {unknown}; known: {sorted(known)}")
     missing = sorted(f.name for f in dataclasses.fields(cls) if f.name not in d
                      and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
-    if missing: raise ValueError(f"budget {d.get('name')!r}: missing field(s) {missing}")
+    if missing: raise SettingsError(f"budget {d.get('name')!r}: missing field(s) {missing}")
     return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
 
 # %% ../nbs/11b_budgets.ipynb #23a8fa7c
 def budget_from_meta(meta: Mapping) -> Budget:
     "The `Budget` recorded in a compare output's `meta` (key `budget`, or `preset` in older files)."
     d = meta.get("budget", meta.get("preset"))
-    if not isinstance(d, Mapping): raise ValueError(f"meta: no budget recorded (keys: {sorted(meta)})")
+    if not isinstance(d, Mapping): raise SettingsError(f"meta: no budget recorded (keys: {sorted(meta)})")
     return Budget.from_dict(d)
 
 # %% ../nbs/11b_budgets.ipynb #4b835e58
@@ -110,7 +111,7 @@ def plan_runs(recipes: list[str] | None = None) -> list[str]:
     "Recipes to train, parents (stage-1 checkpoints) first; unknown names are an error that lists the known ones."
     wanted = list(ALL_RECIPES if not recipes else recipes)
     unknown = [r for r in wanted if r not in list_recipes()]
-    if unknown: raise ValueError(f"unknown recipe(s) {unknown}; known: {list_recipes()}")
+    if unknown: raise SettingsError(f"unknown recipe(s) {unknown}; known: {list_recipes()}")
     order: list[str] = []
     def add(name):
         if name in order: return

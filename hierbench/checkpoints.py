@@ -16,6 +16,7 @@ from torch import nn
 import safetensors.torch
 
 from .config import atomic_write, atomic_write_text  # one atomic writer for the whole workbench
+from .config import MissingFileError, SettingsError
 
 # %% auto #0
 __all__ = ['CHECKPOINTS_DIR', 'LATEST_FILE', 'STATE_FILE', 'get_rng_state', 'set_rng_state', 'checkpoint_dir',
@@ -119,13 +120,13 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
 
 # %% ../nbs/09a_checkpoints.ipynb #de5fe478
 def _load_weights(module: nn.Module, path: Path) -> None:
-    if not path.is_file(): raise FileNotFoundError(f"checkpoint file missing: {path}")
+    if not path.is_file(): raise MissingFileError(f"checkpoint file missing: {path}")
     frozen = frozen_state_keys(module)
     if not frozen: return safetensors.torch.load_model(module, str(path), strict=True)
     sd, expected = safetensors.torch.load_file(str(path)), set(module.state_dict()) - frozen
     if set(sd) != expected:   # strict, as for a whole model: every saved tensor and nothing else
         diff = sorted(set(sd) ^ expected)
-        raise ValueError(f"{path}: {len(diff)} tensor name(s) differ from the model's trainable state, e.g. {diff[0]}")
+        raise SettingsError(f"{path}: {len(diff)} tensor name(s) differ from the model's trainable state, e.g. {diff[0]}")
     module.load_state_dict(sd, strict=False)
 
 def load_checkpoint(path: str | Path, model: nn.Module, optimizer: torch.optim.Optimizer | None = None,
@@ -134,7 +135,7 @@ def load_checkpoint(path: str | Path, model: nn.Module, optimizer: torch.optim.O
     path = Path(path)
     if not (path / STATE_FILE).is_file():
         ck = latest_checkpoint(path)
-        if ck is None: raise FileNotFoundError(f"{path}: neither a checkpoint folder nor a run directory with one")
+        if ck is None: raise MissingFileError(f"{path}: neither a checkpoint folder nor a run directory with one")
         path = ck
     _load_weights(model, path / "model.safetensors")
     if teacher is not None: _load_weights(_as_module(teacher), path / "teacher.safetensors")
@@ -142,7 +143,7 @@ def load_checkpoint(path: str | Path, model: nn.Module, optimizer: torch.optim.O
     state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True)
     if optimizer is not None:
         if state.get("optimizer") is None:
-            raise ValueError(f"{path} was saved without optimizer state (save_optimizer=False), so the run cannot resume "
+            raise SettingsError(f"{path} was saved without optimizer state (save_optimizer=False), so the run cannot resume "
                              f"exactly; start a new run from its weights instead (init_checkpoint={path / 'model.safetensors'})")
         optimizer.load_state_dict(state["optimizer"])
     if scheduler is not None and state.get("scheduler") is not None: scheduler.load_state_dict(state["scheduler"])

@@ -6,15 +6,15 @@ Docs: https://hierbench.github.io/hierbench/cli.html.md"""
 
 # %% ../nbs/15_cli.ipynb #4500acb8
 from __future__ import annotations
-import argparse, importlib, sys
+import argparse, importlib, os, sys
 
-from .config import BENCH_SECTIONS, BUDGET_NAMES, LAUNCHERS, PRECISIONS, REPORT_TO_BACKENDS, SUITE_NAMES
+from .config import HierbenchError, BENCH_SECTIONS, BUDGET_NAMES, LAUNCHERS, PRECISIONS, REPORT_TO_BACKENDS, SUITE_NAMES
 
 # %% auto #0
 __all__ = ['SUBCOMMANDS', 'LazyCommand', 'DeprecatedFlag', 'deprecated_alias', 'seed_list', 'add_train_parser',
            'add_negatives_parser', 'add_paraphrases_parser', 'add_check_parser', 'add_export_parser', 'add_view_parser',
            'add_compare_parser', 'add_claims_parser', 'add_bench_parser', 'add_general_eval_flags', 'add_eval_parser',
-           'add_demo_docs_parsers', 'build_parser', 'main']
+           'add_demo_docs_parsers', 'build_parser', 'error_line', 'debug_wanted', 'run_command', 'main']
 
 # %% ../nbs/15_cli.ipynb #6b3539a5
 class LazyCommand:
@@ -353,6 +353,8 @@ def add_demo_docs_parsers(sub):
     d.set_defaults(func=LazyCommand("hierbench.commands:cmd_docs"))
 
 # %% ../nbs/15_cli.ipynb #22d11b47
+_DEBUG_HELP = "show the traceback of a refusal (or set HIERBENCH_DEBUG=1) instead of its one-line message"
+
 SUBCOMMANDS = (add_demo_docs_parsers, add_compare_parser, add_train_parser, add_negatives_parser, add_paraphrases_parser,
                add_check_parser,
                add_export_parser, add_bench_parser, add_eval_parser, add_claims_parser, add_view_parser)
@@ -360,14 +362,33 @@ SUBCOMMANDS = (add_demo_docs_parsers, add_compare_parser, add_train_parser, add_
 def build_parser() -> argparse.ArgumentParser:
     "The `hierbench` argument parser: one subparser per job, each added by its `add_*_parser` function."
     p = argparse.ArgumentParser(prog="hierbench", description="hierbench: a workbench for hierarchical and compositional image-text representations")
+    p.add_argument("--debug", action="store_true", help=_DEBUG_HELP)
     sub = p.add_subparsers(dest="command", required=True)
     for add in SUBCOMMANDS: add(sub)
+    for d in sub.choices.values():   # also after the subcommand, where users type it; unset there, the top default holds
+        d.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=_DEBUG_HELP)
     return p
 
+# %% ../nbs/15_cli.ipynb #1543c604
+def error_line(command: str, err: BaseException) -> str:
+    "What the command line prints for a refusal: `hierbench COMMAND: MESSAGE`, the message's line breaks folded."
+    return f"hierbench {command}: " + " ".join(part.strip() for part in str(err).splitlines() if part.strip())
+
+def debug_wanted(args) -> bool:
+    "`--debug`, or `HIERBENCH_DEBUG` set to anything but empty or 0: show tracebacks of refusals."
+    return bool(getattr(args, "debug", False)) or os.environ.get("HIERBENCH_DEBUG", "").strip() not in ("", "0")
+
+def run_command(args):
+    "Run the parsed subcommand; a `HierbenchError` exits with its one line unless `debug_wanted`."
+    try: return args.func(args)
+    except HierbenchError as err:
+        if debug_wanted(args): raise
+        sys.exit(error_line(args.command, err))
+
+# %% ../nbs/15_cli.ipynb #428d68fa
 def main(argv: list[str] | None = None):
-    "Entry point of the `hierbench` console script."
-    args = build_parser().parse_args(argv)
-    return args.func(args)
+    "Entry point of the `hierbench` console script: parse, run, and turn a refusal into its one line (`run_command`)."
+    return run_command(build_parser().parse_args(argv))
 
 # %% ../nbs/15_cli.ipynb #82802ab3
 # `python -m hierbench.cli ...` (torchrun's `-m` form); the argv check keeps notebook and docs runs of this cell inert

@@ -21,10 +21,11 @@ from .compare import eval_scene_counts, main_job_dir
 from .records import (LEDGER_FILE, RecordsError, forest_title, ledger_differences, ledger_from_folder,
                                ledger_from_records, read_records, write_records)
 from .report import forest_figure, headline_table
-from .config import BENCH_SECTIONS, MissingExtraError, atomic_write, atomic_write_text
+from .config import BENCH_SECTIONS, SettingsError, atomic_write, atomic_write_text
+from .data import DataFormatError
 from .distributed import dist_info
 from .geometry import dist, dist0, exp_map0, exterior_angle, half_aperture
-from .jobs import DecoderSpec, SettingsConflict, resolve_init, train_recipe
+from .jobs import DecoderSpec, resolve_init, train_recipe
 from .lora import LoraError, LoraSpec
 from .tracking import parse_report_to, require_backends
 from .launch import launch_compare
@@ -33,7 +34,7 @@ from .models import load_model
 from .export import export_open_clip
 from .negatives import LexiconTagger
 from .paraphrases import generate_paraphrases
-from .real_data import MissingTrainingFileError, RealData, generate_negatives, parse_data_spec, real_records
+from .real_data import RealData, generate_negatives, parse_data_spec, real_records
 from .recipes import get_recipe
 from .sources import WorldData
 from .seed_batch import train_seeds
@@ -65,35 +66,35 @@ def print_table(df, title: str):
 
 # %% ../nbs/15a_commands.ipynb #8e620860
 def _recipe_with_negative_types(name: str, types: str, data: str):
-    "Recipe `name` drawing only the world negative types listed in `types` (comma-separated), or exit saying why not."
+    "Recipe `name` drawing only the world negative types listed in `types` (comma-separated); a `SettingsError` says why not."
     base = get_recipe(name)
     if base.num_negatives == 0:
-        sys.exit(f"--negative-types: recipe {name!r} draws no hard negatives (num_negatives 0); negclip, degla and read do")
+        raise SettingsError(f"--negative-types: recipe {name!r} draws no hard negatives (num_negatives 0); negclip, degla and read do")
     if data != "world":
-        sys.exit("--negative-types chooses among the world's negative types; on real data the negatives come from --negatives FILE")
+        raise SettingsError("--negative-types chooses among the world's negative types; on real data the negatives come from --negatives FILE")
     # Recipe checks each name against the world's types and says which one is unknown
     try: return base.replace(negative_types=tuple(_csv(types)))
-    except ValueError as e: sys.exit(f"--negative-types {types!r}: {e}")
+    except ValueError as e: raise SettingsError(f"--negative-types {types!r}: {e}") from None
 
 # %% ../nbs/15a_commands.ipynb #96417f59
 def _recipe_with_weights(recipe, spec: str):
-    "`recipe` (name or Recipe) with loss-term weights changed by `spec` ('igc=1,tgc=1'), or exit naming the bad entry."
+    "`recipe` (name or Recipe) with loss-term weights changed by `spec` ('igc=1,tgc=1'); a `SettingsError` names a bad entry."
     recipe = get_recipe(recipe) if isinstance(recipe, str) else recipe
     weights = {}
     for part in _csv(spec):
         term, eq, value = part.partition("=")
         try: weights[term.strip()] = float(value)
         except ValueError: eq = ""
-        if not eq: sys.exit(f"--weights: {part!r} is not TERM=NUMBER (e.g. igc=1.0)")
+        if not eq: raise SettingsError(f"--weights: {part!r} is not TERM=NUMBER (e.g. igc=1.0)")
     # Recipe checks the terms (unknown names, terms the recipe's batches cannot feed) and says which
     try: return recipe.replace(weights=weights)
-    except ValueError as e: sys.exit(f"--weights {spec!r}: {e}")
+    except ValueError as e: raise SettingsError(f"--weights {spec!r}: {e}") from None
 
-# %% ../nbs/15a_commands.ipynb #9aab1dfc
+# %% ../nbs/15a_commands.ipynb #a7fa281e
 def _eval_callback(args):
     "The `--eval-every` callback: the benchmarks named by the `--eval-*` flags, scored into metrics.jsonl."
     if not (args.eval_sugarcrepe or args.eval_hierarcaps or args.eval_sugarcrepe_pp):
-        sys.exit("--eval-every needs a benchmark: --eval-sugarcrepe DIR, --eval-sugarcrepe-pp DIR or --eval-hierarcaps CSV")
+        raise SettingsError("--eval-every needs a benchmark: --eval-sugarcrepe DIR, --eval-sugarcrepe-pp DIR or --eval-hierarcaps CSV")
     return EvalEvery(lambda m: evaluate_benchmarks(
         m, world=False, sugarcrepe=args.eval_sugarcrepe, sugarcrepe_pp=args.eval_sugarcrepe_pp,
         hierarcaps=args.eval_hierarcaps, image_root=args.eval_image_root, limit=args.eval_limit), args.eval_every)
@@ -103,29 +104,26 @@ def _train_data(args) -> WorldData | RealData:
     if args.data == "world":
         return WorldData(n_train=args.n_train, mirror_twins=args.mirror_twins, top_caption_p=args.top_caption_p)
     if args.mirror_twins or args.top_caption_p:
-        sys.exit(f"--mirror-twins / --top-caption-p compose batches of the built-in world, not of {args.data!r}")
+        raise SettingsError(f"--mirror-twins / --top-caption-p compose batches of the built-in world, not of {args.data!r}")
     return RealData(args.data, args.image_root, args.negatives, args.paraphrases)
 
 def _lora_spec(args) -> LoraSpec | None:
-    "The `--lora-*` flags as a `LoraSpec` (None without `--lora-rank`), or exit with one line naming the bad flag."
+    "The `--lora-*` flags as a `LoraSpec` (None without `--lora-rank`); a `LoraError` names a bad flag."
     if args.lora_rank is None:
         if args.lora_alpha is not None or args.lora_targets is not None:
-            sys.exit("hierbench train: --lora-alpha / --lora-targets say how LoRA adapts: give --lora-rank R (an integer >= 1) too")
+            raise LoraError("--lora-alpha / --lora-targets say how LoRA adapts: give --lora-rank R (an integer >= 1) too")
         return None
-    targets = None if args.lora_targets is None else tuple(_csv(args.lora_targets))
-    try: return LoraSpec(args.lora_rank, args.lora_alpha, targets)
-    except ValueError as e: sys.exit(f"hierbench train: {e}")
+    return LoraSpec(args.lora_rank, args.lora_alpha, None if args.lora_targets is None else tuple(_csv(args.lora_targets)))
+
+# %% ../nbs/15a_commands.ipynb #3ab64bfc
 def _train_seeds(args, recipe, callbacks, config):
     "`hierbench train --seeds 0,1,2`: the seeds side by side in one process (`seed_batch.train_seeds`), OUT/seed<k> each."
     if args.data != "world":
-        sys.exit("--seeds trains seeds of the built-in world side by side; real data trains one seed per run (--seed)")
-    try: results = train_seeds(recipe, args.out, args.seeds, _train_data(args), arch=args.arch, steps=args.steps,
-                               init_checkpoint=args.init_checkpoint, decoder=DecoderSpec(args.decoder_path, args.decoder_steps),
-                               resume=args.resume, callbacks=callbacks, log=print,
-                               allow_changes=tuple(_csv(args.allow_change) or ()), **config)
-    except MissingTrainingFileError as e: sys.exit(str(e))
-    except (ValueError, FileExistsError, FileNotFoundError, SettingsConflict, LoraError, MissingExtraError) as e:
-        sys.exit(f"hierbench train: {e}")
+        raise SettingsError("--seeds trains seeds of the built-in world side by side; real data trains one seed per run (--seed)")
+    results = train_seeds(recipe, args.out, args.seeds, _train_data(args), arch=args.arch, steps=args.steps,
+                          init_checkpoint=args.init_checkpoint, decoder=DecoderSpec(args.decoder_path, args.decoder_steps),
+                          resume=args.resume, callbacks=callbacks, log=print,
+                          allow_changes=tuple(_csv(args.allow_change) or ()), **config)
     stopped = [r for r in results if r.preempted]
     for r in results: print(f"trained {args.recipe} seed {r.run_dir.name[4:]} for {r.step} steps → {r.weights_path or r.checkpoint}")
     if stopped:   # SLURM's warning signal: every seed stopped after the same step with a checkpoint
@@ -133,31 +131,28 @@ def _train_seeds(args, recipe, callbacks, config):
               file=sys.stderr)
         sys.exit(PREEMPTED_EXIT_CODE)
 
+# %% ../nbs/15a_commands.ipynb #3efef655
 def cmd_train(args):
     config = {k: v for k, v in dict(ckpt_every=args.ckpt_every, num_workers=args.num_workers, lr=args.lr,
                                     weight_decay=args.weight_decay, log_every=args.log_every, batch_size=args.batch_size,
                                     precision=args.precision, batch_scope=args.batch_scope,
                                     keep_checkpoints=args.keep_checkpoints, save_optimizer=args.save_optimizer).items()
               if v is not None}
-    try: report_to = parse_report_to(args.report_to)
-    except ValueError as e: sys.exit(f"hierbench train: {e}")
-    lora = _lora_spec(args)
+    report_to, lora = parse_report_to(args.report_to), _lora_spec(args)
     recipe = _recipe_with_negative_types(args.recipe, args.negative_types, args.data) if args.negative_types else args.recipe
     if args.weights: recipe = _recipe_with_weights(recipe, args.weights)
     callbacks = []
     if args.eval_every:
         config.setdefault("log_every", args.eval_every)
         if args.eval_every % config["log_every"]:
-            sys.exit(f"--eval-every {args.eval_every} must be a multiple of --log-every {config['log_every']} "
-                     "(evaluations happen at logged steps)")
+            raise SettingsError(f"--eval-every {args.eval_every} must be a multiple of --log-every {config['log_every']} "
+                                "(evaluations happen at logged steps)")
         callbacks.append(_eval_callback(args))
     if args.seeds is not None: return _train_seeds(args, recipe, callbacks, dict(config, lora=lora, report_to=report_to))
-    try: res = train_recipe(recipe, args.out, _train_data(args), arch=args.arch, steps=args.steps, seed=args.seed,
-                            init_checkpoint=args.init_checkpoint, decoder=DecoderSpec(args.decoder_path, args.decoder_steps),
-                            resume=args.resume, callbacks=callbacks, log=print,
-                            allow_changes=tuple(_csv(args.allow_change) or ()), lora=lora, report_to=report_to, **config)
-    except MissingTrainingFileError as e: sys.exit(str(e))   # one line naming the command that writes the file
-    except (SettingsConflict, LoraError, MissingExtraError) as e: sys.exit(f"hierbench train: {e}")   # settings that cannot work (--arch, --lora-*, --report-to): nothing written
+    res = train_recipe(recipe, args.out, _train_data(args), arch=args.arch, steps=args.steps, seed=args.seed,
+                       init_checkpoint=args.init_checkpoint, decoder=DecoderSpec(args.decoder_path, args.decoder_steps),
+                       resume=args.resume, callbacks=callbacks, log=print,
+                       allow_changes=tuple(_csv(args.allow_change) or ()), lora=lora, report_to=report_to, **config)
     if res.preempted:   # SLURM's warning signal: stopped after a checkpoint; "try again" (--resume continues exactly)
         if dist_info().rank == 0: print(f"{args.recipe}: {res.preempted} after step {res.step}, checkpoint {res.checkpoint}; "
                                         "run again with --resume to continue", file=sys.stderr)
@@ -166,9 +161,9 @@ def cmd_train(args):
 
 # %% ../nbs/15a_commands.ipynb #65694cf8
 def cmd_negatives(args):
-    if not args.jsonl: sys.exit("hierbench negatives: give --jsonl FILE, the negatives file to write")
+    if not args.jsonl: raise SettingsError("give --jsonl FILE, the negatives file to write")
     kind, _ = parse_data_spec(args.data)
-    if kind == "world": sys.exit("the world brings its own verified negatives; give --data coco:FILE, grit:FILE or wds:PATTERN")
+    if kind == "world": raise SettingsError("the world brings its own verified negatives; give --data coco:FILE, grit:FILE or wds:PATTERN")
     records = real_records(args.data, args.image_root)
     captions = [c for i in range(len(records)) for c in records[i].captions]
     tagger = LexiconTagger() if args.tagger == "lexicon" else None
@@ -192,7 +187,7 @@ def cmd_check(args):
     table = check_benchmark_folder(args.folder, args.image_root, args.coco_dir)
     print_table(table, f"benchmark folder {args.folder}")
     bad = table[(table.error != "") | (table.records == 0)]
-    if len(bad): sys.exit(f"{len(bad)} file(s) cannot be used: " + "; ".join(f"{r.file}: {r.error or 'no records'}" for r in bad.itertuples()))
+    if len(bad): raise DataFormatError(args.folder, problem=f"{len(bad)} file(s) cannot be used: " + "; ".join(f"{r.file}: {r.error or 'no records'}" for r in bad.itertuples()))
 
 def cmd_export(args):
     model = load_model(resolve_init(args.run))
@@ -224,17 +219,15 @@ def print_ledger(ledger: pd.DataFrame, meta: dict):
 def cmd_compare(args):
     if args.out is None: args.out = str(main_job_dir())   # the main job's folder, where the tutorials look
     budget = args.budget if args.precision == "fp32" else dataclasses.replace(BUDGETS[args.budget], precision=args.precision)
-    try: report_to = parse_report_to(args.report_to); require_backends(report_to)   # each run reports into its own folder
-    except (ValueError, MissingExtraError) as e: sys.exit(f"hierbench compare: {e}")
+    report_to = parse_report_to(args.report_to); require_backends(report_to)   # each run reports into its own folder
     if report_to: budget = dataclasses.replace(BUDGETS[budget] if isinstance(budget, str) else budget, report_to=report_to)
-    try: res = launch_compare(budget, seeds=args.seeds, out=args.out, recipes=_csv(args.recipes), launcher=args.launcher,
-                              jobs=args.jobs, slurm_partition=args.slurm_partition, slurm_account=args.slurm_account,
-                              gpus_per_run=args.gpus_per_run, cpus_per_run=args.cpus_per_run, timeout_min=args.timeout_min,
-                              slurm_extra=args.slurm_extra, report_only=args.report_only, quiet=not args.verbose,
-                              progress=not args.quiet, until_decided=args.until_decided, max_seeds=args.max_seeds,
-                              round_seeds=args.round_seeds, max_hours=args.max_hours,
-                              seeds_per_process=args.seeds_per_process, from_records=args.from_records)
-    except ValueError as e: sys.exit(f"hierbench compare: {e}")   # launcher settings that do not fit together
+    res = launch_compare(budget, seeds=args.seeds, out=args.out, recipes=_csv(args.recipes), launcher=args.launcher,
+                         jobs=args.jobs, slurm_partition=args.slurm_partition, slurm_account=args.slurm_account,
+                         gpus_per_run=args.gpus_per_run, cpus_per_run=args.cpus_per_run, timeout_min=args.timeout_min,
+                         slurm_extra=args.slurm_extra, report_only=args.report_only, quiet=not args.verbose,
+                         progress=not args.quiet, until_decided=args.until_decided, max_seeds=args.max_seeds,
+                         round_seeds=args.round_seeds, max_hours=args.max_hours, seeds_per_process=args.seeds_per_process,
+                         from_records=args.from_records)
     print_table(res["summary"], "summary: mean ± 95% half-width over seeds (first row: chance)")
     print_ledger(res["ledger"], res["meta"])
     meta = res["meta"]   # a rebuilt report (--report-only) has no run time of its own
@@ -244,16 +237,14 @@ def cmd_compare(args):
 # %% ../nbs/15a_commands.ipynb #5747ec27
 def cmd_claims(args):
     src = Path(args.dir)
-    try:
-        if args.records:
-            rec = read_records(write_records(src, args.records))
-            size = sum(p.stat().st_size for p in Path(args.records).iterdir()) / 1e6
-            print(f"wrote {args.records}: {len(rec.runs)} runs of {len(rec.plan.recipes)} recipes ({size:.1f} MB); "
-                  f"`hierbench claims {args.records}` recomputes the ledger from them")
-            return
-        if (src / LEDGER_FILE).is_file(): rec = read_records(src); res = {**ledger_from_records(rec), "reference": rec.claims}
-        else: res = ledger_from_folder(src)
-    except (RecordsError, FileNotFoundError, RuntimeError) as e: sys.exit(f"hierbench claims: {e}")
+    if args.records:
+        rec = read_records(write_records(src, args.records))
+        size = sum(p.stat().st_size for p in Path(args.records).iterdir()) / 1e6
+        print(f"wrote {args.records}: {len(rec.runs)} runs of {len(rec.plan.recipes)} recipes ({size:.1f} MB); "
+              f"`hierbench claims {args.records}` recomputes the ledger from them")
+        return
+    if (src / LEDGER_FILE).is_file(): rec = read_records(src); res = {**ledger_from_records(rec), "reference": rec.claims}
+    else: res = ledger_from_folder(src)   # a records folder or a compare folder that is neither: one line (`RecordsError`, ...)
     budget = Budget.from_dict(res["meta"]["budget"])
     print(f"README table ({budget.name} budget: mean ± 95% half-width over each recipe's seeds, chance in brackets):\n")
     print(headline_table(res["results"], budget.n_test))
@@ -264,7 +255,7 @@ def cmd_claims(args):
                     "seed; eval_in_seed: scene noise inside the seed spread; half_width_no_eval: with unlimited scenes)")
     if res["reference"] is not None:
         diffs = ledger_differences(json.loads(json.dumps(res["document"])), res["reference"])
-        if diffs: sys.exit(f"hierbench claims: the recomputed ledger differs from {src / 'claims.json'}: " + "; ".join(diffs[:5]))
+        if diffs: raise RecordsError(f"the recomputed ledger differs from {src / 'claims.json'}: " + "; ".join(diffs[:5]))
         print(f"\nequal to {src / 'claims.json'}: {len(res['ledger'])} claim rows, every verdict, effect and interval")
     if args.json: atomic_write_text(args.json, json.dumps(res["document"], indent=1)); print(f"wrote {args.json}")
     if args.forest:

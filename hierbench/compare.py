@@ -14,7 +14,8 @@ import numpy as np, pandas as pd
 import plotly, torch
 from .budgets import BUDGETS, Budget, plan_runs
 from .claims import evaluate_claims, power_table, recipes_to_extend
-from .config import FolderLock, atomic_write, atomic_write_text, load_settings, run_once, sweep_temporary_files
+from .config import (FolderLock, MissingFileError, SettingsError, atomic_write, atomic_write_text,
+                              load_settings, run_once, sweep_temporary_files)
 from .decoder import CaptionDecoder, load_or_pretrain_decoder
 from .evaluate import evaluate_world_split, pep_angle_summary, world_eval_data
 from .metrics import chance_key
@@ -119,19 +120,19 @@ def _check_finished(folder: Path, name: str, recipe, budget: Budget) -> dict:
     row = json.loads((folder / "eval.json").read_text())
     if row.get("run_key") != budget.run_key():
         recorded = row.get("budget_name", row.get("preset_name"))
-        raise ValueError(f"{folder} holds a finished run of another budget ({recorded!r}, not "
+        raise SettingsError(f"{folder} holds a finished run of another budget ({recorded!r}, not "
                          f"{budget.name!r}, or an older version of it): use another --out folder, or delete that run")
     # the budget names its architecture; if that name now means another architecture (a newer hierbench), the old run
     # would silently stand in for the new model
     saved = (row["recorded"]["arch"] if "recorded" in row else   # a run restored from ledger records keeps its model's
              json.loads((folder / "model.json").read_text())["arch"] if (folder / "model.json").exists() else None)
     if saved != json.loads(json.dumps(resolve_architecture(budget.arch))):
-        raise ValueError(f"{folder} holds a finished run whose model is not today's {budget.arch!r} "
+        raise SettingsError(f"{folder} holds a finished run whose model is not today's {budget.arch!r} "
                          "architecture: use another --out folder, or delete that run to redo it")
     recorded, now = row.get("run_fingerprint"), run_fingerprint(recipe)
     if recorded is not None and recorded != now:
         changed = sorted(k for k in set(recorded) | set(now) if recorded.get(k) != now.get(k))
-        raise ValueError(f"{folder} holds a finished run of another definition of {name!r} or of the world "
+        raise SettingsError(f"{folder} holds a finished run of another definition of {name!r} or of the world "
                          f"(changed: {', '.join(changed)}): use another --out folder, or delete that run to redo it")
     return row
 
@@ -163,7 +164,7 @@ def _train_runs(recipe, seeds: list[int], budget: Budget, out: Path, decoder=Non
     inits = {s: run_dir(out, recipe.init_from, s) for s in seeds} if finetune else None
     for s, init in (inits or {}).items():
         if not (init / "model.safetensors").exists():
-            raise FileNotFoundError(f"{recipe.name} fine-tunes {recipe.init_from}, but {init / 'model.safetensors'} is "
+            raise MissingFileError(f"{recipe.name} fine-tunes {recipe.init_from}, but {init / 'model.safetensors'} is "
                                     "missing: train the parent first (plan_runs orders them)")
     snaps = {max(1, round(f * steps)) for f in budget.snapshots} if not finetune else set()
     snapshots = lambda s: [_Snapshots(run_dir(out, recipe.name, s) / "snapshots", snaps)] if snaps else []
@@ -287,7 +288,7 @@ def task_graph(order: list[str], seeds: int | Sequence[int] | Mapping[str, Seque
     decoder. `seeds`: a count (seeds 0..seeds−1 of every recipe), a list, or `{recipe: seeds}` (a round of
     `--until-decided`: each recipe of `order` its own seeds); each recipe's seeds, ascending, are cut into groups of
     `seeds_per_process`. A parent run that is not in the graph must be finished in the folder already."""
-    if int(seeds_per_process) < 1: raise ValueError(f"seeds_per_process must be >= 1, got {seeds_per_process}")
+    if int(seeds_per_process) < 1: raise SettingsError(f"seeds_per_process must be >= 1, got {seeds_per_process}")
     k = int(seeds_per_process)
     if isinstance(seeds, Mapping): per = {n: sorted(set(seeds.get(n, ()))) for n in order}
     else: per = {n: sorted(set(range(seeds) if isinstance(seeds, int) else seeds)) for n in order}
@@ -399,11 +400,11 @@ FIRST_LOOK = 5
 
 def _until_decided_plan(first: int, max_seeds: int | None, round_seeds: int, spending: str) -> SequentialPlan:
     "The looks of `--until-decided`, or a one-line error naming the flag that does not fit."
-    if max_seeds is None: raise ValueError("--until-decided needs --max-seeds N, the most seeds a claim may take")
+    if max_seeds is None: raise SettingsError("--until-decided needs --max-seeds N, the most seeds a claim may take")
     if max_seeds < first:
-        raise ValueError(f"--max-seeds {max_seeds} is below the {first} seeds the first round trains (the budget's or "
+        raise SettingsError(f"--max-seeds {max_seeds} is below the {first} seeds the first round trains (the budget's or "
                          "--seeds): give at least as many")
-    if round_seeds < 1: raise ValueError(f"--round-seeds {round_seeds}: a round adds at least one seed")
+    if round_seeds < 1: raise SettingsError(f"--round-seeds {round_seeds}: a round adds at least one seed")
     return SequentialPlan(look_schedule(first, max_seeds, round_seeds), spending=spending)
 
 def _refuse_other_budgets(out: Path, budget: Budget):
@@ -412,7 +413,7 @@ def _refuse_other_budgets(out: Path, budget: Budget):
         try: row = json.loads(ev.read_text())
         except ValueError: continue   # a half-written record: the run is redone when its turn comes
         if row.get("run_key") != budget.run_key():
-            raise ValueError(f"{ev.parent} holds a run of another budget ({row.get('budget_name')!r}, not {budget.name!r}): "
+            raise SettingsError(f"{ev.parent} holds a run of another budget ({row.get('budget_name')!r}, not {budget.name!r}): "
                              "--until-decided adds seeds to one budget's runs; use another --out folder")
 
 def _refuse_another_plan(out: Path, plan: SequentialPlan):
@@ -420,7 +421,7 @@ def _refuse_another_plan(out: Path, plan: SequentialPlan):
     try: before = json.loads((Path(out) / "plan.json").read_text()).get("until_decided", {}).get("plan")
     except (OSError, ValueError): return   # no plan recorded (or a half-written one): nothing was decided by it
     if before and (tuple(before["looks"]), before["alpha"], before["spending"]) != (plan.looks, plan.alpha, plan.spending):
-        raise ValueError(f"{out} was run --until-decided with looks at {before['looks']} seeds ({before['spending']} spending); "
+        raise SettingsError(f"{out} was run --until-decided with looks at {before['looks']} seeds ({before['spending']} spending); "
                          f"this run plans {list(plan.looks)} ({plan.spending}): a plan changed after its results were seen "
                          "no longer keeps its error rate; repeat the same flags, or use another --out folder")
 
@@ -445,10 +446,10 @@ SEEDS_PER_PROCESS = 1
 def _seeds_per_process(k: int | None, seeds: int, round_seeds: int | None = None) -> int:
     "The group size of a compare: `k` checked against the seeds of a round, or the default cut to them."
     if k is None: return max(1, min(SEEDS_PER_PROCESS, seeds, round_seeds or seeds))
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1: raise ValueError(f"--seeds-per-process {k!r}: give an integer >= 1")
-    if k > seeds: raise ValueError(f"--seeds-per-process {k} is larger than the {seeds} seed(s) asked for: give at most {seeds}")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1: raise SettingsError(f"--seeds-per-process {k!r}: give an integer >= 1")
+    if k > seeds: raise SettingsError(f"--seeds-per-process {k} is larger than the {seeds} seed(s) asked for: give at most {seeds}")
     if round_seeds is not None and k > round_seeds:
-        raise ValueError(f"--seeds-per-process {k} is larger than the {round_seeds} seed(s) a round adds (--round-seeds): "
+        raise SettingsError(f"--seeds-per-process {k} is larger than the {round_seeds} seed(s) a round adds (--round-seeds): "
                          f"give at most {round_seeds}")
     return k
 
@@ -461,10 +462,10 @@ def _run_compare(budget: str | Budget, seeds: int | None, out: Path, recipes: li
     `until_decided`), write the outputs."""
     budget = BUDGETS[budget] if isinstance(budget, str) else budget
     if seeds is None: seeds = max(budget.seeds, FIRST_LOOK) if until_decided else budget.seeds
-    if seeds < 1: raise ValueError(f"seeds must be >= 1, got {seeds}")
+    if seeds < 1: raise SettingsError(f"seeds must be >= 1, got {seeds}")
     if not until_decided and (max_seeds is not None or max_hours is not None):
-        raise ValueError("--max-seeds and --max-hours go with --until-decided")
-    if max_hours is not None and not max_hours > 0: raise ValueError(f"--max-hours {max_hours}: give a positive number of hours")
+        raise SettingsError("--max-seeds and --max-hours go with --until-decided")
+    if max_hours is not None and not max_hours > 0: raise SettingsError(f"--max-hours {max_hours}: give a positive number of hours")
     plan = _until_decided_plan(seeds, max_seeds, round_seeds, spending) if until_decided else None
     k = _seeds_per_process(seeds_per_process, seeds, round_seeds if plan else None)
     out = Path(out); out.mkdir(parents=True, exist_ok=True)

@@ -13,8 +13,9 @@ from typing import Any, Callable, Sequence
 
 # %% auto #0
 __all__ = ['ENV_PREFIX', 'PRECISIONS', 'LAUNCHERS', 'BENCH_SECTIONS', 'BUDGET_NAMES', 'SUITE_NAMES', 'REPORT_TO_BACKENDS',
-           'Settings', 'MissingExtraError', 'find_settings_file', 'load_settings', 'atomic_write', 'atomic_write_text',
-           'sweep_temporary_files', 'FolderLock', 'moved_names', 'run_once', 'atomic_folder']
+           'Settings', 'HierbenchError', 'SettingsError', 'MissingFileError', 'RunExistsError', 'FolderStateError',
+           'UnknownNameError', 'MissingExtraError', 'find_settings_file', 'load_settings', 'atomic_write',
+           'atomic_write_text', 'sweep_temporary_files', 'FolderLock', 'moved_names', 'run_once', 'atomic_folder']
 
 # %% ../nbs/01_config.ipynb #00ec37bf
 ENV_PREFIX = "HIERBENCH_"
@@ -48,8 +49,30 @@ BUDGET_NAMES = ("smoke", "quick", "standard", "full")               # hierbench.
 SUITE_NAMES = ("argent", "degla", "read")                           # hierbench.suites.SUITES: `eval --suite`
 REPORT_TO_BACKENDS = ("tensorboard", "wandb")                       # --report-to (hierbench.tracking), the [track] extra
 
-class MissingExtraError(ImportError):
-    "An optional library is missing; the message names the pip extra that installs it (the command line prints one line)."
+
+# %% ../nbs/01_config.ipynb #cedbe59f
+class HierbenchError(Exception):
+    """Base of every error hierbench raises on purpose; its message names the file, record, field, flag or value
+    refused (the command line prints it as one line: `hierbench COMMAND: MESSAGE`)."""
+
+class SettingsError(HierbenchError, ValueError):
+    "Settings, flags or arguments that cannot work, alone or together; the message names them and what would work."
+
+class MissingFileError(HierbenchError, FileNotFoundError):
+    "A file or folder that was named, or that a run needs, is not there; the message names the path."
+
+class RunExistsError(HierbenchError, FileExistsError):
+    "An output folder already holds a run that would be overwritten; the message says how to continue it instead."
+
+class FolderStateError(HierbenchError, RuntimeError):
+    "A folder is not in the state an action needs: locked by another process, or its runs not finished."
+
+class UnknownNameError(HierbenchError, KeyError):
+    "A name (recipe, architecture, ...) that is not known; the message lists the known ones."
+    __str__ = Exception.__str__   # a KeyError would print its message in quotes
+
+class MissingExtraError(HierbenchError, ImportError):
+    "An optional library is missing; the message names the pip extra that installs it."
 
 # %% ../nbs/01_config.ipynb #4b73d7d5
 def find_settings_file(start: str | Path | None = None) -> Path | None:
@@ -57,7 +80,7 @@ def find_settings_file(start: str | Path | None = None) -> Path | None:
     explicit = os.environ.get(ENV_PREFIX + "SETTINGS")
     if explicit:
         p = Path(explicit).expanduser()
-        if not p.is_file(): raise FileNotFoundError(f"HIERBENCH_SETTINGS points to {p}, which is not a file")
+        if not p.is_file(): raise MissingFileError(f"HIERBENCH_SETTINGS points to {p}, which is not a file")
         return p.resolve()
     here = Path(start or Path.cwd()).resolve()
     for d in [here, *here.parents]:
@@ -78,17 +101,17 @@ def load_settings(path: str | Path | None = None, env: dict | None = None) -> Se
     if src is not None:
         cp = configparser.ConfigParser()
         try: cp.read(src)
-        except configparser.Error as e: raise ValueError(f"{src}: not a valid ini file ({e})") from e
-        if not cp.has_section("hierbench"): raise ValueError(f"{src}: no [hierbench] section")
+        except configparser.Error as e: raise SettingsError(f"{src}: not a valid ini file ({e})") from e
+        if not cp.has_section("hierbench"): raise SettingsError(f"{src}: no [hierbench] section")
         unknown = set(cp["hierbench"]) - set(_DEFAULTS)
-        if unknown: raise ValueError(f"{src}: unknown setting(s) {sorted(unknown)}; known: {sorted(_DEFAULTS)}")
+        if unknown: raise SettingsError(f"{src}: unknown setting(s) {sorted(unknown)}; known: {sorted(_DEFAULTS)}")
         vals.update(cp["hierbench"])
     for k in _DEFAULTS:
         if ENV_PREFIX + k.upper() in env: vals[k] = env[ENV_PREFIX + k.upper()]
     base = src.resolve().parent if src is not None else Path.cwd()
     def _path(v): return (base / Path(v).expanduser()).resolve() if v else None
     try: seed = int(vals["seed"])
-    except ValueError: raise ValueError(f"setting 'seed' must be an integer, got {vals['seed']!r}") from None
+    except ValueError: raise SettingsError(f"setting 'seed' must be an integer, got {vals['seed']!r}") from None
     return Settings(data_root=_path(vals["data_root"]), cache_dir=_path(vals["cache_dir"]),
                     runs_dir=_path(vals["runs_dir"]), checkpoints_dir=_path(vals["checkpoints_dir"]),
                     openclip_checkpoint=_path(vals["openclip_checkpoint"]), device=vals["device"].strip(),
@@ -150,7 +173,7 @@ class FolderLock:
                 if deadline is not None and time.monotonic() >= deadline:
                     holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
                     os.close(fd)
-                    raise RuntimeError(f"{self.path.parent} is in use by {holder}: wait for it to finish or choose "
+                    raise FolderStateError(f"{self.path.parent} is in use by {holder}: wait for it to finish or choose "
                                        "another output folder") from None
                 time.sleep(0.1)
             except OSError as e:
@@ -206,7 +229,7 @@ def atomic_folder(path: str | Path, replaceable: Callable[[Path], bool] = lambda
     `replaceable(path)` says it is an earlier result of the same kind, which is then swapped out and deleted."""
     path = Path(path)
     if path.exists() and (not path.is_dir() or (any(path.iterdir()) and not replaceable(path))):
-        raise FileExistsError(f"{path} exists and is not an earlier result of this command: choose another folder or remove it")
+        raise RunExistsError(f"{path} exists and is not an earlier result of this command: choose another folder or remove it")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:

@@ -18,16 +18,17 @@ import torch
 from PIL import Image
 
 from .negatives import is_changed
-from .config import moved_names
+from .config import HierbenchError, MissingFileError, moved_names
 
 # %% auto #0
 __all__ = ['CLIP_MEAN', 'CLIP_STD', 'WORLD_MEAN', 'WORLD_STD', 'Box', 'BATCH_KEYS', 'DataFormatError', 'MissingImageError',
-           'CorruptImageError', 'DataWarning', 'load_image', 'crop_to_box', 'check_image', 'normalize',
-           'open_clip_transform', 'image_to_tensor', 'collate_batch', 'ChoiceItem', 'TripletItem', 'CaptionItem',
-           'Phrase', 'GroundedItem', 'ChainItem', 'ChainPairItem', 'NegClipRow']
+           'CorruptImageError', 'NotAFileError', 'UnreadableFileError', 'UnreadableImagesError', 'DataWarning',
+           'load_image', 'crop_to_box', 'check_image', 'normalize', 'open_clip_transform', 'image_to_tensor',
+           'collate_batch', 'ChoiceItem', 'TripletItem', 'CaptionItem', 'Phrase', 'GroundedItem', 'ChainItem',
+           'ChainPairItem', 'NegClipRow']
 
 # %% ../nbs/04_data.ipynb #ab3c9a03
-class DataFormatError(ValueError):
+class DataFormatError(HierbenchError, ValueError):
     "A malformed annotation file; `path`, `record` (key or index, may be None) and `field` say where."
     def __init__(self, path, record=None, field=None, problem: str = "malformed"):
         self.path, self.record, self.field, self.problem = Path(path), record, field, problem
@@ -38,7 +39,7 @@ class DataFormatError(ValueError):
     def __reduce__(self): return (type(self), (self.path, self.record, self.field, self.problem))   # picklable
 
 # %% ../nbs/04_data.ipynb #eeab6882
-class MissingImageError(FileNotFoundError):
+class MissingImageError(MissingFileError):
     "An image a record refers to is not on disk; `path` is where it was expected."
     def __init__(self, path, hint: str = ""):
         self.path = Path(path)
@@ -53,6 +54,16 @@ class CorruptImageError(DataFormatError):
         self.reason = reason
         super().__init__(path, None, None, f"cannot decode image ({reason})")
     def __reduce__(self): return (type(self), (self.path, self.reason))
+
+# %% ../nbs/04_data.ipynb #0d2b52b2
+class NotAFileError(HierbenchError, IsADirectoryError):
+    "A path that should be a file is a folder; the message names it."
+
+class UnreadableFileError(HierbenchError, PermissionError):
+    "A file exists but this process may not read it; the message names it."
+
+class UnreadableImagesError(HierbenchError, ValueError):
+    "None of a benchmark's images could be read (each one set aside is named in a `DataWarning` before)."
 
 # %% ../nbs/04_data.ipynb #8e1989f6
 class DataWarning(UserWarning):

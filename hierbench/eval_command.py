@@ -6,14 +6,14 @@ Docs: https://hierbench.github.io/hierbench/eval_command.html.md"""
 
 # %% ../nbs/15b_eval_command.ipynb #e64ab493
 from __future__ import annotations
-import json, sys
+import json
 from pathlib import Path
 
 import pandas as pd
 
 from .benchmarks import evaluate_benchmarks
 from .commands import print_table
-from .config import atomic_write_text
+from .config import MissingFileError, SettingsError, atomic_write_text
 from .encoding import eval_progress, similarity_name
 from .item_metrics import leaderboard_table, paired_metric_differences
 from .metrics import results_table
@@ -34,10 +34,10 @@ def load_any_model(checkpoint: str | Path, model_name: str | None = None, quick_
     "A hierbench run dir / saved model, or an open_clip checkpoint file (then `model_name` names the architecture)."
     p = Path(checkpoint)
     if p.is_dir(): p = p / "model.safetensors"
-    if not p.exists(): raise FileNotFoundError(f"checkpoint {p} does not exist")
+    if not p.exists(): raise MissingFileError(f"checkpoint {p} does not exist")
     if p.with_suffix(".json").exists() and model_name is None: return load_model(p)
     if model_name is None:
-        raise ValueError(f"{p} has no hierbench sidecar ({p.with_suffix('.json').name}): pass --arch ARCH "
+        raise SettingsError(f"{p} has no hierbench sidecar ({p.with_suffix('.json').name}): pass --arch ARCH "
                          "(an open_clip architecture such as ViT-B-32-quickgelu) to load it as an open_clip checkpoint")
     return create_model(model_name, geometry=geometry, checkpoint=p, force_quick_gelu=quick_gelu)
 
@@ -48,7 +48,7 @@ def read_items(path: str | Path) -> pd.DataFrame:
     "A per-item table written by `hierbench eval --json` (its .items.jsonl, or the metrics JSON beside it)."
     p = Path(path)
     if p.suffix == ".json": p = items_path(p)
-    if not p.is_file(): raise FileNotFoundError(f"per-item file not found: {p} (written by `hierbench eval --json M.json`)")
+    if not p.is_file(): raise MissingFileError(f"per-item file not found: {p} (written by `hierbench eval --json M.json`)")
     return pd.read_json(p, lines=True, dtype={"id": str})
 
 def read_names(path) -> tuple[str, ...]:
@@ -60,8 +60,7 @@ def read_names(path) -> tuple[str, ...]:
 def leaderboard(folder) -> pd.DataFrame:
     """Metrics (rows) × the `eval --json` files of `folder` (columns): `value [low, high]` (95 % item bootstrap) where
     the per-item rows are beside the file, else the file's aggregates (`item_metrics.leaderboard_table`)."""
-    try: return leaderboard_table(folder)
-    except FileNotFoundError as err: sys.exit(str(err))
+    return leaderboard_table(folder)
 
 # %% ../nbs/15b_eval_command.ipynb #be93c0f1
 def _trees(specs) -> dict[str, str]:
@@ -77,7 +76,7 @@ def general_protocols(model, args, per_item: list, log=print) -> dict[str, float
     out, common = {}, dict(num_workers=args.num_workers, limit=args.limit)
     zs, lp, trees = list(args.zeroshot or ()), list(args.linear_probe or ()), _trees(args.hierarchy)
     unknown = set(trees) - {""} - {Path(f).name for f in zs}
-    if unknown: sys.exit(f"--hierarchy names {sorted(unknown)}, which no --zeroshot folder is called")
+    if unknown: raise SettingsError(f"--hierarchy names {sorted(unknown)}, which no --zeroshot folder is called")
     for folder in dict.fromkeys(zs + lp):
         tree = trees.get(Path(folder).name, trees.get("")) if folder in zs else None
         m, rows = evaluate_classification(model, folder, zeroshot=folder in zs, linear_probe_=folder in lp, hierarchy=tree, log=log, **common)
@@ -100,7 +99,7 @@ def scorer_for(args):
         return load_scorer(args.scorer, geometry=args.geometry, quick_gelu=args.quick_gelu), args.scorer
     if args.checkpoint:
         return load_any_model(args.checkpoint, args.arch, args.quick_gelu, args.geometry), args.checkpoint
-    sys.exit("give --scorer KIND:PATH (hierbench:, open_clip:ARCH@FILE, hf:, st:, hf-text:) or --checkpoint FILE [--arch ARCH]")
+    raise SettingsError("give --scorer KIND:PATH (hierbench:, open_clip:ARCH@FILE, hf:, st:, hf-text:) or --checkpoint FILE [--arch ARCH]")
 
 def cmd_eval(args):
     if args.compare:
@@ -111,7 +110,7 @@ def cmd_eval(args):
     if args.leaderboard:
         table = leaderboard(args.leaderboard)
         return print_table(table, f"leaderboard: {table.shape[1]} model(s) in {args.leaderboard} (value [95% item-bootstrap interval])")
-    if args.suite and not args.data_root: sys.exit("--suite needs --data-root DIR (a folder of datasets under conventional names)")
+    if args.suite and not args.data_root: raise SettingsError("--suite needs --data-root DIR (a folder of datasets under conventional names)")
     model, name = scorer_for(args)
     model = apply_precision(model, args.precision)
     per_item: list = []

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy, json, re
 from pathlib import Path
 from safetensors.torch import save_file
-from .config import atomic_write, atomic_write_text
+from .config import SettingsError, atomic_write, atomic_write_text
 from .models import DualEncoder
 from .lora import merge_lora
 
@@ -25,10 +25,10 @@ def export_open_clip(model: DualEncoder, out_dir: str | Path, name: str | None =
     name = name or str(model.model_config["name"])
     readout = model.model_config["arch"].get("image_readout", "attention")
     if readout != "attention":
-        raise ValueError(f"model {name!r}: its image readout {readout!r} is hierbench's, not open_clip's, which could not "
+        raise SettingsError(f"model {name!r}: its image readout {readout!r} is hierbench's, not open_clip's, which could not "
                          "load the export; save it with `save_model` instead")
     out_dir = Path(out_dir); out_dir.mkdir(parents=True, exist_ok=True)
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name): raise ValueError(f"export name {name!r}: letters, digits, '-', '_', '.' only")
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name): raise SettingsError(f"export name {name!r}: letters, digits, '-', '_', '.' only")
     # open_clip's model config holds the towers only: the world vocabulary and the normalisation stay in NAME.head.json
     arch = {k: v for k, v in copy.deepcopy(model.model_config["arch"]).items() if k not in ("world_vocab", "preprocess_cfg")}
     tensors = {k: v.detach().cpu().contiguous() for k, v in model.clip.state_dict().items()}

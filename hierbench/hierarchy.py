@@ -15,6 +15,7 @@ import pandas as pd
 
 from .data import DataFormatError
 from .metrics import ancestor_set, chance_key, hierarchical_scores
+from .config import MissingExtraError, MissingFileError
 
 # %% auto #0
 __all__ = ['VIRTUAL_ROOT', 'read_hierarchy', 'load_wordnet', 'wordnet_hierarchy', 'class_nodes', 'hierarchical_classification']
@@ -39,7 +40,7 @@ def _check_tree(parent: dict, path) -> dict:
 def read_hierarchy(path: str | Path) -> dict:
     "A class tree `{node: parent}` from a JSON object `{child: parent}` or a `parent child` edge list (ImageNet's is-a file)."
     p = Path(path)
-    if not p.is_file(): raise FileNotFoundError(f"hierarchy file not found: {p}")
+    if not p.is_file(): raise MissingFileError(f"hierarchy file not found: {p}")
     parent: dict = {}
     if p.suffix.lower() == ".json":
         try: obj = json.loads(p.read_text(encoding="utf-8"))
@@ -67,10 +68,10 @@ def read_hierarchy(path: str | Path) -> dict:
 def load_wordnet():
     "nltk's WordNet corpus reader, if the corpus is on disk (never downloaded)."
     try: from nltk.corpus import wordnet
-    except ImportError: raise ImportError("the WordNet hierarchy needs nltk (pip install nltk) and its corpus on disk") from None
+    except ImportError: raise MissingExtraError("the WordNet hierarchy needs nltk (pip install nltk) and its corpus on disk") from None
     try: wordnet.ensure_loaded()
     except LookupError:
-        raise FileNotFoundError("nltk's WordNet corpus is not on disk (hierbench never downloads it): install it yourself "
+        raise MissingFileError("nltk's WordNet corpus is not on disk (hierbench never downloads it): install it yourself "
                                 "(python -m nltk.downloader wordnet) or give a hierarchy file (JSON {class: parent}, or "
                                 "ImageNet's is-a list: 'parent child' per line)") from None
     return wordnet

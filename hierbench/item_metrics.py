@@ -15,6 +15,7 @@ from scipy import sparse
 from scipy.stats import norm
 
 from .stats import bootstrap_weights, ratio_replicates
+from .config import MissingFileError, SettingsError
 
 # %% auto #0
 __all__ = ['ITEM_METRICS', 'DEFAULT_ITEM_METRICS', 'metric_specs', 'metric_value', 'metric_replicates', 'metric_intervals',
@@ -84,12 +85,12 @@ def _key(a: pd.DataFrame, b: pd.DataFrame | None = None) -> list[str]:
 
 def _prepared(t: pd.DataFrame, key: list[str], name: str) -> pd.DataFrame:
     missing = {"benchmark", "id"} - set(t.columns)
-    if missing: raise ValueError(f"per-item table {name} lacks column(s) {sorted(missing)}")
+    if missing: raise SettingsError(f"per-item table {name} lacks column(s) {sorted(missing)}")
     t = t.copy()
     t["id"] = t["id"].astype(str)
     if "subset" in key: t["subset"] = t["subset"].fillna("").astype(str)
     dup = t.duplicated(key)
-    if dup.any(): raise ValueError(f"per-item table {name}: duplicate item {tuple(t[dup].iloc[0][key])}")
+    if dup.any(): raise SettingsError(f"per-item table {name}: duplicate item {tuple(t[dup].iloc[0][key])}")
     return t
 
 def metric_intervals(items: pd.DataFrame, n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> pd.DataFrame:
@@ -155,5 +156,5 @@ def leaderboard_table(folder: str | Path, n_boot: int = 1000, seed: int = 0, log
             keep = "chance" not in k and (k.endswith("/micro") or k.endswith("/macro") or "/" not in k)
             if keep and isinstance(v, (int, float)) and k not in col: col[k] = f"{v:.4f}"
         cols[p.stem] = col
-    if not cols: raise FileNotFoundError(f"no metrics JSON files in {folder}")
+    if not cols: raise MissingFileError(f"no metrics JSON files in {folder}")
     return pd.DataFrame(cols).sort_index().fillna("")

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from . import models as M, real_data as RD, recipes as R, sources as S
-from .data import collate_batch
+from .data import DataFormatError, collate_batch
 from .decoder import ReconstructionHead, load_or_pretrain_decoder, pretrain_decoder
 from .real_data import RealData
 from .sources import WorldData, fold_deprecated
@@ -25,6 +25,7 @@ from .distributed import init_distributed
 from .lora import (LoraSpec, apply_lora, is_lora_file, load_base_, lora_parameter_count, save_lora_model,
                             saved_model_config, share_frozen_base_)
 from .tracking import Tracker
+from .config import MissingFileError, SettingsError
 
 
 # %% auto #0
@@ -38,11 +39,11 @@ def resolve_init(init_checkpoint) -> Path | None:
     p = Path(init_checkpoint)
     if p.is_dir():
         if (p / "model.safetensors").is_file(): return p / "model.safetensors"
-        raise FileNotFoundError(f"init_checkpoint {p} is a folder without model.safetensors (not a finished run)")
+        raise MissingFileError(f"init_checkpoint {p} is a folder without model.safetensors (not a finished run)")
     return p
 
 # %% ../nbs/09b_jobs.ipynb #1daf1c40
-class SettingsConflict(ValueError):
+class SettingsConflict(SettingsError):
     "Settings of a run that cannot go together (`hierbench train` prints it as one line and writes nothing)."
 
 def init_settings(init_checkpoint) -> dict:
@@ -52,7 +53,7 @@ def init_settings(init_checkpoint) -> dict:
     p, out = Path(init_checkpoint), {}
     if p.is_dir() and (p / "config.json").is_file():
         try: cfg = json.loads((p / "config.json").read_text())
-        except json.JSONDecodeError as e: raise ValueError(f"{p / 'config.json'}: invalid JSON ({e})") from None
+        except json.JSONDecodeError as e: raise DataFormatError(p / "config.json", problem=f"invalid JSON ({e})") from None
         out = {k: cfg[key] for k, key in (("arch", "preset"), ("geometry", "geometry"), ("precision", "precision")) if cfg.get(key)}
     model_config = saved_model_config(resolve_init(p)) or {}
     for k, key in (("arch", "name"), ("geometry", "geometry")):
@@ -97,14 +98,14 @@ def recipe_config(recipe, run_dir, steps: int | None = None, seed: int = 0, batc
         cfg_kw["steps"] = steps
         # defaults without a run length (HyCoCLIP's GRIT schedule is not stated): warmup at most a tenth of the run
         cfg_kw["warmup_steps"] = round(d.warmup_steps * steps / ref) if ref else min(d.warmup_steps, steps // 10)
-    if "steps" not in cfg_kw: raise ValueError(f"recipe {recipe.name!r}: its defaults give no step count; pass steps")
+    if "steps" not in cfg_kw: raise SettingsError(f"recipe {recipe.name!r}: its defaults give no step count; pass steps")
     return TrainConfig(**{**cfg_kw, **overrides})
 
 # %% ../nbs/09b_jobs.ipynb #3e8070fa
 def _model_for(recipe, arch: str, init: Path | None, kind: str) -> nn.Module:
     "The recipe's model: a world architecture or an open_clip one, with the init weights when given."
     if kind != "world" and arch in M.ARCHS and M.ARCHS[arch].get("world_vocab"):
-        raise ValueError(f"model {arch!r} is a world architecture (its tokenizer knows only the world's words); real data "
+        raise SettingsError(f"model {arch!r} is a world architecture (its tokenizer knows only the world's words); real data "
                          "needs an open_clip architecture, e.g. --arch ViT-B-32-quickgelu --init FILE")
     if init is not None and is_lora_file(init):   # a LoRA run's weights: its base with its adapters merged
         return load_base_(M.create_model(arch, **recipe.model_kwargs()), init)
@@ -151,7 +152,7 @@ def _upgrade_call(data, arch: str, decoder, validation, kw: dict):
     spelling = {k: f for k, (_, f) in _OLD_SPELLINGS.items()}
     mine, other = ("world", "real") if data.kind == "world" else ("real", "world")
     if mine == "real" and (old["world"].get("mirror_twins") or old["world"].get("top_caption_p")):
-        raise ValueError(f"mirror_twins / top_caption_p compose batches of the built-in world, not of {data.spec!r}")
+        raise SettingsError(f"mirror_twins / top_caption_p compose batches of the built-in world, not of {data.spec!r}")
     data = fold_deprecated(data, old[mine], "train_recipe", spelling, stacklevel=4)
     for k in old[other]: warn(f"{k}=...", f"it has no effect on {type(data).__name__} (it never had)")
     if old["validation"]:
@@ -184,9 +185,9 @@ def _decoder_for(decoder, source, data, seed: int) -> nn.Module:
 def _monitor(validation, recipe, model, data, loss_fn, cfg: TrainConfig) -> ValidationMonitor | None:
     "The world's validation monitor, or None without `validation.every`."
     if validation is None or not validation.every: return None
-    if data.kind != "world": raise ValueError("validation scores held-out world scenes; on real data use eval_every")
+    if data.kind != "world": raise SettingsError("validation scores held-out world scenes; on real data use eval_every")
     if validation.every % cfg.log_every:
-        raise ValueError(f"validate_every={validation.every} must be a multiple of log_every={cfg.log_every}")
+        raise SettingsError(f"validate_every={validation.every} must be a multiple of log_every={cfg.log_every}")
     return ValidationMonitor(loss_fn, S.validation_batch(recipe, model, validation.n, data), validation.every,
                              stop_on_plateau=validation.stop_on_plateau)
 
@@ -286,7 +287,7 @@ def hierarcaps_smoke(csv_path: str | Path, run_dir: str | Path, recipe: str = "c
     from hierbench.benchmarks import evaluate_hierarcaps   # the benchmarks come after jobs in the module order
     rec = R.get_recipe(recipe)
     if rec.use_boxes or rec.contrastive == "negclip" or rec.needs_decoder:
-        raise ValueError(f"hierarcaps_smoke trains on (image, caption) pairs only; {recipe!r} needs {rec.fields[2:]}")
+        raise SettingsError(f"hierarcaps_smoke trains on (image, caption) pairs only; {recipe!r} needs {rec.fields[2:]}")
     items = load_hierarcaps(csv_path)[:n]
     model = M.create_model(preset, geometry=rec.geometry)
     data = S.ChainImageDataset(items, model.image_size, model.image_mean, model.image_std, seed=seed)

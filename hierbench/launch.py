@@ -16,7 +16,7 @@ from submitit.helpers import Checkpointable, DelayedSubmission
 
 from .compare import DECODER_TASK, compare_outputs, finished_run, run_compare, task_runs
 from .records import finished_runs, read_plan, read_records, report_only_meta, restore_records
-from .config import LAUNCHERS, FolderLock
+from .config import FolderLock, LAUNCHERS, SettingsError
 from .jobs import train_recipe
 from .train import Preempted
 
@@ -161,7 +161,7 @@ def parse_slurm_extra(items: Sequence[str] | Mapping[str, str] | None) -> dict[s
     for item in items:
         key, eq, value = str(item).partition("=")
         if not eq or not key.strip() or key.strip().startswith("-"):
-            raise ValueError(f"--slurm-extra {item!r}: expected KEY=VALUE with an sbatch option name, e.g. qos=high")
+            raise SettingsError(f"--slurm-extra {item!r}: expected KEY=VALUE with an sbatch option name, e.g. qos=high")
         out[key.strip()] = value.strip()
     return out
 
@@ -174,7 +174,7 @@ def executor_parameters(kind: str,                           # 'submitit-local' 
                         timeout_min: int | None = None,      # time limit of each job (default: 4 h on SLURM, 1 day locally)
                         slurm_extra: Sequence[str] | Mapping[str, str] | None = None) -> dict:
     "The `AutoExecutor.update_parameters` of the compare jobs."
-    if kind not in ("submitit-local", "slurm"): raise ValueError(f"launcher {kind!r}: submitit executors are 'submitit-local' and 'slurm'")
+    if kind not in ("submitit-local", "slurm"): raise SettingsError(f"launcher {kind!r}: submitit executors are 'submitit-local' and 'slurm'")
     params = dict(name=name, timeout_min=int(timeout_min or (240 if kind == "slurm" else 24 * 60)))
     if gpus_per_run: params["gpus_per_node"] = int(gpus_per_run)
     if cpus_per_run: params["cpus_per_task"] = int(cpus_per_run)
@@ -183,7 +183,7 @@ def executor_parameters(kind: str,                           # 'submitit-local' 
         if slurm_partition: params["slurm_partition"] = slurm_partition
         if slurm_account: params["slurm_account"] = slurm_account
     elif slurm_partition or slurm_account or slurm_extra:
-        raise ValueError("--slurm-partition, --slurm-account and --slurm-extra need --launcher slurm")
+        raise SettingsError("--slurm-partition, --slurm-account and --slurm-extra need --launcher slurm")
     return params
 
 def make_executor(kind: str, folder: str | Path, **options) -> submitit.AutoExecutor:
@@ -224,10 +224,10 @@ def launch_compare(budget: str = "smoke", seeds: int | None = None, out: str | P
         records = read_records(from_records)
         with FolderLock(out): n = restore_records(records, out)
         log(f"compare: {n} of {len(records.runs)} recorded run(s) restored from {from_records} into {out}")
-    if launcher not in LAUNCHERS: raise ValueError(f"launcher {launcher!r}: expected one of {LAUNCHERS}")
+    if launcher not in LAUNCHERS: raise SettingsError(f"launcher {launcher!r}: expected one of {LAUNCHERS}")
     if launcher == "processes":
         if any(v for v in (slurm_partition, slurm_account, gpus_per_run, cpus_per_run, timeout_min, slurm_extra)):
-            raise ValueError("--slurm-*, --gpus-per-run, --cpus-per-run and --timeout-min need --launcher submitit-local or slurm")
+            raise SettingsError("--slurm-*, --gpus-per-run, --cpus-per-run and --timeout-min need --launcher submitit-local or slurm")
         return run_compare(budget, seeds, out, recipes, quiet=quiet, jobs=jobs, log=log, **rounds)
     ex = make_executor(launcher, out / "submitit", name=f"hierbench-{Path(out).name}", slurm_partition=slurm_partition,
                        slurm_account=slurm_account, gpus_per_run=gpus_per_run, cpus_per_run=cpus_per_run,

@@ -6,178 +6,29 @@ Docs: https://hierbench.github.io/hierbench/loaders.html.md"""
 
 # %% ../nbs/04b_loaders.ipynb #f6a16896
 from __future__ import annotations
-import ast, dataclasses, errno, json, math, os, random, re, unicodedata, warnings
+import dataclasses, json, math, os, random, re, warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
-from .config import load_settings
+from .config import MissingFileError, SettingsError
 from .data import (CaptionItem, ChainItem, ChainPairItem, ChoiceItem, DataFormatError, DataWarning,
                             GroundedItem, NegClipRow, Phrase, TripletItem)
-from .negatives import ORDER_RULES, Tagger, is_changed, rewrite
+# the defensive reading every loader shares (hierbench.annotations); MAX_TEXT_CHARS and resolve_image_root answer here too
+from .annotations import (MAX_TEXT_CHARS, _equal_options, _field, _join, _literal_list, _num, _read_json,
+                                   _read_table, _record_id, _records, _same_text, _set_aside, _str, _str_list, _text,
+                                   _tname, _visible, resolve_image_root)
+from .negatives import ORDER_RULES, Tagger, rewrite
+_all_ = ['MAX_TEXT_CHARS', 'resolve_image_root']
 
 # %% auto #0
-__all__ = ['MAX_TEXT_CHARS', 'SUGARCREPE_SUBSETS', 'SUGARCREPE_PP_SUBSETS', 'SUGARCREPE_GROUPS', 'CHAIN_SEP', 'VALSE_FILES',
-           'VALSE_CATEGORIES', 'resolve_image_root', 'load_sugarcrepe', 'load_sugarcrepe_pp', 'load_coco_karpathy',
-           'load_grit', 'hierarcaps_image_name', 'load_hierarcaps', 'load_hierarcaps_pairs', 'coco_id',
-           'CocoImageIndex', 'with_coco_images', 'check_benchmark_folder', 'load_valse_file', 'load_valse',
-           'load_aro_vg', 'order_options', 'load_order_benchmark', 'load_negclip_tsv', 'load_whatsup_controlled',
-           'load_whatsup_spatial', 'load_crepe']
-
-# %% ../nbs/04b_loaders.ipynb #5c261fc1
-def _tname(v) -> str: return type(v).__name__
-
-def _field(path, key, rec, name):
-    if not isinstance(rec, Mapping): raise DataFormatError(path, key, None, f"expected an object/dict record, got {_tname(rec)}")
-    if name not in rec: raise DataFormatError(path, key, name, "missing")
-    return rec[name]
-
-MAX_TEXT_CHARS = 10_000   # longer is a malformed record, not a caption (real captions stay under ~400 characters)
-
-def _visible(s: str) -> str:
-    "`s` without control, format (zero-width) and separator characters: what a reader would see of it."
-    return "".join(ch for ch in s if unicodedata.category(ch)[0] not in "CZ")
-
-def _text(path, key, name, v, allow_empty=False) -> str:
-    if not isinstance(v, str): raise DataFormatError(path, key, name, f"expected a non-empty string, got {_tname(v)} {v!r:.60}")
-    if len(v) > MAX_TEXT_CHARS:
-        raise DataFormatError(path, key, name, f"{len(v):,} characters (more than {MAX_TEXT_CHARS:,}): not a caption")
-    if not allow_empty and not _visible(v):
-        raise DataFormatError(path, key, name, f"empty in effect (only blank, invisible or control characters: {v!r:.40})")
-    return v
-
-def _str(path, key, rec, name, allow_empty=False) -> str:
-    return _text(path, key, name, _field(path, key, rec, name), allow_empty)
-
-def _num(path, key, rec, name, integer=False) -> float:
-    v = _field(path, key, rec, name)
-    if isinstance(v, str):
-        try: v = float(v)
-        except ValueError: raise DataFormatError(path, key, name, f"expected a number, got {v!r:.60}") from None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise DataFormatError(path, key, name, f"expected a finite number, got {_tname(v)} {v!r:.60}")
-    if integer and v != int(v): raise DataFormatError(path, key, name, f"expected an integer, got {v!r}")
-    return int(v) if integer else float(v)
-
-def _str_list(path, key, name, v, min_len=1) -> tuple[str, ...]:
-    if not isinstance(v, (list, tuple)) or len(v) < min_len:
-        raise DataFormatError(path, key, name, f"expected a list of >= {min_len} non-empty strings, got {v!r:.80}")
-    return tuple(_text(path, key, f"{name}[{j}]", s) for j, s in enumerate(v))
-
-def _literal_list(path, key, name, text) -> list:
-    "Parse a Python-literal list written as text (never eval)."
-    if isinstance(text, list): return text
-    if not isinstance(text, str): raise DataFormatError(path, key, name, f"expected a list literal, got {_tname(text)}")
-    try: v = ast.literal_eval(text.strip())
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError) as err:
-        raise DataFormatError(path, key, name, f"not a Python list literal ({type(err).__name__}): {text!r:.60}") from None
-    if not isinstance(v, (list, tuple)): raise DataFormatError(path, key, name, f"expected a list, got {_tname(v)}")
-    return list(v)
-
-# %% ../nbs/04b_loaders.ipynb #c5fc4422
-def _check_file(path: Path, what: str = "annotation file") -> Path:
-    "A readable regular file, or an error that says what is there instead (folder, symlink loop, no permission)."
-    try: os.stat(path)
-    except FileNotFoundError: raise FileNotFoundError(f"{what} not found: {path}") from None
-    except OSError as err:
-        if err.errno == errno.ELOOP: raise DataFormatError(path, None, None, f"{what} is a symlink loop") from None
-        raise DataFormatError(path, None, None, f"{what} cannot be read ({err.strerror})") from None
-    if os.path.isdir(path): raise IsADirectoryError(f"{what} is a folder, not a file: {path}")
-    if not os.access(path, os.R_OK): raise PermissionError(f"{what} is not readable (permission denied): {path}")
-    return path
-
-class _DuplicateKey(Exception): pass
-
-def _unique_keys(pairs):
-    "json object_pairs_hook: a repeated key would make an earlier record vanish, so it is an error."
-    seen = {}
-    for k, v in pairs:
-        if k in seen: raise _DuplicateKey(k)
-        seen[k] = v
-    return seen
-
-def _read_json(path: Path):
-    _check_file(path)
-    try:
-        # utf-8-sig: a byte-order mark is accepted, as it is for CSV files
-        with open(path, encoding="utf-8-sig") as f: return json.load(f, object_pairs_hook=_unique_keys)
-    except json.JSONDecodeError as err:
-        raise DataFormatError(path, None, None, f"not valid JSON (line {err.lineno}, column {err.colno}: {err.msg})") from None
-    except UnicodeDecodeError as err: raise DataFormatError(path, None, None, f"not UTF-8 text ({err.reason})") from None
-    except RecursionError: raise DataFormatError(path, None, None, "JSON nested too deeply to be an annotation file") from None
-    except _DuplicateKey as err:
-        raise DataFormatError(path, str(err), None, "duplicate JSON key: the earlier record would be lost") from None
-
-def _read_table(path: Path, columns: Sequence[str], sep: str = ",", optional: Sequence[str] = ()) -> pd.DataFrame:
-    "CSV/TSV as strings (no NaN conversion); checks that `columns` exist."
-    _check_file(path)
-    try: df = pd.read_csv(path, sep=sep, dtype=str, keep_default_na=False, encoding="utf-8-sig")
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as err:
-        raise DataFormatError(path, None, None, f"not a readable {'TSV' if sep == chr(9) else 'CSV'} file "
-                              f"({type(err).__name__}: {str(err).strip()[:120]})") from None
-    missing = [c for c in columns if c not in df.columns]
-    if missing: raise DataFormatError(path, None, missing[0], f"missing column(s) {missing}; found {list(df.columns)}")
-    if df.empty: raise DataFormatError(path, None, None, "no records (a header without rows)")
-    return df
-
-def _records(path: Path, data, kind: str) -> list[tuple[str, Any]]:
-    "(key, record) pairs of a JSON dict-by-key or list file."
-    if isinstance(data, dict): out = [(str(k), v) for k, v in data.items()]
-    elif isinstance(data, list): out = [(str(i), v) for i, v in enumerate(data)]
-    else: raise DataFormatError(path, None, None, f"expected a {kind} at top level, got {_tname(data)}")
-    if not out: raise DataFormatError(path, None, None, f"no records (an empty {kind})")
-    return out
-
-def _record_id(path, key, rec, name: str = "id", seen: dict | None = None) -> str:
-    "A record's own id (string or integer), unique in its file when `seen` collects them."
-    v = rec.get(name, key) if isinstance(rec, Mapping) else key
-    if isinstance(v, bool) or not isinstance(v, (str, int)) or not str(v).strip():
-        raise DataFormatError(path, key, name, f"expected a string or integer id, got {_tname(v)} {v!r:.40}")
-    v = str(v)
-    if seen is not None:
-        if v in seen: raise DataFormatError(path, key, name, f"duplicate id {v!r} (also record {seen[v]!r})")
-        seen[v] = key
-    return v
-
-# %% ../nbs/04b_loaders.ipynb #a221ce22
-def _same_text(a: str, b: str) -> bool:
-    "Equal up to case, spacing and punctuation at the ends: a 'negative' like this is its positive."
-    return not is_changed(a, b)
-
-def _set_aside(path, items: list, bad: Callable, why: str) -> list:
-    "`items` without those where `bad(item)`; a `DataWarning` names the file, the records and why."
-    out = [it for it in items if not bad(it)]
-    if len(out) < len(items):
-        keys = [getattr(it, "key", "?") for it in items if bad(it)]
-        warnings.warn(f"{path}: {len(keys)} record(s) set aside — {why}: {keys[:10]}{' …' if len(keys) > 10 else ''}",
-                      DataWarning, stacklevel=3)
-    return out
-
-def _equal_options(it) -> bool:
-    "An item whose correct option equals another option (nothing to choose between)."
-    return any(_same_text(o, it.options[it.correct]) for j, o in enumerate(it.options) if j != it.correct)
-
-def resolve_image_root(image_root: str | Path | None, default_subdir: str = "") -> Path:
-    "`image_root` if given, else `load_settings().data_root / default_subdir`."
-    if image_root is not None: return Path(image_root).expanduser()
-    return load_settings().data_root / default_subdir
-
-def _join(root: Path, rel: str, path=None, key=None, name: str = "image") -> Path:
-    """`rel` under the image root; a path that leaves the root (`..`, absolute elsewhere, NUL byte) is refused unless
-    the user allows absolute paths explicitly (`HIERBENCH_ALLOW_ABSOLUTE_PATHS=1`: annotation files written with
-    absolute paths on the user's own machine); `..` never leaves the root."""
-    where = path if path is not None else "<annotation>"
-    if "\x00" in rel: raise DataFormatError(where, key, name, f"image path contains a NUL byte: {rel!r:.60}")
-    full = Path(os.path.normpath(Path(root) / rel))          # an absolute `rel` replaces the root, as in Path
-    base, full_abs = Path(os.path.abspath(root)), Path(os.path.abspath(full))   # lexical: symlinked roots stay fine
-    if Path(rel).is_absolute() and os.environ.get("HIERBENCH_ALLOW_ABSOLUTE_PATHS") == "1" and ".." not in Path(rel).parts:
-        return full
-    if not (full_abs == base or base in full_abs.parents):
-        raise DataFormatError(where, key, name, f"image path {rel!r:.80} leaves the image root {root} (refused; "
-                              "set HIERBENCH_ALLOW_ABSOLUTE_PATHS=1 to accept absolute paths)")
-    return full
+__all__ = ['SUGARCREPE_SUBSETS', 'SUGARCREPE_PP_SUBSETS', 'SUGARCREPE_GROUPS', 'CHAIN_SEP', 'VALSE_FILES', 'VALSE_CATEGORIES',
+           'load_sugarcrepe', 'load_sugarcrepe_pp', 'load_coco_karpathy', 'load_grit', 'hierarcaps_image_name',
+           'load_hierarcaps', 'load_hierarcaps_pairs', 'coco_id', 'CocoImageIndex', 'with_coco_images',
+           'check_benchmark_folder', 'load_valse_file', 'load_valse', 'load_aro_vg', 'order_options',
+           'load_order_benchmark', 'load_negclip_tsv', 'load_whatsup_controlled', 'load_whatsup_spatial', 'load_crepe',
+           'MAX_TEXT_CHARS', 'resolve_image_root']
 
 # %% ../nbs/04b_loaders.ipynb #69d2e623
 SUGARCREPE_SUBSETS = ("add_att", "add_obj", "replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
@@ -187,10 +38,10 @@ SUGARCREPE_GROUPS = {"replace": ("replace_obj", "replace_att", "replace_rel"), "
 
 def _subset_files(ann_dir, subsets, known) -> list[tuple[str, Path]]:
     ann_dir = Path(ann_dir)
-    if not ann_dir.is_dir(): raise FileNotFoundError(f"annotation folder not found: {ann_dir}")
+    if not ann_dir.is_dir(): raise MissingFileError(f"annotation folder not found: {ann_dir}")
     subsets = known if subsets is None else tuple(subsets)
     for s in subsets:
-        if s not in known: raise ValueError(f"unknown subset {s!r}; known: {list(known)}")
+        if s not in known: raise SettingsError(f"unknown subset {s!r}; known: {list(known)}")
     return [(s, ann_dir / f"{s}.json") for s in subsets]
 
 def load_sugarcrepe(ann_dir: str | Path, image_root: str | Path | None = None,
@@ -257,8 +108,8 @@ def load_grit(path: str | Path, image_root: str | Path | None = None, min_box_si
               span_fields: Sequence[str] = ("noun_chunks", "ref_exps"), box_units: str = "auto") -> list[GroundedItem]:
     "Grounded captions from a GRIT-style JSONL file; boxes in pixels, those under `min_box_size` px dropped."
     path = Path(path)
-    if box_units not in ("auto", "normalized", "pixels"): raise ValueError(f"box_units must be auto/normalized/pixels, got {box_units!r}")
-    if not path.is_file(): raise FileNotFoundError(f"annotation file not found: {path}")
+    if box_units not in ("auto", "normalized", "pixels"): raise SettingsError(f"box_units must be auto/normalized/pixels, got {box_units!r}")
+    if not path.is_file(): raise MissingFileError(f"annotation file not found: {path}")
     root = resolve_image_root(image_root, "grit")
     out = []
     with open(path, encoding="utf-8", errors="strict") as f:
@@ -367,7 +218,7 @@ class CocoImageIndex:
         self.by_id: dict[int, Path] = {}
         for folder in folders:
             folder = Path(folder)
-            if not folder.is_dir(): raise FileNotFoundError(f"COCO image folder not found: {folder}")
+            if not folder.is_dir(): raise MissingFileError(f"COCO image folder not found: {folder}")
             for p in sorted(folder.rglob("*")):
                 i = coco_id(p.name) if p.suffix.lower() in (".jpg", ".jpeg", ".png") else None
                 if i is not None: self.by_id.setdefault(i, p)
@@ -411,9 +262,9 @@ def check_benchmark_folder(folder: str | Path, image_root: str | Path | None = N
                            coco_dir: str | Path | None = None) -> pd.DataFrame:
     "One row per recognised benchmark file: records, set aside (with the reasons), error, missing images."
     folder = Path(folder)
-    if not folder.is_dir(): raise FileNotFoundError(f"benchmark folder not found: {folder}")
+    if not folder.is_dir(): raise MissingFileError(f"benchmark folder not found: {folder}")
     files = _benchmark_files(folder)
-    if not files: raise ValueError(f"{folder}: no SugarCrepe, SugarCrepe++, HierarCaps, VALSE, CREPE or WhatsUp files recognised")
+    if not files: raise DataFormatError(folder, problem=f"no SugarCrepe, SugarCrepe++, HierarCaps, VALSE, CREPE or WhatsUp files recognised")
     index = CocoImageIndex(coco_dir) if coco_dir else None
     rows = []
     for bench, f, loader in files:
@@ -465,9 +316,9 @@ def load_valse(ann_dir: str | Path, image_root: str | Path | None = None, valid_
                image_dirs: Mapping[str, str | Path] | None = None, files: Sequence[str] | None = None) -> dict[str, list[ChoiceItem]]:
     "VALSE items per file (those of `VALSE_FILES` present in `ann_dir`, or exactly `files`)."
     ann_dir = Path(ann_dir)
-    if not ann_dir.is_dir(): raise FileNotFoundError(f"annotation folder not found: {ann_dir}")
+    if not ann_dir.is_dir(): raise MissingFileError(f"annotation folder not found: {ann_dir}")
     names = [n for n in VALSE_FILES if (ann_dir / f"{n}.json").is_file()] if files is None else list(files)
-    if not names: raise FileNotFoundError(f"no VALSE files ({', '.join(VALSE_FILES)}).json in {ann_dir}")
+    if not names: raise MissingFileError(f"no VALSE files ({', '.join(VALSE_FILES)}).json in {ann_dir}")
     return {n: load_valse_file(ann_dir / f"{n}.json", image_root, valid_only, image_dirs) for n in names}
 
 # %% ../nbs/04b_loaders.ipynb #627d012d
@@ -564,7 +415,7 @@ def load_whatsup_spatial(path: str | Path, image_root: str | Path | None = None,
     naming: COCO images are `{id:012d}.jpg` (val2017), Visual Genome / GQA ones `{id}.jpg` under `vg_images/`; `auto`
     reads the kind from the file name (`coco_qa_*` / `vg_qa_*`), whatever the JSON type of the ids."""
     path = Path(path)
-    if naming not in ("auto", "coco", "gqa", "vg"): raise ValueError(f"naming must be auto/coco/vg (gqa), got {naming!r}")
+    if naming not in ("auto", "coco", "gqa", "vg"): raise SettingsError(f"naming must be auto/coco/vg (gqa), got {naming!r}")
     if naming == "auto":
         naming = "coco" if path.stem.startswith("coco") else "vg" if path.stem.startswith(("vg", "gqa")) else "auto"
     root = resolve_image_root(image_root, "whatsup/vg_images" if naming in ("vg", "gqa") else "coco/val2017")

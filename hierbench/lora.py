@@ -16,8 +16,8 @@ from torch import nn
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
-from .config import MissingExtraError, atomic_write, atomic_write_text
-from . import models as M
+from .config import MissingExtraError, MissingFileError, SettingsError, atomic_write, atomic_write_text
+from .dual_encoder import load_weights_, model_from_config
 
 # %% auto #0
 __all__ = ['LORA_TARGET_GROUPS', 'DEFAULT_LORA_TARGETS', 'LoraError', 'LoraSpec', 'resolve_targets', 'file_sha256', 'base_record',
@@ -33,7 +33,7 @@ LORA_TARGET_GROUPS = {
 }
 DEFAULT_LORA_TARGETS = ("attn", "mlp", "conv")   # every group the model has (a ViT has no conv, a ResNet tower no mlp)
 
-class LoraError(ValueError):
+class LoraError(SettingsError):
     "A LoRA setting that cannot work (a rank below 1, targets that match no layer, adapters the forward never calls)."
 
 @dataclass(frozen=True)
@@ -111,7 +111,7 @@ def resolve_targets(model, spec: LoraSpec) -> tuple[list[str], list[str]]:
                         f"{model.model_config['name']!r}")
     return mods, params
 
-# %% ../nbs/05e_lora.ipynb #e0493939
+# %% ../nbs/05e_lora.ipynb #fac5f5d6
 def _peft():
     "peft's LoRA, or a one-line error naming the extra that installs it."
     try:
@@ -134,6 +134,7 @@ def base_record(path: str | Path | None) -> dict | None:
     p = Path(path).expanduser().resolve()
     return dict(path=str(p), sha256=file_sha256(p))
 
+# %% ../nbs/05e_lora.ipynb #534d0001
 def _adapter_layers(module: nn.Module) -> dict[str, nn.Module]:
     "The peft layers of `module` (outermost only), by name."
     _, BaseTunerLayer = _peft()
@@ -162,6 +163,7 @@ def check_adapters_called(model) -> None:
                              "(its parent reads the weight directly); choose other targets, e.g. the groups "
                              f"{', '.join(LORA_TARGET_GROUPS)}")
 
+# %% ../nbs/05e_lora.ipynb #dba2ae04
 def apply_lora(model, spec: LoraSpec, base: str | Path | dict | None = None):
     """Add peft LoRA adapters to `model`'s towers in place and freeze the rest of the towers; the geometry head and the
     logit scale stay trainable. `base`: the checkpoint the frozen weights came from (its path, or a `base_record`),
@@ -180,6 +182,7 @@ def apply_lora(model, spec: LoraSpec, base: str | Path | dict | None = None):
     check_adapters_called(model)
     return model
 
+# %% ../nbs/05e_lora.ipynb #fd53b707
 def share_frozen_base_(teacher, model) -> int:
     """Make an EMA teacher (`hierbench.models.EMATeacher`, a copy of the LoRA `model`) use the student's frozen base
     weights instead of its own copy: they never change, so the teacher's average of them is them (a ViT-B/32 keeps
@@ -257,11 +260,11 @@ def load_base_(model, checkpoint: str | Path):
     """Load base weights into a plain `model` in place: any checkpoint `load_weights_` reads, or a LoRA run's weights
     (its own base with its adapters merged). The head is left as it is where the checkpoint's geometry differs."""
     checkpoint = Path(checkpoint)
-    if not is_lora_file(checkpoint): return M.load_weights_(model, checkpoint)
-    src = merge_lora(M.load_model(checkpoint))
+    if not is_lora_file(checkpoint): return load_weights_(model, checkpoint)
+    src = merge_lora(load_lora_model(checkpoint, saved_model_config(checkpoint)))
     missing, unexpected = model.load_state_dict(src.state_dict(), strict=False)
     bad = [k for k in (*missing, *unexpected) if not k.startswith("head.")]
-    if bad: raise ValueError(f"{checkpoint}: its model does not match {model.model_config['name']!r}: {bad[:5]}")
+    if bad: raise LoraError(f"{checkpoint}: its model does not match {model.model_config['name']!r}: {bad[:5]}")
     return model
 
 def load_lora_model(path: str | Path, config: dict, map_location="cpu"):
@@ -270,17 +273,17 @@ def load_lora_model(path: str | Path, config: dict, map_location="cpu"):
     rec, base = config["lora"], (config["lora"] or {}).get("base") or {}
     bpath = Path(base.get("path", ""))
     if not bpath.is_file():
-        raise FileNotFoundError(f"{path}: holds LoRA adapters over the base checkpoint {bpath}, which is not there (moved? "
+        raise MissingFileError(f"{path}: holds LoRA adapters over the base checkpoint {bpath}, which is not there (moved? "
                                 "put it back, or export the run where it was)")
     if file_sha256(bpath) != base.get("sha256"):
-        raise ValueError(f"{path}: its base checkpoint {bpath} has changed since the adapters were trained (SHA-256 differs)")
-    model = M.model_from_config({k: v for k, v in config.items() if k != "lora"})
+        raise LoraError(f"{path}: its base checkpoint {bpath} has changed since the adapters were trained (SHA-256 differs)")
+    model = model_from_config({k: v for k, v in config.items() if k != "lora"})
     load_base_(model, bpath)
     apply_lora(model, LoraSpec.from_record(rec), base=base)
     tensors = load_file(str(path), device="cpu")
     expected = set(model.state_dict()) - model.frozen_state_keys
     if set(tensors) != expected:
         diff = sorted(set(tensors) ^ expected)
-        raise ValueError(f"{path}: does not hold this model's adapters ({len(diff)} tensor name(s) differ, e.g. {diff[0]})")
+        raise LoraError(f"{path}: does not hold this model's adapters ({len(diff)} tensor name(s) differ, e.g. {diff[0]})")
     model.load_state_dict(tensors, strict=False)
     return model.to(map_location)

@@ -1,4 +1,4 @@
-"""A dual encoder on open_clip towers with one of two geometry heads (Euclidean or Lorentz), small presets for the world, local checkpoint loading, and an EMA teacher.
+"""The model family in one place: every name of the towers, heads and dual encoder; saving and loading a model (LoRA runs included); DeGLA's EMA teacher.
 
 Docs: https://hierbench.github.io/hierbench/models.html.md"""
 
@@ -6,89 +6,37 @@ Docs: https://hierbench.github.io/hierbench/models.html.md"""
 
 # %% ../nbs/05_models.ipynb #f993f561
 from __future__ import annotations
-import copy, json, logging, math, os, re, tempfile, warnings
-from .config import atomic_write, atomic_write_text
-from .precision import matmul_patch_embedding_
-from functools import lru_cache
+import copy, json, warnings
 from pathlib import Path
-from typing import Callable, Sequence
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
-import open_clip
-from open_clip.transformer import QuickGELU, TextTransformer, text_global_pool
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
-from fastcore.basics import patch
 
-from .geometry import exp_map0, pairwise_dist, dist, pairwise_inner
-
-_logger = logging.getLogger(__name__)
+from .config import SettingsError, atomic_write, atomic_write_text
+from .dual_encoder import _require_local_file
+from .lora import load_lora_model
 
 # %% auto #0
-__all__ = ['WORLD_IMAGE_SIZE', 'WORLD_CONTEXT_LENGTH', 'ARCHS', 'DEFAULT_PRESET', 'IMAGE_READOUTS', 'TEXT_BUCKET',
-           'MAX_LOGIT_SCALE', 'OPENAI_DERIVED_HINTS', 'GEOMETRIES', 'resolve_architecture', 'FlattenReadout',
-           'build_open_clip', 'EuclideanHead', 'LorentzHead', 'text_pooled_and_projected', 'WordLevelTokenizer',
-           'make_tokenizer', 'DualEncoder', 'openai_derived_hint', 'make_head', 'model_from_config', 'create_model',
-           'read_state_dict', 'load_weights_', 'save_model', 'load_model', 'unwrap_model', 'EMATeacher']
+__all__ = ['save_model', 'load_model', 'EMATeacher', 'ARCHS', 'DEFAULT_PRESET', 'IMAGE_READOUTS', 'TEXT_BUCKET',
+           'WORLD_CONTEXT_LENGTH', 'WORLD_IMAGE_SIZE', 'FlattenReadout', 'WordLevelTokenizer', 'build_open_clip',
+           'make_tokenizer', 'resolve_architecture', 'text_pooled_and_projected', 'GEOMETRIES', 'EuclideanHead',
+           'LorentzHead', 'make_head', 'MAX_LOGIT_SCALE', 'OPENAI_DERIVED_HINTS', 'DualEncoder', 'create_model',
+           'load_weights_', 'model_from_config', 'openai_derived_hint', 'read_state_dict', 'unwrap_model']
 
-# %% ../nbs/05_models.ipynb #7686589f
-from .world import WORLD_LEXICON
-
-WORLD_IMAGE_SIZE = 64     # the synthetic world's image side (px)
-WORLD_CONTEXT_LENGTH = 20 # longest world text: 17 words + start and end tokens (word-level tokenizer)
-
-def _world_preset(width: int, layers: int, heads: int, embed_dim: int, resnet_width: int | None = None,
-                  resnet_layers: tuple = (1, 1, 1, 1), image_readout: str = "attention") -> dict:
-    if resnet_width is None:
-        # a ViT: patch 16 on 64 px -> 16 patches + CLS token; head_width sets the number of heads (width // head_width)
-        vision = {"image_size": WORLD_IMAGE_SIZE, "patch_size": 16, "width": width, "layers": layers,
-                  "head_width": width // heads}
-    else:
-        # open_clip's ModifiedResNet (CLIP's RN towers): 3-conv stem, 4 bottleneck stages, attention pooling over
-        # the last (image_size/32)² map; `width` is the stem width, the last stage has 32·width channels
-        vision = {"image_size": WORLD_IMAGE_SIZE, "layers": list(resnet_layers), "width": resnet_width,
-                  "head_width": resnet_width}
-    # a non-default image readout is a key of its own (popped by `build_open_clip`): presets that keep open_clip's
-    # attention pooling have exactly the config dict they always had, so their saved runs stay today's architecture
-    readout = {} if image_readout == "attention" else {"image_readout": image_readout}
-    return {
-        **readout,
-        "embed_dim": embed_dim,
-        "quick_gelu": False,
-        "vision_cfg": vision,
-        # pad + unk + 39 words + start + end; the end token has the largest id, as open_clip's argmax pooling expects
-        "text_cfg": {"context_length": WORLD_CONTEXT_LENGTH, "vocab_size": len(WORLD_LEXICON) + 4, "width": width,
-                     "heads": heads, "layers": layers},
-        "world_vocab": list(WORLD_LEXICON),
-        # world images are normalised [0,1] -> [-1,1] (hierbench.data.WORLD_MEAN/WORLD_STD), not with CLIP's statistics
-        "preprocess_cfg": {"mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5]},
-    }
-
-ARCHS: dict[str, dict] = {
-    # smoke tests and notebooks: a one-layer ViT (no BatchNorm: exact multi-process equality tests)
-    "world-debug": _world_preset(width=32, layers=1, heads=2, embed_dim=32),
-    # the default: a ResNet image tower (stem width 8) + a width-64, 2-layer text transformer over the world's words
-    "world-tiny": _world_preset(width=64, layers=2, heads=2, embed_dim=64, resnet_width=8),
-    # world-tiny with a 256-wide joint embedding (its image tower's last stage has 256 channels; 64 squeezes them)
-    "world-tiny-wide": _world_preset(width=64, layers=2, heads=2, embed_dim=256, resnet_width=8),
-    # world-tiny with a twice-wider ResNet (stem width 16, last stage 512 channels)
-    "world-tiny-r16": _world_preset(width=64, layers=2, heads=2, embed_dim=64, resnet_width=16),
-    # a ViT tower of similar cost (BatchNorm-free: the exact 2-process = 1-process tests use it)
-    "world-tiny-vit": _world_preset(width=64, layers=2, heads=2, embed_dim=64),
-    # world-tiny with a readout that keeps where things are (`FlattenReadout`: the last 2x2 map flattened and
-    # projected) instead of attention pooling, whose embedding hardly says where an object is; not the default
-    "world-tiny-flat": _world_preset(width=64, layers=2, heads=2, embed_dim=64, resnet_width=8, image_readout="flatten"),
-    # more capacity for GPU runs (`compare --budget full`): a 2x wider ResNet with 2 blocks per stage, text width 128
-    "world-small": _world_preset(width=128, layers=4, heads=4, embed_dim=128, resnet_width=16, resnet_layers=(2, 2, 2, 2)),
-    # CPU tests and demos of the real-data path: open_clip's BPE tokenizer and CLIP normalisation on a tiny ViT
-    # (64 px, patch 16; 32-token context) — what a real architecture such as ViT-B-32 looks like, in miniature
-    "real-tiny": {"embed_dim": 64, "quick_gelu": False,
-                  "vision_cfg": {"image_size": 64, "patch_size": 16, "width": 64, "layers": 2, "head_width": 32},
-                  "text_cfg": {"context_length": 32, "vocab_size": 49408, "width": 64, "heads": 2, "layers": 2}},
-}
-DEFAULT_PRESET = "world-tiny"
+# %% ../nbs/05_models.ipynb #a43f8cc6
+from .towers import (ARCHS, DEFAULT_PRESET, IMAGE_READOUTS, TEXT_BUCKET, WORLD_CONTEXT_LENGTH, WORLD_IMAGE_SIZE,
+                              FlattenReadout, WordLevelTokenizer, build_open_clip, make_tokenizer, resolve_architecture,
+                              text_pooled_and_projected)
+from .heads import GEOMETRIES, EuclideanHead, LorentzHead, make_head
+from .dual_encoder import (MAX_LOGIT_SCALE, OPENAI_DERIVED_HINTS, DualEncoder, create_model, load_weights_,
+                                    model_from_config, openai_derived_hint, read_state_dict, unwrap_model)
+_all_ = ['ARCHS', 'DEFAULT_PRESET', 'IMAGE_READOUTS', 'TEXT_BUCKET', 'WORLD_CONTEXT_LENGTH', 'WORLD_IMAGE_SIZE',
+         'FlattenReadout', 'WordLevelTokenizer', 'build_open_clip', 'make_tokenizer', 'resolve_architecture',
+         'text_pooled_and_projected', 'GEOMETRIES', 'EuclideanHead', 'LorentzHead', 'make_head', 'MAX_LOGIT_SCALE',
+         'OPENAI_DERIVED_HINTS', 'DualEncoder', 'create_model', 'load_weights_', 'model_from_config',
+         'openai_derived_hint', 'read_state_dict', 'unwrap_model']
 
 def __getattr__(name: str):
     "`PRESETS`, the old name of `ARCHS`, answers for one release with a `DeprecationWarning`."
@@ -96,519 +44,6 @@ def __getattr__(name: str):
         warnings.warn("hierbench.models.PRESETS is now hierbench.models.ARCHS", DeprecationWarning, stacklevel=2)
         return ARCHS
     raise AttributeError(f"module 'hierbench.models' has no attribute {name!r}")
-
-# %% ../nbs/05_models.ipynb #df19cee8
-def resolve_architecture(preset_or_name: str, **overrides) -> dict:
-    "A fresh open_clip config dict for a preset or an open_clip architecture name, with `overrides` applied."
-    if preset_or_name in ARCHS: arch = copy.deepcopy(ARCHS[preset_or_name])
-    else:
-        if str(preset_or_name).startswith("hf-hub:"):
-            raise ValueError(f"model {preset_or_name!r}: 'hf-hub:' architectures download their config; hierbench "
-                             "never downloads. Save the config locally and use 'local-dir:PATH' or a registered name.")
-        lookup = preset_or_name if preset_or_name.startswith("local-dir:") else preset_or_name.replace("/", "-")
-        arch = open_clip.get_model_config(lookup)  # open_clip accepts the 'ViT-B/32' spelling too
-        if arch is None:
-            raise ValueError(f"unknown model {preset_or_name!r}: not a hierbench preset {sorted(ARCHS)} and not an "
-                             "open_clip architecture (see open_clip.list_models(); register a JSON config with "
-                             "open_clip.add_model_config)")
-        arch = copy.deepcopy(arch)
-    if "multimodal_cfg" in arch:
-        raise ValueError(f"model {preset_or_name!r} is a CoCa-style captioner (multimodal_cfg); only dual encoders "
-                         "are supported")
-    for key, value in overrides.items():
-        if key == "image_size": arch["vision_cfg"]["image_size"] = value
-        elif key == "context_length": arch["text_cfg"]["context_length"] = value
-        elif key in ("vision_cfg", "text_cfg"):
-            if not isinstance(value, dict): raise TypeError(f"override {key} must be a dict, got {type(value).__name__}")
-            arch[key].update(value)
-        elif key in arch or key in ("quick_gelu", "custom_text", "init_logit_bias", "preprocess_cfg", "world_vocab",
-                                      "image_readout"): arch[key] = value
-        else:
-            raise ValueError(f"unknown override {key!r} for model {preset_or_name!r}; allowed: image_size, "
-                             f"context_length, {sorted(set(arch) | {'quick_gelu'})}")
-    return arch
-
-# %% ../nbs/05_models.ipynb #84710917
-IMAGE_READOUTS = ("attention", "flatten")
-
-class FlattenReadout(nn.Module):
-    """A ResNet image tower's last feature map (N, C, H, W) flattened and projected to the embedding: one weight per
-    channel *and cell*, so where a feature sits changes the embedding from the first step. open_clip's attention
-    pooling starts from near-uniform attention over the cells — an average, blind to position — and contrastive
-    training on the world leaves it nearly so (`hierbench.evaluate.position_readout`)."""
-    def __init__(self, channels: int, cells: int, out_dim: int):
-        super().__init__()
-        self.proj = nn.Linear(channels * cells, out_dim)
-    def forward(self, x: torch.Tensor) -> torch.Tensor: return self.proj(x.flatten(1))
-
-# %% ../nbs/05_models.ipynb #9f12bf7f
-def build_open_clip(arch: dict) -> nn.Module:
-    "A randomly initialised open_clip `CLIP`/`CustomTextCLIP` from a config dict (never downloads weights)."
-    cfg = copy.deepcopy(arch)
-    cfg.pop("preprocess_cfg", None)
-    cfg.pop("world_vocab", None)   # the tokenizer's business (`make_tokenizer`), not open_clip's
-    readout = cfg.pop("image_readout", "attention")
-    if readout not in IMAGE_READOUTS: raise ValueError(f"image_readout must be one of {IMAGE_READOUTS}, got {readout!r}")
-    if "timm_model_name" in cfg["vision_cfg"]: cfg["vision_cfg"]["timm_model_pretrained"] = False
-    is_hf_text = "hf_model_name" in cfg["text_cfg"]
-    if is_hf_text: cfg["text_cfg"]["hf_model_pretrained"] = False
-    custom_text = cfg.pop("custom_text", False) or is_hf_text
-    cls = open_clip.CustomTextCLIP if custom_text else open_clip.CLIP
-    clip = cls(**cfg)
-    if readout == "flatten":
-        pool = getattr(clip.visual, "attnpool", None)
-        if pool is None: raise ValueError("image_readout 'flatten' replaces the attention pooling of a ResNet image tower "
-                                          f"(open_clip's ModifiedResNet); this tower is {type(clip.visual).__name__}")
-        clip.visual.attnpool = FlattenReadout(pool.k_proj.in_features, pool.positional_embedding.shape[0] - 1,
-                                              pool.c_proj.out_features)
-    # convolutional towers run in channels-last layout: 1.6x faster on CPU for the world ResNet (BatchNorm and the
-    # thin stem are memory-bound in NCHW); `DualEncoder.image_features` feeds them channels-last images
-    if _is_conv_tower(clip.visual): clip.visual.to(memory_format=torch.channels_last)
-    matmul_patch_embedding_(clip.visual)   # a ViT's patch convolution trains as a matmul at 16 bits on a CPU
-    return clip
-
-def _is_conv_tower(visual: nn.Module) -> bool:
-    "True for open_clip's ModifiedResNet, the convolutional tower that runs faster in channels-last layout."
-    from open_clip.modified_resnet import ModifiedResNet
-    return isinstance(visual, ModifiedResNet)
-
-# %% ../nbs/05_models.ipynb #a2af3d99
-_MODALITIES = ("image", "text")
-
-def _check_modality(modality: str) -> str:
-    if modality not in _MODALITIES: raise ValueError(f"modality must be one of {_MODALITIES}, got {modality!r}")
-    return modality
-
-def _no_autocast(t: torch.Tensor):
-    "A context that switches autocast off on `t`'s device (geometry stays float32)."
-    return torch.autocast(device_type=t.device.type, enabled=False)
-
-class EuclideanHead(nn.Module):
-    "CLIP's head: L2-normalised features; similarity = cosine."
-    geometry = "euclidean"
-
-    @property
-    def curv(self): return None  # no curvature: flat space
-
-    def forward(self, features: torch.Tensor, modality: str) -> torch.Tensor:
-        "Unit vectors `(B,D)` float32 from projected features `(B,D)`."
-        _check_modality(modality)
-        with _no_autocast(features): return F.normalize(features.float(), dim=-1)
-
-    def pairwise_sim(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        "Cosine similarity matrix `(Ba,Bb)` of unit embeddings `a (Ba,D)`, `b (Bb,D)`."
-        with _no_autocast(a): return a.float() @ b.float().T
-
-    def rowwise_sim(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        "Cosine similarity `(B,)` of paired rows of `a`, `b` `(B,D)`."
-        with _no_autocast(a): return (a.float() * b.float()).sum(-1)
-
-    def pairwise_score(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        "Ranking score `(Ba,Bb)` for zero-shot/retrieval: cosine."
-        return self.pairwise_sim(a, b)
-
-    def average_prompts(self, features: torch.Tensor) -> torch.Tensor:
-        "Projected features `(D,)` of a class from its prompts' features `(P,D)`: mean of the unit vectors."
-        with _no_autocast(features): return F.normalize(features.float(), dim=-1).mean(0)
-
-# %% ../nbs/05_models.ipynb #fb09668b
-class LorentzHead(nn.Module):
-    "MERU's head: `x = exp_map0(α_m·u, c)` (space components); similarity = −geodesic distance."
-    geometry = "lorentz"
-
-    def __init__(self, embed_dim: int, curv_init: float = 1.0, learn_curv: bool = True):
-        super().__init__()
-        if not curv_init > 0: raise ValueError(f"curv_init must be > 0, got {curv_init}")
-        self.embed_dim, self.curv_init, self.learn_curv = int(embed_dim), float(curv_init), bool(learn_curv)
-        self.log_curv = nn.Parameter(torch.tensor(math.log(curv_init)), requires_grad=learn_curv)
-        alpha0 = math.log(1 / math.sqrt(embed_dim))
-        self.log_alpha_image = nn.Parameter(torch.tensor(alpha0))
-        self.log_alpha_text = nn.Parameter(torch.tensor(alpha0))
-        # curvature may move one decade either way from its initial value (MERU's bounds)
-        self.log_curv_min, self.log_curv_max = math.log(0.1 * curv_init), math.log(10 * curv_init)
-
-    @property
-    def curv(self) -> torch.Tensor:
-        "The clamped curvature magnitude `c` (scalar float32 tensor; the space has curvature `-c`)."
-        return self.log_curv.float().clamp(self.log_curv_min, self.log_curv_max).exp()
-
-    def alpha(self, modality: str) -> torch.Tensor:
-        "The clamped lifting scale `α ≤ 1` of a modality."
-        log_alpha = self.log_alpha_image if _check_modality(modality) == "image" else self.log_alpha_text
-        return log_alpha.float().clamp(max=0.0).exp()  # α ≤ 1: the lift never amplifies features
-
-    def forward(self, features: torch.Tensor, modality: str) -> torch.Tensor:
-        "Space components `(B,D)` float32 on the hyperboloid from projected features `(B,D)`."
-        with _no_autocast(features): return exp_map0(self.alpha(modality) * features.float(), self.curv)
-
-    def pairwise_sim(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        "−geodesic distance matrix `(Ba,Bb)`."
-        with _no_autocast(a): return -pairwise_dist(a.float(), b.float(), self.curv)
-
-    def rowwise_sim(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        "−geodesic distance `(B,)` of paired rows."
-        with _no_autocast(a): return -dist(a.float(), b.float(), self.curv)
-
-    def pairwise_score(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        "Ranking score `(Ba,Bb)`: the Lorentz inner product `<a,b>_L` (higher = closer; monotone in −d)."
-        with _no_autocast(a): return pairwise_inner(a.float(), b.float(), self.curv)
-
-    def average_prompts(self, features: torch.Tensor) -> torch.Tensor:
-        "Projected feature `(D,)` of a class from its prompts' features `(P,D)`: the plain mean (MERU), lifted later."
-        with _no_autocast(features): return features.float().mean(0)
-
-    @torch.no_grad()
-    def clamp_parameters_(self):
-        "Project the stored `log c` and `log α` back into their ranges (call after an optimizer step)."
-        self.log_curv.clamp_(self.log_curv_min, self.log_curv_max)
-        self.log_alpha_image.clamp_(max=0.0); self.log_alpha_text.clamp_(max=0.0)
-
-    def extra_repr(self) -> str:
-        return f"embed_dim={self.embed_dim}, curv={self.curv.item():.4g}, learn_curv={self.learn_curv}"
-
-# %% ../nbs/05_models.ipynb #8a8a5128
-def _project_text(proj, pooled: torch.Tensor) -> torch.Tensor:
-    if proj is None: return pooled
-    return proj(pooled) if isinstance(proj, nn.Linear) else pooled @ proj
-
-TEXT_BUCKET = 4   # texts are run in groups of similar length, each cut to its longest (rounded up to a multiple of this)
-
-def _bucketed(clip, tokens: torch.Tensor):
-    """`[(rows, L)]`: groups of rows whose end token sits before position L, for a causal text tower with argmax
-    pooling — there a token never sees the ones after it, so cutting the padding after the longest text of a group
-    changes nothing (to float rounding) and saves most of the tower's work on short captions. None when not exact."""
-    if clip.text_pool_type != "argmax" or clip.attn_mask is None: return None
-    ends = tokens.argmax(dim=-1) + 1                       # the end token has the largest id (argmax pooling)
-    ctx = tokens.shape[1]
-    lengths = torch.clamp((ends + TEXT_BUCKET - 1) // TEXT_BUCKET * TEXT_BUCKET, max=ctx)
-    return [((lengths == L).nonzero().squeeze(1), int(L)) for L in torch.unique(lengths).tolist()]
-
-def text_pooled_and_projected(clip: nn.Module, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    "(projected `(B,embed_dim)`, pooled `(B,width)`) text features of `tokens` `(B,L)` from an open_clip model."
-    if isinstance(clip, open_clip.CLIP):
-        cast_dtype = clip.transformer.get_cast_dtype()
-        groups = _bucketed(clip, tokens)
-        if groups is None or len(groups) == 1 and groups[0][1] == tokens.shape[1]:
-            x = clip.token_embedding(tokens).to(cast_dtype) + clip.positional_embedding.to(cast_dtype)
-            x = clip.ln_final(clip.transformer(x, attn_mask=clip.attn_mask))
-            pooled = text_global_pool(x, tokens, clip.text_pool_type, eos_token_id=getattr(clip, "text_eos_id", None))
-            return _project_text(clip.text_projection, pooled), pooled
-        # one embedding lookup per group: one for all groups saves 5 % of a ViT-B/32 step but sums the gradient in
-        # another order, and the world's fp32 runs leave the ledger's (results page 2026-12-03_cpu-bf16-step)
-        parts, order = [], []
-        for rows, L in groups:
-            tk = tokens[rows, :L]
-            x = clip.token_embedding(tk).to(cast_dtype) + clip.positional_embedding[:L].to(cast_dtype)
-            x = clip.ln_final(clip.transformer(x, attn_mask=clip.attn_mask[:L, :L]))
-            parts.append(text_global_pool(x, tk, clip.text_pool_type)); order.append(rows)
-        pooled = torch.cat(parts)[torch.argsort(torch.cat(order))]
-        return _project_text(clip.text_projection, pooled), pooled
-    tower = getattr(clip, "text", None)
-    if isinstance(tower, TextTransformer) and tower.cls_emb is None:
-        x, attn_mask = tower._embeds(tokens)
-        x = tower.ln_final(tower.transformer(x, attn_mask=attn_mask))
-        pooled = text_global_pool(x, tokens, pool_type=tower.pool_type, eos_token_id=tower.eos_id)
-        return _project_text(tower.text_projection, pooled), pooled
-    raise NotImplementedError(f"pooled text state is available for open_clip's own text transformer only; this model "
-                              f"has a {type(tower).__name__} text tower")
-
-# %% ../nbs/05_models.ipynb #0ca447f1
-@lru_cache(maxsize=8)
-def _simple_tokenizer(context_length: int):
-    return open_clip.tokenizer.SimpleTokenizer(context_length=context_length)
-
-class WordLevelTokenizer:
-    "Whitespace words → ids `(B, context_length)`: `<pad>`=0, `<unk>`=1, the vocabulary, `<start>`, `<end>` (largest id)."
-    def __init__(self, vocab: Sequence[str], context_length: int):
-        vocab = list(vocab)
-        if len(set(vocab)) != len(vocab): raise ValueError("WordLevelTokenizer: the vocabulary has duplicate words")
-        if context_length < 3: raise ValueError(f"context_length must be >= 3, got {context_length}")
-        self.vocab, self.context_length = vocab, int(context_length)
-        self.index = {w: i + 2 for i, w in enumerate(vocab)}
-        self.start_id, self.end_id = len(vocab) + 2, len(vocab) + 3
-
-    @property
-    def vocab_size(self) -> int: return len(self.vocab) + 4
-
-    def __call__(self, texts: Sequence[str]) -> torch.LongTensor:
-        if isinstance(texts, str): raise TypeError("WordLevelTokenizer expects a list of strings, got a single str")
-        out = torch.zeros(len(texts), self.context_length, dtype=torch.long)
-        for row, t in enumerate(texts):
-            words = str(t).lower().replace(".", " ").replace(",", " ").split()[: self.context_length - 2]
-            ids = [self.start_id, *(self.index.get(w, 1) for w in words), self.end_id]  # cut texts still end in <end>
-            out[row, :len(ids)] = torch.tensor(ids)
-        return out
-
-# %% ../nbs/05_models.ipynb #a244e7b4
-def make_tokenizer(arch: dict) -> Callable:
-    "The tokenizer for a config dict: `list[str] -> LongTensor (B, context_length)`."
-    text_cfg = arch["text_cfg"]
-    ctx = text_cfg.get("context_length", 77)
-    if arch.get("world_vocab"):
-        tok = WordLevelTokenizer(arch["world_vocab"], ctx)
-        if tok.vocab_size != text_cfg.get("vocab_size"):
-            raise ValueError(f"world_vocab has {len(tok.vocab)} words (vocab_size {tok.vocab_size}) but text_cfg.vocab_size "
-                             f"is {text_cfg.get('vocab_size')}")
-        return tok
-    if text_cfg.get("hf_tokenizer_name"):
-        return open_clip.HFTokenizer(text_cfg["hf_tokenizer_name"], context_length=ctx,
-                                     **(text_cfg.get("tokenizer_kwargs") or {}))
-    if text_cfg.get("tokenizer_kwargs"):
-        return open_clip.tokenizer.SimpleTokenizer(context_length=ctx, **text_cfg["tokenizer_kwargs"])
-    return _simple_tokenizer(ctx)
-
-# %% ../nbs/05_models.ipynb #3e743d97
-MAX_LOGIT_SCALE = 100.0  # CLIP/MERU: s = exp(logit_scale) is clamped to at most 100
-
-class DualEncoder(nn.Module):
-    "open_clip towers + a geometry head; embeddings are float32 in the head's space."
-    has_images = True  # the `hierbench.scorers.Scorer` contract: this model embeds images too
-
-    def __init__(self, clip: nn.Module, head: nn.Module, tokenizer: Callable, model_config: dict):
-        super().__init__()
-        self.clip, self.head, self.tokenizer = clip, head, tokenizer
-        self.model_config = model_config  # JSON-serialisable: rebuilds this model (see `model_from_config`)
-
-    # ---- properties --------------------------------------------------------------------------------------------
-    @property
-    def geometry(self) -> str: return self.head.geometry
-    @property
-    def embed_dim(self) -> int: return int(self.model_config["arch"]["embed_dim"])
-    @property
-    def context_length(self) -> int: return int(self.model_config["arch"]["text_cfg"].get("context_length", 77))
-    @property
-    def image_size(self): return self.model_config["preprocess"]["image_size"]
-    @property
-    def image_mean(self) -> tuple: return tuple(self.model_config["preprocess"]["mean"])
-    @property
-    def image_std(self) -> tuple: return tuple(self.model_config["preprocess"]["std"])
-    @property
-    def text_width(self) -> int:
-        "Width of the text transformer = size of the pooled state READ decodes from."
-        tower = self.clip if isinstance(self.clip, open_clip.CLIP) else self.clip.text
-        return int(tower.transformer.width)
-    @property
-    def device(self) -> torch.device: return self.clip.logit_scale.device
-
-    def logit_scale_exp(self) -> torch.Tensor:
-        "The clamped logit scale `s = exp(logit_scale) ≤ 100` (float32 scalar)."
-        return self.clip.logit_scale.float().clamp(max=math.log(MAX_LOGIT_SCALE)).exp().reshape(())
-
-    @torch.no_grad()
-    def clamp_parameters_(self):
-        "Project clamped parameters (logit scale, head's log c / log α) back into range; call after optimizer steps."
-        self.clip.logit_scale.clamp_(max=math.log(MAX_LOGIT_SCALE))
-        if hasattr(self.head, "clamp_parameters_"): self.head.clamp_parameters_()
-
-    def extra_repr(self) -> str:
-        return f"name={self.model_config['name']!r}, geometry={self.geometry!r}, embed_dim={self.embed_dim}"
-
-# %% ../nbs/05_models.ipynb #727d33cb
-@patch
-def tokenize(self: DualEncoder, texts: Sequence[str]) -> torch.LongTensor:
-    "Token ids `(B, context_length)` of `texts` (on CPU)."
-    if isinstance(texts, str): raise TypeError("tokenize expects a list of strings, got a single str")
-    return self.tokenizer(list(texts))
-
-@patch
-def _tokens(self: DualEncoder, texts) -> torch.Tensor:
-    if isinstance(texts, torch.Tensor):
-        if texts.dtype != torch.long or texts.ndim != 2 or texts.shape[1] != self.context_length:
-            raise ValueError(f"token tensor must be LongTensor (B, {self.context_length}), "
-                             f"got {texts.dtype} {tuple(texts.shape)}")
-        return texts.to(self.device)
-    return self.tokenize(texts).to(self.device)
-
-@patch
-def text_features(self: DualEncoder, texts, return_pooled: bool = False):
-    "Projected (un-lifted) text features `(B,D)`; with `return_pooled`, also the pooled state `(B,width)`."
-    projected, pooled = text_pooled_and_projected(self.clip, self._tokens(texts))
-    return (projected, pooled) if return_pooled else projected
-
-@patch
-def encode_text(self: DualEncoder, texts, return_pooled: bool = False):
-    "Text embeddings `(B,D)` float32 in the head's space; with `return_pooled`, `(emb, pooled (B,width))`."
-    projected, pooled = text_pooled_and_projected(self.clip, self._tokens(texts))
-    emb = self.head(projected, "text")
-    return (emb, pooled) if return_pooled else emb
-
-# %% ../nbs/05_models.ipynb #92db550c
-@patch
-def image_features(self: DualEncoder, images: torch.Tensor) -> torch.Tensor:
-    "Projected (un-lifted) image features `(B,D)` of normalised images `(B,3,S,S)`."
-    images = images.to(self.device)
-    if _is_conv_tower(self.clip.visual): images = images.contiguous(memory_format=torch.channels_last)
-    return self.clip.encode_image(images)
-
-@patch
-def encode_image(self: DualEncoder, images: torch.Tensor) -> torch.Tensor:
-    "Image embeddings `(B,D)` float32 in the head's space."
-    return self.head(self.image_features(images), "image")
-
-@patch
-def embed_features(self: DualEncoder, features: torch.Tensor, modality: str) -> torch.Tensor:
-    "Apply the head to projected features `(B,D)` of `modality` ('image' or 'text')."
-    return self.head(features, modality)
-
-@patch
-def forward(self: DualEncoder, images: torch.Tensor, texts) -> tuple[torch.Tensor, torch.Tensor]:
-    "`(image_emb, text_emb)`."
-    return self.encode_image(images), self.encode_text(texts)
-
-@patch
-def encode_prototypes(self: DualEncoder, prompts_per_class: Sequence[Sequence[str]], batch_size: int = 256) -> torch.Tensor:
-    "Class prototypes `(C,D)` from prompt lists (MERU: average un-lifted features, then lift; Euclidean: mean of unit vectors, renormalised)."
-    if not prompts_per_class or any(len(p) == 0 for p in prompts_per_class):
-        raise ValueError("encode_prototypes needs a non-empty list of prompts for every class")
-    flat = [p for prompts in prompts_per_class for p in prompts]
-    feats = torch.cat([self.text_features(flat[i:i + batch_size]) for i in range(0, len(flat), batch_size)])
-    per_class = torch.split(feats, [len(p) for p in prompts_per_class])
-    return self.head(torch.stack([self.head.average_prompts(f) for f in per_class]), "text")
-
-# %% ../nbs/05_models.ipynb #be6188e2
-OPENAI_DERIVED_HINTS = ("openai", "negclip", "neg_clip", "neg-clip", "degla", "ce-clip", "ce_clip", "ceclip",
-                        "read-clip", "read_clip", "readclip", "fsc-clip", "fsc_clip", "fscclip")
-
-def openai_derived_hint(checkpoint: str | Path) -> str | None:
-    """Why `checkpoint` looks OpenAI-derived (path or safetensors metadata names such a model), else None. A
-    checkpoint saved by hierbench is judged by what it recorded, not by its folder's name: a world run saved under
-    `runs/degla/` is DeGLA's recipe on the world, not an OpenAI fine-tune, and a world-vocabulary model cannot hold
-    OpenAI weights at all (its token embedding has the world's few dozen rows)."""
-    path = Path(checkpoint)
-    meta = {}
-    if path.suffix == ".safetensors" and path.is_file():
-        with safe_open(str(path), framework="pt") as f: meta = dict(f.metadata() or {})
-    if "hierbench_config" in meta:  # a hierbench checkpoint: trust what it recorded about its origin
-        saved = json.loads(meta.pop("hierbench_config"))
-        if saved.get("openai_derived"): return "its hierbench config records openai_derived=True"
-        if saved.get("arch", {}).get("world_vocab"): return None
-        meta["source checkpoint"] = saved.get("checkpoint") or ""
-    else:
-        for hint in OPENAI_DERIVED_HINTS:
-            if hint in str(path).lower(): return f"its path contains {hint!r}"
-    text = " ".join(f"{k} {v}" for k, v in meta.items()).lower()
-    for hint in OPENAI_DERIVED_HINTS:
-        if hint in text: return f"its safetensors metadata mentions {hint!r}"
-    return None
-
-def _warn_loudly(message: str):
-    _logger.warning(message)
-    warnings.warn(message, UserWarning, stacklevel=3)
-
-def _check_quick_gelu(name: str, arch: dict, checkpoint, openai_derived: bool | None):
-    if arch.get("quick_gelu", False): return
-    reason = "openai_derived=True was passed" if openai_derived else None
-    if reason is None and openai_derived is None and checkpoint is not None: reason = openai_derived_hint(checkpoint)
-    if reason:
-        _warn_loudly(f"QuickGELU mismatch likely: model {name!r} uses nn.GELU but the weights look OpenAI-derived "
-                     f"({reason}). OpenAI CLIP and its fine-tunes (NegCLIP, DeGLA, ...) were trained with QuickGELU; "
-                     f"evaluation with GELU is silently wrong. Use the '-quickgelu' architecture or "
-                     f"force_quick_gelu=True (pass openai_derived=False to silence this).")
-
-def _require_local_file(checkpoint) -> Path:
-    path = Path(checkpoint).expanduser()
-    if not path.is_file():
-        hint = (" It looks like an open_clip pretrained tag; download the weights yourself and pass the file path."
-                if "/" not in str(checkpoint) and "." not in str(checkpoint) else "")
-        raise FileNotFoundError(f"checkpoint {str(checkpoint)!r} is not an existing local file; hierbench never "
-                                f"downloads weights.{hint}")
-    return path
-
-# %% ../nbs/05_models.ipynb #02bd604d
-GEOMETRIES = ("euclidean", "lorentz")
-
-def make_head(geometry: str, embed_dim: int, curv_init: float = 1.0, learn_curv: bool = True) -> nn.Module:
-    "The head for `geometry` ('euclidean' or 'lorentz')."
-    if geometry == "euclidean": return EuclideanHead()
-    if geometry == "lorentz": return LorentzHead(embed_dim, curv_init=curv_init, learn_curv=learn_curv)
-    raise ValueError(f"geometry must be one of {GEOMETRIES}, got {geometry!r}")
-
-# %% ../nbs/05_models.ipynb #32522b81
-def model_from_config(model_config: dict) -> DualEncoder:
-    "A randomly initialised `DualEncoder` from a `model_config` dict (as stored on a model / in its JSON sidecar)."
-    cfg = copy.deepcopy(model_config)
-    for key in ("name", "geometry", "arch", "head", "preprocess"):
-        if key not in cfg: raise ValueError(f"model config lacks {key!r} (keys: {sorted(cfg)})")
-    arch = cfg["arch"]
-    head = make_head(cfg["geometry"], arch["embed_dim"], **cfg["head"])
-    return DualEncoder(build_open_clip(arch), head, make_tokenizer(arch), cfg)
-
-# %% ../nbs/05_models.ipynb #6aa92f86
-def create_model(preset_or_name: str = DEFAULT_PRESET, geometry: str = "euclidean", checkpoint: str | Path | None = None,
-                 force_quick_gelu: bool | None = None, openai_derived: bool | None = None, curv_init: float = 1.0,
-                 learn_curv: bool = True, pretrained: str | Path | None = None, **overrides) -> DualEncoder:
-    "A `DualEncoder` from a preset or open_clip architecture name, optionally with weights from a local `checkpoint`."
-    if pretrained is not None:  # open_clip's spelling, accepted as an alias
-        if checkpoint is not None: raise ValueError("pass either checkpoint= or pretrained=, not both")
-        checkpoint = pretrained
-    if geometry not in GEOMETRIES: raise ValueError(f"geometry must be one of {GEOMETRIES}, got {geometry!r}")
-    ckpt_path = _require_local_file(checkpoint) if checkpoint is not None else None
-    arch = resolve_architecture(preset_or_name, **overrides)
-    if force_quick_gelu is not None: arch["quick_gelu"] = bool(force_quick_gelu)
-    _check_quick_gelu(preset_or_name, arch, ckpt_path, openai_derived)
-    preprocess = arch.get("preprocess_cfg", {})
-    model_config = {
-        "format": 1, "name": preset_or_name, "geometry": geometry, "arch": arch,
-        "head": {"curv_init": float(curv_init), "learn_curv": bool(learn_curv)} if geometry == "lorentz" else {},
-        "preprocess": {"image_size": arch["vision_cfg"].get("image_size", 224),
-                       "mean": list(preprocess.get("mean", open_clip.OPENAI_DATASET_MEAN)),
-                       "std": list(preprocess.get("std", open_clip.OPENAI_DATASET_STD))},
-        "checkpoint": str(ckpt_path) if ckpt_path else None, "openai_derived": openai_derived,
-    }
-    model = model_from_config(model_config)
-    if ckpt_path is not None: load_weights_(model, ckpt_path)
-    return model
-
-# %% ../nbs/05_models.ipynb #eab19249
-def _torch_load(path: Path, mmap: bool):
-    "`torch.load(weights_only=True)`, memory-mapped when asked and possible; clear errors for what it refuses."
-    try:
-        try: return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
-        except RuntimeError as e:
-            if mmap and "mmap" in str(e): return torch.load(path, map_location="cpu", weights_only=True)  # legacy format
-            raise
-    except Exception as e:
-        if "TorchScript" in str(e):
-            raise ValueError(f"{path}: a TorchScript archive (like OpenAI's original CLIP .pt files). hierbench loads "
-                             "tensors only: convert it once, in a session you trust, e.g. "
-                             "safetensors.torch.save_file(torch.jit.load(path).state_dict(), 'clip.safetensors')") from e
-        raise ValueError(f"{path}: cannot be read with torch.load(weights_only=True) ({e}); hierbench never "
-                         "unpickles arbitrary objects — convert it to safetensors or a plain state_dict") from e
-
-def read_state_dict(path: str | Path, mmap: bool = False) -> dict[str, torch.Tensor]:
-    "A state dict from `.safetensors` (safetensors) or any torch file (`torch.load(weights_only=True)`), unwrapped."
-    path = _require_local_file(path)
-    sd = load_file(str(path), device="cpu") if path.suffix == ".safetensors" else _torch_load(path, mmap)
-    for key in ("state_dict", "model"):  # training scripts wrap the weights: {'state_dict': ..., 'epoch': ...}
-        if isinstance(sd, dict) and isinstance(sd.get(key), dict): sd = sd[key]
-    if not isinstance(sd, dict) or not all(isinstance(v, torch.Tensor) for v in sd.values()):
-        raise ValueError(f"{path}: not a state dict of tensors")
-    return {k.removeprefix("module."): v for k, v in sd.items()}
-
-# %% ../nbs/05_models.ipynb #f75ef5b7
-def _state_dict_keys(path: Path) -> list[str]:
-    "Keys of a checkpoint without reading its tensors (safetensors header, or a memory-mapped torch file)."
-    if path.suffix == ".safetensors":
-        with safe_open(str(path), framework="pt") as f: return list(f.keys())
-    return list(read_state_dict(path, mmap=True))
-
-def load_weights_(model: DualEncoder, checkpoint: str | Path) -> DualEncoder:
-    "Load a local checkpoint into `model` in place (hierbench or open_clip format); returns `model`."
-    path = _require_local_file(checkpoint)
-    name = model.model_config["name"]
-    if any(k.startswith("clip.") for k in _state_dict_keys(path)):
-        try: missing, unexpected = model.load_state_dict(read_state_dict(path), strict=False)
-        except RuntimeError as e:  # shape mismatches raise even with strict=False
-            raise ValueError(f"{path}: hierbench checkpoint does not match model {name!r}: {str(e)[:500]}") from e
-        bad = [k for k in missing if not k.startswith("head.")] + [k for k in unexpected if not k.startswith("head.")]
-        if bad: raise ValueError(f"{path}: hierbench checkpoint does not match model {name!r}: "
-                                 f"{bad[:8]}{' ...' if len(bad) > 8 else ''}")
-        if missing: _logger.info("%s: no weights for %s; keeping their initialisation", path, missing)
-    else:
-        try: open_clip.load_checkpoint(model.clip, str(path), strict=True, weights_only=True)
-        except (RuntimeError, AssertionError, KeyError, ValueError) as e:
-            raise ValueError(f"{path}: weights do not fit architecture {name!r}: {str(e)[:500]}") from e
-    return model
 
 # %% ../nbs/05_models.ipynb #327cce7b
 def _sidecar(path: Path) -> Path: return path.with_suffix(".json")
@@ -629,25 +64,16 @@ def load_model(path: str | Path, map_location: str | torch.device = "cpu") -> Du
     path = _require_local_file(path)
     if _sidecar(path).is_file():
         try: config = json.loads(_sidecar(path).read_text())
-        except json.JSONDecodeError as e: raise ValueError(f"{_sidecar(path)}: invalid JSON ({e})") from e
+        except json.JSONDecodeError as e: raise SettingsError(f"{_sidecar(path)}: invalid JSON ({e})") from e
     else:
         with safe_open(str(path), framework="pt") as f: meta = f.metadata() or {}
         if "hierbench_config" not in meta:
-            raise ValueError(f"{path}: no config sidecar {_sidecar(path).name} and no 'hierbench_config' metadata")
+            raise SettingsError(f"{path}: no config sidecar {_sidecar(path).name} and no 'hierbench_config' metadata")
         config = json.loads(meta["hierbench_config"])
-    if config.get("lora"):   # LoRA adapters over a base checkpoint: `hierbench.lora` (a later module) rebuilds it
-        from hierbench.lora import load_lora_model; return load_lora_model(path, config, map_location)
+    if config.get("lora"): return load_lora_model(path, config, map_location)   # adapters over a base checkpoint
     model = model_from_config(config)
     model.load_state_dict(load_file(str(path), device="cpu"), strict=True)
     return model.to(map_location)
-
-# %% ../nbs/05_models.ipynb #c6e462b8
-def unwrap_model(model: nn.Module) -> nn.Module:
-    "The model inside DistributedDataParallel / `torch.compile` wrappers (parameter names without their prefixes)."
-    while True:
-        if isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)): model = model.module
-        elif hasattr(model, "_orig_mod") and isinstance(model._orig_mod, nn.Module): model = model._orig_mod
-        else: return model
 
 # %% ../nbs/05_models.ipynb #c2bb5e04
 class EMATeacher(nn.Module):

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .config import MissingExtraError, atomic_folder, atomic_write_text
+from .config import MissingExtraError, MissingFileError, SettingsError, atomic_folder, atomic_write_text
 from .data import DataFormatError
 from .geometry import lorentz_time
 from .lora import merge_lora
@@ -83,7 +83,7 @@ def tokenizer_spec(model: DualEncoder) -> dict:
                 "rule": "open_clip.tokenizer.SimpleTokenizer(context_length=context_length, **kwargs): OpenAI CLIP's "
                         "byte-pair encoding (bpe_simple_vocab_16e6.txt.gz in open_clip_torch); cleaned, lower-cased, "
                         "[start_id, tokens..., end_id] cut to context_length (end_id kept last), padded with 0"}
-    raise ValueError(f"model {model.model_config.get('name')!r}: its tokenizer {type(tok).__name__} cannot be described in "
+    raise SettingsError(f"model {model.model_config.get('name')!r}: its tokenizer {type(tok).__name__} cannot be described in "
                      "config.json (the world's words and open_clip's byte-pair tokenizer can)")
 
 def tokenizer_from_spec(spec: dict):
@@ -92,7 +92,7 @@ def tokenizer_from_spec(spec: dict):
     if spec.get("kind") == "open_clip-bpe":
         import open_clip
         return open_clip.tokenizer.SimpleTokenizer(context_length=spec["context_length"], **(spec.get("kwargs") or {}))
-    raise ValueError(f"unknown tokenizer kind {spec.get('kind')!r} (expected 'hierbench-words' or 'open_clip-bpe')")
+    raise SettingsError(f"unknown tokenizer kind {spec.get('kind')!r} (expected 'hierbench-words' or 'open_clip-bpe')")
 
 def preprocessing_spec(model: DualEncoder) -> dict:
     "How pixels reach `image.onnx`: open_clip's evaluation transform at the model's size, mean and std."
@@ -138,7 +138,7 @@ def export_onnx(model: DualEncoder, out_dir: str | Path, batch_size: int = 2, to
     ort = require_onnx()
     model = merge_lora(model).cpu().eval()
     geometry = model.geometry
-    if geometry not in ("euclidean", "lorentz"): raise ValueError(f"geometry {geometry!r} has no ONNX export (euclidean, lorentz)")
+    if geometry not in ("euclidean", "lorentz"): raise SettingsError(f"geometry {geometry!r} has no ONNX export (euclidean, lorentz)")
     tok_spec, prep = tokenizer_spec(model), preprocessing_spec(model)
     g = torch.Generator().manual_seed(seed)
     S = prep["image_size"]
@@ -158,7 +158,7 @@ def export_onnx(model: DualEncoder, out_dir: str | Path, batch_size: int = 2, to
         diffs = _max_differences(sessions, towers, {"image": images(batch_size + 1), "text": texts(batch_size + 1)})
         worst = max(diffs, key=diffs.get)
         if not diffs[worst] <= tolerance:
-            raise ValueError(f"ONNX export of {model.model_config.get('name')!r}: {worst} differs from torch by "
+            raise SettingsError(f"ONNX export of {model.model_config.get('name')!r}: {worst} differs from torch by "
                              f"{diffs[worst]:.3g} > {tolerance:g}; nothing written")
         head = model.head
         # float32 values written as the doubles that hold them exactly: the scorer rebuilds the very same head
@@ -184,13 +184,13 @@ def read_onnx_config(folder: str | Path) -> dict:
     "`config.json` of an ONNX export, or a `DataFormatError` saying what is wrong with the folder."
     folder = Path(folder)
     path = folder / "config.json"
-    if not path.is_file(): raise FileNotFoundError(f"{folder}: no config.json (not a `hierbench export --format onnx` folder)")
+    if not path.is_file(): raise MissingFileError(f"{folder}: no config.json (not a `hierbench export --format onnx` folder)")
     try: cfg = json.loads(path.read_text())
     except ValueError as e: raise DataFormatError(path, problem=f"not JSON ({e})") from None
     if not isinstance(cfg, dict) or cfg.get("format") != ONNX_FORMAT:
         raise DataFormatError(path, field="format", problem=f"expected {ONNX_FORMAT!r} (written by `hierbench export --format onnx`)")
     for kind in ("image", "text"):
-        if not (folder / cfg[kind]["file"]).is_file(): raise FileNotFoundError(f"{folder}: {cfg[kind]['file']} is missing")
+        if not (folder / cfg[kind]["file"]).is_file(): raise MissingFileError(f"{folder}: {cfg[kind]['file']} is missing")
     return cfg
 
 class OnnxScorer:
@@ -232,7 +232,7 @@ class OnnxScorer:
     def encode_prototypes(self, prompts_per_class: Sequence[Sequence[str]], batch_size: int = 256) -> torch.Tensor:
         "Class prototypes `(C,D)` as `DualEncoder.encode_prototypes` makes them (average before the lift for Lorentz)."
         if not prompts_per_class or any(len(p) == 0 for p in prompts_per_class):
-            raise ValueError("encode_prototypes needs a non-empty list of prompts for every class")
+            raise SettingsError("encode_prototypes needs a non-empty list of prompts for every class")
         flat = [p for prompts in prompts_per_class for p in prompts]
         feats = torch.cat([self.text_features(flat[i:i + batch_size]) for i in range(0, len(flat), batch_size)])
         per_class = torch.split(feats, [len(p) for p in prompts_per_class])

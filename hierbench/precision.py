@@ -15,6 +15,7 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .config import PRECISIONS   # the names themselves live with the other flag vocabularies
+from .config import SettingsError
 
 # %% auto #0
 __all__ = ['PRECISION_ALIASES', 'check_precision', 'low_dtype', 'is_pure', 'autocast', 'grad_scaler', 'training_forward',
@@ -28,7 +29,7 @@ def check_precision(precision: str) -> str:
     "The canonical name of `precision` (open_clip's vocabulary; 'amp' = amp_fp16, 'amp_bfloat16' = amp_bf16)."
     p = PRECISION_ALIASES.get(precision, precision) if isinstance(precision, str) else precision
     if p not in PRECISIONS:
-        raise ValueError(f"precision {precision!r}: expected one of {', '.join(PRECISIONS)} (open_clip's names; 'amp' means amp_fp16)")
+        raise SettingsError(f"precision {precision!r}: expected one of {', '.join(PRECISIONS)} (open_clip's names; 'amp' means amp_fp16)")
     return p
 
 def low_dtype(precision: str) -> torch.dtype | None:
@@ -118,7 +119,7 @@ def cast_towers_(model, precision: str):
     if not is_pure(p): return model
     clip = _towers(model)
     have = tower_dtype(model)
-    if have != torch.float32 and have != low_dtype(p): raise ValueError(f"the towers are already {have}; cannot make them {p}")
+    if have != torch.float32 and have != low_dtype(p): raise SettingsError(f"the towers are already {have}; cannot make them {p}")
     open_clip.model.convert_weights_to_lp(clip, dtype=low_dtype(p))
     if not getattr(clip.visual, "_hierbench_input_cast", False):
         clip.visual.register_forward_pre_hook(_cast_input)
@@ -138,7 +139,7 @@ def apply_precision(model, precision: str = "fp32", device=None):
     autocast on `device` (default: the model's). Sets `model.precision`; fp32 changes nothing but that."""
     p = check_precision(precision)
     if getattr(model, "precision", "fp32") not in ("fp32", p):
-        raise ValueError(f"the model already runs at {model.precision}; load it again for {p}")
+        raise SettingsError(f"the model already runs at {model.precision}; load it again for {p}")
     if is_pure(p): cast_towers_(model, p)
     elif p.startswith("amp_") and getattr(model, "precision", "fp32") != p:
         dev = torch.device(device) if device is not None else next(model.parameters()).device

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from .config import atomic_write_text
+from .config import HierbenchError, MissingFileError, SettingsError, atomic_write_text
 from .data import (CorruptImageError, DataFormatError, DataWarning, MissingImageError, Phrase, crop_to_box, load_image,
                             open_clip_transform)
 from .loaders import load_coco_karpathy, load_grit
@@ -97,7 +97,7 @@ def generate_negatives(captions: Sequence[str], out: str | Path, rules: Sequence
 def load_negatives(path: str | Path) -> dict[str, tuple[str, ...]]:
     "The negatives file of `generate_negatives`: caption → its distinct negatives (validated line by line)."
     path = Path(path)
-    if not path.is_file(): raise FileNotFoundError(f"negatives file not found: {path} (write it with `hierbench negatives`)")
+    if not path.is_file(): raise MissingFileError(f"negatives file not found: {path} (write it with `hierbench negatives`)")
     out: dict[str, tuple[str, ...]] = {}
     with open(path, encoding="utf-8") as f:
         for ln, line in enumerate(f, 1):
@@ -128,7 +128,7 @@ def load_negatives(path: str | Path) -> dict[str, tuple[str, ...]]:
 def load_paraphrases(path: str | Path) -> dict[str, str]:
     "A paraphrase file: JSON object or JSONL lines `{caption, paraphrase}` → caption → paraphrase (never equal to it)."
     path = Path(path)
-    if not path.is_file(): raise FileNotFoundError(f"paraphrase file not found: {path}")
+    if not path.is_file(): raise MissingFileError(f"paraphrase file not found: {path}")
     text = path.read_text(encoding="utf-8")
     try:
         data = json.loads(text)
@@ -154,7 +154,7 @@ def load_paraphrases(path: str | Path) -> dict[str, str]:
 def negative_rules(path: str | Path) -> list[str]:
     "The rule names a negatives file's negatives were made by (e.g. `swap_nouns`), in order of first use."
     path = Path(path)
-    if not path.is_file(): raise FileNotFoundError(f"negatives file not found: {path} (write it with `hierbench negatives`)")
+    if not path.is_file(): raise MissingFileError(f"negatives file not found: {path} (write it with `hierbench negatives`)")
     seen: dict[str, None] = {}
     with open(path, encoding="utf-8") as f:
         for ln, line in enumerate(f, 1):
@@ -211,7 +211,7 @@ class ShardRecords(Sequence):
         from wids.wids import IndexedTarSamples
         shards = [s for p in ([pattern] if isinstance(pattern, str) else pattern) for s in braceexpand.braceexpand(p)]
         missing = [s for s in shards if not Path(s).is_file()]
-        if missing: raise FileNotFoundError(f"{len(missing)} shard(s) not found, e.g. {missing[0]} (pattern {pattern!r})")
+        if missing: raise MissingFileError(f"{len(missing)} shard(s) not found, e.g. {missing[0]} (pattern {pattern!r})")
         spec = []
         for s in shards:
             idx = IndexedTarSamples(path=s)   # wids needs each shard's sample count up front
@@ -279,9 +279,9 @@ class ImageTextDataset(torch.utils.data.Dataset):
         self.negatives, self.k, self.paraphrases, self.seed, self.epoch = negatives, int(k_negatives), paraphrases, int(seed), 0
         if len(records) == 0: raise ValueError("ImageTextDataset: no records")
         if "negatives" in self.fields and negatives is None:
-            raise ValueError("this recipe trains with hard negatives: pass a negatives file (`hierbench negatives` writes one)")
+            raise SettingsError("this recipe trains with hard negatives: pass a negatives file (`hierbench negatives` writes one)")
         if "paraphrases" in self.fields and paraphrases is None:
-            raise ValueError("this recipe aligns paraphrases: pass a paraphrase file (caption → paraphrase) or a paraphraser")
+            raise SettingsError("this recipe aligns paraphrases: pass a paraphrase file (caption → paraphrase) or a paraphraser")
         if "paraphrases" in self.fields and isinstance(paraphrases, Mapping) and isinstance(records, list):
             # a paraphrase file covers the captions its generator could paraphrase: train on those (images with none out)
             keep = [r for r in records if any(c in paraphrases and (negatives is None or "negatives" not in self.fields
@@ -293,7 +293,7 @@ class ImageTextDataset(torch.utils.data.Dataset):
                               "(and a negative, where the recipe needs one): left out", DataWarning, stacklevel=2)
             self.records = records = keep
         if {"crops", "phrases"} & self.fields and isinstance(records, list) and not any(r.phrases for r in records):
-            raise ValueError("this recipe trains on grounded phrases (crops + phrases): use GRIT-style data")
+            raise SettingsError("this recipe trains on grounded phrases (crops + phrases): use GRIT-style data")
 
     def __len__(self) -> int: return len(self.records)
     def set_epoch(self, epoch: int): self.epoch = int(epoch)
@@ -360,8 +360,8 @@ DATA_KINDS = ("world", "coco", "grit", "wds", "hierarcaps")
 def parse_data_spec(spec: str) -> tuple[str, str]:
     "`'coco:FILE'`, `'grit:FILE'`, `'wds:PATTERN'`, `'hierarcaps:CSV'` or `'world'` → (kind, location)."
     kind, _, loc = str(spec).partition(":")
-    if kind not in DATA_KINDS: raise ValueError(f"--data {spec!r}: kind must be one of {DATA_KINDS} (e.g. coco:captions.json)")
-    if kind != "world" and not loc: raise ValueError(f"--data {spec!r}: name the file or shard pattern after '{kind}:'")
+    if kind not in DATA_KINDS: raise SettingsError(f"--data {spec!r}: kind must be one of {DATA_KINDS} (e.g. coco:captions.json)")
+    if kind != "world" and not loc: raise SettingsError(f"--data {spec!r}: name the file or shard pattern after '{kind}:'")
     return kind, loc
 
 def real_records(spec: str, image_root: str | Path | None = None,
@@ -399,7 +399,7 @@ class RealData:
 # %% ../nbs/08c_real_data.ipynb #eb066b2c
 _OLD_REAL_ARGS = ("image_root", "negatives", "paraphrases", "seed", "splits")
 
-class MissingTrainingFileError(ValueError):
+class MissingTrainingFileError(HierbenchError, ValueError):
     "A recipe needs a file written once beforehand (hard negatives, paraphrases); the message says, in one line, what to run."
 
 def require_training_files(recipe, data: RealData) -> None:

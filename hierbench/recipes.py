@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 from . import losses as L
 from .world import check_negative_types
+from .config import SettingsError, UnknownNameError
 from fastcore.basics import patch
 
 # %% auto #0
@@ -120,7 +121,7 @@ class Recipe:
 
     def __post_init__(self):
         object.__setattr__(self, "weights", FrozenWeights(self.weights))
-        def bad(msg): raise ValueError(f"recipe {self.name!r}: {msg}")
+        def bad(msg): raise SettingsError(f"recipe {self.name!r}: {msg}")
         if self.geometry not in ("euclidean", "lorentz"): bad(f"geometry must be 'euclidean' or 'lorentz', got {self.geometry!r}")
         if self.contrastive not in ("clip", "hycoclip", "negclip"): bad(f"unknown contrastive {self.contrastive!r}")
         unknown = set(self.weights) - set(TERMS)
@@ -205,16 +206,16 @@ _RECIPES: dict[str, Recipe] = {}
 
 def register_recipe(recipe: Recipe, overwrite: bool = False) -> Recipe:
     "Add `recipe` to the registry under `recipe.name`; a fine-tune's `init_from` must already be registered."
-    if recipe.name in _RECIPES and not overwrite: raise ValueError(f"recipe {recipe.name!r} is already registered")
+    if recipe.name in _RECIPES and not overwrite: raise SettingsError(f"recipe {recipe.name!r} is already registered")
     if recipe.init_from is not None and recipe.init_from not in _RECIPES:
-        raise ValueError(f"recipe {recipe.name!r} fine-tunes from {recipe.init_from!r}, which is not registered")
+        raise SettingsError(f"recipe {recipe.name!r} fine-tunes from {recipe.init_from!r}, which is not registered")
     _RECIPES[recipe.name] = recipe
     return recipe
 
 def get_recipe(name: str) -> Recipe:
     "The registered recipe called `name`."
     try: return _RECIPES[name]
-    except KeyError: raise KeyError(f"unknown recipe {name!r}; known: {list_recipes()}") from None
+    except KeyError: raise UnknownNameError(f"unknown recipe {name!r}; known: {list_recipes()}") from None
 
 def list_recipes() -> list[str]:
     "Names of all registered recipes, in registration order."

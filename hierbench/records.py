@@ -15,7 +15,7 @@ from .budgets import Budget, budget_from_meta
 from .claims import CLAIMS
 from .compare import (claims_document, claims_ledger, eval_scene_counts, finished_run, load_items, run_dir,
                                run_fingerprint, save_items, _json_safe)
-from .config import atomic_write, atomic_write_text
+from .config import FolderStateError, HierbenchError, MissingFileError, atomic_write, atomic_write_text
 from .evaluate import metric_from_items
 from .models import resolve_architecture
 from .recipes import get_recipe, list_recipes
@@ -32,7 +32,7 @@ RECORDS_FORMAT = "hierbench-ledger-records/1"
 LEDGER_FILE, RUNS_FILE, ITEMS_FILE, CLAIMS_FILE = "ledger.json", "runs.jsonl.gz", "items.npz", "claims.json"
 SHARED = "*"   # items.npz keys 'RECIPE|SEED|split|record|field'; a field equal in every run is stored once under '*|*|...'
 
-class RecordsError(ValueError):
+class RecordsError(HierbenchError, ValueError):
     "A ledger-records folder that cannot be read as it is: the message names the file, the record and what is wrong."
 
 # %% ../nbs/11g_records.ipynb #fc80b9df
@@ -90,7 +90,7 @@ def _kept_records(ledger: pd.DataFrame, runs: Mapping, items: Mapping) -> dict:
 def _made_on() -> dict:
     "Where records are written: the commit of hierbench's checkout (when it is one), the CPU, Python and torch."
     import torch, hierbench
-    root = Path(hierbench.__file__).resolve().parents[1]
+    root = Path(hierbench.__file__).resolve().parents[1]   # the checkout (also where a notebook has no __file__)
     try: commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
                                  timeout=10).stdout.strip() or None
     except (OSError, subprocess.SubprocessError): commit = None
@@ -143,7 +143,7 @@ def read_plan(out: str | Path) -> RunPlan:
     out = Path(out)
     src = out / "plan.json" if (out / "plan.json").is_file() else out / "results.json"
     if not src.is_file():
-        raise FileNotFoundError(f"{out}: neither plan.json nor results.json; not a compare folder (run `hierbench compare --out {out}`)")
+        raise MissingFileError(f"{out}: neither plan.json nor results.json; not a compare folder (run `hierbench compare --out {out}`)")
     d = json.loads(src.read_text())
     return RunPlan.from_record(d.get("meta", d))
 
@@ -153,7 +153,7 @@ def finished_runs(out: str | Path, plan: RunPlan) -> list[dict]:
     rows = {k: finished_run(*k, plan.budget, out) for k in plan.runs()}
     missing = [f"{r}/seed{s}" for (r, s), row in rows.items() if row is None]
     if missing:
-        raise RuntimeError(f"{out}: {len(missing)} of {len(rows)} runs are not finished ({', '.join(missing[:8])}"
+        raise FolderStateError(f"{out}: {len(missing)} of {len(rows)} runs are not finished ({', '.join(missing[:8])}"
                            f"{', ...' if len(missing) > 8 else ''}); run the compare again: finished runs are reused")
     return list(rows.values())
 

@@ -17,12 +17,14 @@ import pandas as pd
 import torch
 
 from .data import DataFormatError, DataWarning
-from .loaders import (MAX_TEXT_CHARS, _check_file, _field, _join, _read_json, _record_id, _str, _tname,
-                               _visible, load_coco_karpathy, resolve_image_root)
+from .annotations import (MAX_TEXT_CHARS, _check_file, _field, _join, _read_json, _record_id, _str, _tname,
+                                   _visible, resolve_image_root)
+from .loaders import load_coco_karpathy
 from .real_data import ShardRecords
 from .encoding import encode_image_sources, encode_texts, similarity_name
 from .metrics import chance_key, chance_recall_at_k, rank_of_best_correct
 from .scorers import has_images, skipped
+from .config import MissingFileError
 
 # %% auto #0
 __all__ = ['RETRIEVAL_KINDS', 'RetrievalSet', 'load_coco_captions', 'load_karpathy_test', 'load_flickr_captions', 'wds_shards',
@@ -132,14 +134,14 @@ def load_flickr_captions(path: str | Path, image_root: str | Path | None = None)
 def wds_shards(folder: str | Path, split: str = "test") -> list[Path]:
     "The tar shards `folder/split/{0..n-1}.tar` of a CLIP_benchmark WebDataset folder, n from `split/nshards.txt`."
     folder = Path(folder)
-    if not folder.is_dir(): raise FileNotFoundError(f"WebDataset folder not found: {folder}")
+    if not folder.is_dir(): raise MissingFileError(f"WebDataset folder not found: {folder}")
     nfile = folder / split / "nshards.txt"
-    if not nfile.is_file(): raise FileNotFoundError(f"{nfile} not found (a CLIP_benchmark WebDataset folder has {split}/nshards.txt)")
+    if not nfile.is_file(): raise MissingFileError(f"{nfile} not found (a CLIP_benchmark WebDataset folder has {split}/nshards.txt)")
     text = nfile.read_text(encoding="utf-8", errors="replace").strip()
     if not text.isdigit() or int(text) < 1: raise DataFormatError(nfile, None, None, f"expected a positive shard count, got {text!r:.40}")
     shards = [folder / split / f"{i}.tar" for i in range(int(text))]
     missing = [s.name for s in shards if not s.is_file()]
-    if missing: raise FileNotFoundError(f"{folder / split}: {len(missing)} of {len(shards)} shard(s) missing, e.g. {missing[0]}")
+    if missing: raise MissingFileError(f"{folder / split}: {len(missing)} of {len(shards)} shard(s) missing, e.g. {missing[0]}")
     return shards
 
 def wds_dataset_type(folder: str | Path) -> str:
@@ -155,7 +157,7 @@ def _shard_image(records: ShardRecords, i: int):
 def load_retrieval_wds(folder: str | Path, split: str = "test") -> RetrievalSet:
     "A CLIP_benchmark retrieval WebDataset folder: per sample an image and its `.txt` captions, one per line."
     folder = Path(folder)
-    if not folder.is_dir(): raise FileNotFoundError(f"WebDataset folder not found: {folder}")
+    if not folder.is_dir(): raise MissingFileError(f"WebDataset folder not found: {folder}")
     kind = wds_dataset_type(folder)
     if kind != "retrieval":
         raise DataFormatError(folder / "dataset_type.txt", None, None, f"dataset type is {kind!r}, not 'retrieval'"
@@ -185,7 +187,7 @@ def _check_images_found(rs: RetrievalSet, image_root) -> None:
     if parent.is_dir():
         below = next((d for d in sorted(parent.iterdir()) if d.is_dir() and (d / first.name).is_file()), None)
         if below is not None: hint = f"; {first.name} is in {below}: pass that folder as the image root"
-    raise FileNotFoundError(f"{rs.source}: none of its {len(paths)} images found (image root {image_root}; "
+    raise MissingFileError(f"{rs.source}: none of its {len(paths)} images found (image root {image_root}; "
                             f"first expected {first}){hint}")
 
 def load_retrieval(spec: str | Path, image_root: str | Path | None = None) -> RetrievalSet:
@@ -289,7 +291,7 @@ def evaluate_retrieval(model, data: RetrievalSet | str | Path, *, name: str | No
     if limit: rs = rs.head(limit)
     embs, rows, _ = encode_image_sources(model, rs.images, preprocess, batch_size, num_workers, rs.image_ids)
     keep = np.flatnonzero(rows >= 0)
-    if len(keep) == 0: raise ValueError(f"{rs.source}: none of its {len(rs)} images could be read (see the warning)")
+    if len(keep) == 0: raise DataFormatError(rs.source, problem=f"none of its {len(rs)} images could be read (see the warning)")
     texts = [t for i in keep for t in rs.captions[i]]
     owner = np.repeat(np.arange(len(keep)), [len(rs.captions[i]) for i in keep])
     txt = encode_texts(model, texts, 4 * batch_size).to(embs.device)

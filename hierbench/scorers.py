@@ -12,6 +12,7 @@ from typing import Callable, Protocol, Sequence, runtime_checkable
 
 import torch
 import torch.nn.functional as F
+from .config import HierbenchError, MissingFileError, SettingsError
 
 # %% auto #0
 __all__ = ['MERU_VIT_HEADS', 'SCORER_KINDS', 'SimilarityHead', 'Scorer', 'ImagesUnsupported', 'has_images', 'skipped',
@@ -36,7 +37,7 @@ class Scorer(Protocol):
     def encode_text(self, texts: Sequence[str]) -> torch.Tensor: ...      # (N, D)
     def encode_image(self, images: torch.Tensor) -> torch.Tensor: ...     # (N, 3, S, S) normalised -> (N, D)
 
-class ImagesUnsupported(NotImplementedError):
+class ImagesUnsupported(HierbenchError, NotImplementedError):
     "A text-only scorer was asked to embed images."
 
 def has_images(model) -> bool:
@@ -73,7 +74,7 @@ class TextScorer:
 
 def _local_dir(path) -> Path:
     p = Path(path)
-    if not p.is_dir(): raise FileNotFoundError(f"model folder not found: {p} (hierbench loads local folders only; it never downloads)")
+    if not p.is_dir(): raise MissingFileError(f"model folder not found: {p} (hierbench loads local folders only; it never downloads)")
     return p
 
 def sentence_transformers_scorer(path: str | Path, device: str = "cpu", batch_size: int = 64) -> TextScorer:
@@ -117,7 +118,7 @@ class HFClipScorer(torch.nn.Module):
         p = _local_dir(path)
         self.model = AutoModel.from_pretrained(str(p), local_files_only=True).to(device).eval()
         if not hasattr(self.model, "get_text_features") or not hasattr(self.model, "get_image_features"):
-            raise ValueError(f"{p}: {type(self.model).__name__} is not a dual encoder (no get_text_features/get_image_features)")
+            raise SettingsError(f"{p}: {type(self.model).__name__} is not a dual encoder (no get_text_features/get_image_features)")
         self.tokenizer = AutoTokenizer.from_pretrained(str(p), local_files_only=True)
         ip = AutoImageProcessor.from_pretrained(str(p), local_files_only=True)
         size = getattr(ip, "crop_size", None) or getattr(ip, "size", None) or {}
@@ -151,7 +152,7 @@ def _meru_weights(path: Path) -> dict:
     need = ["visual.cls_token", "visual.pos_embed", "visual.patch_embed.proj.weight", "visual_proj.weight",
             "textual.token_embed.weight", "textual.posit_embed", "textual_proj.weight", "logit_scale"]
     missing = [k for k in need if k not in sd]
-    if missing: raise ValueError(f"{path}: not a MERU/HyCoCLIP checkpoint (missing {missing[:4]}); keys look like {sorted(sd)[:4]}")
+    if missing: raise SettingsError(f"{path}: not a MERU/HyCoCLIP checkpoint (missing {missing[:4]}); keys look like {sorted(sd)[:4]}")
     return sd
 
 def meru_state_dict(sd: dict, vision_heads: int | None = None, text_heads: int | None = None) -> tuple[dict, dict]:
@@ -202,7 +203,7 @@ def load_meru_checkpoint(path: str | Path, vision_heads: int | None = None, text
     "A hierbench Lorentz `DualEncoder` holding an official MERU / HyCoCLIP checkpoint (`curv_init`: its training's c₀)."
     from hierbench.models import model_from_config
     path = Path(path)
-    if not path.is_file(): raise FileNotFoundError(f"checkpoint not found: {path}")
+    if not path.is_file(): raise MissingFileError(f"checkpoint not found: {path}")
     arch, state = meru_state_dict(_meru_weights(path), vision_heads, text_heads)
     config = {"format": 1, "name": f"{name}:{path.name}", "geometry": "lorentz", "arch": arch,
               "head": {"curv_init": float(curv_init), "learn_curv": True},
@@ -223,17 +224,17 @@ def load_scorer(spec: str, device: str = "cpu", geometry: str = "euclidean", qui
     folder, run by onnxruntime: `hierbench.onnx_export.OnnxScorer`)."""
     kind, sep, loc = str(spec).partition(":")
     if not sep or kind not in SCORER_KINDS or not loc:
-        raise ValueError(f"--model {spec!r}: expected KIND:PATH with KIND one of {SCORER_KINDS} "
+        raise SettingsError(f"--model {spec!r}: expected KIND:PATH with KIND one of {SCORER_KINDS} "
                          "(e.g. open_clip:ViT-B-32-quickgelu@weights.safetensors, st:models/all-MiniLM-L6-v2)")
     if kind == "hierbench":
         from hierbench.models import load_model
         p = Path(loc)
         p = p / "model.safetensors" if p.is_dir() else p
-        if not p.is_file(): raise FileNotFoundError(f"hierbench model not found: {p}")
+        if not p.is_file(): raise MissingFileError(f"hierbench model not found: {p}")
         return load_model(p, map_location=device)
     if kind == "open_clip":
         arch, at, file = loc.partition("@")
-        if not at or not arch or not file: raise ValueError(f"--model {spec!r}: open_clip needs ARCH@FILE")
+        if not at or not arch or not file: raise SettingsError(f"--model {spec!r}: open_clip needs ARCH@FILE")
         from hierbench.models import create_model
         return create_model(arch, geometry=geometry, checkpoint=file, force_quick_gelu=quick_gelu).to(device)
     if kind in ("meru", "hycoclip"): return load_meru_checkpoint(loc, name=kind).to(device)

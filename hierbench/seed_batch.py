@@ -6,7 +6,7 @@ Docs: https://hierbench.github.io/hierbench/seed_batch.html.md"""
 
 # %% ../nbs/09c_seed_batch.ipynb #c9192db8
 from __future__ import annotations
-import contextlib, json, numbers, time
+import contextlib, numbers, time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Callable, Iterable, Mapping, Sequence
@@ -16,23 +16,25 @@ from .checkpoints import get_rng_state, latest_checkpoint, set_rng_state
 from .distributed import dist_info
 from .jobs import train_recipe
 from .sources import WorldData, WorldDataset
-from .train import PREEMPTION_SIGNALS, PreemptionGuard, TrainResult, ValidationMonitor
+from .callbacks import RunEvents, ValidationMonitor
+from .train import PREEMPTION_SIGNALS, PreemptionGuard, TrainResult
+from .config import MissingFileError, RunExistsError, SettingsError
 
 # %% auto #0
 __all__ = ['check_seeds', 'seed_dir', 'seed_init', 'shared_item_draws', 'train_group', 'train_seeds']
 
 # %% ../nbs/09c_seed_batch.ipynb #52f04f94
 def check_seeds(seeds: Iterable[int]) -> tuple[int, ...]:
-    "`seeds` as a tuple of distinct non-negative ints, in the order given; a one-line `ValueError` names a bad entry."
+    "`seeds` as a tuple of distinct non-negative ints, in the order given; a one-line `SettingsError` names a bad entry."
     if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Iterable):
-        raise ValueError(f"seeds must be a list of integers, got {seeds!r}")
+        raise SettingsError(f"seeds must be a list of integers, got {seeds!r}")
     out: list[int] = []
     for s in seeds:
-        if isinstance(s, bool) or not isinstance(s, numbers.Integral): raise ValueError(f"seeds: {s!r} is not an integer")
-        if s < 0: raise ValueError(f"seeds: {s} is negative (seeds are >= 0)")
-        if int(s) in out: raise ValueError(f"seeds: {s} is given twice (each seed is trained once)")
+        if isinstance(s, bool) or not isinstance(s, numbers.Integral): raise SettingsError(f"seeds: {s!r} is not an integer")
+        if s < 0: raise SettingsError(f"seeds: {s} is negative (seeds are >= 0)")
+        if int(s) in out: raise SettingsError(f"seeds: {s} is given twice (each seed is trained once)")
         out.append(int(s))
-    if not out: raise ValueError("seeds: none given")
+    if not out: raise SettingsError("seeds: none given")
     return tuple(out)
 
 def seed_dir(out: str | Path, seed: int) -> Path:
@@ -46,14 +48,14 @@ def seed_init(init_checkpoint, seed: int):
     if init_checkpoint is None: return None
     if callable(init_checkpoint): return init_checkpoint(seed)
     if isinstance(init_checkpoint, Mapping):
-        if seed not in init_checkpoint: raise ValueError(f"init_checkpoint has no entry for seed {seed} (it has {sorted(init_checkpoint)})")
+        if seed not in init_checkpoint: raise SettingsError(f"init_checkpoint has no entry for seed {seed} (it has {sorted(init_checkpoint)})")
         return init_checkpoint[seed]
     text = str(init_checkpoint)
     if "{seed}" in text: return text.replace("{seed}", str(int(seed)))
     p = Path(text)
     if p.is_dir() and not (p / "model.safetensors").is_file() and any(p.glob("seed*/model.safetensors")):
         if not (p / f"seed{seed}" / "model.safetensors").is_file():
-            raise FileNotFoundError(f"init_checkpoint {p} holds seed folders but no finished seed{seed}/ (train that seed of the parent first)")
+            raise MissingFileError(f"init_checkpoint {p} holds seed folders but no finished seed{seed}/ (train that seed of the parent first)")
         return p / f"seed{seed}"
     return init_checkpoint
 
@@ -97,32 +99,17 @@ def _draws_key(ds) -> tuple | None:
             ds.top_caption_p, ds.partners is not None)
 
 # %% ../nbs/09c_seed_batch.ipynb #8072d7e7
-def _extra(s, event: str, step: int) -> dict:
-    "What the seed's callbacks add on a 'begin' or 'log' event (e.g. `ValidationMonitor`'s validation terms)."
-    out = {}
-    for cb in s.callbacks:
-        res = cb(event, dict(step=step, model=s.r.model, teacher=s.r.teacher, start=s.start))
-        if isinstance(res, Mapping): out.update(res)
-    return out
-
-def _notify(s, event: str, **state):
-    "Tell the seed's callbacks what `train` tells its own (events for metric sinks such as `hierbench.tracking.Tracker`)."
-    for cb in s.callbacks: cb(event, dict(state, model=s.r.model, teacher=s.r.teacher))
-
 def _begin(run, seed: int) -> SimpleNamespace:
-    "Set one seed up as `train` does (folder, RNG, optimizer, schedule, batches; resume) and log its step-0 'begin' terms."
+    "Set one seed up as `train` does (folder, RNG, optimizer, schedule, batches; resume); its events start as `train`'s do."
     r = T._setup_run(run.model, run.data, run.cfg, run.teacher, run.modules, run.collate_fn)
     start = T._start_or_resume(r, run.cfg, run.resume, run.extra_config, run.allow_changes)
     s = SimpleNamespace(seed=seed, run=run, r=r, cfg=run.cfg, start=start, callbacks=list(run.callbacks),
                         clamps=[c for c in (T.clamp_hook(m) for m in (r.model, *r.modules.values())) if c is not None],
                         end=run.cfg.steps if run.stop_at is None else min(run.cfg.steps, int(run.stop_at)),
                         t0=time.time(), last={}, last_ckpt=None, preempted=None, error=None)
-    _notify(s, "run_start", step=start, start=start, run_dir=r.run_dir, config=r.cfg_dict, is_main=r.info.is_main)
-    if start == 0:
-        begin = _extra(s, "begin", 0)
-        if begin and r.info.is_main:
-            with open(r.metrics_path, "a") as f: f.write(json.dumps(dict(step=0, **begin)) + "\n")
-            _notify(s, "metrics", step=0, metrics=dict(step=0, **begin))
+    s.events = RunEvents(s.callbacks, r.model, r.teacher, start)   # the events `train` tells its callbacks, told alike
+    s.events.run_start(r.run_dir, r.cfg_dict, r.info.is_main)
+    s.events.begin(r.metrics_path, r.info.is_main)
     s.rng = get_rng_state()
     return s
 
@@ -133,11 +120,10 @@ def _step(s, t: int) -> float:
     lr, terms, vals, grad_norm = T._train_step(s.r, cfg, s.run.loss_fn, s.r.batches(t), step, s.callbacks, s.clamps)
     metrics = None
     if step % cfg.log_every == 0 or step == cfg.steps or step == s.end:
-        metrics = s.last = T._log_step(s.r, step, lr, terms, vals, grad_norm, s.t0, lambda e, st: _extra(s, e, st))
-        _notify(s, "metrics", step=step, metrics=metrics)   # the line metrics.jsonl got
-    for cb in s.callbacks:
-        cb("step_end", dict(step=step, model=s.r.model, optimizer=s.r.optimizer, teacher=s.r.teacher, metrics=metrics))
-    if any(getattr(cb, "stop_requested", False) for cb in s.callbacks): s.end = step   # e.g. a plateau
+        metrics = s.last = T._log_step(s.r, step, lr, terms, vals, grad_norm, s.t0, s.events.extra)
+        s.events.metrics(step, metrics)
+    s.events.step_end(step, s.r.optimizer, metrics)
+    if s.events.stop_requested: s.end = step   # e.g. a plateau
     return float(vals[0])
 
 def _fail(s, err: BaseException, step: int):
@@ -154,7 +140,7 @@ def train_group(runs: Sequence, stop_signals: Iterable[str | int] | PreemptionGu
     finish; the first failure is raised at the end. A preemption signal stops every seed after the same step, each
     with a checkpoint. Returns one `TrainResult` per run, in order."""
     if not runs: raise ValueError("train_group: no runs")
-    if dist_info().world_size > 1: raise ValueError("train_seeds / train_group run in one process; under torchrun train one seed per job")
+    if dist_info().world_size > 1: raise SettingsError("train_seeds / train_group run in one process; under torchrun train one seed per job")
     shared, key = runs[0].data, _draws_key(runs[0].data)
     for run in runs[1:]:   # every seed reads one dataset: its draws are the same for all (`_draws_key`)
         if key is not None and _draws_key(run.data) == key: run.data = shared
@@ -193,7 +179,7 @@ def train_group(runs: Sequence, stop_signals: Iterable[str | int] | PreemptionGu
                     bar.update(step, f"mean loss {sum(losses) / len(losses):.4f} over {len(losses)} seed(s), {rate:.0f} samples/s")
     finally:
         bar.close(); guard.__exit__()
-        for s in states: _notify(s, "run_end", step=s.end)   # e.g. a Tracker closes its writers, also after an error
+        for s in states: s.events.run_end(s.end)   # e.g. a Tracker closes its writers, also after an error
     results = []
     for s in states:
         if s.error is not None: continue
@@ -229,14 +215,14 @@ def train_seeds(recipe,                               # a recipe name or `Recipe
     seeds = check_seeds(seeds)
     data = WorldData() if data is None else data
     if getattr(data, "kind", None) != "world":
-        raise ValueError(f"several seeds in one process train the built-in world (data=WorldData(...)); got "
+        raise SettingsError(f"several seeds in one process train the built-in world (data=WorldData(...)); got "
                          f"{type(data).__name__} — train real data one seed per run (train_recipe / hierbench train --seed)")
     if kwargs.get("num_workers"):
-        raise ValueError("num_workers must be 0: the seeds' batches are built in this process, from one draw per scene")
+        raise SettingsError("num_workers must be 0: the seeds' batches are built in this process, from one draw per scene")
     folders = {s: Path(run_dirs[s]) if run_dirs and s in run_dirs else seed_dir(out, s) for s in seeds}
     if not resume:
         busy = [str(f) for f in folders.values() if (f / "config.json").exists() or latest_checkpoint(f) is not None]
-        if busy: raise FileExistsError(f"{busy[0]} already holds a run; pass resume=True (--resume) to continue it, or "
+        if busy: raise RunExistsError(f"{busy[0]} already holds a run; pass resume=True (--resume) to continue it, or "
                                        "choose another folder" + (f" ({len(busy)} seed folders hold runs)" if len(busy) > 1 else ""))
     inits = {s: seed_init(init_checkpoint, s) for s in seeds}   # a missing parent fails here, before any training
     runs = []

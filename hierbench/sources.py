@@ -18,6 +18,7 @@ from fastcore.basics import patch
 from . import world as W
 from .data import CLIP_MEAN, CLIP_STD, WORLD_MEAN, WORLD_STD, collate_batch, image_to_tensor, normalize
 from .negatives import is_changed
+from .config import SettingsError
 
 # %% auto #0
 __all__ = ['WORLD_FIELDS', 'RECIPE_WORLD_FIELDS', 'WorldData', 'fold_deprecated', 'nearest_scenes', 'WorldDataset',
@@ -36,9 +37,9 @@ class WorldData:
     kind: ClassVar[str] = "world"
 
     def __post_init__(self):
-        if int(self.n_train) < 1: raise ValueError(f"WorldData.n_train = {self.n_train!r}: must be >= 1")
+        if int(self.n_train) < 1: raise SettingsError(f"WorldData.n_train = {self.n_train!r}: must be >= 1")
         if not 0.0 <= self.top_caption_p <= 1.0:
-            raise ValueError(f"WorldData.top_caption_p = {self.top_caption_p!r}: must be in [0, 1]")
+            raise SettingsError(f"WorldData.top_caption_p = {self.top_caption_p!r}: must be in [0, 1]")
 
     def record(self) -> dict:
         "What a run's `config.json` records of the data (the keys runs have always had)."
@@ -144,9 +145,9 @@ def _epoch_slice(n: int, step: int, half: int, seed: int) -> tuple[np.ndarray, i
 
 def _mirror_batch(n: int, step: int, batch_size: int, seed: int) -> np.ndarray:
     "Half a batch of scenes of the epoch's permutation, each followed by its mirror (item `i + n`)."
-    if batch_size % 2: raise ValueError(f"mirror_twins needs an even batch size (scene + mirror), got {batch_size}")
+    if batch_size % 2: raise SettingsError(f"mirror_twins needs an even batch size (scene + mirror), got {batch_size}")
     half = batch_size // 2
-    if n // half == 0: raise ValueError(f"batch_size {batch_size} is larger than twice the dataset ({n} scenes)")
+    if n // half == 0: raise SettingsError(f"batch_size {batch_size} is larger than twice the dataset ({n} scenes)")
     perm, i = _epoch_slice(n, step, half, seed)
     scenes = perm[i * half:(i + 1) * half]
     return np.stack([scenes, scenes + n], 1).reshape(-1)    # interleaved: a rank's shard keeps whole pairs
@@ -155,7 +156,7 @@ def _neighbour_batch(partners: np.ndarray, n: int, step: int, batch_size: int, s
     """Half a batch of the epoch's permutation, each scene followed by its nearest neighbour not yet in the batch; a
     batch short of `batch_size` (collisions) is topped up from the rest of the permutation."""
     half = batch_size // 2
-    if n // half == 0: raise ValueError(f"batch_size {batch_size} is larger than twice the dataset ({n} items)")
+    if n // half == 0: raise SettingsError(f"batch_size {batch_size} is larger than twice the dataset ({n} items)")
     perm, i = _epoch_slice(n, step, half, seed)
     out, seen = [], set()
     for a in perm[i * half:(i + 1) * half]:

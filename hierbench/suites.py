@@ -24,6 +24,7 @@ from .scorers import has_images, skipped
 from .winoground import evaluate_winoground
 from .zeroshot import (classification_results, encode_split, is_imagenet_wnids, open_classification,
                                 zeroshot_classification)
+from .config import MissingFileError
 
 # %% auto #0
 __all__ = ['COCO_IMAGES', 'CLASSIFICATION_ALIASES', 'RETRIEVAL', 'COMPOSITIONAL', 'ZS16', 'ZS11', 'LINEAR_PROBE', 'SUITES',
@@ -216,7 +217,7 @@ def _compositional(model, b: Benchmark, path: str, images: str | None, common: d
     if p == "aro_attribution": return evaluate_benchmarks(model, aro_attribution=path, vg_dir=images, **kw)
     if p == "aro_order": return evaluate_benchmarks(model, aro_order=[path], **kw)
     files = sorted(Path(path).glob("*.json" if p == "whatsup" else "*.csv"))
-    if not files: raise FileNotFoundError(f"{path}: no {'JSON' if p == 'whatsup' else 'CSV'} files")
+    if not files: raise MissingFileError(f"{path}: no {'JSON' if p == 'whatsup' else 'CSV'} files")
     res = evaluate_benchmarks(model, **{p: [str(f) for f in files]}, vg_dir=images if p == "crepe" else None, **kw)
     macros = [v for k, v in res.items() if k.startswith(f"{p}_") and k.endswith("/macro") and "_chance" not in k.split("/")[0]]
     if macros: res[f"{p}/macro"] = float(np.mean(macros))   # the mean over the benchmark's files, as READ averages subtasks
@@ -228,7 +229,7 @@ def run_suite(model, suite: str | Suite, data_root: str | Path, *, batch_size: i
     "(metrics, per-item rows, one line per skipped benchmark) of every benchmark of `suite` found under `data_root`."
     s = SUITES[suite] if isinstance(suite, str) else suite
     root = Path(data_root)
-    if not root.is_dir(): raise FileNotFoundError(f"--data-root {root} is not a folder")
+    if not root.is_dir(): raise MissingFileError(f"--data-root {root} is not a folder")
     out, items, skips = {}, [], []
     def skip(what, why):
         skips.append(f"{what}: skipped — {why}")
@@ -268,6 +269,11 @@ def run_suite(model, suite: str | Suite, data_root: str | Path, *, batch_size: i
             m = _compositional(model, b, path, images, common, rows, log)
             r = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
         out.update(m); items.append(r)
+    if len(skips) == len(s.benchmarks):   # a wrong --data-root, not a suite with nothing to score
+        first = next(b for b in s.benchmarks if b.paths)
+        raise MissingFileError(f"--data-root {root}: nothing of suite {suite if isinstance(suite, str) else s.paper!r} is there "
+                               f"(none of its {len(s.benchmarks)} benchmarks under their conventional names, e.g. "
+                               f"{first.paths[0].split(':', 1)[-1]} for {first.name})")
     items = [r for r in items if len(r)]
     return out, (pd.concat(items, ignore_index=True) if items else pd.DataFrame()), skips
 

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw
 
-from .config import REPORT_TO_BACKENDS, MissingExtraError
+from .config import MissingExtraError, REPORT_TO_BACKENDS, SettingsError
 from .geometry import dist0
 
 # %% auto #0
@@ -29,7 +29,7 @@ def parse_report_to(spec: str | Sequence[str] | None) -> tuple[str, ...]:
     if names == ["none"]: return ()
     bad = [n for n in names if n not in REPORT_TO_BACKENDS]
     if bad or not names:
-        raise ValueError(f"--report-to {spec if isinstance(spec, str) else ','.join(spec)!r}: unknown backend "
+        raise SettingsError(f"--report-to {spec if isinstance(spec, str) else ','.join(spec)!r}: unknown backend "
                          f"{(bad or [''])[0]!r}; accepted: {', '.join(REPORT_TO_BACKENDS)} (comma-separated) or none")
     return tuple(dict.fromkeys(names))   # in order, once each
 

@@ -7,7 +7,7 @@ Docs: https://hierbench.github.io/hierbench/train.html.md"""
 # %% ../nbs/09_train.ipynb #0967ab44
 from __future__ import annotations
 import json, math, os, random, shutil, signal, threading, time, warnings
-from dataclasses import InitVar, dataclass, asdict, fields, replace
+from dataclasses import dataclass, asdict, fields, replace
 from functools import lru_cache
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,121 +18,24 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from .precision import (training_forward, cast_towers_, check_precision, describe_precision, grad_scaler,
-                                 legacy_amp_precision)
+from .precision import cast_towers_, describe_precision, grad_scaler, legacy_amp_precision, training_forward
+from .config import HierbenchError, RunExistsError, SettingsError
+# the settings and the callbacks live in modules of their own; their names answer here too (`from hierbench.train import TrainConfig`)
+from .train_config import (NO_DECAY_NAME_KEYS, RESUME_FREE_FIELDS, TrainConfig, is_no_decay, lr_factor, make_optimizer,
+                                    make_scheduler, param_groups)
+from .callbacks import EvalEvery, RunEvents, ValidationMonitor, _evaluating, _to_device, plateau_step
+_all_ = ['NO_DECAY_NAME_KEYS', 'RESUME_FREE_FIELDS', 'TrainConfig', 'is_no_decay', 'lr_factor', 'make_optimizer', 'make_scheduler',
+         'param_groups', 'EvalEvery', 'RunEvents', 'ValidationMonitor', 'plateau_step']
 
 # %% auto #0
-__all__ = ['RESUME_FREE_FIELDS', 'NO_DECAY_NAME_KEYS', 'CHANGEABLE_ON_RESUME', 'PREEMPTION_SIGNALS', 'PREEMPTED_EXIT_CODE',
-           'TrainConfig', 'is_no_decay', 'param_groups', 'make_optimizer', 'lr_factor', 'make_scheduler',
-           'NonFiniteLossError', 'check_finite', 'batch_indices', 'model_scalars', 'clamp_hook', 'read_metrics',
-           'TrainResult', 'PreemptionGuard', 'Preempted', 'train', 'plateau_step', 'ValidationMonitor', 'EvalEvery']
-
-# %% ../nbs/09_train.ipynb #65c0d75c
-@dataclass
-class TrainConfig:
-    "Everything that decides a training run's numbers; saved as `config.json` in the run directory."
-    steps: int = 1000            # optimizer steps; schedules are defined over steps so world and real-data runs compare
-    batch_size: int = 64         # the batch: over all ranks together (`batch_scope` 'global'), or per process
-    batch_scope: str = "global"  # 'global': contrastive losses see `batch_size` in-batch negatives whatever the ranks
-                                 # (the world's runs); 'process': open_clip's --batch-size, global = batch_size × ranks
-    lr: float = 5e-4             # peak learning rate (MERU reference; DeGLA 1e-6, READ 1e-5)
-    weight_decay: float = 0.2    # decoupled AdamW decay, matrices only (see `param_groups`)
-    betas: tuple = (0.9, 0.98)   # β2 = 0.98 (CLIP/MERU): 0.999 reacts too slowly to contrastive-loss spikes
-    eps: float = 1e-8            # AdamW ε (DeGLA uses 1e-6)
-    warmup_steps: int = 50       # linear warmup to `lr`, then cosine down to `min_lr_ratio·lr`
-    min_lr_ratio: float = 0.0    # floor of the cosine as a fraction of `lr`
-    grad_clip: float = 1.0       # max global gradient L2 norm (0 disables); tames early steps of exp-map heads
-    seed: int = 0                # seeds python/numpy/torch and the data order ((seed, step) → batch)
-    log_every: int = 10          # steps between metrics.jsonl lines (the last step is always logged)
-    ckpt_every: int = 200        # steps between checkpoints (the last step is always saved)
-    keep_checkpoints: int = 2    # recent checkpoints kept on disk (0 = keep all)
-    save_optimizer: bool = True  # AdamW state in checkpoints (2x the weights); without it a run cannot resume exactly
-    run_dir: str | None = None   # None → <settings.runs_dir>/run-<timestamp>; give one explicitly to resume
-    device: str = "auto"         # 'auto' → cuda if available; under torchrun each rank uses cuda:LOCAL_RANK
-    precision: str = "fp32"      # open_clip's names: fp32 | bf16 | fp16 (tower weights) | amp_bf16 | amp_fp16 (autocast,
-                                 # on CPU too); heads and geometry stay float32 (`hierbench.precision`)
-    quiet: bool | None = None    # hide the progress bar; None = quiet under pytest/nbdev-test and on ranks > 0
-    num_workers: int = 0         # DataLoader processes that build whole batches ahead (JPEG decoding of real data);
-                                 # batch t is still `batches(t)`, so the numbers do not depend on it
-    amp: InitVar[bool | None] = None  # before issue 27: bf16 autocast on CUDA only; read from old config.json files
-
-    def __post_init__(self, amp=None):
-        self.betas = tuple(self.betas)
-        if amp is not None and self.precision == "fp32": self.precision = legacy_amp_precision(amp, self.device)
-        try: self.precision = check_precision(self.precision)
-        except ValueError as e: raise ValueError(f"TrainConfig.precision: {e}") from None
-        def bad(name, why): raise ValueError(f"TrainConfig.{name} = {getattr(self, name)!r}: {why}")
-        for name in ("steps", "batch_size", "log_every", "ckpt_every"):
-            if int(getattr(self, name)) < 1: bad(name, "must be >= 1")
-        if self.lr <= 0: bad("lr", "must be > 0")
-        if self.weight_decay < 0: bad("weight_decay", "must be >= 0")
-        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas): bad("betas", "need two values in [0, 1)")
-        if self.eps <= 0: bad("eps", "must be > 0")
-        if self.warmup_steps < 0: bad("warmup_steps", "must be >= 0")
-        if not 0 <= self.min_lr_ratio <= 1: bad("min_lr_ratio", "must be in [0, 1]")
-        if self.grad_clip < 0: bad("grad_clip", "must be >= 0 (0 disables clipping)")
-        if self.seed < 0: bad("seed", "must be >= 0")
-        if self.keep_checkpoints < 0: bad("keep_checkpoints", "must be >= 0")
-        if self.batch_scope not in ("global", "process"): bad("batch_scope", "must be 'global' or 'process'")
-        if self.num_workers < 0: bad("num_workers", "must be >= 0")
-
-    @classmethod
-    def from_dict(cls, d: Mapping, strict: bool = True) -> "TrainConfig":
-        """Build from a dict; unknown keys are an error that names them unless `strict=False` (a run's `config.json`
-        also holds the caller's extras such as the recipe name, which are then ignored)."""
-        known = {f.name for f in fields(cls)} | {"amp"}   # `amp`: old config.json files
-        unknown = set(d) - known
-        if unknown and strict: raise ValueError(f"unknown TrainConfig field(s) {sorted(unknown)}; known: {sorted(known)}")
-        return cls(**{k: v for k, v in d.items() if k in known})
-
-# Fields that may change between an interrupted run and its resumption without changing any logged number
-# (`seed_group`: the seeds `hierbench.seed_batch` trained in one process with this one).
-RESUME_FREE_FIELDS = ("quiet", "device", "log_every", "ckpt_every", "keep_checkpoints", "run_dir", "num_workers",
-                      "save_optimizer", "seed_group")
-
-# %% ../nbs/09_train.ipynb #50959212
-NO_DECAY_NAME_KEYS = ("bias", "logit_scale", "alpha", "curv", "log_c")
-
-def is_no_decay(name: str, param: torch.Tensor) -> bool:
-    "True for parameters that get no weight decay: ndim < 2 (biases, norm gains, scalars) or a scale-like leaf name."
-    leaf = name.rsplit(".", 1)[-1].lower()
-    return param.ndim < 2 or any(k in leaf for k in NO_DECAY_NAME_KEYS)
-
-def param_groups(named_params: Iterable[tuple[str, nn.Parameter]], weight_decay: float) -> list[dict]:
-    "AdamW groups `decay` (weight_decay) and `no_decay` (0) over the trainable `named_params`; empty groups dropped."
-    decay, no_decay = ([], []), ([], [])
-    for name, p in named_params:
-        if not p.requires_grad: continue
-        names, params = no_decay if is_no_decay(name, p) else decay
-        names.append(name); params.append(p)
-    groups = [dict(params=ps, param_names=ns, weight_decay=wd, group_name=gn)
-              for (ns, ps), wd, gn in ((decay, weight_decay, "decay"), (no_decay, 0.0, "no_decay")) if ps]
-    if not groups: raise ValueError("no trainable parameters (every parameter has requires_grad=False)")
-    return groups
-
-# %% ../nbs/09_train.ipynb #f9de0128
-def make_optimizer(named_params: Iterable[tuple[str, nn.Parameter]], cfg) -> torch.optim.AdamW:
-    "AdamW over `param_groups(named_params, cfg.weight_decay)` with `cfg.lr/betas/eps`; fused kernel where supported."
-    groups = param_groups(named_params, cfg.weight_decay)
-    params = [p for g in groups for p in g["params"]]
-    fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params) and \
-        len({p.device for p in params}) == 1
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, fused=fused)
-
-# %% ../nbs/09_train.ipynb #bde6e673
-def lr_factor(step: int, warmup_steps: int, total_steps: int, min_ratio: float = 0.0) -> float:
-    "Multiplier of the peak lr at 0-based optimizer `step`: warmup (step+1)/warmup, then cosine 1 → `min_ratio`."
-    if step < warmup_steps: return (step + 1) / warmup_steps
-    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
-    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
-
-def make_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig) -> torch.optim.lr_scheduler.LambdaLR:
-    "`LambdaLR` with `lr_factor` over `cfg.steps` (a plain closure, so its state_dict is plain data)."
-    def factor(step): return lr_factor(step, cfg.warmup_steps, cfg.steps, cfg.min_lr_ratio)
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+__all__ = ['CHANGEABLE_ON_RESUME', 'PREEMPTION_SIGNALS', 'PREEMPTED_EXIT_CODE', 'NonFiniteLossError', 'check_finite',
+           'batch_indices', 'model_scalars', 'clamp_hook', 'read_metrics', 'TrainResult', 'PreemptionGuard',
+           'Preempted', 'train', 'NO_DECAY_NAME_KEYS', 'RESUME_FREE_FIELDS', 'TrainConfig', 'is_no_decay', 'lr_factor',
+           'make_optimizer', 'make_scheduler', 'param_groups', 'EvalEvery', 'RunEvents', 'ValidationMonitor',
+           'plateau_step']
 
 # %% ../nbs/09_train.ipynb #f43370c6
-class NonFiniteLossError(FloatingPointError):
+class NonFiniteLossError(HierbenchError, FloatingPointError):
     "Training stopped: a loss term (or the gradient norm) became NaN/inf at `step`."
     def __init__(self, step: int, term: str, value: float):
         self.step, self.term, self.value = step, term, value
@@ -166,7 +69,7 @@ def _epoch_permutation(n_items: int, seed: int, epoch: int) -> torch.Tensor:
 def batch_indices(step: int, n_items: int, batch_size: int, seed: int) -> torch.Tensor:
     "Dataset indices (batch_size,) of 0-based `step`: per-epoch permutation seeded by (seed, epoch), last batch dropped."
     per_epoch = n_items // batch_size
-    if per_epoch == 0: raise ValueError(f"batch_size {batch_size} is larger than the dataset ({n_items} items)")
+    if per_epoch == 0: raise SettingsError(f"batch_size {batch_size} is larger than the dataset ({n_items} items)")
     epoch, i = divmod(step, per_epoch)
     return _epoch_permutation(n_items, seed, epoch)[i * batch_size:(i + 1) * batch_size].clone()
 
@@ -242,18 +145,12 @@ def _resolve_run_dir(cfg: TrainConfig, info: DistInfo) -> Path:
     if info.world_size > 1: dist.broadcast_object_list(path, src=0)  # one timestamp for all ranks
     return Path(path[0])
 
-def _to_device(batch, device):
-    if torch.is_tensor(batch): return batch.to(device, non_blocking=True)
-    if isinstance(batch, Mapping): return {k: _to_device(v, device) for k, v in batch.items()}
-    if isinstance(batch, list) and batch and torch.is_tensor(batch[0]): return [_to_device(v, device) for v in batch]
-    return batch
-
 class _Batches:
     "Global batch of step t from a dataset (indices) or a step function, sliced to this rank."
     def __init__(self, data, cfg: TrainConfig, collate_fn, info: DistInfo):
         self.data, self.cfg, self.info = data, cfg, info
         if cfg.batch_size % info.world_size:
-            raise ValueError(f"batch_size {cfg.batch_size} is not divisible by the {info.world_size} ranks")
+            raise SettingsError(f"batch_size {cfg.batch_size} is not divisible by the {info.world_size} ranks")
         self.is_dataset = hasattr(data, "__getitem__") and hasattr(data, "__len__")
         if not self.is_dataset and not callable(data):
             raise TypeError(f"data must be a map-style dataset or a function step -> batch, got {type(data).__name__}")
@@ -348,12 +245,12 @@ def _check_resume_config(saved: Mapping, cfg: TrainConfig, where: Path, extra: M
         saved = {**saved, "precision": legacy_amp_precision(bool(saved["amp"]), saved.get("device", "auto"))}
     norm = lambda v: tuple(v) if isinstance(v, list) else v   # JSON turns tuples into lists
     bad = [k for k in allow_changes if k not in CHANGEABLE_ON_RESUME]
-    if bad: raise ValueError(f"cannot allow changes to {bad} on resume; changeable: {list(CHANGEABLE_ON_RESUME)}")
+    if bad: raise SettingsError(f"cannot allow changes to {bad} on resume; changeable: {list(CHANGEABLE_ON_RESUME)}")
     diff = [k for k in now if k not in RESUME_FREE_FIELDS and k in saved and norm(saved[k]) != norm(now[k])]
     refused = [k for k in diff if k not in allow_changes]
     if refused:
         hint = [k for k in refused if k in CHANGEABLE_ON_RESUME]
-        raise ValueError(f"cannot resume {where}: config differs in "
+        raise SettingsError(f"cannot resume {where}: config differs in "
                          + ", ".join(f"{k} (saved {saved[k]!r}, now {now[k]!r})" for k in refused)
                          + (f"; to resume with new optimiser settings on purpose, allow them (allow_changes={hint}, "
                             f"or --allow-change {','.join(hint)}): the change is recorded in config.json" if hint else ""))
@@ -371,7 +268,7 @@ class PreemptionGuard:
     def __init__(self, signals: Iterable[str | int] = PREEMPTION_SIGNALS):
         def sig(s):
             if isinstance(s, str) and not isinstance(getattr(signal, s, None), signal.Signals):
-                raise ValueError(f"unknown signal {s!r}; expected names such as {PREEMPTION_SIGNALS}")
+                raise SettingsError(f"unknown signal {s!r}; expected names such as {PREEMPTION_SIGNALS}")
             return signal.Signals(getattr(signal, s) if isinstance(s, str) else s)
         self.signals = [sig(s) for s in signals]
         self.received: str | None = None   # name of the first signal caught
@@ -457,7 +354,7 @@ def _start_or_resume(r: SimpleNamespace, cfg: TrainConfig, resume: bool, extra_c
     if info.is_main and run_dir.exists(): sweep_temporary_files(run_dir)   # half-written files of a killed run
     ckpt = latest_checkpoint(run_dir) if run_dir.exists() else None
     if not resume and (config_path.exists() or ckpt is not None):
-        raise FileExistsError(f"{run_dir} already holds a run; pass resume=True to continue it or choose a new run_dir")
+        raise RunExistsError(f"{run_dir} already holds a run; pass resume=True to continue it or choose a new run_dir")
     if info.world_size > 1: dist.barrier()  # every rank has looked before rank 0 writes config.json
     start = 0
     if resume and ckpt is not None:
@@ -480,7 +377,7 @@ def _start_or_resume(r: SimpleNamespace, cfg: TrainConfig, resume: bool, extra_c
                 atomic_write_text(config_path, json.dumps({**r.cfg_dict, **dict(extra_config or {}), "history": hist},
                                                           indent=2, default=str))
         if state["data"] != r.batches.state():
-            raise ValueError(f"cannot resume {ckpt}: data differs (saved {state['data']}, now {r.batches.state()})")
+            raise SettingsError(f"cannot resume {ckpt}: data differs (saved {state['data']}, now {r.batches.state()})")
         rngs = state["rng"]
         if len(rngs) == info.world_size: set_rng_state(rngs[info.rank])
         else: warnings.warn(f"checkpoint has RNG states of {len(rngs)} ranks, now {info.world_size}: not restored")
@@ -581,25 +478,13 @@ def train(model: nn.Module, loss_fn: Callable, data, cfg: TrainConfig, teacher=N
     r = _setup_run(model, data, cfg, teacher, modules, collate_fn)
     info, device = r.info, r.device
     start = _start_or_resume(r, cfg, resume, extra_config, allow_changes)
-    def notify(event, **state):   # events for sinks of the metrics (e.g. `hierbench.tracking.Tracker`): no return value
-        for cb in callbacks: cb(event, dict(state, model=model, teacher=teacher))
-    notify("run_start", step=start, start=start, run_dir=r.run_dir, config=r.cfg_dict, is_main=info.is_main)
+    events = RunEvents(callbacks, model, teacher, start)
+    events.run_start(r.run_dir, r.cfg_dict, info.is_main)
     clamps = [c for c in (clamp_hook(m) for m in (model, *r.modules.values())) if c is not None]
     end = cfg.steps if stop_at is None else min(cfg.steps, int(stop_at))
     bar = _Progress(start, cfg.steps, _auto_quiet(cfg, info))
     t0, last, last_ckpt = time.time(), {}, None
-    def extra_metrics(event, step):
-        "Metrics that callbacks add (a dict returned from a 'begin' or 'log' event)."
-        out = {}
-        for cb in callbacks:
-            res = cb(event, dict(step=step, model=model, teacher=teacher, start=start))
-            if isinstance(res, Mapping): out.update(res)
-        return out
-    if start == 0:   # 'begin': e.g. validation terms before the first step, logged as step 0
-        begin = extra_metrics("begin", 0)
-        if begin and info.is_main:
-            with open(r.metrics_path, "a") as f: f.write(json.dumps(dict(step=0, **begin)) + "\n")
-            notify("metrics", step=0, metrics=dict(step=0, **begin))
+    events.begin(r.metrics_path, info.is_main)   # e.g. validation terms before the first step, logged as step 0
     guard = stop_signals if isinstance(stop_signals, PreemptionGuard) else PreemptionGuard(stop_signals)
     guard, preempted = guard.__enter__(), None
     try:
@@ -609,82 +494,14 @@ def train(model: nn.Module, loss_fn: Callable, data, cfg: TrainConfig, teacher=N
             lr, terms, vals, grad_norm = _train_step(r, cfg, loss_fn, batch, step, callbacks, clamps)
             metrics = None
             if step % cfg.log_every == 0 or step == cfg.steps or step == end:
-                metrics = last = _log_step(r, step, lr, terms, vals, grad_norm, t0, extra_metrics)
-                notify("metrics", step=step, metrics=metrics)   # the line metrics.jsonl got
+                metrics = last = _log_step(r, step, lr, terms, vals, grad_norm, t0, events.extra)
+                events.metrics(step, metrics)
             bar.update(step, f"loss {float(vals[0]):.4f}, {(step - start) * r.global_batch / max(time.time() - t0, 1e-9):.0f} samples/s")
-            for cb in callbacks: cb("step_end", dict(step=step, model=model, optimizer=r.optimizer, teacher=teacher, metrics=metrics))
-            if any(getattr(cb, "stop_requested", False) for cb in callbacks):   # e.g. a plateau with stop_on_plateau
-                end = step
+            events.step_end(step, r.optimizer, metrics)
+            if events.stop_requested: end = step   # e.g. a plateau with stop_on_plateau
             if guard.agreed(info, device) and step < end: end, preempted = step, guard.received or "a signal on another rank"
             if step % cfg.ckpt_every == 0 or step == end: last_ckpt = _checkpoint_step(r, cfg, step)
             if step == end: break
     finally:
-        bar.close(); guard.__exit__(); notify("run_end", step=end)
+        bar.close(); guard.__exit__(); events.run_end(end)
     return _finish_run(r, cfg, start, end, last, last_ckpt, callbacks, preempted, save_final)
-
-# %% ../nbs/09_train.ipynb #2af1b697
-def plateau_step(steps: Sequence[int], values: Sequence[float], patience: int = 2, min_delta: float = 0.01) -> int | None:
-    "The first step after which no later value beats the best so far by > `min_delta`·|best| (≥ `patience` evaluations follow); else None."
-    if len(steps) != len(values): raise ValueError(f"{len(steps)} steps for {len(values)} values")
-    if patience < 1 or min_delta < 0: raise ValueError(f"need patience >= 1 and min_delta >= 0, got {patience}, {min_delta}")
-    v = np.asarray(values, float)
-    best = np.minimum.accumulate(np.where(np.isfinite(v), v, np.inf))
-    later = np.minimum.accumulate(v[::-1])[::-1]            # later[k] = min(v[k:])
-    for k in range(len(v) - patience):
-        if np.isfinite(best[k]) and later[k + 1] >= best[k] - min_delta * abs(best[k]): return int(steps[k])
-    return None
-
-def _evaluating(model: nn.Module, fn: Callable):
-    "`fn()` with `model` in eval mode and without gradients; the model's training flag is restored afterwards."
-    was = model.training
-    model.eval()
-    try:
-        with torch.no_grad(): return fn()
-    finally: model.train(was)
-
-class ValidationMonitor:
-    """Callback: `loss_fn(model, batch, teacher)` terms on a fixed held-out `batch` at the start and every `every`
-    steps, logged as `val_<term>`; `plateau` is the step `plateau_step` finds on `val_<monitor>` (None until then)."""
-    def __init__(self, loss_fn: Callable, batch: Mapping, every: int, monitor: str = "contrastive",
-                 patience: int = 2, min_delta: float = 0.01, stop_on_plateau: bool = False, device=None):
-        if every < 1: raise ValueError(f"every must be >= 1, got {every}")
-        self.loss_fn, self.batch, self.every, self.monitor = loss_fn, batch, int(every), monitor
-        self.patience, self.min_delta, self.stop_on_plateau = patience, min_delta, stop_on_plateau
-        self.history: list[tuple[int, float]] = []
-        self.plateau: int | None = None
-        self.stop_requested = False
-
-    def evaluate(self, model, teacher=None) -> dict[str, float]:
-        "Validation terms of `model` now (eval mode, no gradient; the model's training flag is restored)."
-        dev = next(model.parameters()).device
-        _, terms = _evaluating(model, lambda: self.loss_fn(model, _to_device(self.batch, dev), teacher))
-        return {f"val_{k}": float(v) for k, v in terms.items()}
-
-    def __call__(self, event: str, state: Mapping):
-        if event == "begin" or (event == "log" and state["step"] % self.every == 0):
-            vals = self.evaluate(state["model"], state.get("teacher"))
-            key = f"val_{self.monitor}"
-            if key not in vals: raise KeyError(f"ValidationMonitor: the loss has no term {self.monitor!r}; terms: {sorted(vals)}")
-            self.history.append((int(state["step"]), vals[key]))
-            # online: plateaued once the last `patience` evaluations bring no 1% gain over the best before them
-            # (what early stopping can know); `hierbench.compare` reports the after-the-fact `plateau_step` instead
-            v = [h[1] for h in self.history]
-            if self.plateau is None and len(v) > self.patience:
-                before = min(v[:-self.patience])
-                if min(v[-self.patience:]) >= before - self.min_delta * abs(before):
-                    self.plateau = self.history[int(np.argmin(v[:-self.patience]))][0]
-                    if self.stop_on_plateau: self.stop_requested = True
-            return vals
-        return None
-
-class EvalEvery:
-    """Callback: `evaluate(model) -> {metric: value}` (e.g. SugarCrepe and HierarCaps on the folders the user names)
-    every `every` steps, in eval mode without gradients, logged into metrics.jsonl as `eval/<metric>`."""
-    def __init__(self, evaluate: Callable[[nn.Module], Mapping[str, float]], every: int):
-        if every < 1: raise ValueError(f"every must be >= 1, got {every}")
-        self.evaluate, self.every = evaluate, int(every)
-
-    def __call__(self, event: str, state: Mapping):
-        if event != "log" or state["step"] % self.every: return None
-        res = _evaluating(state["model"], lambda: self.evaluate(state["model"]))
-        return {f"eval/{k}": float(v) for k, v in res.items()}

@@ -16,7 +16,7 @@ import pandas as pd
 import torch
 
 from . import world
-from .config import MissingExtraError, atomic_folder, atomic_write_text
+from .config import MissingExtraError, MissingFileError, SettingsError, atomic_folder, atomic_write_text
 from .data import DataFormatError, MissingImageError
 from .encoding import (embedding_radius, encode_image_sources, encode_texts, encode_uint8_images, eval_mode,
                                 head_curv)
@@ -25,10 +25,10 @@ from .scorers import ImagesUnsupported, has_images
 from .viz import HoroPCA, project_2d
 
 # %% auto #0
-__all__ = ['IMAGE_SUFFIXES', 'VIEW_GEOMETRIES', 'VIEW_MARKER', 'COLOR_BY', 'VIEW_ERRORS', 'ViewItems', 'world_items',
-           'read_captions', 'folder_items', 'view_geometry', 'encode_items', 'view_layouts', 'item_fields', 'View',
-           'build_view', 'check_hyperview', 'require_hyperview', 'hyperview_home', 'color_labels', 'write_workspace',
-           'export_static', 'serve_workspace', 'cmd_view']
+__all__ = ['IMAGE_SUFFIXES', 'VIEW_GEOMETRIES', 'VIEW_MARKER', 'COLOR_BY', 'ViewItems', 'world_items', 'read_captions',
+           'folder_items', 'view_geometry', 'encode_items', 'view_layouts', 'item_fields', 'View', 'build_view',
+           'check_hyperview', 'require_hyperview', 'hyperview_home', 'color_labels', 'write_workspace', 'export_static',
+           'serve_workspace', 'cmd_view']
 
 # %% ../nbs/12b_view.ipynb #a947e525
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp")
@@ -110,7 +110,7 @@ def _captions_of(value) -> list[str]:
 def read_captions(path: str | Path, images_dir: str | Path) -> dict[Path, tuple[list[str], str]]:
     "{image path: (captions general → specific, record id)} of a captions file, every image checked to be in `images_dir`."
     path, root = Path(path), Path(images_dir)
-    if not path.is_file(): raise FileNotFoundError(f"captions file not found: {path}")
+    if not path.is_file(): raise MissingFileError(f"captions file not found: {path}")
     records = _read_records(path)
     if not records: raise DataFormatError(path, problem="no records")
     cols = set(records[0])
@@ -134,7 +134,7 @@ def folder_items(images_dir: str | Path, captions: str | Path | None = None, lim
     """The images of a folder (recursively; a class subfolder is an image's label) and, with `captions`, their captions
     (`read_captions`): a caption's depth is its place in its image's list, its label the label of the images it describes."""
     root = Path(images_dir)
-    if not root.is_dir(): raise FileNotFoundError(f"--images {root}: not a folder")
+    if not root.is_dir(): raise MissingFileError(f"--images {root}: not a folder")
     files = sorted(p for p in root.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
     if not files: raise DataFormatError(root, problem=f"no images ({', '.join(IMAGE_SUFFIXES)}) in this folder")
     caps = read_captions(captions, root) if captions else {}
@@ -158,7 +158,7 @@ def view_geometry(model) -> tuple[str, float]:
     "(geometry, c) of a scorer whose embeddings HyperView can show, else a `ValueError` saying why not."
     g = getattr(getattr(model, "head", None), "geometry", None)
     if g not in VIEW_GEOMETRIES:
-        raise ValueError(f"{getattr(model, 'name', type(model).__name__)}: its head's geometry {g!r} has no HyperView layout "
+        raise SettingsError(f"{getattr(model, 'name', type(model).__name__)}: its head's geometry {g!r} has no HyperView layout "
                          "(hierbench draws Lorentz models in the Poincaré disk and Euclidean ones flat)")
     return g, head_curv(model)
 
@@ -182,7 +182,7 @@ def encode_items(model, items: ViewItems, batch_size: int = 64, num_workers: int
 # %% ../nbs/12b_view.ipynb #3d28e9b1
 def view_layouts(emb: torch.Tensor, geometry: str, c: float = 1.0, euclidean: str = "pca", seed: int = 0) -> dict[str, dict]:
     "{'poincare' (Lorentz heads): HoroPCA, 'euclidean': PCA or UMAP} → {method, coords (N, 2)} of embeddings (N, D)."
-    if euclidean not in ("pca", "umap"): raise ValueError(f"euclidean layout must be 'pca' or 'umap', got {euclidean!r}")
+    if euclidean not in ("pca", "umap"): raise SettingsError(f"euclidean layout must be 'pca' or 'umap', got {euclidean!r}")
     out = {}
     if geometry == "lorentz":
         out["poincare"] = dict(method="horopca", coords=HoroPCA(n_components=2, seed=seed).fit_transform(emb.double(), c))
@@ -272,7 +272,7 @@ def _is_view_workspace(folder: Path) -> bool: return (folder / VIEW_MARKER).is_f
 def color_labels(view: View, color_by: str = "label") -> list[str]:
     "The label HyperView colours each sample by: a field of the view (`norm`: its quartile among the points)."
     t = view.items.table
-    if color_by not in COLOR_BY: raise ValueError(f"--color-by {color_by!r}: one of {', '.join(COLOR_BY)}")
+    if color_by not in COLOR_BY: raise SettingsError(f"--color-by {color_by!r}: one of {', '.join(COLOR_BY)}")
     if color_by == "norm":
         q = pd.qcut(view.fields.norm.rank(method="first"), 4, labels=False) if len(t) >= 4 else np.zeros(len(t), int)
         edges = np.quantile(view.fields.norm, [0, .25, .5, .75, 1])
@@ -345,7 +345,7 @@ def export_static(workspace: str | Path, out: str | Path, similarity_k: int | No
     from hyperview.runtime import HyperViewRuntime
     from hyperview.static_export import DEFAULT_SIMILARITY_EXPORT_K, export_runtime_workspace
     workspace = Path(workspace)
-    if not _is_view_workspace(workspace): raise FileNotFoundError(f"{workspace}: not a `hierbench view` workspace (no {VIEW_MARKER})")
+    if not _is_view_workspace(workspace): raise MissingFileError(f"{workspace}: not a `hierbench view` workspace (no {VIEW_MARKER})")
     is_bundle = lambda p: (p / "hyperview-static.json").is_file()
     with atomic_folder(out, replaceable=is_bundle) as tmp, hyperview_home(workspace):
         k = DEFAULT_SIMILARITY_EXPORT_K if similarity_k is None else similarity_k
@@ -357,7 +357,7 @@ def serve_workspace(workspace: str | Path, host: str = "127.0.0.1", port: int = 
     hv = require_hyperview()
     from hyperview.runtime import HyperViewRuntime
     workspace = Path(workspace)
-    if not _is_view_workspace(workspace): raise FileNotFoundError(f"{workspace}: not a `hierbench view` workspace (no {VIEW_MARKER})")
+    if not _is_view_workspace(workspace): raise MissingFileError(f"{workspace}: not a `hierbench view` workspace (no {VIEW_MARKER})")
     record = json.loads((workspace / VIEW_MARKER).read_text())
     with hyperview_home(workspace):
         runtime = HyperViewRuntime()
@@ -370,27 +370,23 @@ def serve_workspace(workspace: str | Path, host: str = "127.0.0.1", port: int = 
     return session
 
 # %% ../nbs/12b_view.ipynb #3642a266
-VIEW_ERRORS = (MissingExtraError, ImagesUnsupported, DataFormatError, MissingImageError, FileNotFoundError,
-               FileExistsError, ValueError)
-
 def cmd_view(args):
+    "`hierbench view`: build the workspace (and the static bundle), then serve it if asked. Refusals are `HierbenchError`s (one line each)."
     from hierbench.scorers import load_scorer
-    try:
-        check_hyperview()           # imported only to write, after the encoding (see `check_hyperview`)
-        if args.captions and not args.images: raise ValueError("--captions goes with --images DIR")
-        splits = [s.strip() for s in args.world_splits.split(",") if s.strip()]
-        items = (world_items(args.n_world, splits) if args.world else folder_items(args.images, args.captions, args.limit))
-        model = load_scorer(args.scorer, geometry=args.geometry, quick_gelu=args.quick_gelu)
-        if items.n_images and not has_images(model):
-            raise ImagesUnsupported(f"{args.scorer} is a text-only model: it cannot place images in a view")
-        view = build_view(model, items, euclidean=args.euclidean, name=args.scorer)
-        res = write_workspace(view, args.out, color_by=args.color_by)
-        print(f"wrote {args.out}: {len(items.table)} samples ({items.n_images} images), layouts "
-              + ", ".join(res["layouts"]) + " — " + ", ".join(f"{k} {v:.1f} s" for k, v in view.seconds.items())
-              + f", write {res['seconds']:.1f} s")
-        if args.static:
-            s = export_static(args.out, args.static)
-            print(f"wrote HyperView's static bundle {args.static} ({s['num_files']} files): serve it with any static "
-                  f"file server, e.g. python -m http.server -d {args.static}")
-    except VIEW_ERRORS as e: sys.exit(f"hierbench view: {e}")
+    check_hyperview()           # imported only to write, after the encoding (see `check_hyperview`)
+    if args.captions and not args.images: raise SettingsError("--captions goes with --images DIR")
+    splits = [s.strip() for s in args.world_splits.split(",") if s.strip()]
+    items = (world_items(args.n_world, splits) if args.world else folder_items(args.images, args.captions, args.limit))
+    model = load_scorer(args.scorer, geometry=args.geometry, quick_gelu=args.quick_gelu)
+    if items.n_images and not has_images(model):
+        raise ImagesUnsupported(f"{args.scorer} is a text-only model: it cannot place images in a view")
+    view = build_view(model, items, euclidean=args.euclidean, name=args.scorer)
+    res = write_workspace(view, args.out, color_by=args.color_by)
+    print(f"wrote {args.out}: {len(items.table)} samples ({items.n_images} images), layouts "
+          + ", ".join(res["layouts"]) + " — " + ", ".join(f"{k} {v:.1f} s" for k, v in view.seconds.items())
+          + f", write {res['seconds']:.1f} s")
+    if args.static:
+        s = export_static(args.out, args.static)
+        print(f"wrote HyperView's static bundle {args.static} ({s['num_files']} files): serve it with any static "
+              f"file server, e.g. python -m http.server -d {args.static}")
     if args.serve: serve_workspace(args.out, args.host, args.port)

@@ -16,12 +16,13 @@ import pandas as pd
 import torch
 from PIL import Image
 
-from .data import CorruptImageError, DataFormatError, MissingImageError
-from .loaders import (_DuplicateKey, _check_file, _field, _join, _num, _record_id, _same_text, _set_aside, _str,
-                               _tname, _unique_keys)
+from .data import CorruptImageError, DataFormatError, MissingImageError, UnreadableImagesError
+from .annotations import (_DuplicateKey, _check_file, _field, _join, _num, _record_id, _same_text, _set_aside,
+                                   _str, _tname, _unique_keys)
 from .encoding import encode_image_sources, encode_texts, similarity_name
 from .metrics import chance_key
 from .scorers import has_images, skipped
+from .config import MissingFileError
 
 # %% auto #0
 __all__ = ['WINOGROUND_CHANCE', 'TAG_FAMILIES', 'winoground_files', 'WinogroundItem', 'load_winoground', 'winoground_scores',
@@ -31,15 +32,15 @@ __all__ = ['WINOGROUND_CHANCE', 'TAG_FAMILIES', 'winoground_files', 'WinogroundI
 def winoground_files(folder: str | Path) -> tuple[Path, Path]:
     "(examples.jsonl, the images folder or images.zip) of a Winoground folder, files under `data/` or at its root."
     folder = Path(folder).expanduser()
-    if not folder.is_dir(): raise FileNotFoundError(f"Winoground folder not found: {folder}")
+    if not folder.is_dir(): raise MissingFileError(f"Winoground folder not found: {folder}")
     for base in (folder / "data", folder):
         examples = base / "examples.jsonl"
         if not os.path.lexists(examples): continue
         _check_file(examples, "Winoground examples file")   # a folder, a symlink loop, no permission: said as such
         for images in (base / "images", base / "images.zip"):
             if images.exists(): return examples, images
-        raise FileNotFoundError(f"{base}: examples.jsonl but neither images/ nor images.zip beside it")
-    raise FileNotFoundError(f"{folder}: no data/examples.jsonl or examples.jsonl (the facebook/winoground dataset folder)")
+        raise MissingFileError(f"{base}: examples.jsonl but neither images/ nor images.zip beside it")
+    raise MissingFileError(f"{folder}: no data/examples.jsonl or examples.jsonl (the facebook/winoground dataset folder)")
 
 # %% ../nbs/10g_winoground.ipynb #de023067
 def _zip_image(zip_path: Path, member: str) -> Image.Image:
@@ -159,7 +160,8 @@ def evaluate_winoground(model, data, *, batch_size: int = 64, num_workers: int |
                                          num_workers, [f"{it.id}/image_{j}" for it in items for j in (0, 1)])
     rows = rows.reshape(len(items), 2)
     keep = np.flatnonzero((rows >= 0).all(1))
-    if len(keep) == 0: raise ValueError(f"none of the {len(items)} examples has both images readable (see the warning)")
+    if len(keep) == 0: raise UnreadableImagesError((f"{data}: " if isinstance(data, (str, Path)) else "")
+                                                      + f"none of the {len(items)} examples has both images readable (see the warning)")
     kept = [items[k] for k in keep]
     txt = encode_texts(model, [c for it in kept for c in it.captions], 4 * batch_size).to(embs.device).reshape(len(kept), 2, -1)
     img = embs[torch.as_tensor(rows[keep], device=embs.device)]                 # (N, 2, D): image 0, image 1

@@ -23,6 +23,7 @@ from .encoding import encode_image_sources, similarity_name
 from .evaluate import class_prototypes
 from .metrics import as_numpy, chance_key
 from .retrieval import wds_dataset_type, wds_shards
+from .config import MissingFileError
 
 # %% auto #0
 __all__ = ['IMAGE_EXTENSIONS', 'FOLDER_IMAGE_EXTENSIONS', 'SPLITS', 'read_lines', 'read_classnames', 'read_templates',
@@ -202,7 +203,7 @@ def open_classification(folder: str | Path, classnames: str | Path | None = None
     """The classification dataset in `folder` (CLIP_benchmark's WebDataset layout, an ImageFolder, ImageNet-1k's val
     folder); `classnames` / `templates`: files that override the ones found beside the data; `name`: default the folder's."""
     root = Path(folder)
-    if not root.is_dir(): raise FileNotFoundError(f"classification dataset folder not found: {root}")
+    if not root.is_dir(): raise MissingFileError(f"classification dataset folder not found: {root}")
     name = name or root.name
     wds_splits = {s: root / s for s in SPLITS if (root / s / "nshards.txt").is_file()}
     if wds_splits:

@@ -287,3 +287,25 @@ def test_hierbench_train_seeds_writes_one_run_folder_per_seed(tmp_path, capsys):
     main(["train", "negclip", "--seeds", "0,2", *common[:-1], str(tmp_path / "ft"), "--init-checkpoint", str(tmp_path / "g")])
     cfg = json.loads((tmp_path / "ft" / "seed2" / "config.json").read_text())
     assert Path(cfg["init_checkpoint"]) == tmp_path / "g" / "seed2" / "model.safetensors"
+
+
+# ------------------------------------------------------------------ one helper for a run's events
+
+class _Recorder:
+    "A callback that keeps what it is told (event, step, the metrics line without its time) and adds a term of its own."
+    def __init__(self): self.seen = []
+    def __call__(self, event, state):
+        m = state.get("metrics")
+        self.seen.append((event, state.get("step"), None if m is None else {k: v for k, v in m.items() if k != "time"}))
+        return {"probe": float(state["step"])} if event in ("begin", "log") else None
+
+
+def test_train_and_a_seed_group_tell_their_callbacks_the_same_events(tmp_path):
+    "One helper (`hierbench.callbacks.RunEvents`) sends both: run_start, step 0's terms, every metrics line, step_end, run_end."
+    alone, grouped = _Recorder(), _Recorder()
+    train_recipe("clip", tmp_path / "alone", seed=1, callbacks=[alone], **_kw(tmp_path))
+    train_seeds("clip", tmp_path / "group", [1], callbacks=[grouped], **_kw(tmp_path))
+    assert alone.seen == grouped.seen
+    events = [e for e, _, _ in alone.seen]
+    assert events[:3] == ["run_start", "begin", "metrics"] and events[-1] == "run_end" and events.count("step_end") == 3
+    assert alone.seen[2][2] == {"step": 0, "probe": 0.0} and read_metrics(tmp_path / "group" / "seed1")[0] == {"step": 0, "probe": 0.0}

@@ -1,7 +1,8 @@
 """The input audit: every class of malformed benchmark input, generated over every loader it applies to, and what
-hierbench does with each — the fuzz table of issue #13.
+hierbench does with each — the fuzz table of issue #13; then (`input_audit_cli.py`, issue #42) every format issue 32
+added, malformed, run through `hierbench eval` as a user runs it.
 
-    python tools/input_audit.py            # prints the table (markdown); exit status 1 if any row is unsafe
+    python tools/input_audit.py            # prints both tables (markdown); exit status 1 if any row is unsafe
 
 Outcomes: `clear` (an error naming the file, record and field), `refused` (a path that leaves the image root, named),
 `handled` (loaded, the bad records set aside with a DataWarning naming them, every good record kept; or an accepted
@@ -195,12 +196,19 @@ def fuzz_table(audit: pd.DataFrame) -> pd.DataFrame:
     t.insert(0, "inputs", t.sum(axis=1))
     return t.loc[list(dict.fromkeys(audit.cls))]
 
+def markdown(table: pd.DataFrame, first: str) -> str:
+    return "\n".join([f"| {first} | " + " | ".join(table.columns) + " |", "|---|" + "---|" * len(table.columns)]
+                     + [f"| {k} | " + " | ".join(str(v) for v in r) + " |" for k, r in table.iterrows()])
+
 if __name__ == "__main__":
-    audit = run_audit()
-    table = fuzz_table(audit)
-    print("| class | " + " | ".join(table.columns) + " |\n|---|" + "---|" * len(table.columns))
-    for cls, r in table.iterrows(): print(f"| {cls} | " + " | ".join(str(v) for v in r) + " |")
+    sys.path.insert(0, str(Path(__file__).parent))
+    import input_audit_cli as CLI
+    audit, cli = run_audit(), CLI.run_cli_audit()
+    print(markdown(fuzz_table(audit), "class"))
     bad = audit[audit.outcome.isin(UNSAFE)]
-    print(f"\n{len(audit)} inputs over {audit.format.nunique()} loaders: {len(bad)} unsafe")
-    for r in bad.itertuples(): print(f"  {r.cls} / {r.format}: {r.outcome} — {r.message}")
-    sys.exit(1 if len(bad) else 0)
+    print(f"\n{len(audit)} inputs over {audit.format.nunique()} loaders: {len(bad)} unsafe\n")
+    print(markdown(CLI.cli_table(cli), "format (through `hierbench eval`)"))
+    bad_cli = cli[cli.outcome.isin(CLI.UNSAFE)]
+    print(f"\n{len(cli)} runs ({(cli.via == 'subprocess').sum()} as processes) over {cli.format.nunique()} formats: {len(bad_cli)} unsafe")
+    for r in [*bad.itertuples(), *bad_cli.itertuples()]: print(f"  {r.cls} / {r.format}: {r.outcome} — {r.message}")
+    sys.exit(1 if len(bad) or len(bad_cli) else 0)
