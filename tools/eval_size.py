@@ -6,7 +6,7 @@ lives and its seed half-width before (the budget's evaluation) and after (the la
 Writes FILE.json: the plan, the sizes, each run's metrics at both sizes, and the variance table (`hierbench.claims.
 variance_components`) of both, so a results page's numbers can be re-read without the checkpoints. Usage:
     .venv/bin/python tools/eval_size.py COMPARE_DIR --recipes hycoclip,argent,argent-no-reg --n-test 1200 \\
-        [--pep-pool 100] [--metrics pep_ap,pep_auc] --out nbs/results/data/eval-size.json
+        [--pep-pool 100] [--metrics pep_ap,pep_auc] [--seeds 5] --json nbs/results/data/eval-size.json
 """
 import argparse, json, time
 from pathlib import Path
@@ -22,12 +22,12 @@ from hierbench.models import load_model
 from hierbench.records import finished_runs, read_plan
 
 
-def rescore(out: Path, plan, recipes, n_test: int, pep_pool: int, log=print):
+def rescore(out: Path, plan, recipes, n_test: int, pep_pool: int, seeds: int | None = None, log=print):
     """Each run of `recipes` scored on `n_test` test-iid scenes by the two protocols the rows read, as
     `evaluate_world_split` scores them (compositional accuracy, PEP): ({(recipe, seed): metrics}, {(recipe, seed): items})."""
     data = world_eval_data("test-iid", n_test, seed=0, pep_pool=pep_pool)
     metrics, items = {}, {}
-    for r, s in [k for k in plan.runs() if k[0] in recipes]:
+    for r, s in [k for k in plan.runs() if k[0] in recipes and (seeds is None or k[1] < seeds)]:
         t0, its = time.perf_counter(), {}
         model = load_model(run_dir(out, r, s) / "model.safetensors")
         img = encode_uint8_images(model, data.images, 256)
@@ -53,16 +53,17 @@ def main(argv=None):
     p.add_argument("--n-test", type=int, required=True)
     p.add_argument("--pep-pool", type=int, default=None, help="default: the budget's")
     p.add_argument("--metrics", default="pep_ap,pep_auc")
+    p.add_argument("--seeds", type=int, default=None, help="only seeds 0 .. N-1 (default: every seed of the plan)")
     p.add_argument("--json", type=Path, required=True)
     a = p.parse_args(argv)
     plan = read_plan(a.out)
     recipes, metrics = a.recipes.split(","), a.metrics.split(",")
     rows = [c for c in CLAIMS if c.a in recipes and c.b in recipes and c.metric in metrics]
     if not rows: raise SystemExit(f"no claim row compares two of {recipes} on {metrics}")
-    runs = [r for r in finished_runs(a.out, plan) if r["recipe"] in recipes]
+    runs = [r for r in finished_runs(a.out, plan) if r["recipe"] in recipes and (a.seeds is None or r["seed"] < a.seeds)]
     before_items = {(r["recipe"], r["seed"]): load_items(run_dir(a.out, r["recipe"], r["seed"]) / "items.npz") for r in runs}
     pool = a.pep_pool or plan.budget.pep_pool
-    big, big_items = rescore(a.out, plan, recipes, a.n_test, pool)
+    big, big_items = rescore(a.out, plan, recipes, a.n_test, pool, a.seeds)
     after_runs = [{**r, "metrics": big[(r["recipe"], r["seed"])]} for r in runs]
     n_boot = plan.budget.n_boot
     before = table(runs, before_items, rows, plan.budget.n_test, n_boot).assign(n_test=plan.budget.n_test, pep_pool=plan.budget.pep_pool)
