@@ -110,14 +110,14 @@ def test_pages_load_in_headless_chromium(probed_site):
 @pytest.mark.skipif(CHROMIUM is None, reason="no chromium on this machine (apt-get install chromium)")
 def test_search_finds_a_symbol_of_another_page_and_math_is_typeset(probed_site):
     hits = _probe(probed_site, "index.html", "?q=DualEncoder")["results"]
-    assert hits and hits[0] == "models.html#DualEncoder", hits
+    assert hits and hits[0] == "dual_encoder.html#DualEncoder", hits
     assert "geometry.html#exterior_angle" in _probe(probed_site, "world.html", "?q=exterior_angle")["results"]
     geometry = _probe(probed_site, "geometry.html")
     assert geometry["math"] > 20 and geometry["math_errors"] == 0, geometry   # the conventions section's $…$ typeset
 
 
 def test_class_cross_links_resolve(docs_dir):
-    "nbdev links classes in lower case (`models.html#dualencoder`); every such link lands on its class's heading."
+    "nbdev links classes in lower case (`dual_encoder.html#dualencoder`); every such link lands on its class's heading."
     from hierbench.docs import broken_links
     bad = broken_links(docs_dir)
     public = [b for b in bad if not b[2].startswith("_") and "." not in b[2]]
