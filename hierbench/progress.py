@@ -112,9 +112,11 @@ def _is_terminal() -> bool:
     except (AttributeError, ValueError): return False   # replaced or closed streams
 
 def _finished_row(folder: Path) -> dict | None:
-    "The `eval.json` row of a run folder whose weights exist (a cheap look: `compare.finished_run` checks it fully)."
-    try: return json.loads((folder / "eval.json").read_text()) if (folder / "model.safetensors").exists() else None
+    """The `eval.json` row of a finished run folder: its weights exist, or it was restored from ledger records (its row
+    says `"recorded"`, and it has no weights). A cheap look: `compare.finished_run` checks it fully."""
+    try: row = json.loads((folder / "eval.json").read_text())
     except (OSError, ValueError): return None
+    return row if (folder / "model.safetensors").exists() or "recorded" in row else None
 
 class CompareProgress:
     "What compare shows while it runs: lines per finished run, time left, heartbeats, a bar; printed by the parent."
