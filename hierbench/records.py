@@ -438,4 +438,5 @@ def forest_title(meta: Mapping, ledger: pd.DataFrame) -> str:
     n = f"{run.n.min()}–{run.n.max()} seeds" if len(run) and run.n.min() != run.n.max() else f"{meta.get('seeds', '?')} seeds"
     rule = ("the interval of each row's last look (group-sequential rule)" if meta.get("until_decided")
             else "its 95% seed interval")
-    return f"Claims ledger, {(meta.get('budget') or {}).get('name', '?')} budget, {n}: effect A − B with {rule}"
+    # two lines: the rule does not fit beside the budget in the plot's width (plotly titles take <br> and <sup>)
+    return f"Claims ledger, {(meta.get('budget') or {}).get('name', '?')} budget, {n}<br><sup>effect A − B with {rule}</sup>"
