@@ -16,7 +16,7 @@ from .config import SettingsError
 
 # %% auto #0
 __all__ = ['PRETRAIN_RECIPES', 'FINETUNE_RECIPES', 'ALL_RECIPES', 'QUICK_RECIPES', 'STANDARD_RECIPES', 'BUDGETS', 'Budget',
-           'budget_from_meta', 'plan_runs']
+           'budget_from_meta', 'plan_runs', 'eval_scene_counts']
 
 # %% ../nbs/11b_budgets.ipynb #e3cf4a9c
 PRETRAIN_RECIPES = ("clip", "meru", "hycoclip", "argent", "argent-no-weight", "argent-weight-all", "argent-no-reg")
@@ -120,3 +120,8 @@ def plan_runs(recipes: list[str] | None = None) -> list[str]:
         order.append(name)
     for r in wanted: add(r)
     return order
+
+# %% ../nbs/11b_budgets.ipynb #635aec9d
+def eval_scene_counts(budget: Budget) -> dict[str, int]:
+    "Scenes per evaluation split, in `build_eval_data`'s order: the evaluation bootstrap's resampling units."
+    return {split: budget.n_test for split in ("test-iid", "test-comp", "general")}

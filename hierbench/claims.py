@@ -6,19 +6,23 @@ Docs: https://hierbench.github.io/hierbench/claims.html.md"""
 
 # %% ../nbs/11c_claims.ipynb #44f2e3c6
 from __future__ import annotations
+import re
 from dataclasses import dataclass
 from typing import Mapping
 import numpy as np, pandas as pd
-from .budgets import BUDGETS, plan_runs
+from .budgets import BUDGETS, Budget, eval_scene_counts, plan_runs
 from .evaluate import bootstrap_replicates, scene_counts
-from .recipes import recipe_diff
+from .config import HierbenchError
+from .plugins import PluginError, note_registration
+from .recipes import get_recipe, recipe_diff
+from .run_folder import json_safe, results_rows
 from .stats import (SequentialPlan, bootstrap_weights, fragility, mean_interval, min_detectable_effect,
                              seeds_for_half_width, sequential_verdict, t_half_width)
 
 # %% auto #0
 __all__ = ['ENTAILMENT', 'NORM_REG', 'WEIGHT_MODE', 'HARD_NEGATIVES', 'HYPERBOLIC', 'CLAIMS', 'HALF_WIDTH_TARGETS', 'Claim',
-           'unfair_claims', 'deciding_budget', 'evaluate_claims', 'recipes_to_extend', 'power_table',
-           'variance_components']
+           'register_claim', 'unfair_claims', 'deciding_budget', 'evaluate_claims', 'recipes_to_extend', 'power_table',
+           'claims_ledger', 'claims_document', 'variance_components']
 
 # %% ../nbs/11c_claims.ipynb #693bf639
 @dataclass(frozen=True)
@@ -50,8 +54,53 @@ _DEGLA_TERMS = ("ema_decay", "ema_horizon", "weights.distill", "weights.igc", "w
 HARD_NEGATIVES = ("contrastive", "negative_types", "num_negatives")
 HYPERBOLIC = ("geometry", "init_from", "weights.adaent", "weights.reg")
 
+# %% ../nbs/11c_claims.ipynb #b8be0e40
+CLAIMS: list[Claim] = []   # the registry: the workbench's rows first, then each plugin's, in registration order
+
+# the metrics a world run reports (`hierbench.evaluate.evaluate_world_split`, `hierbench.compare.results_rows`)
+_WORLD_METRIC = re.compile(r"zs_(acc|h_precision|h_recall|jaccard|lca|tie)/(test-iid|test-comp|general)"
+                           r"|(i2t|t2i)_R@\d+(/test-comp)?|comp_acc(/[a-z_]+)?(/test-comp)?|(tot|itt)_acc(/[a-z_]+)?"
+                           r"|pep_(hard_)?(auc|ap|angle_auc)|d_corr|aperture_saturated|parent_norm"
+                           r"|(norm|radius)/(image|text_l\d+)|train_seconds|samples_per_second")
+
+def _claim_key(c: Claim) -> tuple: return (c.id, c.a, c.b, c.metric)
+
+# %% ../nbs/11c_claims.ipynb #262cec0e
+def _check_claim(c: Claim):
+    "A `PluginError` naming the row when it cannot be a row of the ledger."
+    where = f"claim {c.id} ({c.a} vs {c.b}, {c.metric})"
+    if not isinstance(c, Claim): raise PluginError(f"register_claim takes Claim(...) rows, got {type(c).__name__}")
+    if c.direction not in ("higher", "lower", "no_worse"):
+        raise PluginError(f"{where}: direction {c.direction!r}; use 'higher', 'lower' or 'no_worse'")
+    if c.a == c.b: raise PluginError(f"{where}: a recipe against itself")
+    for r in (c.a, c.b):
+        try: get_recipe(r)
+        except HierbenchError as e: raise PluginError(f"{where}: {e}") from None
+    if not _WORLD_METRIC.fullmatch(c.metric):
+        raise PluginError(f"{where}: unknown metric {c.metric!r}; the world reports e.g. zs_acc/test-iid, i2t_R@5, "
+                          "comp_acc, comp_acc/swap_att, tot_acc, pep_auc, pep_ap, d_corr")
+    actual, declared = recipe_diff(c.a, c.b), set(c.differs_in)
+    if actual != declared:
+        extra, equal = sorted(actual - declared), sorted(declared - actual)
+        raise PluginError(f"{where}: the recipes differ in {sorted(actual) or 'nothing'}, the claim declares "
+                          f"{sorted(declared) or 'nothing'}" + (f"; undeclared: {extra}" if extra else "")
+                          + (f"; declared but equal: {equal}" if equal else ""))
+
+# %% ../nbs/11c_claims.ipynb #a561cc0f
+def register_claim(*claims: Claim) -> list[Claim]:
+    """Add rows to the ledger (`CLAIMS`), each checked (`_check_claim`); a row already registered with the same content
+    (a re-run cell, a re-imported plugin) is left as it is, a different row under the same id, recipes and metric refused."""
+    for c in claims:
+        _check_claim(c)
+        old = next((o for o in CLAIMS if _claim_key(o) == _claim_key(c)), None)
+        if old is not None and old != c:
+            raise PluginError(f"claim {c.id} ({c.a} vs {c.b}, {c.metric}) is already registered with other content")
+        if old is None: CLAIMS.append(c)
+        note_registration("claim", c.id)
+    return list(claims)
+
 # %% ../nbs/11c_claims.ipynb #6a247dbc
-CLAIMS: list[Claim] = [
+_ = register_claim(
     *_cl("ARG-1", "ARGENT Tab. 2", "adaptive angular entailment improves hierarchy over cone entailment",
          [("argent-no-reg", "hycoclip")], ["pep_auc", "pep_ap"], differs=ENTAILMENT),
     *_cl("ARG-1", "ARGENT Tab. 2", "adaptive angular entailment improves hierarchy over cone entailment",
@@ -105,7 +154,7 @@ CLAIMS: list[Claim] = [
          [("argent+degla", "degla"), ("argent+read", "read")], ["pep_auc"], differs=HYPERBOLIC),
     *_cl("GEN-1", "workbench", "compositional fine-tuning in hyperbolic space keeps the hierarchy",
          [("argent+degla", "degla"), ("argent+read", "read")], ["comp_acc"], "no_worse", differs=HYPERBOLIC),
-]
+)
 
 # %% ../nbs/11c_claims.ipynb #7f96f11c
 def unfair_claims(claims: list[Claim] | None = None) -> list[tuple[Claim, set]]:
@@ -231,6 +280,21 @@ def power_table(ledger: pd.DataFrame) -> pd.DataFrame:
     sd = g.seed_sd.median() if "seed_sd" in led else pd.Series(np.nan, index=out.index)
     out["seeds_needed"] = [seeds_for_half_width(s, t) if pd.notna(t) else np.nan for s, t in zip(sd, out.target)]
     return out
+
+# %% ../nbs/11c_claims.ipynb #97a9a006
+def claims_ledger(runs: list[dict], items: Mapping, budget: Budget, plan: SequentialPlan | None = None,
+                  still_open: str = "open") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The result rows and the claims ledger of finished `runs` (their rows) and `items` (`{(recipe, seed): per-item
+    records}`): what `compare_outputs` writes, and what `hierbench.records` recomputes from a ledger's records alone."""
+    results = pd.DataFrame(results_rows(runs))
+    ledger = evaluate_claims(results, items=items, n_boot=budget.n_boot, plan=plan, scenes=eval_scene_counts(budget))
+    ledger.loc[ledger.stopped == "open", "stopped"] = still_open
+    return results, ledger
+
+# %% ../nbs/11c_claims.ipynb #655eb25f
+def claims_document(meta: dict, ledger: pd.DataFrame) -> dict:
+    "What claims.json holds: how the runs were made (`meta`), the ledger's rows and its power table; JSON-safe."
+    return json_safe(dict(meta=meta, claims=ledger.to_dict("records"), power=power_table(ledger).reset_index().to_dict("records")))
 
 # %% ../nbs/11c_claims.ipynb #9453780c
 def variance_components(ledger: pd.DataFrame, results: pd.DataFrame, items: Mapping, scenes: Mapping[str, int],

@@ -6,36 +6,37 @@ Docs: https://hierbench.github.io/hierbench/compare.html.md"""
 
 # %% ../nbs/11_compare.ipynb #ca21d6b4
 from __future__ import annotations
-import contextlib, dataclasses, functools, hashlib, html, inspect, json, math, resource, shutil, time, warnings
+import contextlib, dataclasses, functools, html, inspect, json, math, resource, shutil, time, warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 import numpy as np, pandas as pd
 import plotly, torch
-from .budgets import BUDGETS, Budget, plan_runs
-from .claims import evaluate_claims, power_table, recipes_to_extend
+from .budgets import BUDGETS, Budget, eval_scene_counts, plan_runs
+from .claims import claims_document, claims_ledger, evaluate_claims, power_table, recipes_to_extend
 from .config import (FolderLock, MissingFileError, SettingsError, atomic_write, atomic_write_text,
                               load_settings, run_once, sweep_temporary_files)
 from .decoder import CaptionDecoder, load_or_pretrain_decoder
 from .evaluate import evaluate_world_split, pep_angle_summary, world_eval_data
-from .metrics import chance_key
 from .jobs import Validation
-from .models import load_model, resolve_architecture, save_model
+from .models import load_model, save_model
 from .pool import InProcess, ProcessPool, default_launcher   # the local launchers (re-exported: `compare.InProcess`)
-from .recipes import get_recipe, recipe_fields
+from .recipes import get_recipe
 from .report import render_report, save_static_figures, stage_table, summary_table
 from .sources import WorldData, WorldDataset, world_captions
 from .train import Preempted, plateau_step, read_metrics
-from .world import WorldConfig, build_split
+from .world import build_split
 from .progress import CompareProgress, duration, prior_decoder_seconds
 from .stats import SequentialPlan, look_schedule
 from .seed_batch import train_seeds
+# a run's folder, its fingerprint and reuse check, per-item records and result rows (re-exported: `compare.run_dir`, ...)
+from .run_folder import (file_sha256, finished_run, json_safe, load_items, results_rows, run_dir,
+                                  run_fingerprint, save_items)
 
 # %% auto #0
-__all__ = ['DECODER_TASK', 'FIRST_LOOK', 'SEEDS_PER_PROCESS', 'read_decoder', 'build_eval_data', 'eval_scene_counts',
-           'evaluate_run', 'save_items', 'load_items', 'run_dir', 'run_fingerprint', 'finished_run', 'run_recipe_seeds',
-           'run_recipe', 'results_rows', 'task_graph', 'task_runs', 'claims_document', 'claims_ledger',
-           'compare_outputs', 'main_job_dir', 'run_compare']
+__all__ = ['DECODER_TASK', 'FIRST_LOOK', 'SEEDS_PER_PROCESS', 'read_decoder', 'build_eval_data', 'evaluate_run',
+           'run_recipe_seeds', 'run_recipe', 'task_graph', 'task_runs', 'compare_outputs', 'main_job_dir',
+           'run_compare']
 
 # %% ../nbs/11_compare.ipynb #13eb1a27
 def read_decoder(out: str | Path, budget: Budget, quiet: bool = True) -> CaptionDecoder:
@@ -49,11 +50,6 @@ def build_eval_data(budget: Budget) -> dict:
     return {split: world_eval_data(split, budget.n_test, seed=0, pep_pool=budget.pep_pool if split == "test-iid" else 0)
             for split in ("test-iid", "test-comp", "general")}
 
-# %% ../nbs/11_compare.ipynb #1268016b
-def eval_scene_counts(budget: Budget) -> dict[str, int]:
-    "Scenes per evaluation split, in `build_eval_data`'s order: the evaluation bootstrap's resampling units."
-    return {split: budget.n_test for split in ("test-iid", "test-comp", "general")}
-
 # %% ../nbs/11_compare.ipynb #40d3d3a5
 def evaluate_run(model, eval_data: dict, items: dict | None = None) -> dict[str, float]:
     """World metrics of `model` on prepared evaluation data (full protocol on test-iid; zero-shot, retrieval,
@@ -64,77 +60,6 @@ def evaluate_run(model, eval_data: dict, items: dict | None = None) -> dict[str,
         out.update(evaluate_world_split(model, data, full=split == "test-iid", items=its))
         if items is not None: items[split] = its
     return out
-
-# %% ../nbs/11_compare.ipynb #d9ddfb27
-def save_items(path: Path, items: dict) -> Path:
-    "Per-item records `{split: {record: {field: array}}}` as one compressed .npz (keys 'split|record|field'), atomically."
-    flat = {f"{s}|{r}|{k}": np.asarray(v) for s, recs in items.items() for r, rec in recs.items() for k, v in rec.items()}
-    def write(tmp):
-        with open(tmp, "wb") as f: np.savez_compressed(f, **flat)
-    atomic_write(Path(path), write)
-    return Path(path)
-
-# %% ../nbs/11_compare.ipynb #5c30f10d
-def load_items(path: Path) -> dict:
-    "The records `save_items` wrote (no pickles: string fields are numpy unicode arrays)."
-    out: dict = {}
-    with np.load(path, allow_pickle=False) as z:
-        for key in z.files:
-            s, r, k = key.split("|")
-            out.setdefault(s, {}).setdefault(r, {})[k] = z[key]
-    return out
-
-# %% ../nbs/11_compare.ipynb #65b2e467
-def _json_safe(x):
-    "Replace NaN/inf (invalid in JSON) by None, recursively; numpy scalars and arrays to plain types."
-    if isinstance(x, dict): return {str(k): _json_safe(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)): return [_json_safe(v) for v in x]
-    if isinstance(x, np.ndarray): return _json_safe(x.tolist())
-    if isinstance(x, (float, np.floating)): return float(x) if math.isfinite(x) else None
-    if isinstance(x, (np.integer, np.bool_)): return x.item()
-    return x
-
-# %% ../nbs/11_compare.ipynb #68727aa9
-def _sha256(path: Path) -> str:
-    "The SHA-256 of a file, read in 1 MB blocks."
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""): h.update(chunk)
-    return h.hexdigest()
-
-# %% ../nbs/11_compare.ipynb #eb0bc2e8
-def run_dir(out: str | Path, recipe: str, seed: int) -> Path:
-    "The folder of one run of the compare job: `out/runs/RECIPE/seedN`."
-    return Path(out) / "runs" / recipe / f"seed{seed}"
-
-# %% ../nbs/11_compare.ipynb #2d6f7ee8
-def run_fingerprint(recipe) -> dict:
-    """What else a finished run's numbers depend on besides the budget's run key: every field of the recipe
-    (`recipes.recipe_fields`) and the world's config hash (which includes `world.WORLD_VERSION`). Reuse checks it."""
-    fields = {f"recipe.{k}": v for k, v in recipe_fields(recipe).items()}
-    return json.loads(json.dumps(_json_safe({**fields, "world.config_hash": WorldConfig().config_hash()})))
-
-# %% ../nbs/11_compare.ipynb #e4e1141e
-def _check_finished(folder: Path, name: str, recipe, budget: Budget) -> dict:
-    "The recorded row of the finished run in `folder`, after checking it belongs to `budget`, today's architecture and recipe."
-    row = json.loads((folder / "eval.json").read_text())
-    if row.get("run_key") != budget.run_key():
-        recorded = row.get("budget_name", row.get("preset_name"))
-        raise SettingsError(f"{folder} holds a finished run of another budget ({recorded!r}, not "
-                         f"{budget.name!r}, or an older version of it): use another --out folder, or delete that run")
-    # the budget names its architecture; if that name now means another architecture (a newer hierbench), the old run
-    # would silently stand in for the new model
-    saved = (row["recorded"]["arch"] if "recorded" in row else   # a run restored from ledger records keeps its model's
-             json.loads((folder / "model.json").read_text())["arch"] if (folder / "model.json").exists() else None)
-    if saved != json.loads(json.dumps(resolve_architecture(budget.arch))):
-        raise SettingsError(f"{folder} holds a finished run whose model is not today's {budget.arch!r} "
-                         "architecture: use another --out folder, or delete that run to redo it")
-    recorded, now = row.get("run_fingerprint"), run_fingerprint(recipe)
-    if recorded is not None and recorded != now:
-        changed = sorted(k for k in set(recorded) | set(now) if recorded.get(k) != now.get(k))
-        raise SettingsError(f"{folder} holds a finished run of another definition of {name!r} or of the world "
-                         f"(changed: {', '.join(changed)}): use another --out folder, or delete that run to redo it")
-    return row
 
 # %% ../nbs/11_compare.ipynb #2bd60db4
 class _Snapshots:
@@ -206,29 +131,10 @@ def _record_run(name: str, recipe, seed: int, budget: Budget, folder: Path, eval
                batch_size=batch, seed_group=config.get("seed_group", [seed]), train_seconds=train_s, eval_seconds=time.perf_counter() - t1,
                samples_per_second=steps * batch / max(train_s, 1e-9),
                final_loss=float([m for m in read_metrics(folder) if "loss" in m][-1]["loss"]),
-               metrics=metrics, weights_sha256=_sha256(weights), run_fingerprint=run_fingerprint(recipe))
+               metrics=metrics, weights_sha256=file_sha256(weights), run_fingerprint=run_fingerprint(recipe))
     if finetune: row["stage"] = _stage_summary(folder, steps)
     else: row["pep_analysis"] = _pep_analysis(folder, steps, items, eval_data)
-    atomic_write_text(folder / "eval.json", json.dumps(_json_safe(row), indent=1))
-    return row
-
-# %% ../nbs/11_compare.ipynb #8fa4d014
-def finished_run(name: str, seed: int, budget: Budget, out: str | Path) -> dict | None:
-    """The recorded row of run `(name, seed)` in `out` when it is finished and reusable: its run key, architecture and
-    fingerprint are today's (`_check_finished`, which refuses another budget's run) and its weights are the recorded
-    ones; None when it still has to be trained or evaluated. A run restored from ledger records (`hierbench.records`:
-    its row and per-item records, `"recorded"` in its eval.json) has no weights here and is reused as recorded."""
-    recipe, folder = get_recipe(name), run_dir(out, name, seed)
-    eval_path, weights = folder / "eval.json", folder / "model.safetensors"
-    if not eval_path.exists(): return None
-    if not weights.exists() and "recorded" not in json.loads(eval_path.read_text()): return None   # train it again
-    row = _check_finished(folder, name, recipe, budget)
-    if not (folder / "items.npz").exists(): return None
-    if "recorded" in row: return row
-    if row.get("weights_sha256") != _sha256(weights): return None
-    if row.get("run_fingerprint") is None:   # a run finished before fingerprints were recorded: record today's, once
-        row["run_fingerprint"] = run_fingerprint(recipe)
-        atomic_write_text(eval_path, json.dumps(_json_safe(row), indent=1))
+    atomic_write_text(folder / "eval.json", json.dumps(json_safe(row), indent=1))
     return row
 
 # %% ../nbs/11_compare.ipynb #0d4b2695
@@ -253,21 +159,6 @@ def run_recipe(name: str, seed: int, budget: Budget, out: str | Path, eval_data:
                quiet: bool = True) -> dict:
     "`run_recipe_seeds` for one seed: its row."
     return run_recipe_seeds(name, [seed], budget, out, eval_data, decoder, quiet)[0]
-
-# %% ../nbs/11_compare.ipynb #0f06117e
-def results_rows(runs: list[dict]) -> list[dict]:
-    "Long rows `{recipe, seed, metric, value, chance}` from `run_recipe` outputs (chance: the metric's chance level, if any)."
-    rows = []
-    for r in runs:
-        m = r["metrics"]
-        for k, v in m.items():
-            if "_chance" in k or v is None: continue
-            ck = chance_key(k)
-            rows.append(dict(recipe=r["recipe"], seed=r["seed"], metric=k, value=float(v),
-                             chance=float(m[ck]) if m.get(ck) is not None else None))
-        for k in ("train_seconds", "samples_per_second"):
-            rows.append(dict(recipe=r["recipe"], seed=r["seed"], metric=k, value=float(r[k]), chance=None))
-    return rows
 
 # %% ../nbs/11_compare.ipynb #454c9a2c
 DECODER_TASK = ((), "decoder")   # the task that pre-trains READ's decoder (a no-op when the output folder holds it)
@@ -348,17 +239,12 @@ def _peak_rss_mb() -> float:
     kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     return max(own, kids) / 1024
 
-# %% ../nbs/11_compare.ipynb #b10dbd4b
-def claims_document(meta: dict, ledger: pd.DataFrame) -> dict:
-    "What claims.json holds: how the runs were made (`meta`), the ledger's rows and its power table; JSON-safe."
-    return _json_safe(dict(meta=meta, claims=ledger.to_dict("records"), power=power_table(ledger).reset_index().to_dict("records")))
-
 # %% ../nbs/11_compare.ipynb #91bf0076
 def _write_outputs(out: Path, meta: dict, results: pd.DataFrame, ledger: pd.DataFrame, runs: list[dict]):
     "results.json, claims.json, report.html (plotly.min.js beside it) and the figures' PNG copies in `out/figures`."
     extras = dict(stages={f"{r['recipe']}/seed{r['seed']}": r["stage"] for r in runs if r.get("stage")},
                   pep_analysis={f"{r['recipe']}/seed{r['seed']}": r["pep_analysis"] for r in runs if r.get("pep_analysis")})
-    atomic_write_text(out / "results.json", json.dumps(_json_safe(dict(meta=meta, rows=results.to_dict("records"), **extras)), indent=1))
+    atomic_write_text(out / "results.json", json.dumps(json_safe(dict(meta=meta, rows=results.to_dict("records"), **extras)), indent=1))
     atomic_write_text(out / "claims.json", json.dumps(claims_document(meta, ledger), indent=1))
     shutil.copy(Path(plotly.__file__).parent / "package_data" / "plotly.min.js", out / "plotly.min.js")
     figures: dict = {}
@@ -368,16 +254,6 @@ def _write_outputs(out: Path, meta: dict, results: pd.DataFrame, ledger: pd.Data
             else f"No static copies of the figures: {html.escape(static['skipped'] or 'none drawn')}.")
     if static["skipped"]: warnings.warn(f"compare: static figures not written ({static['skipped']})")
     atomic_write_text(out / "report.html", report.replace("</body>", f"<p>{note}</p></body>"))
-
-# %% ../nbs/11_compare.ipynb #1669d55b
-def claims_ledger(runs: list[dict], items: Mapping, budget: Budget, plan: SequentialPlan | None = None,
-                  still_open: str = "open") -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The result rows and the claims ledger of finished `runs` (their rows) and `items` (`{(recipe, seed): per-item
-    records}`): what `compare_outputs` writes, and what `hierbench.records` recomputes from a ledger's records alone."""
-    results = pd.DataFrame(results_rows(runs))
-    ledger = evaluate_claims(results, items=items, n_boot=budget.n_boot, plan=plan, scenes=eval_scene_counts(budget))
-    ledger.loc[ledger.stopped == "open", "stopped"] = still_open
-    return results, ledger
 
 # %% ../nbs/11_compare.ipynb #bf7a45ec
 def compare_outputs(out: Path, budget: Budget, seeds: int, order: list[str], runs: list[dict], meta: dict,

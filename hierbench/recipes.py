@@ -14,11 +14,13 @@ from torch import Tensor
 from . import losses as L
 from .world import check_negative_types
 from .config import SettingsError, UnknownNameError
+from .plugins import PluginError, note_registration
+from .terms import TERMS, evaluate_terms, known_terms, plugin_terms   # the loss terms' names (built-in and registered)
 from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['WORLD_PRETRAIN', 'WORLD_FINETUNE', 'PAPER_MERU', 'PAPER_HYCOCLIP', 'PAPER_ARGENT', 'PAPER_NEGCLIP', 'PAPER_DEGLA',
-           'PAPER_READ', 'TERMS', 'SWAP_NEGATIVES', 'DEGLA_NEGATIVES', 'DEGLA_EMA', 'DEGLA_HORIZON', 'OptimDefaults',
+           'PAPER_READ', 'SWAP_NEGATIVES', 'DEGLA_NEGATIVES', 'DEGLA_EMA', 'DEGLA_HORIZON', 'OptimDefaults',
            'FrozenWeights', 'Recipe', 'register_recipe', 'get_recipe', 'list_recipes', 'recipe_fields', 'recipe_diff',
            'recipes_table', 'rank_info', 'compute_loss', 'make_loss_fn', 'demo_batch']
 
@@ -90,7 +92,6 @@ class FrozenWeights(dict):
     __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = __ior__ = _readonly
     def __reduce__(self): return (FrozenWeights, (dict(self),))  # copy/deepcopy/pickle rebuild without __setitem__
 
-TERMS = ("contrastive", "entailment", "adaent", "reg", "igc", "tgc", "distill", "recon", "align")
 _HYPERBOLIC_TERMS = ("entailment", "adaent", "reg")
 
 # %% ../nbs/08_recipes.ipynb #917df4ad
@@ -124,8 +125,9 @@ class Recipe:
         def bad(msg): raise SettingsError(f"recipe {self.name!r}: {msg}")
         if self.geometry not in ("euclidean", "lorentz"): bad(f"geometry must be 'euclidean' or 'lorentz', got {self.geometry!r}")
         if self.contrastive not in ("clip", "hycoclip", "negclip"): bad(f"unknown contrastive {self.contrastive!r}")
-        unknown = set(self.weights) - set(TERMS)
-        if unknown: bad(f"unknown loss term(s) {sorted(unknown)}; known: {list(TERMS)}")
+        unknown = set(self.weights) - set(known_terms())
+        if unknown: bad(f"unknown loss term(s) {sorted(unknown)}; known: {list(known_terms())} (register your own with "
+                        "hierbench.register_term)")
         if any(w < 0 for w in self.weights.values()): bad(f"weights must be >= 0, got {self.weights}")
         if not self.weights.get("contrastive"): bad("every recipe keeps a contrastive term with a weight > 0")
         if self.stage not in ("pretrain", "finetune"): bad(f"stage must be 'pretrain' or 'finetune', got {self.stage!r}")
@@ -203,13 +205,21 @@ def replace(self: Recipe, **overrides) -> "Recipe":
 
 # %% ../nbs/08_recipes.ipynb #c87e1444
 _RECIPES: dict[str, Recipe] = {}
+_BUILTIN_RECIPES: frozenset = frozenset()   # the workbench's own, set once they are registered below
 
 def register_recipe(recipe: Recipe, overwrite: bool = False) -> Recipe:
-    "Add `recipe` to the registry under `recipe.name`; a fine-tune's `init_from` must already be registered."
-    if recipe.name in _RECIPES and not overwrite: raise SettingsError(f"recipe {recipe.name!r} is already registered")
+    """Add `recipe` to the registry under `recipe.name`; a fine-tune's `init_from` must already be registered. A name the
+    workbench's own recipes hold is refused; registering an equal recipe again (a re-run cell, a re-imported plugin) is
+    a no-op; another recipe of a taken name needs `overwrite`."""
+    if recipe.name in _BUILTIN_RECIPES and _RECIPES.get(recipe.name) != recipe:
+        raise PluginError(f"recipe {recipe.name!r} shadows a built-in recipe: give yours another name "
+                          f"(e.g. get_recipe({recipe.name!r}).replace(name='my-{recipe.name}', ...))")
+    if recipe.name in _RECIPES and not overwrite and _RECIPES[recipe.name] != recipe:
+        raise SettingsError(f"recipe {recipe.name!r} is already registered")
     if recipe.init_from is not None and recipe.init_from not in _RECIPES:
         raise SettingsError(f"recipe {recipe.name!r} fine-tunes from {recipe.init_from!r}, which is not registered")
     _RECIPES[recipe.name] = recipe
+    note_registration("recipe", recipe.name)
     return recipe
 
 def get_recipe(name: str) -> Recipe:
@@ -288,10 +298,13 @@ _ = _finetune("argent+read", "ARGENT checkpoint fine-tuned with READ's losses on
               {**L.READ_WEIGHTS, **_HIER}, 3,
               dataclasses.replace(PAPER_READ, source="no published system: READ's fine-tuning defaults"),
               init_from="argent", geometry="lorentz", negative_types=SWAP_NEGATIVES)
+_BUILTIN_RECIPES = frozenset(_RECIPES)   # a plugin's recipe may not take these names
 
 # %% ../nbs/08_recipes.ipynb #6c6ec08a
 def recipe_fields(recipe: Recipe | str) -> dict[str, object]:
-    "Flat `{field: value}` of everything in a recipe that can change a world run's numbers (not name/summary/paper)."
+    """Flat `{field: value}` of everything in a recipe that can change a world run's numbers (not name/summary/paper).
+    Every built-in term's weight is a field (`weights.NAME`); a registered term's only where the recipe weighs it, so
+    the fields (and fingerprints) of recipes that use none stay what they were before the term existed."""
     r = get_recipe(recipe) if isinstance(recipe, str) else recipe
     out: dict[str, object] = {}
     for f in dataclasses.fields(r):
@@ -299,6 +312,7 @@ def recipe_fields(recipe: Recipe | str) -> dict[str, object]:
         v = getattr(r, f.name)
         if f.name == "weights":
             for t in TERMS: out[f"weights.{t}"] = float(v.get(t, 0.0))
+            for t in plugin_terms(v): out[f"weights.{t}"] = float(v[t])
         elif dataclasses.is_dataclass(v):
             for g in dataclasses.fields(v):
                 if g.name != "source": out[f"{f.name}.{g.name}"] = getattr(v, g.name)
@@ -306,9 +320,9 @@ def recipe_fields(recipe: Recipe | str) -> dict[str, object]:
     return out
 
 def recipe_diff(a: Recipe | str, b: Recipe | str) -> set[str]:
-    "The flat fields (see `recipe_fields`) in which recipes `a` and `b` differ."
+    "The flat fields (see `recipe_fields`) in which recipes `a` and `b` differ (a term one of them lacks weighs 0 there)."
     fa, fb = recipe_fields(a), recipe_fields(b)
-    return {k for k in fa if fa[k] != fb[k]}
+    return {k for k in fa.keys() | fb.keys() if fa.get(k, 0.0) != fb.get(k, 0.0)}
 
 # %% ../nbs/08_recipes.ipynb #7c0bd6cd
 def recipes_table(names: list[str] | None = None):
@@ -363,6 +377,16 @@ def _check_batch(recipe: Recipe, model, batch: Mapping, teacher, recon_head) -> 
     for key in recipe.fields:
         if len(batch[key]) != B: raise ValueError(f"batch field {key!r} has {len(batch[key])} items for {B} captions")
     return captions
+
+# %% ../nbs/08_recipes.ipynb #bc876c14
+def _term_inputs(v, t, vb, tb, tn, neg_mask, T: Mapping, scale, sim, c, B: int) -> dict:
+    "What a registered term's `fn(inputs)` reads (`hierbench.terms.INPUT_FIELDS`): the fields this recipe's batch has."
+    inputs = dict(images=v, captions=t, logit_scale=scale, similarity=sim)
+    if vb is not None: inputs.update(crops=vb, phrases=tb)
+    if tn is not None: inputs.update(negatives=tn.reshape(B, -1, tn.shape[-1]), negatives_mask=neg_mask.to(tn.device).reshape(B, -1))
+    if "paraphrases" in T: inputs["paraphrases"] = T["paraphrases"].float()
+    if c is not None: inputs["curvature"] = c
+    return inputs
 
 # %% ../nbs/08_recipes.ipynb #725a6ac8
 def compute_loss(recipe: Recipe, model, batch: Mapping, teacher=None,
@@ -439,6 +463,8 @@ def compute_loss(recipe: Recipe, model, batch: Mapping, teacher=None,
         if act("align"):
             align_cols = dict(all_text=cols["all_text"], offset=cols["offset"]) if cols else {}
             terms["align"] = L.paraphrase_alignment(f(T["paraphrases"]), t, scale, sim, **align_cols)
+        mine = plugin_terms(recipe.weights)   # registered terms (`hierbench.terms`): fn(inputs) on the same embeddings
+        if mine: terms.update(evaluate_terms(mine, _term_inputs(v, t, vb, tb, tn, neg_mask, T, scale, sim, c, B)))
         loss = L.weighted_total(terms, recipe.weights)
     return loss, {k: v.detach() for k, v in terms.items()}
 

@@ -11,10 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 import numpy as np, pandas as pd
-from .budgets import Budget, budget_from_meta
-from .claims import CLAIMS
-from .compare import (claims_document, claims_ledger, eval_scene_counts, finished_run, load_items, run_dir,
-                               run_fingerprint, save_items, _json_safe)
+from .budgets import Budget, budget_from_meta, eval_scene_counts
+from .claims import CLAIMS, claims_document, claims_ledger
+from .run_folder import finished_run, json_safe, load_items, run_dir, run_fingerprint, save_items
 from .config import FolderStateError, HierbenchError, MissingFileError, atomic_write, atomic_write_text
 from .evaluate import metric_from_items
 from .models import resolve_architecture
@@ -249,7 +248,7 @@ def write_records(compare_dir: str | Path, out: str | Path) -> Path:
         kept={f"{r}/seed{s}": sorted(f"{split}|{rec}" for split, rec in pairs) for (r, s), pairs in keep.items()},
         fields={k: sorted(v) for k, v in _fields_of(arrays).items()},
         meta=meta, made={**made, "source": str(compare_dir)})
-    lines = [json.dumps(_json_safe({**{k: v for k, v in r.items() if k not in _RUN_FIELDS_DROPPED},
+    lines = [json.dumps(json_safe({**{k: v for k, v in r.items() if k not in _RUN_FIELDS_DROPPED},
                                     "settings_sha256": settings_hash(r["run_key"], r["run_fingerprint"])})) for r in runs]
     until = plan.until_decided or {}
     readme = _RECORDS_README.format(
@@ -260,7 +259,7 @@ def write_records(compare_dir: str | Path, out: str | Path) -> Path:
     tmp = out.with_name(f".{out.name}.writing")
     if tmp.exists(): shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    (tmp / LEDGER_FILE).write_text(json.dumps(_json_safe(ledger_json), indent=1))
+    (tmp / LEDGER_FILE).write_text(json.dumps(json_safe(ledger_json), indent=1))
     with gzip.GzipFile(tmp / RUNS_FILE, "wb", compresslevel=9, mtime=0) as f: f.write(("\n".join(lines) + "\n").encode())
     _write_npz(tmp / ITEMS_FILE, _share(arrays))
     (tmp / CLAIMS_FILE).write_text(json.dumps(claims_document(meta, ledger), indent=1))
@@ -410,7 +409,7 @@ def restore_records(records: LedgerRecords, out: str | Path) -> int:
         if finished_run(r, s, records.plan.budget, out) is not None: continue
         folder = run_dir(out, r, s)
         save_items(folder / "items.npz", {sp: dict(v) for sp, v in records.items[(r, s)].items()})
-        atomic_write_text(folder / "eval.json", json.dumps(_json_safe({**row, "recorded": dict(
+        atomic_write_text(folder / "eval.json", json.dumps(json_safe({**row, "recorded": dict(
             records=str(records.folder), arch=records.ledger["arch"])}), indent=1))
         written += 1
     if not (out / "plan.json").exists():   # the plan the records were made under: a continuation must keep it

@@ -122,7 +122,10 @@ def test_replace_merges_and_validates():
     with pytest.raises(ValueError, match="contrastive"): a.replace(weights={"contrastive": 0.0})
     with pytest.raises(ValueError, match="num_negatives"): R.get_recipe("degla").replace(num_negatives=0)
     with pytest.raises(ValueError, match="teacher"): R.get_recipe("degla").replace(ema_decay=None)
-    with pytest.raises(ValueError, match="already registered"): R.register_recipe(a)
+    assert R.register_recipe(a) is a   # the same recipe again (a re-run cell, a re-imported plugin): nothing changes
+    with pytest.raises(ValueError, match="shadows a built-in recipe"): R.register_recipe(b)
+    R.register_recipe(dataclasses.replace(b, name="argent-test-replace"))
+    with pytest.raises(ValueError, match="already registered"): R.register_recipe(dataclasses.replace(a, name="argent-test-replace"))
     with pytest.raises(TypeError, match="read-only"): a.weights["reg"] = 0.0
     with pytest.raises(dataclasses.FrozenInstanceError): a.num_negatives = 3
     assert dataclasses.asdict(a)["weights"] == {"contrastive": 1.0, "adaent": 0.1, "reg": 0.1}

@@ -60,7 +60,7 @@ def test_the_next_round_trains_both_arms_of_every_open_row_and_nothing_decided()
 
 def test_claims_json_holds_what_the_results_page_needs(tmp_path):
     "Every field a page about an until-decided run reads comes out of claims.json (JSON-safe, history included)."
-    from hierbench.compare import _json_safe
+    from hierbench.run_folder import json_safe as _json_safe
     led = evaluate_claims(_results([0.02, -0.01, 0.015, 0.03, 0.03, 0.03, 0.03]), claims=[ROW],
                           plan=SequentialPlan(look_schedule(3, 7, 2)))
     back = json.loads(json.dumps(_json_safe(led.to_dict("records"))))[0]

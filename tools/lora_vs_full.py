@@ -57,7 +57,7 @@ def lora_run(seed: int, budget, out: Path, eval_data: dict, rank: int, lr_scale:
     trainable, total = lora_parameter_count(model)
     row = dict(recipe="degla-lora", seed=seed, run_key=budget.run_key(), rank=rank, lr_scale=lr_scale, train_seconds=train_s,
                trainable=trainable, total=total, metrics=C.evaluate_run(model, eval_data))
-    atomic_write_text(folder / "eval.json", json.dumps(C._json_safe(row), indent=1))
+    atomic_write_text(folder / "eval.json", json.dumps(C.json_safe(row), indent=1))
     return row
 
 
@@ -98,7 +98,7 @@ def run(budget, seeds: int, out: Path, rank: int, log=print, lr_scale: float = 1
         log(f"seed {seed}: comp_acc clip {g('clip'):.3f}, degla {g('degla'):.3f}, {arm_name(rank, lr_scale)} {g('degla-lora'):.3f} "
             f"({time.perf_counter() - t0:.0f} s)")
     name = "lora_vs_full" + (f"-lr{lr_scale:g}x" if lr_scale != 1 else "") + ".json"
-    atomic_write_text(out / name, json.dumps(C._json_safe(dict(budget=budget.name, seeds=seeds, rank=rank, lr_scale=lr_scale,
+    atomic_write_text(out / name, json.dumps(C.json_safe(dict(budget=budget.name, seeds=seeds, rank=rank, lr_scale=lr_scale,
                                                                 runs=runs)), indent=1))
     return pd.DataFrame(rows).dropna()
 
