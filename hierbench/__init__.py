@@ -15,6 +15,10 @@ _FRONT_DOOR = {
     "load_model": "hierbench.models",          # rebuild a model saved by hierbench
     "get_recipe": "hierbench.recipes",         # a named recipe: model head, data fields, weighted losses
     "list_recipes": "hierbench.recipes",
+    "register_recipe": "hierbench.recipes",    # your own recipe (a plugin's, `hierbench.plugins`)
+    "register_term": "hierbench.terms",        # your own loss term: fn(inputs) -> scalar tensor
+    "register_claim": "hierbench.claims",      # your own row of the claims ledger
+    "Claim": "hierbench.claims",
     "train_recipe": "hierbench.jobs",          # recipe + model + data + trainer
     "WorldData": "hierbench.sources",          # the built-in world as training data
     "RealData": "hierbench.real_data",         # COCO / GRIT / WebDataset shards as training data

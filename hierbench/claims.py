@@ -20,9 +20,9 @@ from .stats import (SequentialPlan, bootstrap_weights, fragility, mean_interval,
                              seeds_for_half_width, sequential_verdict, t_half_width)
 
 # %% auto #0
-__all__ = ['ENTAILMENT', 'NORM_REG', 'WEIGHT_MODE', 'HARD_NEGATIVES', 'HYPERBOLIC', 'CLAIMS', 'HALF_WIDTH_TARGETS', 'Claim',
-           'register_claim', 'unfair_claims', 'deciding_budget', 'evaluate_claims', 'recipes_to_extend', 'power_table',
-           'claims_ledger', 'claims_document', 'variance_components']
+__all__ = ['ENTAILMENT', 'NORM_REG', 'WEIGHT_MODE', 'HARD_NEGATIVES', 'HYPERBOLIC', 'CLAIMS', 'SUMMARY_METRICS',
+           'HALF_WIDTH_TARGETS', 'Claim', 'register_claim', 'unfair_claims', 'deciding_budget', 'evaluate_claims',
+           'recipes_to_extend', 'power_table', 'claims_ledger', 'claims_document', 'variance_components']
 
 # %% ../nbs/11c_claims.ipynb #693bf639
 @dataclass(frozen=True)
@@ -162,6 +162,10 @@ def unfair_claims(claims: list[Claim] | None = None) -> list[tuple[Claim, set]]:
     return [(c, d) for c in (CLAIMS if claims is None else claims) if (d := recipe_diff(c.a, c.b)) != set(c.differs_in)]
 
 # %% ../nbs/11c_claims.ipynb #4b3acc5c
+# the headline metrics every paired check reports (sweeps, the reproduction check): zero-shot, retrieval,
+# compositional accuracy, paraphrase consistency, hierarchy (PEP) and the ordering by distance to the origin
+SUMMARY_METRICS = ("zs_acc/test-iid", "zs_acc/general", "i2t_R@5", "comp_acc", "tot_acc", "pep_auc", "pep_ap", "d_corr")
+
 # the interval half-widths the design aims at (issue targets): the metric family -> half-width
 HALF_WIDTH_TARGETS = {"comp_acc": 0.02, "tot_acc": 0.02, "pep_auc": 0.02, "pep_ap": 0.02, "zs_acc": 0.03}
 

@@ -13,8 +13,9 @@ from .config import HierbenchError, BENCH_SECTIONS, BUDGET_NAMES, LAUNCHERS, PRE
 # %% auto #0
 __all__ = ['SUBCOMMANDS', 'LazyCommand', 'DeprecatedFlag', 'deprecated_alias', 'seed_list', 'add_train_parser',
            'add_negatives_parser', 'add_paraphrases_parser', 'add_check_parser', 'add_export_parser', 'add_view_parser',
-           'add_compare_parser', 'add_claims_parser', 'add_bench_parser', 'add_general_eval_flags', 'add_eval_parser',
-           'add_demo_docs_parsers', 'build_parser', 'error_line', 'debug_wanted', 'run_command', 'main']
+           'add_plugin_flag', 'add_launcher_flags', 'add_compare_parser', 'add_claims_parser', 'add_sweep_parser',
+           'add_bench_parser', 'add_general_eval_flags', 'add_eval_parser', 'add_demo_docs_parsers', 'build_parser',
+           'error_line', 'debug_wanted', 'run_command', 'main']
 
 # %% ../nbs/15_cli.ipynb #6b3539a5
 class LazyCommand:
@@ -74,6 +75,7 @@ def add_train_parser(sub):
     "The `train` subcommand's flags (each named after the `train_recipe` / `TrainConfig` field it sets)."
     d = sub.add_parser("train", help="train one recipe on the world or on real data (torchrun-compatible)")
     d.add_argument("recipe")
+    add_plugin_flag(d)
     d.add_argument("--out", required=True, help="run folder (config.json, metrics.jsonl, checkpoints)")
     d.add_argument("--data", default="world", help="world (default) | coco:KARPATHY.json | grit:FILE.jsonl | "
                    "wds:'shards/{00000..00099}.tar' | hierarcaps:CSV")
@@ -216,14 +218,32 @@ def add_view_parser(sub):
     return d
 
 # %% ../nbs/15_cli.ipynb #6eff9da1
+def add_plugin_flag(d):
+    "`--plugin FILE|MODULE` (repeatable): your own terms, recipes and claims (`hierbench.plugins`), loaded first."
+    d.add_argument("--plugin", action="append", default=None, metavar="FILE|MODULE", help="a Python file or module that "
+                   "registers your own loss terms, recipes or claims (hierbench.plugins; repeatable); compare's workers load it too")
+
+def add_launcher_flags(d):
+    "Where `compare`'s and `sweep`'s runs go: a local pool, submitit's local executor or SLURM."
+    d.add_argument("--jobs", type=int, default=None, help="parallel processes over seeds (default: one per core)")
+    d.add_argument("--launcher", choices=LAUNCHERS, default="processes", help="processes (a local pool, default) | "
+                   "submitit-local (submitit's local executor) | slurm (job arrays per stage; see 'Running on a cluster')")
+    d.add_argument("--slurm-partition", default=None)
+    d.add_argument("--slurm-account", default=None)
+    d.add_argument("--gpus-per-run", type=int, default=None)
+    d.add_argument("--cpus-per-run", type=int, default=None)
+    d.add_argument("--timeout-min", type=int, default=None, help="SLURM time limit of each run's job")
+    d.add_argument("--slurm-extra", action="append", default=None, metavar="KEY=VALUE", help="any other sbatch option (repeatable)")
+
 def add_compare_parser(sub):
     d = sub.add_parser("compare", help="train every recipe over seeds, evaluate, re-test the papers' claims (main job)")
-    d.add_argument("--budget", choices=BUDGET_NAMES, default="quick",
-                   help="how much work: smoke (seconds, plumbing), quick (the main job), standard (decides the claims), full (GPU)")
+    d.add_argument("--budget", choices=BUDGET_NAMES, default=None,
+                   help="how much work: smoke (seconds, plumbing), quick (the main job, the default), standard (decides the "
+                   "claims), full (GPU); with --from-records, the records' own")
     d.add_argument("--seeds", type=int, default=None, help="seeds (default: the budget's: quick 2, standard 5)")
     d.add_argument("--out", default=None, help="output folder (default: RUNS_DIR/compare, runs_dir of settings.ini)")
-    d.add_argument("--recipes", default=None, help="comma-separated subset (parents of fine-tunes are added)")
-    d.add_argument("--jobs", type=int, default=None, help="parallel processes over seeds (default: one per core)")
+    d.add_argument("--recipes", default=None, help="comma-separated subset (parents of fine-tunes are added); with "
+                   "--from-records, the recipes added to the recorded plan")
     d.add_argument("--seeds-per-process", type=int, default=None, help="seeds of one recipe each process trains side by "
                    "side (each run is the one it is alone; default: compare's measured choice)")
     shown = d.add_mutually_exclusive_group()
@@ -237,17 +257,13 @@ def add_compare_parser(sub):
     d.add_argument("--max-hours", type=float, default=None, help="with --until-decided: begin no round that the time "
                    "estimate says would end after this many hours from the start")
     d.add_argument("--precision", choices=PRECISIONS, default="fp32", help="training precision of every run (fp32: the ledger's)")
-    d.add_argument("--launcher", choices=LAUNCHERS, default="processes", help="processes (a local pool, default) | "
-                   "submitit-local (submitit's local executor) | slurm (job arrays per stage; see 'Running on a cluster')")
-    d.add_argument("--slurm-partition", default=None)
-    d.add_argument("--slurm-account", default=None)
-    d.add_argument("--gpus-per-run", type=int, default=None)
-    d.add_argument("--cpus-per-run", type=int, default=None)
-    d.add_argument("--timeout-min", type=int, default=None, help="SLURM time limit of each run's job")
-    d.add_argument("--slurm-extra", action="append", default=None, metavar="KEY=VALUE", help="any other sbatch option (repeatable)")
+    add_launcher_flags(d)
     d.add_argument("--report-only", action="store_true", help="rebuild results.json, claims.json and the report from the folder")
-    d.add_argument("--from-records", default=None, metavar="DIR", help="with --until-decided: continue the plan of ledger "
-                   "records (`hierbench claims --records`) in --out, training only the seeds it still asks for")
+    d.add_argument("--from-records", default=None, metavar="DIR", help="continue the plan of ledger records (`hierbench "
+                   "claims --records`) in --out: the recorded runs and verdicts stand, only new recipes' and claims' seeds train")
+    d.add_argument("--records", default=None, metavar="OUT", help="then write the folder's ledger records (the extended "
+                   "ledger, with --from-records) to OUT")
+    add_plugin_flag(d)
     _add_report_to(d)
     deprecated_alias(d, "--preset", "--budget", choices=BUDGET_NAMES)
     d.set_defaults(func=LazyCommand("hierbench.commands:cmd_compare"))
@@ -264,7 +280,32 @@ def add_claims_parser(sub):
     d.add_argument("--records", default=None, metavar="OUT", help="reduce the compare folder DIR to ledger records in OUT")
     d.add_argument("--variance", action="store_true", help="also each row's seed variance split into training and "
                    "evaluation (scene) noise, and its interval with unlimited scenes")
+    add_plugin_flag(d)
     d.set_defaults(func=LazyCommand("hierbench.commands:cmd_claims"))
+    return d
+
+# %% ../nbs/15_cli.ipynb #ad5ad3a3
+def add_sweep_parser(sub):
+    "The `sweep` subcommand: a recipe over a grid of settings, each point's effect against the base with its interval."
+    d = sub.add_parser("sweep", help="train a recipe over a grid of settings (an ablation table): each point's effect on the "
+                       "headline metrics against the base recipe, with intervals over seeds (sweep.json, sweep.html)")
+    d.add_argument("recipe", help="the base recipe (a built-in one, or a plugin's)")
+    d.add_argument("--grid", action="append", required=True, metavar="FIELD=V1,V2,...", help="a field as recipe_fields "
+                   "names it (weights.reg, adaent.beta, world.lr, num_negatives, a plugin term's weights.NAME) and its "
+                   "values; repeat for a grid over several fields")
+    d.add_argument("--out", required=True, help="the sweep's folder (a compare folder: resumable)")
+    d.add_argument("--budget", choices=BUDGET_NAMES, default=None, help="how much work (default quick; with "
+                   "--from-records, the records' own)")
+    d.add_argument("--seeds", type=int, default=None, help="seeds per point (default: the budget's)")
+    d.add_argument("--against", default=None, metavar="RECIPE", help="the reference of the effects (default: the base recipe)")
+    d.add_argument("--from-records", default=None, metavar="DIR", help="ledger records whose runs stand in for the base's "
+                   "and reference's (not trained again)")
+    add_plugin_flag(d)
+    add_launcher_flags(d)
+    shown = d.add_mutually_exclusive_group()
+    shown.add_argument("--quiet", action="store_true", help="no progress lines")
+    shown.add_argument("--verbose", action="store_true", help="also each run's own progress bar")
+    d.set_defaults(func=LazyCommand("hierbench.sweep:cmd_sweep"))
     return d
 
 # %% ../nbs/15_cli.ipynb #5af21932
@@ -357,7 +398,7 @@ _DEBUG_HELP = "show the traceback of a refusal (or set HIERBENCH_DEBUG=1) instea
 
 SUBCOMMANDS = (add_demo_docs_parsers, add_compare_parser, add_train_parser, add_negatives_parser, add_paraphrases_parser,
                add_check_parser,
-               add_export_parser, add_bench_parser, add_eval_parser, add_claims_parser, add_view_parser)
+               add_export_parser, add_bench_parser, add_eval_parser, add_claims_parser, add_sweep_parser, add_view_parser)
 
 def build_parser() -> argparse.ArgumentParser:
     "The `hierbench` argument parser: one subparser per job, each added by its `add_*_parser` function."

@@ -14,10 +14,10 @@ import torch
 
 from .bench import format_report, run_benchmarks
 from .benchmarks import evaluate_benchmarks
-from .budgets import BUDGETS, Budget
+from .budgets import BUDGETS, Budget, eval_scene_counts
 from .cli import _csv
 from .claims import variance_components
-from .compare import eval_scene_counts, main_job_dir
+from .compare import main_job_dir
 from .records import (LEDGER_FILE, RecordsError, forest_title, ledger_differences, ledger_from_folder,
                                ledger_from_records, read_records, write_records)
 from .report import forest_figure, headline_table
@@ -33,6 +33,7 @@ from .loaders import check_benchmark_folder
 from .models import load_model
 from .export import export_open_clip
 from .negatives import LexiconTagger
+from .plugins import load_plugins
 from .paraphrases import generate_paraphrases
 from .real_data import RealData, generate_negatives, parse_data_spec, real_records
 from .recipes import get_recipe
@@ -133,6 +134,7 @@ def _train_seeds(args, recipe, callbacks, config):
 
 # %% ../nbs/15a_commands.ipynb #3efef655
 def cmd_train(args):
+    load_plugins(args.plugin)   # a plugin's recipe or terms, before the recipe is looked up
     config = {k: v for k, v in dict(ckpt_every=args.ckpt_every, num_workers=args.num_workers, lr=args.lr,
                                     weight_decay=args.weight_decay, log_every=args.log_every, batch_size=args.batch_size,
                                     precision=args.precision, batch_scope=args.batch_scope,
@@ -217,31 +219,37 @@ def print_ledger(ledger: pd.DataFrame, meta: dict):
 # %% ../nbs/15a_commands.ipynb #67ba9a31
 def cmd_compare(args):
     if args.out is None: args.out = str(main_job_dir())   # the main job's folder, where the tutorials look
-    budget = args.budget if args.precision == "fp32" else dataclasses.replace(BUDGETS[args.budget], precision=args.precision)
+    name = args.budget or (None if args.from_records else "quick")   # continuing records: their budget
+    budget = name if args.precision == "fp32" else dataclasses.replace(BUDGETS[name or "quick"], precision=args.precision)
     report_to = parse_report_to(args.report_to); require_backends(report_to)   # each run reports into its own folder
-    if report_to: budget = dataclasses.replace(BUDGETS[budget] if isinstance(budget, str) else budget, report_to=report_to)
+    if report_to: budget = dataclasses.replace(BUDGETS[budget or "quick"] if not isinstance(budget, Budget) else budget, report_to=report_to)
     res = launch_compare(budget, seeds=args.seeds, out=args.out, recipes=_csv(args.recipes), launcher=args.launcher,
                          jobs=args.jobs, slurm_partition=args.slurm_partition, slurm_account=args.slurm_account,
                          gpus_per_run=args.gpus_per_run, cpus_per_run=args.cpus_per_run, timeout_min=args.timeout_min,
                          slurm_extra=args.slurm_extra, report_only=args.report_only, quiet=not args.verbose,
                          progress=not args.quiet, until_decided=args.until_decided, max_seeds=args.max_seeds,
                          round_seeds=args.round_seeds, max_hours=args.max_hours, seeds_per_process=args.seeds_per_process,
-                         from_records=args.from_records)
+                         from_records=args.from_records, plugins=args.plugin or ())
     print_table(res["summary"], "summary: mean ± 95% half-width over seeds (first row: chance)")
     print_ledger(res["ledger"], res["meta"])
     meta = res["meta"]   # a rebuilt report (--report-only) has no run time of its own
     cost = f" ({meta['wall_seconds'] / 60:.1f} min, peak {meta['peak_rss_mb']:.0f} MB)" if meta.get("wall_seconds") else ""
     print(f"\nwrote {Path(args.out) / 'results.json'}, claims.json, report.html{cost}")
+    if args.records: _write_records(args.out, args.records)
 
 # %% ../nbs/15a_commands.ipynb #5747ec27
+def _write_records(folder, out):
+    "`--records OUT`: the folder reduced to ledger records, read back (every check) and summarised."
+    rec = read_records(write_records(folder, out))
+    size = sum(p.stat().st_size for p in Path(out).rglob("*") if p.is_file()) / 1e6
+    plugins = "".join(f" --plugin {p['path']}" for p in rec.plan.plugins)
+    print(f"wrote {out}: {len(rec.runs)} runs of {len(rec.plan.recipes)} recipes ({size:.1f} MB); "
+          f"`hierbench claims {out}{plugins}` recomputes the ledger from them")
+
 def cmd_claims(args):
     src = Path(args.dir)
-    if args.records:
-        rec = read_records(write_records(src, args.records))
-        size = sum(p.stat().st_size for p in Path(args.records).iterdir()) / 1e6
-        print(f"wrote {args.records}: {len(rec.runs)} runs of {len(rec.plan.recipes)} recipes ({size:.1f} MB); "
-              f"`hierbench claims {args.records}` recomputes the ledger from them")
-        return
+    load_plugins(args.plugin)   # recipes and claims of the records' or folder's plugins
+    if args.records: return _write_records(src, args.records)
     if (src / LEDGER_FILE).is_file(): rec = read_records(src); res = {**ledger_from_records(rec), "reference": rec.claims}
     else: res = ledger_from_folder(src)   # a records folder or a compare folder that is neither: one line (`RecordsError`, ...)
     budget = Budget.from_dict(res["meta"]["budget"])

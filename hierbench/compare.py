@@ -20,6 +20,7 @@ from .decoder import CaptionDecoder, load_or_pretrain_decoder
 from .evaluate import evaluate_world_split, pep_angle_summary, world_eval_data
 from .jobs import Validation
 from .models import load_model, save_model
+from .plugins import load_plugins, loaded_plugins
 from .pool import InProcess, ProcessPool, default_launcher   # the local launchers (re-exported: `compare.InProcess`)
 from .recipes import get_recipe
 from .report import render_report, save_static_figures, stage_table, summary_table
@@ -35,8 +36,8 @@ from .run_folder import (file_sha256, finished_run, json_safe, load_items, resul
 
 # %% auto #0
 __all__ = ['DECODER_TASK', 'FIRST_LOOK', 'SEEDS_PER_PROCESS', 'read_decoder', 'build_eval_data', 'evaluate_run',
-           'run_recipe_seeds', 'run_recipe', 'task_graph', 'task_runs', 'compare_outputs', 'main_job_dir',
-           'run_compare']
+           'run_recipe_seeds', 'run_recipe', 'retrain_recorded', 'task_graph', 'task_runs', 'compare_outputs',
+           'main_job_dir', 'run_compare']
 
 # %% ../nbs/11_compare.ipynb #13eb1a27
 def read_decoder(out: str | Path, budget: Budget, quiet: bool = True) -> CaptionDecoder:
@@ -132,6 +133,7 @@ def _record_run(name: str, recipe, seed: int, budget: Budget, folder: Path, eval
                samples_per_second=steps * batch / max(train_s, 1e-9),
                final_loss=float([m for m in read_metrics(folder) if "loss" in m][-1]["loss"]),
                metrics=metrics, weights_sha256=file_sha256(weights), run_fingerprint=run_fingerprint(recipe))
+    if loaded_plugins(): row["plugins"] = loaded_plugins()   # the files (and their hashes) its terms and recipes came from
     if finetune: row["stage"] = _stage_summary(folder, steps)
     else: row["pep_analysis"] = _pep_analysis(folder, steps, items, eval_data)
     atomic_write_text(folder / "eval.json", json.dumps(json_safe(row), indent=1))
@@ -159,6 +161,24 @@ def run_recipe(name: str, seed: int, budget: Budget, out: str | Path, eval_data:
                quiet: bool = True) -> dict:
     "`run_recipe_seeds` for one seed: its row."
     return run_recipe_seeds(name, [seed], budget, out, eval_data, decoder, quiet)[0]
+
+# %% ../nbs/11_compare.ipynb #3ebb0c84
+def retrain_recorded(name: str, seeds: list[int], budget: Budget, out: str | Path, eval_data: dict,
+                     quiet: bool = True) -> list[int]:
+    """Train again the weights of recorded runs `(name, seed)` restored in `out` without them (their eval.json says
+    `recorded`), with the budget's settings; record `retrained` (weights hash, equal to the recorded one or not,
+    seconds, this machine's metrics) in each eval.json. Returns the seeds trained."""
+    todo = [s for s in seeds if not (run_dir(out, name, s) / "model.safetensors").exists()]
+    if not todo: return []
+    secs = _train_runs(get_recipe(name), todo, budget, Path(out), quiet=quiet) / len(todo)
+    for s in todo:
+        folder = run_dir(out, name, s)
+        row, weights = json.loads((folder / "eval.json").read_text()), folder / "model.safetensors"
+        sha = file_sha256(weights)
+        row["retrained"] = dict(weights_sha256=sha, same_weights=sha == row.get("weights_sha256"), train_seconds=secs,
+                                metrics=evaluate_run(load_model(weights), eval_data), plugins=loaded_plugins())
+        atomic_write_text(folder / "eval.json", json.dumps(json_safe(row), indent=1))
+    return todo
 
 # %% ../nbs/11_compare.ipynb #454c9a2c
 DECODER_TASK = ((), "decoder")   # the task that pre-trains READ's decoder (a no-op when the output folder holds it)
@@ -203,25 +223,32 @@ _EVAL_CACHE: dict = {}
 
 @dataclass(frozen=True)
 class _TaskRunner:
-    "Run one task `(seeds, recipe)` of a compare run (or `DECODER_TASK`: READ's decoder) in this process; picklable."
+    """Run one task `(seeds, recipe)` of a compare run (or `DECODER_TASK`: READ's decoder) in this process; picklable.
+    `plugins`: loaded first, in whatever process runs the task (a pool worker, a SLURM job); `retrain`: runs
+    `(recipe, seed)` known only from ledger records whose weights a fine-tune of this round needs."""
     budget: Budget
     out: str
     quiet: bool = True
+    plugins: tuple = ()
+    retrain: frozenset = frozenset()
 
     def __call__(self, task: tuple) -> list[dict] | dict:
+        load_plugins(self.plugins)   # a no-op where they are loaded already
         seeds, name = task
         if task == DECODER_TASK:
             read_decoder(Path(self.out), self.budget, self.quiet)
             return {}
         if self.budget not in _EVAL_CACHE: _EVAL_CACHE[self.budget] = build_eval_data(self.budget)
+        redo = [s for s in seeds if (name, s) in self.retrain]
         rows = [finished_run(name, s, self.budget, self.out) for s in seeds]
-        if all(r is not None for r in rows): return rows
+        if all(r is not None for r in rows) and not redo: return rows
         decoder = (CaptionDecoder.load(Path(self.out) / "decoder.safetensors").freeze()
                    if get_recipe(name).needs_decoder else None)
         # the runs' own locks: another launcher's job on the same shared folder trains them once; this one then
         # reuses them (sorted: two groups that share a seed take their locks in one order)
         with contextlib.ExitStack() as held:
             for s in sorted(seeds): held.enter_context(FolderLock(run_dir(self.out, name, s), timeout=None))
+            if redo: retrain_recorded(name, redo, self.budget, self.out, _EVAL_CACHE[self.budget], self.quiet)
             return run_recipe_seeds(name, list(seeds), self.budget, self.out, _EVAL_CACHE[self.budget],
                                     decoder=decoder, quiet=self.quiet)   # lines printed by the parent (`hierbench.progress`)
 
@@ -329,23 +356,60 @@ def _seeds_per_process(k: int | None, seeds: int, round_seeds: int | None = None
                          f"give at most {round_seeds}")
     return k
 
+# %% ../nbs/11_compare.ipynb #c0de9b0c
+def _budget_of(budget: str | Budget | None, records) -> Budget:
+    "The budget of this compare: the given one (default smoke) or, continuing `records`, theirs — another's refused."
+    given = BUDGETS[budget] if isinstance(budget, str) else budget
+    if records is None: return given or BUDGETS["smoke"]
+    theirs = records.plan.budget
+    if given is not None and given.run_key() != theirs.run_key():
+        raise SettingsError(f"--budget {given.name}: the records in {records.folder} were made under another budget "
+                            f"({theirs.name!r}, other run settings); leave --budget out to continue them under theirs")
+    return theirs
+
+def _kept_verdicts(records) -> set:
+    """The claim rows `(id, a, b, metric)` the records finished — decided, or undecided at the plan's most seeds: their
+    verdicts are the records', never extended. Rows the records left open (a time cap, an interrupted plan) go on."""
+    rows = (records.claims or {}).get("claims", []) if records is not None else []
+    return {(c["id"], c["a"], c["b"], c["metric"]) for c in rows if c.get("stopped") in ("decided", "max seeds")}
+
+# %% ../nbs/11_compare.ipynb #1339081c
+def _parents_to_retrain(wanted: dict, rows: Mapping, out: Path) -> set:
+    """Runs known only from ledger records (restored, no weights here) that a fine-tune in `wanted` starts from — and,
+    for a parent that is itself a fine-tune, its own — added to `wanted` (their task retrains them, `retrain_recorded`)."""
+    need, stack = set(), [(r, s) for r in wanted for s in wanted[r]]
+    while stack:
+        r, s = stack.pop()
+        recipe = get_recipe(r)
+        if recipe.stage != "finetune": continue
+        p = (recipe.init_from, s)
+        if p in rows and "recorded" in rows[p] and not (run_dir(out, *p) / "model.safetensors").exists() and p not in need:
+            need.add(p); stack.append(p)
+    for r, s in need: wanted[r] = sorted(set(wanted.get(r, ())) | {s})
+    return need
+
 # %% ../nbs/11_compare.ipynb #fa78be4d
-def _run_compare(budget: str | Budget, seeds: int | None, out: Path, recipes: list[str] | None, quiet: bool,
+def _run_compare(budget: str | Budget | None, seeds: int | None, out: Path, recipes: list[str] | None, quiet: bool,
                  jobs: int | None, log: Callable, launcher=None, progress: bool = True, until_decided: bool = False,
                  max_seeds: int | None = None, round_seeds: int = 2, max_hours: float | None = None,
-                 spending: str = "obf", seeds_per_process: int | None = None) -> dict:
+                 spending: str = "obf", seeds_per_process: int | None = None, plugins: Sequence[str] = (),
+                 records=None) -> dict:
     """`run_compare` inside its folder lock: plan, prepare the world, launch the run graph (in rounds with
     `until_decided`), write the outputs."""
-    budget = BUDGETS[budget] if isinstance(budget, str) else budget
+    budget = _budget_of(budget, records)
     if seeds is None: seeds = max(budget.seeds, FIRST_LOOK) if until_decided else budget.seeds
     if seeds < 1: raise SettingsError(f"seeds must be >= 1, got {seeds}")
     if not until_decided and (max_seeds is not None or max_hours is not None):
         raise SettingsError("--max-seeds and --max-hours go with --until-decided")
     if max_hours is not None and not max_hours > 0: raise SettingsError(f"--max-hours {max_hours}: give a positive number of hours")
     plan = _until_decided_plan(seeds, max_seeds, round_seeds, spending) if until_decided else None
+    # the looks the ledger is read at: the rounds', or without rounds those of the records continued (their verdicts hold)
+    looks = plan or (records.plan.sequential if records is not None else None)
     k = _seeds_per_process(seeds_per_process, seeds, round_seeds if plan else None)
     out = Path(out); out.mkdir(parents=True, exist_ok=True)
-    order = plan_runs(list(budget.recipes) if recipes is None else recipes)
+    base = list(records.plan.recipes) if records is not None else []
+    order = plan_runs(base + [r for r in (list(budget.recipes) if recipes is None and records is None else recipes or [])
+                              if r not in base])
     if plan: _refuse_other_budgets(out, budget); _refuse_another_plan(out, plan)
     launcher = launcher or default_launcher(jobs, math.ceil(seeds / k) * len(order))
     t_start = time.perf_counter()
@@ -353,32 +417,40 @@ def _run_compare(budget: str | Budget, seeds: int | None, out: Path, recipes: li
         f"{getattr(launcher, 'jobs', '?')} process(es), up to {k} seed(s) each → {out}"
         + (f"; until decided: looks at {', '.join(map(str, plan.looks))} seeds" if plan else ""))
     # the plan, so that the outputs can be rebuilt from the folder alone (`hierbench compare --report-only`)
-    record = dict(budget=dataclasses.asdict(budget), seeds=seeds, recipes=order)
+    record = dict(budget=dataclasses.asdict(budget), seeds=seeds, recipes=order,
+                  **({"plugins": loaded_plugins()} if loaded_plugins() else {}))
     atomic_write_text(out / "plan.json", json.dumps(record, indent=1))
     _prepare_world(budget)
     shown = CompareProgress(budget, task_runs, functools.partial(run_dir, out), jobs=getattr(launcher, "jobs", None),
                             log=log if progress else (lambda *a: None), bar=None if progress and quiet else False,
                             decoder_seconds=0.0 if (out / "decoder.safetensors").exists() else prior_decoder_seconds(budget))
-    runner, rows, have = _TaskRunner(budget, str(out), quiet), {}, {r: seeds for r in order}
-    wanted, n, stopped, rounds = {r: range(seeds) for r in order}, seeds, "open", []
+    # the recorded runs stand in for their folders; the rows the records read keep their verdicts
+    rows = {(r["recipe"], r["seed"]): finished_run(r["recipe"], r["seed"], budget, out) for r in (records.runs if records else [])}
+    rows, kept = {key: row for key, row in rows.items() if row is not None}, _kept_verdicts(records)
+    wanted = {r: [s for s in range(seeds) if (r, s) not in rows] for r in order}
+    n, stopped, rounds = seeds, "open", []
     while True:
-        tasks, deps = task_graph(list(wanted), wanted, k)
+        retrain = _parents_to_retrain(wanted, rows, out)
+        runner = _TaskRunner(budget, str(out), quiet, tuple(str(p) for p in plugins), frozenset(retrain))
+        tasks, deps = task_graph([r for r in order if r in wanted], wanted, k)
         shown.begin(tasks, deps, label=f"round {len(rounds) + 1}:" if plan else "")
         done = _launch(launcher, tasks, deps, runner, shown)
         shown.end()
         for t in tasks: rows.update({(r["recipe"], r["seed"]): r for r in _task_rows(done[t])})
-        for r in wanted: have[r] = max(have.get(r, 0), max(wanted[r], default=-1) + 1)
         if plan is None: break
         ledger = evaluate_claims(pd.DataFrame(results_rows(list(rows.values()))), plan=plan)
-        need, later = recipes_to_extend(ledger), [k for k in plan.looks if k > n]
-        rounds.append(dict(seeds=n, recipes=list(wanted), runs=sum(len(task_runs(t)) for t in tasks),
-                           decided=int(ledger.stopped.eq("decided").sum()), open=int(ledger.stopped.eq("open").sum())))
-        log(f"compare: round {len(rounds)} at {n} seeds: {rounds[-1]['decided']} claim rows decided, {rounds[-1]['open']} open")
+        new = ledger[[(c.id, c.a, c.b, c.metric) not in kept for c in ledger.itertuples()]]
+        need, later = recipes_to_extend(new), [x for x in plan.looks if x > n]
+        rounds.append(dict(seeds=n, recipes=[r for r in wanted if wanted[r]], runs=sum(len(task_runs(t)) for t in tasks),
+                           decided=int(new.stopped.eq("decided").sum()), open=int(new.stopped.eq("open").sum())))
+        log(f"compare: round {len(rounds)} at {n} seeds: {rounds[-1]['decided']} claim rows decided, {rounds[-1]['open']} open"
+            + (f" (besides the {len(ledger) - len(new)} rows the records decided)" if kept else ""))
         atomic_write_text(out / "plan.json", json.dumps({**record, "seeds": n, "until_decided": dict(   # the rounds done
-            plan=dataclasses.asdict(plan), seeds_per_recipe=have, rounds=rounds)}, indent=1))
+            plan=dataclasses.asdict(plan), seeds_per_recipe=_seeds_per_recipe(rows, order), rounds=rounds)}, indent=1))
         if not need:   # open rows are below the last look: none left means each row is decided or at the most seeds
-            stopped = "max seeds" if ledger.stopped.eq("max seeds").any() else "every claim decided"; break
-        wanted = {r: range(n, later[0]) for r in plan_runs(need)}     # both arms of each open row, and their parents
+            stopped = "max seeds" if new.stopped.eq("max seeds").any() else "every claim decided"; break
+        # both arms of each open row and their parents, every seed below the next look they lack (no gaps)
+        wanted = {r: [s for s in range(later[0]) if (r, s) not in rows] for r in plan_runs(need)}
         if max_hours is not None:
             left, cost = max_hours * 3600 - (time.perf_counter() - t_start), shown.estimate(*task_graph(list(wanted), wanted, k))
             if cost > left:
@@ -388,12 +460,19 @@ def _run_compare(budget: str | Budget, seeds: int | None, out: Path, recipes: li
         n = later[0]
     runs = [rows[k] for k in sorted(rows, key=lambda k: (k[1], order.index(k[0])))]
     meta = dict(jobs=getattr(launcher, "jobs", None), launcher=type(launcher).__name__, seeds_per_process=k,
-                wall_seconds=time.perf_counter() - t_start,
-                peak_rss_mb=_peak_rss_mb(), torch=torch.__version__, threads=getattr(launcher, "threads", None) or torch.get_num_threads())
-    if plan:
-        meta["until_decided"] = dict(plan=dataclasses.asdict(plan), seeds_per_recipe=have, rounds=rounds, stopped=stopped)
+                wall_seconds=time.perf_counter() - t_start, peak_rss_mb=_peak_rss_mb(), torch=torch.__version__,
+                threads=getattr(launcher, "threads", None) or torch.get_num_threads(),
+                **({"plugins": loaded_plugins()} if loaded_plugins() else {}),
+                **({"continued_from": str(records.folder)} if records is not None else {}))
+    if looks:   # also a fixed-seed run continuing records: its seeds per recipe and the looks its rows are read at
+        meta["until_decided"] = dict(plan=dataclasses.asdict(looks), seeds_per_recipe=_seeds_per_recipe(rows, order),
+                                     rounds=rounds, stopped=stopped if plan else "fixed seeds")
         atomic_write_text(out / "plan.json", json.dumps({**record, "seeds": n, "until_decided": meta["until_decided"]}, indent=1))
-    return compare_outputs(out, budget, n, order, runs, meta, plan=plan, still_open="time cap" if stopped == "time cap" else "open")
+    return compare_outputs(out, budget, n, order, runs, meta, plan=looks, still_open="time cap" if stopped == "time cap" else "open")
+
+def _seeds_per_recipe(rows: Mapping, order: list[str]) -> dict:
+    "How many seeds each recipe of the plan has (its seeds are 0..n−1: the rounds leave no gaps)."
+    return {r: 1 + max((s for q, s in rows if q == r), default=-1) for r in order}
 
 # %% ../nbs/11_compare.ipynb #1e9f6b7e
 def main_job_dir() -> Path:
@@ -401,11 +480,11 @@ def main_job_dir() -> Path:
     return load_settings().runs_dir / "compare"
 
 # %% ../nbs/11_compare.ipynb #9353a1df
-def run_compare(budget: str | Budget = "smoke", seeds: int | None = None, out: str | Path | None = None,
+def run_compare(budget: str | Budget | None = None, seeds: int | None = None, out: str | Path | None = None,
                 recipes: list[str] | None = None, quiet: bool = True, jobs: int | None = None, log=print,
                 launcher=None, progress: bool = True, until_decided: bool = False, max_seeds: int | None = None,
                 round_seeds: int = 2, max_hours: float | None = None, spending: str = "obf",
-                seeds_per_process: int | None = None) -> dict:
+                seeds_per_process: int | None = None, plugins: Sequence[str] = (), records=None) -> dict:
     """Train and evaluate `recipes` (default: the budget's) over `seeds` seeds (default: the budget's); write
     results.json, claims.json, report.html into `out`. `launcher` runs the run graph (default: `jobs` processes,
     `default_launcher`). `out` is locked for the run (a second compare into it is told who holds it) and temporary
@@ -417,11 +496,16 @@ def run_compare(budget: str | Budget = "smoke", seeds: int | None = None, out: s
     that the time estimate says would end past that many hours from the start is not begun.
 
     `seeds_per_process`: the seeds of one recipe each process trains side by side (`hierbench.seed_batch`; each seed's
-    numbers are those it has alone); default `SEEDS_PER_PROCESS`, cut to the seeds a round trains."""
+    numbers are those it has alone); default `SEEDS_PER_PROCESS`, cut to the seeds a round trains.
+
+    `plugins`: files or modules (`hierbench.plugins`) every process of the job loads before it runs a task.
+    `records`: ledger records (`hierbench.records.read_records`) restored into `out`: the plan continues from them
+    (their budget — `budget` None or one of the same run settings — their looks, their verdicts), training only what new
+    recipes and claims need. Default `budget`: smoke, or the records'."""
     out = Path(out) if out is not None else main_job_dir()
     Path(out).mkdir(parents=True, exist_ok=True)
     with FolderLock(out):
         swept = sweep_temporary_files(out)
         if swept: log(f"compare: removed {swept} temporary file(s) left by an interrupted run")
         return _run_compare(budget, seeds, out, recipes, quiet, jobs, log, launcher, progress, until_decided, max_seeds,
-                            round_seeds, max_hours, spending, seeds_per_process)
+                            round_seeds, max_hours, spending, seeds_per_process, plugins, records)

@@ -26,6 +26,7 @@ from .lora import (LoraSpec, apply_lora, is_lora_file, load_base_, lora_paramete
                             saved_model_config, share_frozen_base_)
 from .tracking import Tracker
 from .config import MissingFileError, SettingsError
+from .plugins import loaded_plugins
 
 
 # %% auto #0
@@ -209,7 +210,9 @@ def _run_record(recipe, arch, init, data, source, decay, validation) -> dict:
                  validate_every=validation.every if validation else None,
                  stop_on_plateau=bool(validation and validation.stop_on_plateau),
                  # what the loader draws negatives from (a recipe may be narrowed, e.g. to relation replacements)
-                 negative_types=list(recipe.negative_types) if recipe.negative_types is not None else None)
+                 negative_types=list(recipe.negative_types) if recipe.negative_types is not None else None,
+                 # the plugin files (and hashes) a plugin's recipe or terms came from (`hierbench.plugins`)
+                 **({"plugins": loaded_plugins()} if loaded_plugins() else {}))
     if data.kind == "world": return {**extra, **data.record()}
     # real data: the rule names the negatives file holds (`swap_nouns`), not the world's negative types
     rules = RD.negative_rules(data.negatives) if data.negatives and "negatives" in recipe.fields else None

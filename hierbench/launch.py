@@ -18,6 +18,7 @@ from .compare import DECODER_TASK, compare_outputs, finished_run, run_compare, t
 from .records import finished_runs, read_plan, read_records, report_only_meta, restore_records
 from .config import FolderLock, LAUNCHERS, SettingsError
 from .jobs import train_recipe
+from .plugins import load_plugins, require_plugins
 from .train import Preempted
 
 # %% auto #0
@@ -197,6 +198,7 @@ def make_executor(kind: str, folder: str | Path, **options) -> submitit.AutoExec
 def rebuild_report(out: str | Path, log: Callable = print) -> dict:
     "The compare outputs of folder `out`, rebuilt from its `plan.json` and finished runs (no training, no job)."
     out, plan = Path(out), read_plan(out)   # each recipe's seeds, and with --until-decided the looks and why the rounds stopped
+    require_plugins(plan.plugins, out / "plan.json")
     with FolderLock(out):
         rows = finished_runs(out, plan)
         log(f"compare: rebuilding the outputs of {out} from {len(rows)} finished runs")
@@ -204,7 +206,7 @@ def rebuild_report(out: str | Path, log: Callable = print) -> dict:
                                plan=plan.sequential, still_open=plan.still_open)
 
 # %% ../nbs/11e_launch.ipynb #98a3dd7e
-def launch_compare(budget: str = "smoke", seeds: int | None = None, out: str | Path | None = None,
+def launch_compare(budget: str | None = None, seeds: int | None = None, out: str | Path | None = None,
                    recipes: list[str] | None = None, *,
                    launcher: str = "processes",             # processes | submitit-local | slurm
                    jobs: int | None = None,                 # processes, submitit-local: runs at once (default: one per core)
@@ -213,26 +215,32 @@ def launch_compare(budget: str = "smoke", seeds: int | None = None, out: str | P
                    slurm_extra: Sequence[str] | Mapping[str, str] | None = None,   # KEY=VALUE sbatch options
                    report_only: bool = False,               # only rebuild the outputs from the folder
                    from_records: str | Path | None = None,  # ledger records (`hierbench.records`) to continue from
+                   plugins: Sequence[str] = (),             # files or modules with terms, recipes, claims (`hierbench.plugins`)
                    quiet: bool = True, log: Callable = print,
                    **rounds) -> dict:                       # progress, until_decided, max_seeds, round_seeds, max_hours,
                                                             # spending, seeds_per_process (`run_compare`'s)
     "`hierbench compare` with a launcher: the process pool, submitit's local executor or SLURM (see `make_executor`)."
     from hierbench.compare import main_job_dir
     out = Path(out) if out is not None else main_job_dir()
+    paths = tuple(p.path for p in load_plugins(plugins))   # before anything reads a recipe or claim they register
     if report_only: return rebuild_report(out, log)
-    if from_records is not None:   # the recorded runs stand in for their folders: only the seeds the plan adds train
+    records = None
+    if from_records is not None:   # the recorded runs stand in for their folders: only what new rows need trains
         records = read_records(from_records)
         with FolderLock(out): n = restore_records(records, out)
         log(f"compare: {n} of {len(records.runs)} recorded run(s) restored from {from_records} into {out}")
+    rounds.update(plugins=paths, records=records)
     if launcher not in LAUNCHERS: raise SettingsError(f"launcher {launcher!r}: expected one of {LAUNCHERS}")
     if launcher == "processes":
         if any(v for v in (slurm_partition, slurm_account, gpus_per_run, cpus_per_run, timeout_min, slurm_extra)):
             raise SettingsError("--slurm-*, --gpus-per-run, --cpus-per-run and --timeout-min need --launcher submitit-local or slurm")
-        return run_compare(budget, seeds, out, recipes, quiet=quiet, jobs=jobs, log=log, **rounds)
+        return run_compare(budget if budget or records else "quick", seeds, out, recipes, quiet=quiet, jobs=jobs,
+                           log=log, **rounds)
     ex = make_executor(launcher, out / "submitit", name=f"hierbench-{Path(out).name}", slurm_partition=slurm_partition,
                        slurm_account=slurm_account, gpus_per_run=gpus_per_run, cpus_per_run=cpus_per_run,
                        timeout_min=timeout_min, slurm_extra=slurm_extra)
     local = launcher == "submitit-local"
     sub = SubmititLauncher(ex, jobs=(jobs or os.cpu_count() or 1) if local else None,
                            threads=cpus_per_run or (1 if local else None), slurm_extra=parse_slurm_extra(slurm_extra), log=log)
-    return run_compare(budget, seeds, out, recipes, quiet=quiet, log=log, launcher=sub, **rounds)
+    return run_compare(budget if budget or records else "quick", seeds, out, recipes, quiet=quiet, log=log,
+                       launcher=sub, **rounds)

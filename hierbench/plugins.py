@@ -13,7 +13,7 @@ from typing import Sequence
 from .config import HierbenchError
 
 # %% auto #0
-__all__ = ['PluginError', 'Plugin', 'note_registration', 'loaded_plugins', 'load_plugin', 'load_plugins']
+__all__ = ['PluginError', 'Plugin', 'note_registration', 'loaded_plugins', 'load_plugin', 'load_plugins', 'require_plugins']
 
 # %% ../nbs/01c_plugins.ipynb #5e4eaf5f
 class PluginError(HierbenchError, ValueError):
@@ -96,3 +96,14 @@ def load_plugin(spec: str | Path) -> Plugin:
 def load_plugins(specs: Sequence[str | Path] | None) -> list[Plugin]:
     "`load_plugin` for each of `specs` in order (None or empty: nothing)."
     return [load_plugin(s) for s in (specs or ())]
+
+# %% ../nbs/01c_plugins.ipynb #09f2c8eb
+def require_plugins(recorded, where) -> None:
+    "A `PluginError` unless every plugin `recorded` (their `Plugin.record`s) is loaded with the same SHA-256."
+    have = {p["sha256"]: p for p in loaded_plugins()}
+    for rec in recorded or ():
+        if rec.get("sha256") in have: continue
+        same_path = [p for p in loaded_plugins() if p["path"] == rec.get("path")]
+        why = (f"{rec.get('path')} is loaded but has changed since (sha256 {rec.get('sha256', '')[:12]}… then)" if same_path
+               else f"it is not loaded: pass --plugin {rec.get('path') or rec.get('plugin')}")
+        raise PluginError(f"{where} was made with plugin {rec.get('plugin')} ({', '.join(rec.get('recipes', []) + rec.get('terms', []) + rec.get('claims', []))}); {why}")

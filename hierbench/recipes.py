@@ -22,7 +22,7 @@ from fastcore.basics import patch
 __all__ = ['WORLD_PRETRAIN', 'WORLD_FINETUNE', 'PAPER_MERU', 'PAPER_HYCOCLIP', 'PAPER_ARGENT', 'PAPER_NEGCLIP', 'PAPER_DEGLA',
            'PAPER_READ', 'SWAP_NEGATIVES', 'DEGLA_NEGATIVES', 'DEGLA_EMA', 'DEGLA_HORIZON', 'OptimDefaults',
            'FrozenWeights', 'Recipe', 'register_recipe', 'get_recipe', 'list_recipes', 'recipe_fields', 'recipe_diff',
-           'recipes_table', 'rank_info', 'compute_loss', 'make_loss_fn', 'demo_batch']
+           'recipe_variant', 'recipes_table', 'rank_info', 'compute_loss', 'make_loss_fn', 'demo_batch']
 
 # %% ../nbs/08_recipes.ipynb #56bc2b10
 @dataclass(frozen=True)
@@ -324,6 +324,44 @@ def recipe_diff(a: Recipe | str, b: Recipe | str) -> set[str]:
     fa, fb = recipe_fields(a), recipe_fields(b)
     return {k for k in fa.keys() | fb.keys() if fa.get(k, 0.0) != fb.get(k, 0.0)}
 
+# %% ../nbs/08_recipes.ipynb #c0fb002a
+def _coerce(field: str, current, value):
+    "`value` as the type of the field's `current` value; a string is parsed (`true`, `0.5`, `a+b` for a tuple)."
+    if not isinstance(value, str): return value
+    try:
+        if isinstance(current, bool):
+            if value.lower() not in ("true", "false", "1", "0", "yes", "no"): raise ValueError("not a boolean")
+            return value.lower() in ("true", "1", "yes")
+        if isinstance(current, int): return int(value)
+        if isinstance(current, float): return float(value)
+        if isinstance(current, tuple) or (current is None and "+" in value): return tuple(value.split("+"))
+        if current is None: return None if value.lower() == "none" else float(value)
+        return value
+    except ValueError as e: raise SettingsError(f"{field}={value!r}: not a {type(current).__name__} ({e})") from None
+
+def _variant_name(recipe: Recipe, settings: Mapping) -> str:
+    fmt = lambda v: "+".join(map(str, v)) if isinstance(v, tuple) else f"{v:g}" if isinstance(v, float) else str(v)
+    return recipe.name + "".join(f"@{k}={fmt(v)}" for k, v in settings.items())
+
+# %% ../nbs/08_recipes.ipynb #a05b3ad4
+def recipe_variant(recipe: Recipe | str, settings: Mapping[str, object], name: str | None = None) -> Recipe:
+    """`recipe` with the flat fields in `settings` (`recipe_fields` names) set; values typed as the fields are, strings
+    parsed. An unknown field or a value the field cannot take is a `SettingsError` naming it. Not registered."""
+    r = get_recipe(recipe) if isinstance(recipe, str) else recipe
+    known, groups, top, typed = recipe_fields(r), {}, {}, {}
+    for field_name, value in settings.items():
+        head, _, tail = field_name.partition(".")
+        if head == "weights" and tail in known_terms(): current = float(r.weights.get(tail, 0.0))
+        elif field_name in known: current = known[field_name]
+        else: raise SettingsError(f"recipe {r.name!r} has no field {field_name!r}; fields: {', '.join(sorted(known))}")
+        typed[field_name] = v = _coerce(field_name, current, value)
+        if tail: groups.setdefault(head, {})[tail] = v
+        else: top[head] = v
+    if all(known.get(k, 0.0) == v for k, v in typed.items()): return r   # nothing changes: the recipe itself
+    try: out = r.replace(**top, **groups)
+    except (TypeError, ValueError) as e: raise SettingsError(f"recipe {r.name!r} with {dict(settings)}: {e}") from None
+    return dataclasses.replace(out, name=name or _variant_name(r, typed))
+
 # %% ../nbs/08_recipes.ipynb #7c0bd6cd
 def recipes_table(names: list[str] | None = None):
     "A pandas DataFrame: one row per recipe; geometry, stage, fields, K, weights, then world vs paper optimizer defaults."
@@ -381,7 +419,7 @@ def _check_batch(recipe: Recipe, model, batch: Mapping, teacher, recon_head) -> 
 # %% ../nbs/08_recipes.ipynb #bc876c14
 def _term_inputs(v, t, vb, tb, tn, neg_mask, T: Mapping, scale, sim, c, B: int) -> dict:
     "What a registered term's `fn(inputs)` reads (`hierbench.terms.INPUT_FIELDS`): the fields this recipe's batch has."
-    inputs = dict(images=v, captions=t, logit_scale=scale, similarity=sim)
+    inputs = dict(images=v, captions=t, logit_scale=scale, similarity=sim.pairwise_sim)   # (len a, len b) matrices
     if vb is not None: inputs.update(crops=vb, phrases=tb)
     if tn is not None: inputs.update(negatives=tn.reshape(B, -1, tn.shape[-1]), negatives_mask=neg_mask.to(tn.device).reshape(B, -1))
     if "paraphrases" in T: inputs["paraphrases"] = T["paraphrases"].float()

@@ -17,14 +17,15 @@ from .run_folder import finished_run, json_safe, load_items, run_dir, run_finger
 from .config import FolderStateError, HierbenchError, MissingFileError, atomic_write, atomic_write_text
 from .evaluate import metric_from_items
 from .models import resolve_architecture
+from .plugins import require_plugins
 from .recipes import get_recipe, list_recipes
 from .stats import SequentialPlan
 
 # %% auto #0
 __all__ = ['RECORDS_FORMAT', 'LEDGER_FILE', 'RUNS_FILE', 'ITEMS_FILE', 'CLAIMS_FILE', 'SHARED', 'RecordsError', 'settings_hash',
            'records_read', 'RunPlan', 'read_plan', 'finished_runs', 'report_only_meta', 'write_records',
-           'LedgerRecords', 'read_records', 'ledger_from_records', 'ledger_differences', 'restore_records',
-           'ledger_from_folder', 'forest_title']
+           'MissingItemsError', 'LedgerRecords', 'read_records', 'ledger_from_records', 'ledger_differences',
+           'restore_records', 'ledger_from_folder', 'forest_title']
 
 # %% ../nbs/11g_records.ipynb #0abb420b
 RECORDS_FORMAT = "hierbench-ledger-records/1"
@@ -107,16 +108,18 @@ class RunPlan:
     seeds: int
     recipes: tuple
     until_decided: dict | None = None
+    plugins: tuple = ()          # the plugins (`hierbench.plugins.Plugin.record`) its recipes and claims came from
 
     @classmethod
     def from_record(cls, d: Mapping) -> "RunPlan":
         "From plan.json's form (also a results.json's `meta`): `budget`, `seeds`, `recipes`, optional `until_decided`."
-        return cls(budget_from_meta(d), int(d["seeds"]), tuple(d["recipes"]), d.get("until_decided"))
+        return cls(budget_from_meta(d), int(d["seeds"]), tuple(d["recipes"]), d.get("until_decided"), tuple(d.get("plugins", ())))
 
     def record(self) -> dict:
         "plan.json's form."
         return dict(budget=dataclasses.asdict(self.budget), seeds=self.seeds, recipes=list(self.recipes),
-                    **({"until_decided": self.until_decided} if self.until_decided else {}))
+                    **({"until_decided": self.until_decided} if self.until_decided else {}),
+                    **({"plugins": list(self.plugins)} if self.plugins else {}))
 
     def seeds_of(self, recipe: str) -> int:
         return int(self.until_decided["seeds_per_recipe"][recipe]) if self.until_decided else self.seeds
@@ -144,7 +147,9 @@ def read_plan(out: str | Path) -> RunPlan:
     if not src.is_file():
         raise MissingFileError(f"{out}: neither plan.json nor results.json; not a compare folder (run `hierbench compare --out {out}`)")
     d = json.loads(src.read_text())
-    return RunPlan.from_record(d.get("meta", d))
+    plan = RunPlan.from_record(d.get("meta", d))
+    require_plugins(plan.plugins, src)   # a plugin's recipes are unknown until it is loaded
+    return plan
 
 # %% ../nbs/11g_records.ipynb #6954dbbc
 def finished_runs(out: str | Path, plan: RunPlan) -> list[dict]:
@@ -247,7 +252,8 @@ def write_records(compare_dir: str | Path, out: str | Path) -> Path:
         scenes=eval_scene_counts(plan.budget),
         kept={f"{r}/seed{s}": sorted(f"{split}|{rec}" for split, rec in pairs) for (r, s), pairs in keep.items()},
         fields={k: sorted(v) for k, v in _fields_of(arrays).items()},
-        meta=meta, made={**made, "source": str(compare_dir)})
+        meta=meta, made={**made, "source": str(compare_dir)},
+        **({"plugins": list(plan.plugins)} if plan.plugins else {}))
     lines = [json.dumps(json_safe({**{k: v for k, v in r.items() if k not in _RUN_FIELDS_DROPPED},
                                     "settings_sha256": settings_hash(r["run_key"], r["run_fingerprint"])})) for r in runs]
     until = plan.until_decided or {}
@@ -264,6 +270,8 @@ def write_records(compare_dir: str | Path, out: str | Path) -> Path:
     _write_npz(tmp / ITEMS_FILE, _share(arrays))
     (tmp / CLAIMS_FILE).write_text(json.dumps(claims_document(meta, ledger), indent=1))
     (tmp / "README.md").write_text(readme)
+    for p in plan.plugins:   # for the reader (never executed from here: `--plugin` names the file to load, hash checked)
+        (tmp / "plugins").mkdir(exist_ok=True); shutil.copy(p["path"], tmp / "plugins" / Path(p["path"]).name)
     old = out.with_name(f".{out.name}.old")
     if out.exists(): out.replace(old)
     tmp.replace(out)
@@ -271,13 +279,18 @@ def write_records(compare_dir: str | Path, out: str | Path) -> Path:
     return out
 
 # %% ../nbs/11g_records.ipynb #a3034907
+class MissingItemsError(RecordsError, KeyError):
+    """A per-item record the records do not keep. A `KeyError` too: the evaluation bootstrap of a row that needs it — a
+    new claim on a recorded arm, on a metric no recorded row read — has no interval (NaN), as for a run without items."""
+    def __str__(self): return str(self.args[0])
+
 class _Kept(dict):
     "Per-item records as a run keeps them: asking for one it does not keep names it (never a silent NaN)."
     def __init__(self, data: Mapping, where: str):
         super().__init__(data); self.where = where
     def __missing__(self, key):
-        raise RecordsError(f"{self.where} keeps no per-item record {key!r}: records keep what the ledger's rows read, "
-                           "at the seeds each row read")
+        raise MissingItemsError(f"{self.where} keeps no per-item record {key!r}: records keep what the ledger's rows read, "
+                                "at the seeds each row read")
 
 # %% ../nbs/11g_records.ipynb #784432b8
 @dataclass
@@ -372,6 +385,7 @@ def read_records(folder: str | Path) -> LedgerRecords:
     except (KeyError, TypeError, ValueError) as e: raise RecordsError(f"{folder / LEDGER_FILE}: plan: {e}") from None
     if ledger.get("run_key") != plan.budget.run_key():
         raise RecordsError(f"{folder / LEDGER_FILE}: run_key is not that of its own budget {plan.budget.name!r}")
+    require_plugins(ledger.get("plugins"), folder)   # their recipes and claims are in the records: load them first
     runs = _read_runs(folder / RUNS_FILE, plan)
     items = _read_items(folder / ITEMS_FILE, ledger.get("kept", {}), ledger.get("fields", {}), runs)
     claims = json.loads((folder / CLAIMS_FILE).read_text()) if (folder / CLAIMS_FILE).is_file() else None
@@ -387,8 +401,12 @@ def ledger_from_records(records: LedgerRecords) -> dict:
 
 # %% ../nbs/11g_records.ipynb #fe6ec556
 def ledger_differences(document: Mapping, reference: Mapping) -> list[str]:
-    "Where a recomputed claims.json differs from `reference` (row by row, field by field); empty when equal."
-    a, b = document.get("claims", []), reference.get("claims", [])
+    """Where a recomputed claims.json differs from `reference` (row by row, field by field); empty when equal. Rows the
+    reference lacks that did not run — a loaded plugin's claims on recipes these runs do not have — are not differences."""
+    key = lambda r: (r.get("id"), r.get("a"), r.get("b"), r.get("metric"))
+    known = {key(y) for y in reference.get("claims", [])}
+    a = [x for x in document.get("claims", []) if key(x) in known or x.get("verdict") != "not run"]
+    b = reference.get("claims", [])
     if len(a) != len(b): return [f"{len(a)} claim rows, the reference has {len(b)}"]
     out = []
     for x, y in zip(a, b):
