@@ -278,6 +278,8 @@ def add_claims_parser(sub):
     d.add_argument("--json", default=None, metavar="FILE", help="write the recomputed claims.json here")
     d.add_argument("--forest", default=None, metavar="PNG", help="draw the forest plot (kaleido and Chrome/Chromium)")
     d.add_argument("--records", default=None, metavar="OUT", help="reduce the compare folder DIR to ledger records in OUT")
+    d.add_argument("--against", default=None, metavar="RECORDS", help="check the compare folder DIR's runs against ledger "
+                   "records (their recorded twins): does this machine reproduce them? (hierbench.reproduction)")
     d.add_argument("--variance", action="store_true", help="also each row's seed variance split into training and "
                    "evaluation (scene) noise, and its interval with unlimited scenes")
     add_plugin_flag(d)

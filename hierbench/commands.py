@@ -18,8 +18,9 @@ from .budgets import BUDGETS, Budget, eval_scene_counts
 from .cli import _csv
 from .claims import variance_components
 from .compare import main_job_dir
-from .records import (LEDGER_FILE, RecordsError, forest_title, ledger_differences, ledger_from_folder,
-                               ledger_from_records, read_records, write_records)
+from .records import (LEDGER_FILE, RecordsError, finished_runs, forest_title, ledger_differences,
+                               ledger_from_folder, ledger_from_records, read_plan, read_records, write_records)
+from .run_folder import json_safe
 from .report import forest_figure, headline_table
 from .config import BENCH_SECTIONS, SettingsError, atomic_write, atomic_write_text
 from .data import DataFormatError
@@ -34,6 +35,7 @@ from .models import load_model
 from .export import export_open_clip
 from .negatives import LexiconTagger
 from .plugins import load_plugins
+from .reproduction import reproduction_check, reproduction_lines
 from .paraphrases import generate_paraphrases
 from .real_data import RealData, generate_negatives, parse_data_spec, real_records
 from .recipes import get_recipe
@@ -236,6 +238,7 @@ def cmd_compare(args):
     cost = f" ({meta['wall_seconds'] / 60:.1f} min, peak {meta['peak_rss_mb']:.0f} MB)" if meta.get("wall_seconds") else ""
     print(f"\nwrote {Path(args.out) / 'results.json'}, claims.json, report.html{cost}")
     if args.records: _write_records(args.out, args.records)
+    print("\n" + "\n".join(reproduction_lines(res["reproduction"])))   # last: does this machine reproduce the ledger?
 
 # %% ../nbs/15a_commands.ipynb #5747ec27
 def _write_records(folder, out):
@@ -250,6 +253,12 @@ def cmd_claims(args):
     src = Path(args.dir)
     load_plugins(args.plugin)   # recipes and claims of the records' or folder's plugins
     if args.records: return _write_records(src, args.records)
+    if args.against:   # this folder's runs against ledger records: the reproduction check alone
+        plan = read_plan(src)
+        rep = reproduction_check(src, finished_runs(src, plan), args.against)
+        if "skipped" in rep: raise RecordsError(f"no reproduction check of {src}: {rep['skipped']}")
+        if args.json: atomic_write_text(args.json, json.dumps(json_safe(rep), indent=1)); print(f"wrote {args.json}")
+        return print("\n".join(reproduction_lines(rep)))
     if (src / LEDGER_FILE).is_file(): rec = read_records(src); res = {**ledger_from_records(rec), "reference": rec.claims}
     else: res = ledger_from_folder(src)   # a records folder or a compare folder that is neither: one line (`RecordsError`, ...)
     budget = Budget.from_dict(res["meta"]["budget"])

@@ -27,6 +27,7 @@ from .report import render_report, save_static_figures, stage_table, summary_tab
 from .sources import WorldData, WorldDataset, world_captions
 from .train import Preempted, plateau_step, read_metrics
 from .world import build_split
+from .reproduction import reproduction_check, reproduction_html
 from .progress import CompareProgress, duration, prior_decoder_seconds
 from .stats import SequentialPlan, look_schedule
 from .seed_batch import train_seeds
@@ -267,12 +268,12 @@ def _peak_rss_mb() -> float:
     return max(own, kids) / 1024
 
 # %% ../nbs/11_compare.ipynb #91bf0076
-def _write_outputs(out: Path, meta: dict, results: pd.DataFrame, ledger: pd.DataFrame, runs: list[dict]):
+def _write_outputs(out: Path, meta: dict, results: pd.DataFrame, ledger: pd.DataFrame, runs: list[dict], reproduction: dict):
     "results.json, claims.json, report.html (plotly.min.js beside it) and the figures' PNG copies in `out/figures`."
     extras = dict(stages={f"{r['recipe']}/seed{r['seed']}": r["stage"] for r in runs if r.get("stage")},
                   pep_analysis={f"{r['recipe']}/seed{r['seed']}": r["pep_analysis"] for r in runs if r.get("pep_analysis")})
     atomic_write_text(out / "results.json", json.dumps(json_safe(dict(meta=meta, rows=results.to_dict("records"), **extras)), indent=1))
-    atomic_write_text(out / "claims.json", json.dumps(claims_document(meta, ledger), indent=1))
+    atomic_write_text(out / "claims.json", json.dumps({**claims_document(meta, ledger), "reproduction": json_safe(reproduction)}, indent=1))
     shutil.copy(Path(plotly.__file__).parent / "package_data" / "plotly.min.js", out / "plotly.min.js")
     figures: dict = {}
     report = render_report(results, ledger, meta, runs, plotlyjs="directory", run_root=out / "runs", figures=figures)
@@ -280,20 +281,22 @@ def _write_outputs(out: Path, meta: dict, results: pd.DataFrame, ledger: pd.Data
     note = (f"{len(static['written'])} figures are also saved as PNG images in <code>figures/</code>." if static["written"]
             else f"No static copies of the figures: {html.escape(static['skipped'] or 'none drawn')}.")
     if static["skipped"]: warnings.warn(f"compare: static figures not written ({static['skipped']})")
-    atomic_write_text(out / "report.html", report.replace("</body>", f"<p>{note}</p></body>"))
+    atomic_write_text(out / "report.html", report.replace("</body>", f"{reproduction_html(reproduction)}<p>{note}</p></body>"))
 
 # %% ../nbs/11_compare.ipynb #bf7a45ec
 def compare_outputs(out: Path, budget: Budget, seeds: int, order: list[str], runs: list[dict], meta: dict,
-                    plan: SequentialPlan | None = None, still_open: str = "open") -> dict:
+                    plan: SequentialPlan | None = None, still_open: str = "open", records=None) -> dict:
     """The results table, claims ledger and report of the finished `runs`, written into `out` (`meta`: how they were
     run). `plan`: the looks of a seeds-until-decided run (the ledger reads them); `still_open`: what the ledger's
-    `stopped` says of rows left undecided below the last look (e.g. 'time cap')."""
+    `stopped` says of rows left undecided below the last look (e.g. 'time cap'). The runs are checked against ledger
+    records (`hierbench.reproduction`): `records`, else settings.ini's `ledger_records` (the committed ledger)."""
     items = {(r["recipe"], r["seed"]): load_items(run_dir(out, r["recipe"], r["seed"]) / "items.npz") for r in runs}
     results, ledger = claims_ledger(runs, items, budget, plan, still_open)
     meta = dict(budget=dataclasses.asdict(budget), seeds=seeds, recipes=order, **meta)
-    _write_outputs(out, meta, results, ledger, runs)
+    reproduction = reproduction_check(out, runs, records if records is not None else load_settings().ledger_records)
+    _write_outputs(out, meta, results, ledger, runs, reproduction)
     return dict(results=results, ledger=ledger, meta=meta, summary=summary_table(results), runs=runs,
-                power=power_table(ledger), stages=stage_table(runs))
+                power=power_table(ledger), stages=stage_table(runs), reproduction=reproduction)
 
 # %% ../nbs/11_compare.ipynb #5d1e3a5a
 # --until-decided's first look when no --seeds are given. A look at 2 seeds has one degree of freedom: at the level an
@@ -468,7 +471,8 @@ def _run_compare(budget: str | Budget | None, seeds: int | None, out: Path, reci
         meta["until_decided"] = dict(plan=dataclasses.asdict(looks), seeds_per_recipe=_seeds_per_recipe(rows, order),
                                      rounds=rounds, stopped=stopped if plan else "fixed seeds")
         atomic_write_text(out / "plan.json", json.dumps({**record, "seeds": n, "until_decided": meta["until_decided"]}, indent=1))
-    return compare_outputs(out, budget, n, order, runs, meta, plan=looks, still_open="time cap" if stopped == "time cap" else "open")
+    return compare_outputs(out, budget, n, order, runs, meta, plan=looks, still_open="time cap" if stopped == "time cap" else "open",
+                           records=records)
 
 def _seeds_per_recipe(rows: Mapping, order: list[str]) -> dict:
     "How many seeds each recipe of the plan has (its seeds are 0..n−1: the rounds leave no gaps)."

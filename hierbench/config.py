@@ -30,6 +30,7 @@ class Settings:
     openclip_checkpoint: Path | None  # default local open_clip weights for `hierbench eval`
     device: str              # 'auto', 'cpu', 'cuda', 'cuda:1', ...
     seed: int                # default seed
+    ledger_records: Path | None  # the committed claims ledger's records: what the main job checks this machine against
     source: Path | None      # the settings.ini these came from (None: defaults only)
 
     def resolve_device(self) -> str:
@@ -39,7 +40,7 @@ class Settings:
         return "cuda" if torch.cuda.is_available() else "cpu"
 
 _DEFAULTS = dict(data_root="data", cache_dir=".cache/hierbench", runs_dir="~/hierbench-runs", checkpoints_dir="checkpoints",
-                 openclip_checkpoint="", device="auto", seed="0")
+                 openclip_checkpoint="", device="auto", seed="0", ledger_records="nbs/results/data/ledger-standard")
 
 # %% ../nbs/01_config.ipynb #cf2efdfa
 PRECISIONS = ("fp32", "bf16", "fp16", "amp_bf16", "amp_fp16")      # open_clip's names (hierbench.precision)
@@ -115,7 +116,7 @@ def load_settings(path: str | Path | None = None, env: dict | None = None) -> Se
     return Settings(data_root=_path(vals["data_root"]), cache_dir=_path(vals["cache_dir"]),
                     runs_dir=_path(vals["runs_dir"]), checkpoints_dir=_path(vals["checkpoints_dir"]),
                     openclip_checkpoint=_path(vals["openclip_checkpoint"]), device=vals["device"].strip(),
-                    seed=seed, source=src.resolve() if src is not None else None)
+                    seed=seed, ledger_records=_path(vals["ledger_records"]), source=src.resolve() if src is not None else None)
 
 # %% ../nbs/01_config.ipynb #47d838ac
 def atomic_write(path: str | Path, write_fn: Callable[[Path], Any]) -> Path:

@@ -6,7 +6,7 @@ Docs: https://hierbench.github.io/hierbench/records.html.md"""
 
 # %% ../nbs/11g_records.ipynb #9e2b55b1
 from __future__ import annotations
-import dataclasses, gzip, hashlib, json, platform, shutil, subprocess, time, zipfile
+import dataclasses, gzip, hashlib, json, platform, shutil, subprocess, time, zipfile, zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
@@ -350,14 +350,17 @@ def _read_items(path: Path, kept: Mapping, fields: Mapping, runs: list) -> dict:
     record's fields) and the file lacks is an error."""
     try: z = np.load(path, allow_pickle=False)
     except FileNotFoundError: raise RecordsError(f"{path}: missing") from None
-    except (OSError, ValueError) as e: raise RecordsError(f"{path}: not a .npz file ({e})") from None
+    except (OSError, ValueError, zipfile.BadZipFile) as e: raise RecordsError(f"{path}: not a .npz file ({e})") from None
     shared, own = {}, {}
     with z:
         for key in z.files:
             parts = key.split("|")
             if len(parts) != 5: raise RecordsError(f"{path}: key {key!r} is not RECIPE|SEED|split|record|field")
             r, s, split, rec, f = parts
-            (shared if r == SHARED else own).setdefault((split, rec) if r == SHARED else (r, s, split, rec), {})[f] = z[key]
+            try: value = z[key]
+            except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:   # a truncated or damaged member
+                raise RecordsError(f"{path}: array {key!r} cannot be read ({type(e).__name__}: {e}): the file is damaged") from None
+            (shared if r == SHARED else own).setdefault((split, rec) if r == SHARED else (r, s, split, rec), {})[f] = value
     items = {}
     for row in runs:
         r, s = row["recipe"], row["seed"]
