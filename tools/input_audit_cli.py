@@ -1,7 +1,7 @@
 """The input audit through the command line: every format issue 32 added (CLIP_benchmark classification and retrieval
 WebDatasets, ImageFolder, ImageNet val, COCO-captions / Karpathy / Flickr retrieval files, Winoground, class
 hierarchies, a `--suite` data root) given malformed, and run as a user runs it: `hierbench eval ... --json M.json`;
-issue 46 added `hierbench view` on photos without captions.
+issue 46 added damaged ONNX exports (`eval --scorer onnx:DIR`) and `hierbench view` on photos without captions.
 
     python tools/input_audit.py            # this table after the loaders' one
 
@@ -21,7 +21,7 @@ user, only HyperView's own files are not written (`tests/test_view.py` writes th
 """
 from __future__ import annotations
 
-import contextlib, importlib.util, io, json, signal, subprocess, sys, tarfile, tempfile, traceback, warnings
+import contextlib, importlib.util, io, json, shutil, signal, subprocess, sys, tarfile, tempfile, traceback, warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -35,7 +35,7 @@ HANG_SECONDS = 120
 # the cases that also run as real `hierbench` processes (a torch import each: a few seconds apiece)
 SUBPROCESS_CASES = (("CLIP_benchmark classification (wds)", "no classnames.txt"), ("COCO-captions", "malformed JSON"),
                     ("Winoground", "an image absent"), ("class hierarchy", "a cycle"),
-                    ("--suite data root", "a data root with nothing in it"))
+                    ("--suite data root", "a data root with nothing in it"), ("ONNX export (--scorer onnx:DIR)", "image.onnx cut short"))
 
 # ---- tiny files ---------------------------------------------------------------------------------------------------
 COLOURS = [(200, 30, 30), (30, 200, 30), (30, 30, 200), (200, 200, 30), (30, 200, 200), (200, 30, 200)]
@@ -320,6 +320,37 @@ def _suite_cases():
     yield Case("a data root that is not there", F, lambda d: ["--suite", "degla", "--data-root", str(d / "nope")], "clear", ("nope",))
     yield Case("no data root", F, lambda d: ["--suite", "read"], "clear", ("--data-root",))
 
+_ONNX: dict = {}   # one export of the audit's model per process, copied into each ONNX case's folder
+
+def onnx_export(d: Path) -> Path:
+    "A `hierbench export --format onnx` folder of a world-debug model at `d/onnx` (its tower files to be damaged)."
+    if "dir" not in _ONNX:
+        from hierbench.models import create_model
+        from hierbench.onnx_export import export_onnx
+        _ONNX["tmp"] = tempfile.TemporaryDirectory()
+        _ONNX["dir"] = export_onnx(create_model("world-debug"), Path(_ONNX["tmp"].name) / "onnx")["config"].parent
+    shutil.copytree(_ONNX["dir"], d / "onnx")
+    return d / "onnx"
+
+def _onnx_cases():
+    "A damaged ONNX export scored by `eval --scorer onnx:DIR` (issue 46: onnxruntime's InvalidProtobuf traceback)."
+    F = "ONNX export (--scorer onnx:DIR)"
+    def damaged(damage):
+        def build(d):
+            folder = onnx_export(d); damage(folder)
+            return ["--scorer", f"onnx:{folder}", "--zeroshot", str(image_folder(d / "pets"))]
+        return build
+    def cut(name, keep): return lambda f: (f / name).write_bytes((f / name).read_bytes()[:keep])
+    def config(mutate): return lambda f: (f / "config.json").write_text(json.dumps(mutate(json.loads((f / "config.json").read_text()))))
+    yield Case("image.onnx cut short", F, damaged(cut("image.onnx", 3000)), "clear", ("image.onnx", "not a readable ONNX model"))
+    yield Case("text.onnx overwritten", F, damaged(lambda f: (f / "text.onnx").write_bytes(b"not a graph " * 40)), "clear", ("text.onnx", "not a readable ONNX model"))
+    yield Case("text.onnx empty", F, damaged(cut("text.onnx", 0)), "clear", ("text.onnx", "not a readable ONNX model"))
+    yield Case("image.onnx missing", F, damaged(lambda f: (f / "image.onnx").unlink()), "clear", ("image.onnx", "missing"))
+    yield Case("the towers swapped", F, damaged(lambda f: shutil.copy(f / "text.onnx", f / "image.onnx")), "clear", ("image.onnx", "not the image tower"))
+    yield Case("config.json cut short", F, damaged(cut("config.json", 100)), "clear", ("config.json", "not JSON"))
+    yield Case("config.json without a field", F, damaged(config(lambda c: {k: v for k, v in c.items() if k != "tokenizer"})), "clear",
+               ("config.json", "tokenizer.kind"))
+
 def _view_cases():
     "`hierbench view` on photos (issue 46: without --captions it ended in `IndexError: argmax()`)."
     F = "hierbench view (--images)"
@@ -350,7 +381,8 @@ def _has(*modules) -> bool: return all(importlib.util.find_spec(m) for m in modu
 
 def all_cases() -> list[Case]:
     return [*_classification_cases(), *_retrieval_wds_cases(), *_image_folder_cases(), *_imagenet_cases(),
-            *_retrieval_file_cases(), *_winoground_cases(), *_hierarchy_cases(), *_suite_cases(), *_view_cases()]
+            *_retrieval_file_cases(), *_winoground_cases(), *_hierarchy_cases(), *_suite_cases(),
+            *(_onnx_cases() if _has("onnxruntime", "onnxscript") else ()), *_view_cases()]
 
 # ---- running one case -------------------------------------------------------------------------------------------
 class _Hang(BaseException): pass
@@ -451,8 +483,8 @@ def _said(ran: Ran) -> str:
     return ""
 
 def run_case(case: Case, model: Path, folder: Path, via: str = "in-process") -> tuple[str, str]:
-    """(outcome, message) of one case built under `folder` and run as `hierbench eval --checkpoint MODEL ...`, or as
-    `hierbench view --scorer hierbench:MODEL ... --out WS`."""
+    """(outcome, message) of one case built under `folder` and run as `hierbench eval --checkpoint MODEL ...` (a case
+    whose flags name a `--scorer` scores with that), or as `hierbench view --scorer hierbench:MODEL ... --out WS`."""
     data = folder / "data"
     folder.mkdir(parents=True, exist_ok=True)
     flags = case.build(data)
@@ -461,8 +493,10 @@ def run_case(case: Case, model: Path, folder: Path, via: str = "in-process") -> 
         with hyperview_recorded():
             ran = run_inprocess(["view", "--scorer", f"hierbench:{model}", *flags, "--out", str(folder / "ws")])
         return classify(case, ran, out)
-    case.name = Path(flags[1].split(":", 1)[-1]).name   # NAME in the metric keys: the folder's (or file's) name
-    argv = ["eval", "--checkpoint", str(model), "--no-world", "--num-workers", "0", "--json", str(out), *flags]
+    data_flags = flags[2:] if flags[0] == "--scorer" else flags
+    case.name = Path(data_flags[1].split(":", 1)[-1]).name   # NAME in the metric keys: the folder's (or file's) name
+    model_flags = [] if flags[0] == "--scorer" else ["--checkpoint", str(model)]
+    argv = ["eval", *model_flags, "--no-world", "--num-workers", "0", "--json", str(out), *flags]
     return classify(case, (run_inprocess if via == "in-process" else run_subprocess)(argv), out)
 
 def audit_model(folder: Path) -> Path:
