@@ -14,7 +14,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from .config import MissingExtraError, MissingFileError, SettingsError, atomic_folder, atomic_write_text
+from .config import (HierbenchError, MissingExtraError, MissingFileError, SettingsError, atomic_folder,
+                              atomic_write_text)
 from .data import DataFormatError
 from .geometry import lorentz_time
 from .lora import merge_lora
@@ -22,8 +23,8 @@ from .models import DualEncoder, WordLevelTokenizer, make_head
 
 # %% auto #0
 __all__ = ['ONNX_FORMAT', 'ONNX_OPSET', 'ONNX_TOLERANCE', 'require_onnx', 'ImageTower', 'TextTower', 'hyperboloid',
-           'tokenizer_spec', 'tokenizer_from_spec', 'preprocessing_spec', 'export_onnx', 'read_onnx_config',
-           'OnnxScorer']
+           'tokenizer_spec', 'tokenizer_from_spec', 'preprocessing_spec', 'export_onnx', 'OnnxModelError',
+           'read_onnx_config', 'OnnxScorer']
 
 # %% ../nbs/05f_onnx.ipynb #f8fa01ec
 ONNX_FORMAT = "hierbench-onnx/1"     # config.json's "format": what `OnnxScorer` reads
@@ -179,20 +180,68 @@ def export_onnx(model: DualEncoder, out_dir: str | Path, batch_size: int = 2, to
     return {"image": out_dir / "image.onnx", "text": out_dir / "text.onnx", "config": out_dir / "config.json",
             "max_abs_diff": diffs}
 
-# %% ../nbs/05f_onnx.ipynb #786cae69
+# %% ../nbs/05f_onnx.ipynb #2df3245d
+class OnnxModelError(HierbenchError, ValueError):
+    "A tower file of an ONNX export that onnxruntime cannot load, or whose graph is not what `config.json` says."
+    def __init__(self, scorer: str, path, problem: str):
+        self.scorer, self.path, self.problem = scorer, Path(path), problem
+        super().__init__(f"{scorer}: {self.path} {problem}")
+    def __reduce__(self): return (type(self), (self.scorer, self.path, self.problem))   # picklable
+
+# every field `OnnxScorer` reads (dotted: a field inside a field), with the type it must have
+_CONFIG_FIELDS = {"geometry": str, "embed_dim": int, "head": dict, "image.file": str, "image.input": str, "text.file": str,
+                  "text.input": str, "tokenizer.kind": str, "tokenizer.context_length": int,
+                  "preprocessing.image_size": int, "preprocessing.mean": list, "preprocessing.std": list}
+_LORENTZ_FIELDS = {f"head.{k}": (int, float) for k in ("log_curv", "log_alpha_image", "log_alpha_text")}
+
+def _field(cfg: dict, dotted: str):
+    for key in dotted.split("."): cfg = cfg.get(key) if isinstance(cfg, dict) else None
+    return cfg
+
 def read_onnx_config(folder: str | Path) -> dict:
-    "`config.json` of an ONNX export, or a `DataFormatError` saying what is wrong with the folder."
+    "`config.json` of an ONNX export with every field the scorer reads, or a `DataFormatError` naming what is wrong."
     folder = Path(folder)
     path = folder / "config.json"
     if not path.is_file(): raise MissingFileError(f"{folder}: no config.json (not a `hierbench export --format onnx` folder)")
     try: cfg = json.loads(path.read_text())
-    except ValueError as e: raise DataFormatError(path, problem=f"not JSON ({e})") from None
+    except (ValueError, UnicodeDecodeError) as e: raise DataFormatError(path, problem=f"not JSON ({e})") from None
     if not isinstance(cfg, dict) or cfg.get("format") != ONNX_FORMAT:
         raise DataFormatError(path, field="format", problem=f"expected {ONNX_FORMAT!r} (written by `hierbench export --format onnx`)")
+    fields = {**_CONFIG_FIELDS, **(_LORENTZ_FIELDS if cfg.get("geometry") == "lorentz" else {}),
+              **({"tokenizer.vocab": list} if _field(cfg, "tokenizer.kind") == "hierbench-words" else {})}
+    for name, kind in fields.items():
+        v = _field(cfg, name)
+        if not isinstance(v, kind) or isinstance(v, bool):
+            raise DataFormatError(path, field=name, problem=f"missing or not {getattr(kind, '__name__', 'a number')} ({v!r})")
+    if cfg["geometry"] not in ("euclidean", "lorentz"):
+        raise DataFormatError(path, field="geometry", problem=f"{cfg['geometry']!r}: expected 'euclidean' or 'lorentz'")
     for kind in ("image", "text"):
-        if not (folder / cfg[kind]["file"]).is_file(): raise MissingFileError(f"{folder}: {cfg[kind]['file']} is missing")
+        if not (folder / cfg[kind]["file"]).is_file():
+            raise MissingFileError(f"{folder / cfg[kind]['file']} is missing (config.json's {kind}.file)")
     return cfg
 
+# %% ../nbs/05f_onnx.ipynb #d2862cec
+def _onnx_session(ort, opts, scorer: str, folder: Path, cfg: dict, kind: str):
+    """An onnxruntime session of the `kind` tower, or an `OnnxModelError` naming its file: one onnxruntime cannot load,
+    or a graph without the input, outputs and shape `config.json` gives it."""
+    path = folder / cfg[kind]["file"]
+    try: sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    except Exception as e:
+        if not type(e).__module__.startswith("onnxruntime"): raise   # not the file's fault: a bug keeps its traceback
+        why = " ".join(str(e).split("failed:", 1)[-1].split()).rstrip(".")
+        raise OnnxModelError(scorer, path, f"is not a readable ONNX model ({type(e).__name__}: {why[:200]})") from None
+    ins, outs = sess.get_inputs(), [o.name for o in sess.get_outputs()]
+    want = _output_names(kind, cfg["geometry"])
+    size = cfg["preprocessing"]["image_size"]
+    shape = [3, size, size] if kind == "image" else [cfg["tokenizer"]["context_length"]]   # after the batch axis
+    if [i.name for i in ins] != [cfg[kind]["input"]] or not set(want) <= set(outs) or any(
+            isinstance(a, int) and a != b for a, b in zip(ins[0].shape[1:], shape)):
+        raise OnnxModelError(scorer, path, f"is not the {kind} tower config.json describes: inputs "
+                             f"{[(i.name, i.shape) for i in ins]}, outputs {outs}; expected {cfg[kind]['input']!r} "
+                             f"(batch, {', '.join(map(str, shape))}) and outputs {want}")
+    return sess
+
+# %% ../nbs/05f_onnx.ipynb #786cae69
 class OnnxScorer:
     "A scorer from an ONNX export folder (`onnx:DIR`): onnxruntime on CPU, the export's tokenizer, preprocessing and head."
     has_images = True
@@ -211,8 +260,7 @@ class OnnxScorer:
         self.image_size, self.image_mean, self.image_std = int(p["image_size"]), tuple(p["mean"]), tuple(p["std"])
         opts = ort.SessionOptions(); opts.log_severity_level = 3
         if threads: opts.intra_op_num_threads = int(threads)
-        self._sessions = {k: ort.InferenceSession(str(self.folder / c[k]["file"]), opts, providers=["CPUExecutionProvider"])
-                          for k in ("image", "text")}
+        self._sessions = {k: _onnx_session(ort, opts, self.name, self.folder, c, k) for k in ("image", "text")}
 
     def _run(self, kind: str, x: np.ndarray) -> dict[str, torch.Tensor]:
         sess = self._sessions[kind]

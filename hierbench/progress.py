@@ -1,4 +1,4 @@
-"""What `hierbench compare` shows while it runs — runs done of the total, elapsed time and time left, a line per finished run and a heartbeat while runs train — estimated from the budget's measured step costs and refined as runs finish; a fastprogress bar in notebooks and terminals, everything printed by the parent process.
+"""What `hierbench compare` shows while it runs — runs done of the total, elapsed time and time left, a line per finished run and a heartbeat while runs train — estimated from recorded run costs scaled to this machine by a few timed steps, and refined as runs finish; a fastprogress bar in notebooks and terminals, everything printed by the parent process.
 
 Docs: https://hierbench.github.io/hierbench/progress.html.md"""
 
@@ -6,46 +6,77 @@ Docs: https://hierbench.github.io/hierbench/progress.html.md"""
 
 # %% ../nbs/11f_progress.ipynb #3fd60500
 from __future__ import annotations
-import heapq, json, math, shutil, statistics, sys, time
+import dataclasses, heapq, json, math, platform, shutil, statistics, sys, tempfile, time, warnings
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
+import torch
 from fastprogress import fastprogress as fp
 from .budgets import Budget
+from .jobs import train_recipe
 from .recipes import get_recipe
+from .sources import WorldData
 from .train import read_metrics
 
 # %% auto #0
-__all__ = ['STEP_SECONDS_AT_64', 'FINETUNE_STEP_FACTOR', 'DECODER_STEP_SECONDS', 'EVAL_SECONDS_AT_300', 'prior_run_seconds',
-           'prior_decoder_seconds', 'RunCosts', 'eta_seconds', 'duration', 'run_line', 'CompareProgress', 'eta',
-           'estimate', 'say', 'begin', 'started', 'finished', 'tick', 'end']
+__all__ = ['RECORDED_TRAIN_SECONDS', 'RECORDED_RUN', 'RECORDED_EVAL_SECONDS', 'DECODER_STEP_SECONDS', 'PROBES', 'SIDE_BY_SIDE',
+           'CALIBRATE_ABOVE_S', 'cost_class', 'recorded_step_seconds', 'prior_run_seconds', 'prior_decoder_seconds',
+           'RunCosts', 'eta_seconds', 'duration', 'run_line', 'Calibration', 'probe_step', 'calibrate',
+           'calibration_words', 'CompareProgress', 'eta', 'estimate', 'say', 'begin', 'started', 'finished', 'tick',
+           'end']
 
 # %% ../nbs/11f_progress.ipynb #0959120c
-# one world-tiny step at batch 64, all included, two runs side by side on 2 cores (results/2026-12-02_budget-costs)
-STEP_SECONDS_AT_64 = {"euclidean": 0.12, "lorentz": 0.225}
-FINETUNE_STEP_FACTOR = 1.5       # a fine-tune's step: + hard negatives' text, + the EMA teacher (an estimate)
-DECODER_STEP_SECONDS = 0.03      # READ's decoder pre-training, per step (an estimate)
-EVAL_SECONDS_AT_300 = 2.0        # one evaluation pass of a world-tiny run, 300 scenes per split (measured ≈ 2 s)
+# the standard ledger's records (results/data/ledger-standard: AMD EPYC, 2 workers x 1 thread on 2 cores, 2026-12-06):
+# each recipe's median training seconds over its 5-15 seeds, at 2,000 pre-training steps of batch 64 and 150
+# fine-tuning steps of batch 128 (the fine-tunes' validation and the snapshots included, evaluation apart)
+RECORDED_TRAIN_SECONDS = {
+    "clip": 204, "meru": 235, "hycoclip": 431, "argent": 396, "argent-no-reg": 399, "clip-ft": 30, "negclip": 35,
+    "negclip-img": 38, "degla": 69, "degla-base": 49, "degla-no-distill": 69, "read": 49, "read-base": 39,
+    "read-recon-only": 46, "read-align-only": 45, "read-recon-self": 49, "argent+degla": 81, "argent+read": 56}
+RECORDED_RUN = {"pretrain": (2000, 64), "finetune": (150, 128)}   # (steps, batch) of the recorded runs
+RECORDED_EVAL_SECONDS = 2.7      # one evaluation pass of a world-tiny run, 300 scenes per split: the records' median
+DECODER_STEP_SECONDS = 0.03      # READ's decoder pre-training, per step (an estimate: no record holds it)
+# the recipe whose step each cost class is timed by (`calibrate`): a pre-training that encodes crops costs twice
+PROBES = {"images": "clip", "crops": "hycoclip", "finetune": "negclip"}
 
-def prior_run_seconds(recipe: str, budget: Budget) -> float:
-    "A run's expected seconds before any run has finished: its steps × the measured step cost × batch/64, plus its evaluations."
+def cost_class(recipe: str) -> str:
+    "The probe a recipe's cost follows: 'finetune', 'crops' (a pre-training that also encodes box crops) or 'images'."
     r = get_recipe(recipe)
-    finetune = r.stage == "finetune"
-    steps = budget.finetune_steps if finetune else budget.pretrain_steps
-    batch = (budget.finetune_batch_size if finetune else budget.batch_size) or r.world.batch_size
-    step = STEP_SECONDS_AT_64[r.geometry] * batch / 64 * (FINETUNE_STEP_FACTOR if finetune else 1.0)
-    passes = 1 if finetune else 1 + len(budget.snapshots)   # pre-trainings also evaluate their snapshots
-    return steps * step + passes * EVAL_SECONDS_AT_300 * budget.n_test / 300
+    return "finetune" if r.stage == "finetune" else "crops" if "crops" in r.fields else "images"
 
-def prior_decoder_seconds(budget: Budget) -> float:
+def _stage_run(recipe: str, budget: Budget) -> tuple[str, int, int]:
+    "(stage, steps, batch) of a run of `recipe` under `budget`."
+    r = get_recipe(recipe)
+    if r.stage == "finetune": return "finetune", budget.finetune_steps, budget.finetune_batch_size or r.world.batch_size
+    return "pretrain", budget.pretrain_steps, budget.batch_size or r.world.batch_size
+
+def recorded_step_seconds(recipe: str, budget: Budget) -> float:
+    "The records' seconds of a step of `recipe` at the budget's batch (a recipe they lack: its probe's)."
+    stage, _, batch = _stage_run(recipe, budget)
+    steps, ref_batch = RECORDED_RUN[stage]
+    return RECORDED_TRAIN_SECONDS.get(recipe, RECORDED_TRAIN_SECONDS[PROBES[cost_class(recipe)]]) / steps * batch / ref_batch
+
+def prior_run_seconds(recipe: str, budget: Budget, speed: Mapping[str, float] | None = None) -> float:
+    """A run's expected seconds before any run of its recipe has finished: the budget's steps at the records' cost of
+    a step × `speed[cost class]` (this machine's seconds per recorded second, `calibrate`; 1 without), plus its
+    evaluation passes × `speed['other']`."""
+    stage, steps, _ = _stage_run(recipe, budget)
+    speed = speed or {}
+    passes = 1 if stage == "finetune" else 1 + len(budget.snapshots)   # pre-trainings also evaluate their snapshots
+    return (steps * recorded_step_seconds(recipe, budget) * speed.get(cost_class(recipe), 1.0)
+            + passes * RECORDED_EVAL_SECONDS * budget.n_test / 300 * speed.get("other", 1.0))
+
+def prior_decoder_seconds(budget: Budget, speed: Mapping[str, float] | None = None) -> float:
     "READ's decoder pre-training (once per compare folder)."
-    return budget.decoder_steps * DECODER_STEP_SECONDS
+    return budget.decoder_steps * DECODER_STEP_SECONDS * (speed or {}).get("other", 1.0)
 
 # %% ../nbs/11f_progress.ipynb #49a81e99
 class RunCosts:
     """Expected seconds of a run of each recipe: the median of the finished runs of that recipe seen so far (their
-    recorded training + evaluation seconds), else the prior scaled by how the finished runs of other recipes compared
-    with their own priors (a slower machine slows every estimate after its first finished run)."""
-    def __init__(self, budget: Budget): self.budget, self.measured = budget, {}
+    recorded training + evaluation seconds), else its prior at `speed` (a calibration's, `calibrate`) scaled by how the
+    finished runs of other recipes compared with their own priors (a slower machine slows every estimate after its
+    first finished run)."""
+    def __init__(self, budget: Budget, speed: Mapping[str, float] | None = None):
+        self.budget, self.speed, self.measured = budget, dict(speed or {}), {}
 
     def add(self, recipe: str, seconds: float):
         "Record a finished run's seconds (ignored unless finite and positive)."
@@ -57,15 +88,19 @@ class RunCosts:
         secs = [row.get(k) for k in ("train_seconds", "eval_seconds")]
         if all(isinstance(s, (int, float)) and math.isfinite(s) for s in secs): self.add(row["recipe"], sum(secs))
 
+    def prior(self, recipe: str) -> float:
+        "The prior of a run of `recipe` at this machine's `speed`."
+        return prior_run_seconds(recipe, self.budget, self.speed)
+
     def correction(self) -> float:
         "Median over measured recipes of (their median seconds / their prior); 1 before any run has finished."
-        ratios = [statistics.median(v) / prior_run_seconds(r, self.budget) for r, v in self.measured.items()]
+        ratios = [statistics.median(v) / self.prior(r) for r, v in self.measured.items()]
         return statistics.median(ratios) if ratios else 1.0
 
     def seconds(self, recipe: str) -> float:
         "The expected seconds of one run of `recipe`."
         if recipe in self.measured: return statistics.median(self.measured[recipe])
-        return prior_run_seconds(recipe, self.budget) * self.correction()
+        return self.prior(recipe) * self.correction()
 
 # %% ../nbs/11f_progress.ipynb #d8973409
 def eta_seconds(todo: Sequence, deps: Mapping, seconds: Mapping, jobs: int | None = None,
@@ -105,6 +140,71 @@ def run_line(row: Mapping, seconds: float | None = None) -> str:
     return (f"seed {row['seed']} {row['recipe']:18s} zs {g('zs_acc/general'):.3f}  R@5 {g('i2t_R@5'):.3f}  "
             f"comp {g('comp_acc'):.3f}  tot {g('tot_acc'):.3f}  pep_auc {g('pep_auc'):.3f}  ({took})")
 
+# %% ../nbs/11f_progress.ipynb #33f00bcc
+SIDE_BY_SIDE = 1.15        # a step of one of several workers sharing the cores, against the same step alone (an estimate)
+CALIBRATE_ABOVE_S = 120.0  # calibrate only a job the records say takes minutes (not smoke's seconds)
+
+@dataclasses.dataclass
+class Calibration:
+    "What `calibrate` measured on this machine and what an estimate assumes from it (`dataclasses.asdict`: JSON)."
+    step_seconds: dict          # probe recipe -> its median seconds a step here, at `threads`
+    setup_seconds: dict         # probe recipe -> seconds to its first step's end (model, data, the first step)
+    speed: dict                 # cost class -> seconds here per recorded second; 'other': their median (evaluation, decoder)
+    threads: int                # torch threads a probe ran at: a worker's
+    jobs: int                   # workers side by side
+    side_by_side: float         # what a step is taken to slow by with `jobs` workers side by side
+    seconds: float              # what the calibration took
+    cpu: str = ""               # this machine's processor, for the record
+
+def _cpu() -> str:
+    "This machine's processor: /proc/cpuinfo's model name, else what `platform` says."
+    try: names = [l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("model name")]
+    except OSError: names = []
+    return names[0] if names else platform.processor() or platform.machine()
+
+# %% ../nbs/11f_progress.ipynb #1e2c992e
+def probe_step(recipe: str, budget: Budget, threads: int | None = 1, steps: int = 5, warmup: int = 2,
+               clock: Callable = time.perf_counter) -> tuple[float, float]:
+    """(median seconds a step, seconds to the first step's end) of `recipe` on this machine: `warmup + steps` steps of
+    the trainer's own loop — the world's train split, the budget's architecture, batch and precision — at `threads`
+    torch threads (None: as they are), in a temporary folder (a fine-tune starts from a random init: the same step)."""
+    if steps < 1 or warmup < 1: raise ValueError(f"need steps >= 1 and warmup >= 1, got steps={steps}, warmup={warmup}")
+    ends, before = [], torch.get_num_threads()
+    def on_step(event, state):
+        if event == "step_end": ends.append(clock())
+    try:
+        if threads: torch.set_num_threads(threads)
+        with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+            warnings.simplefilter("ignore")   # "... was given: training from a random init"
+            t0 = clock()
+            train_recipe(recipe, Path(tmp) / "probe", data=WorldData(n_train=budget.n_train), arch=budget.arch,
+                         steps=warmup + steps, batch_size=_stage_run(recipe, budget)[2], precision=budget.precision,
+                         quiet=True, log_every=warmup + steps, callbacks=[on_step])
+    finally: torch.set_num_threads(before)
+    return statistics.median(b - a for a, b in zip(ends[warmup - 1:], ends[warmup:])), ends[0] - t0
+
+# %% ../nbs/11f_progress.ipynb #8763aed2
+def calibrate(budget: Budget, recipes: Sequence[str], jobs: int = 1, threads: int | None = 1,
+              probe: Callable = probe_step, clock: Callable = time.perf_counter) -> Calibration:
+    """Time one recipe of each cost class among `recipes` on this machine (`probe(recipe, budget, threads)`) and turn
+    each into its class's speed: (the step here × `SIDE_BY_SIDE` when `jobs` > 1) / the records' step."""
+    t0, side = clock(), SIDE_BY_SIDE if jobs > 1 else 1.0
+    steps, setup, speed = {}, {}, {}
+    for c in dict.fromkeys(cost_class(r) for r in recipes):
+        name = PROBES[c]
+        steps[name], setup[name] = probe(name, budget, threads)
+        speed[c] = steps[name] * side / recorded_step_seconds(name, budget)
+    speed["other"] = statistics.median(speed.values()) if speed else 1.0
+    return Calibration(steps, setup, speed, threads or torch.get_num_threads(), jobs, side, clock() - t0, _cpu())
+
+def calibration_words(cal: Calibration) -> str:
+    "What an estimate assumed from `cal`, in a line's words."
+    steps = ", ".join(f"{r} {s:.3f} s" for r, s in cal.step_seconds.items())
+    side = f", × {cal.side_by_side:g} for {cal.jobs} workers side by side" if cal.jobs > 1 else ""
+    speeds = "/".join(f"{v:.2f}×" for c, v in cal.speed.items() if c != "other")
+    return (f"calibrated on this CPU in {duration(cal.seconds)} ({cal.threads} thread(s) a worker): a step of {steps}"
+            f"{side} = {speeds} the records' seconds")
+
 # %% ../nbs/11f_progress.ipynb #4cddaef2
 def _is_terminal() -> bool:
     "Whether stdout is a terminal (a bar can redraw itself there)."
@@ -129,12 +229,16 @@ class CompareProgress:
                  heartbeat_s: float = 300.0,         # a 'still training' line after this long without one
                  refresh_s: float = 5.0,             # the bar's refresh interval
                  decoder_seconds: float = 0.0,       # the decoder task's cost (0 when its file exists)
-                 clock: Callable = time.monotonic):
+                 clock: Callable = time.monotonic,
+                 threads: int | None = None,         # a worker's torch threads (None: 1 with several workers, else torch's)
+                 calibrate_with: Callable | None = calibrate):   # times this machine before the first estimate (None: not)
         self.budget, self.runs_of, self.run_folder, self.jobs, self.log = budget, runs_of, run_folder, jobs, log
         self.heartbeat_s, self.refresh_s, self.decoder_seconds, self.clock = heartbeat_s, refresh_s, decoder_seconds, clock
         # fastprogress's own `printing()` takes any stdout for a terminal (it tests that `isatty` exists, not its
         # answer): a bar would fill a log file with carriage returns, so ask the stream itself
         self.want_bar = (log is print and (fp.IN_NOTEBOOK or _is_terminal())) if bar is None else bar
+        self.threads = threads if threads is not None else 1 if (jobs or 1) > 1 else torch.get_num_threads()
+        self.calibrate_with, self.calibration, self.first_estimate = calibrate_with, None, None
         self.costs, self.t0, self.label = RunCosts(budget), clock(), ""
         self.tasks, self.deps, self.running, self.finished_tasks, self.reused = [], {}, {}, set(), set()
         self.total = self.done = 0
@@ -166,12 +270,14 @@ def eta(self: CompareProgress) -> float:
     return eta_seconds(todo, self.deps, {t: self._task_seconds(t) for t in todo}, self.jobs, left)
 
 def _note_finished(self: CompareProgress, runs) -> None:
-    "Runs of `runs` the folder already holds (this budget's): they cost nothing now; their recorded seconds feed the costs."
+    """Runs of `runs` the folder already holds (this budget's): they cost nothing now; the seconds of those trained
+    here feed the costs (a run restored from ledger records was timed on the machine that made them)."""
     for r in runs:
         if r in self.reused: continue
         row = _finished_row(Path(self.run_folder(*r)))
         if row is not None and row.get("run_key") == self.budget.run_key():
-            self.reused.add(r); self.costs.add_row(row)
+            self.reused.add(r)
+            if "recorded" not in row: self.costs.add_row(row)
 
 def estimate(self: CompareProgress, tasks: Sequence, deps: Mapping) -> float:
     "Seconds `tasks` would take from now with nothing running (for a time cap: does a round fit?); finished runs cost 0."
@@ -203,21 +309,50 @@ def _draw(self: CompareProgress, force: bool = False):
 
 CompareProgress._status, CompareProgress.say, CompareProgress._draw = _status, say, _draw
 
+# %% ../nbs/11f_progress.ipynb #811b0389
+def _calibrate(self: CompareProgress, new: Sequence) -> None:
+    """Time this machine once (`calibrate_with`) when the `new` runs train on its workers (a worker limit), some recipe
+    has no measured run yet, and the records say the job takes minutes; a probe that fails leaves the records' seconds."""
+    if self.calibrate_with is None or self.calibration is not None or not self.jobs: return
+    if all(r in self.costs.measured for r, _ in new) or self.eta() < CALIBRATE_ABOVE_S: return
+    try: self.calibration = self.calibrate_with(self.budget, [r for r, _ in new], jobs=self.jobs, threads=self.threads)
+    except Exception as e:   # the estimate is a courtesy: it never stops the runs
+        why = f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"
+        self.say(f"compare: no calibration ({why}); the estimate uses the records' seconds")
+        self.calibrate_with = None; return
+    self.costs.speed = dict(self.calibration.speed)
+    self.decoder_seconds *= self.calibration.speed.get("other", 1.0)
+
+def _basis(self: CompareProgress) -> str:
+    "What the estimate comes from, in the first line's words."
+    words = "the measured runs" if self.costs.measured else "the records' run costs"
+    if self.calibration is not None: words += ", " + calibration_words(self.calibration)
+    elif not self.costs.measured: words += " (AMD EPYC)"
+    return f"estimated from {words}; refined as runs finish"
+
+CompareProgress._calibrate, CompareProgress._basis = _calibrate, _basis
+
 # %% ../nbs/11f_progress.ipynb #1fc19948
 def begin(self: CompareProgress, tasks: Sequence, deps: Mapping, label: str = ""):
     """Announce `tasks` (with `deps`, the tasks each needs): counts their runs, reads the ones the folder already holds
-    (their recorded seconds feed the costs), prints the total and the time it should take, opens the bar."""
+    (their recorded seconds feed the costs), calibrates this machine once, prints the total and the time it should
+    take (the first such estimate with runs to train is kept in `first_estimate`), opens the bar."""
     self.end()
     self.tasks, self.deps, self.label = list(tasks), dict(deps), (f"{label} " if label else "")
     self.running, self.finished_tasks, self.done = {}, set(), 0
     runs = [r for t in self.tasks for r in self.runs_of(t)]
     self.total = len(runs)
     self._note_finished(runs)
-    new = self.total - len([r for r in runs if r in self.reused])
-    self.say(f"compare: {self.label}{self.total} runs, {self.total - new} already in the folder, {new} to train; "
-             f"about {duration(self.eta())} " + (f"on {self.jobs} worker(s)" if self.jobs else "with no limit on workers")
-             + " (estimated from "
-             + ("the measured runs)" if self.costs.measured else "the budget's measured step costs; refined as runs finish)"))
+    new = [r for r in runs if r not in self.reused]
+    self._calibrate(new)
+    eta = self.eta()
+    line = (f"compare: {self.label}{self.total} runs, {self.total - len(new)} already in the folder, {len(new)} to train; "
+            f"about {duration(eta)} " + (f"on {self.jobs} worker(s)" if self.jobs else "with no limit on workers")
+            + f" ({self._basis()})")
+    if new and self.first_estimate is None:   # what a finished compare can hold its wall time against
+        self.first_estimate = dict(seconds=eta, runs=len(new), jobs=self.jobs, line=line,
+                                   calibration=dataclasses.asdict(self.calibration) if self.calibration else None)
+    self.say(line)
     if self.want_bar and self.total:
         self._bar = fp.progress_bar(range(self.total), total=self.total, leave=True)
         self._bar.update(0)

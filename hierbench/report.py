@@ -16,16 +16,17 @@ from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 from .claims import power_table
 from .recipes import get_recipe
-from .stats import mean_interval
+from .stats import mean_interval, t_half_width
 from .train import read_metrics
 from .viz import ablation_bars_figure, angle_histograms_figure
 
 # %% auto #0
-__all__ = ['KEY_METRICS', 'TYPE_METRICS', 'HEADLINE_RECIPES', 'HEADLINE_METRICS', 'LEARNABILITY_TARGETS', 'SATURATION_LIMIT',
-           'COMPARED_TYPES', 'PEP_RECIPES', 'PAPER_TABLES', 'summary_table', 'headline_table', 'stage_table',
-           'learnability_table', 'saturation_table', 'pep_analysis_table', 'pep_diagnosis', 'pep_conclusion',
-           'forest_figure', 'type_accuracy_figure', 'training_curves_by_recipe_figure', 'papers_figure',
-           'save_static_figures', 'render_report']
+__all__ = ['KEY_METRICS', 'TYPE_METRICS', 'SIGNED_METRICS', 'UNIT_METRICS', 'T_SPREAD_2_SEEDS', 'HEADLINE_RECIPES',
+           'HEADLINE_METRICS', 'LEARNABILITY_TARGETS', 'SATURATION_LIMIT', 'COMPARED_TYPES', 'PEP_RECIPES',
+           'PAPER_TABLES', 'metric_range', 'seed_cell', 'seed_caption', 'summary_table', 'headline_table',
+           'stage_table', 'learnability_table', 'saturation_table', 'pep_analysis_table', 'pep_diagnosis',
+           'pep_conclusion', 'forest_figure', 'type_accuracy_figure', 'training_curves_by_recipe_figure',
+           'papers_figure', 'save_static_figures', 'render_report']
 
 # %% ../nbs/11d_report.ipynb #3aba15a2
 KEY_METRICS = ("zs_acc/test-iid", "zs_acc/test-comp", "zs_acc/general", "i2t_R@5", "t2i_R@5", "comp_acc",
@@ -34,24 +35,72 @@ KEY_METRICS = ("zs_acc/test-iid", "zs_acc/test-comp", "zs_acc/general", "i2t_R@5
 TYPE_METRICS = tuple(f"comp_acc/{t}" for t in ("replace_obj", "replace_att", "replace_rel", "swap_obj", "swap_att",
                                                "reshuffle", "add_obj", "add_att"))
 
+# %% ../nbs/11d_report.ipynb #19737405
+# the values a metric can take: accuracies, recalls, AUC/AP and shares in [0, 1]; a mean Kendall τ and the gap between
+# two accuracies in [−1, 1]; any other metric (seconds, norms, tree distances) has no known range
+SIGNED_METRICS = ("d_corr", "comp_acc/swap_minus_replace")
+UNIT_METRICS = ("zs_acc", "zs_h_precision", "zs_h_recall", "zs_jaccard", "i2t_R@", "t2i_R@", "comp_acc", "itt_acc",
+                "tot_acc", "pep_", "aperture_saturated")
+T_SPREAD_2_SEEDS = t_half_width(1.0, 2) * math.sqrt(2)   # 12.7: a 95% t-interval of 2 seeds is ± 12.7 × sd/√2
+
+def metric_range(metric: str) -> tuple[float, float] | None:
+    "The values `metric` can take, (low, high), or None when no range is known."
+    if any(metric == m or metric.startswith(m + "/") for m in SIGNED_METRICS): return (-1.0, 1.0)
+    return (0.0, 1.0) if metric.startswith(UNIT_METRICS) else None
+
+def seed_cell(values, metric: str, pm: str = " ± ") -> tuple[str, str]:
+    """One recipe's seed values of `metric` as a table cell, and which spelling it took: 'interval' (3 seeds or more:
+    mean ± 95% half-width), 'seeds' (2 seeds: the mean and each seed, lowest first, `0.741 (0.702 / 0.780)`), 'range'
+    (3 or more whose interval is wider than the metric's range: the same spelling, lowest / highest seed), 'one'."""
+    v = np.asarray(values, float)
+    v = v[np.isfinite(v)]
+    mean, low, high, n = mean_interval(v)
+    if n == 0: return "—", "none"
+    if n == 1: return f"{mean:.3f}", "one"
+    spread = f"{mean:.3f} ({v.min():.3f} / {v.max():.3f})"
+    if n < 3: return spread, "seeds"
+    rng = metric_range(metric)
+    if rng is not None and high - low > rng[1] - rng[0]: return spread, "range"
+    return f"{mean:.3f}{pm}{high - mean:.3f}", "interval"
+
+# %% ../nbs/11d_report.ipynb #170c7940
+def seed_caption(kinds: Mapping[tuple, str], seeds: Mapping[str, int]) -> str:
+    "What a table of `seed_cell`s shows, and why: `kinds` {(recipe, metric): spelling}, `seeds` {recipe: seeds}."
+    ns = sorted(set(seeds.values()))
+    head = (f"{ns[0]} seed{'s' * (ns[0] != 1)} a recipe" if len(ns) == 1
+            else "seeds a recipe: " + ", ".join(f"{r} {n}" for r, n in seeds.items()))
+    said, parts = set(kinds.values()) - {"none"}, []
+    mixed = len(said) > 1
+    if "interval" in said: parts.append("mean ± 95% half-width over seeds (t-interval)" + (" at 3 seeds or more" * mixed))
+    if "seeds" in said:
+        parts.append("at 2 seeds " * mixed + "the mean (lowest / highest seed) and no interval: a t-interval from 2 "
+                     f"seeds has one degree of freedom, its 95% half-width is {T_SPREAD_2_SEEDS:.1f} × sd/√2")
+    if "range" in said:
+        parts.append("the mean (lowest / highest seed) where the 95% interval would be wider than the metric's whole range: "
+                     + ", ".join(f"{r} {m}" for (r, m), k in kinds.items() if k == "range"))
+    if "one" in said: parts.append("one seed: its value")
+    return head + ": " + "; ".join(parts)
+
 # %% ../nbs/11d_report.ipynb #1c93ab7d
 def summary_table(results: pd.DataFrame, metrics=KEY_METRICS) -> pd.DataFrame:
-    "Mean ± 95% half-width over seeds per recipe (rows) and metric (columns), chance levels in the first row."
-    out = {}
+    """What each recipe's seeds say (`seed_cell`) per recipe (rows) and metric (columns), chance levels in the first
+    row; `.attrs['caption']` says how the cells are spelled and why (`seed_caption`)."""
+    out, kinds = {}, {}
     for metric in metrics:
         sub = results[results.metric == metric]
         if sub.empty: continue
         col = {}
         for recipe, g in sub.groupby("recipe", sort=False):
-            v = g.value.to_numpy(float)
-            mean, low, high, _ = mean_interval(v)  # the ledger's t-interval
-            col[recipe] = f"{mean:.3f}" + (f" ± {high - mean:.3f}" if np.isfinite(high) else "")
+            col[recipe], kinds[(recipe, metric)] = seed_cell(g.value, metric)
         ch = sub.chance.dropna()
         col["(chance)"] = f"{ch.mean():.3f}" if len(ch) else "—"
         out[metric] = col
     df = pd.DataFrame(out)
     if df.empty: return df   # none of `metrics` was measured
-    return df.loc[["(chance)"] + [r for r in df.index if r != "(chance)"]]
+    df = df.loc[["(chance)"] + [r for r in df.index if r != "(chance)"]]
+    seeds = results[results.metric.isin(list(out))].groupby("recipe", sort=False).seed.nunique()
+    df.attrs["caption"] = seed_caption(kinds, seeds.to_dict()) + "; first row: chance"
+    return df
 
 # %% ../nbs/11d_report.ipynb #e87e8d06
 HEADLINE_RECIPES = {"clip": "CLIP", "meru": "MERU", "hycoclip": "HyCoCLIP", "argent": "ARGENT", "negclip": "NegCLIP",
@@ -61,20 +110,23 @@ HEADLINE_METRICS = {"zs_acc/test-iid": "zero-shot shape, test-iid", "i2t_R@5": "
 
 def headline_table(results: pd.DataFrame, n_test: int, recipes: Mapping = HEADLINE_RECIPES,
                    metrics: Mapping = HEADLINE_METRICS) -> str:
-    "The README's table (markdown): mean ± 95% half-width over each recipe's seeds, the seeds first, chance in brackets."
+    """The README's table (markdown): each recipe's seeds (`seed_cell`: mean ± 95% half-width at 3 seeds or more), the
+    seeds first, chance in brackets; below it, when a cell has no interval, the line that says why (`seed_caption`)."""
     have = [r for r in recipes if r in set(results.recipe)]
     seeds = results.groupby("recipe").seed.nunique()
     lines = ["| | " + " | ".join(recipes[r] for r in have) + " |", "|---" * (len(have) + 1) + "|",
              "| seeds | " + " | ".join(str(seeds[r]) for r in have) + " |"]
+    kinds = {}
     for metric, label in metrics.items():
         sub = results[results.metric == metric]
         if sub.empty: continue
         cells = []
         for r in have:
-            mean, low, high, _ = mean_interval(sub[sub.recipe == r].value.to_numpy(float))
-            cells.append(f"{mean:.3f}" + (f"±{high - mean:.3f}" if np.isfinite(high) else ""))
+            cell, kinds[(r, metric)] = seed_cell(sub[sub.recipe == r].value, metric, pm="±")
+            cells.append(cell)
         ch = sub.chance.dropna()
         lines.append(f"| {label.format(n_test=n_test)} ({f'{ch.mean():.2g}' if len(ch) else '—'}) | " + " | ".join(cells) + " |")
+    if set(kinds.values()) - {"interval", "none"}: lines += ["", seed_caption(kinds, {r: int(seeds[r]) for r in have}) + "."]
     return "\n".join(lines)
 
 # %% ../nbs/11d_report.ipynb #b868391c
@@ -472,7 +524,9 @@ def render_report(results: pd.DataFrame, ledger: pd.DataFrame, meta: dict, runs:
     power_html = power.to_html(float_format=lambda v: f"{v:.4f}", escape=True) if not power.empty else "<p>no claim rows ran</p>"
     counts = ledger.verdict.value_counts().to_dict()
     forest = add(forest_figure(ledger), "forest") if (ledger.verdict != "not run").any() else ""
-    types = summary_table(results, TYPE_METRICS).to_html(escape=True)
+    summary, types_table = summary_table(results), summary_table(results, TYPE_METRICS)
+    caption = lambda t: f"<p>{html.escape(t.attrs.get('caption', ''))}</p>"   # why a cell has no interval
+    types = caption(types_table) + types_table.to_html(escape=True)
     if set(TYPE_METRICS) & set(results.metric): types = add(type_accuracy_figure(results), "type_accuracy") + types
     curves = add(training_curves_by_recipe_figure(run_root, list(dict.fromkeys(results.recipe))), "training_curves") if run_root else ""
     stages = stage_table(runs)
@@ -492,7 +546,7 @@ def render_report(results: pd.DataFrame, ledger: pd.DataFrame, meta: dict, runs:
             "the verdict (" + ", ".join(f"{k}: {v}" for k, v in counts.items()) + "); the evaluation bootstrap shows how "
             "much of it is the choice of test scenes. Each row's recipes differ in exactly the fields listed (checked "
             "by a test). A single seed is always inconclusive. " + _rule_html(ledger) + "</p>" + forest + _ledger_table_html(ledger) +
-            "<h2>Summary (mean ± 95% half-width over seeds; first row: chance)</h2>" + summary_table(results).to_html(escape=True) +
+            "<h2>Summary</h2>" + caption(summary) + summary.to_html(escape=True) +
             "<h3>Accuracy per negative type</h3>" + types +
             "<h2>Fine-tuning stages</h2><p>Validation terms (held-out scenes) at the start → end of each fine-tune, "
             "mean over seeds, and the step at which its hard-negative objective plateaued (no 1% improvement over the "

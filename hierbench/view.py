@@ -132,7 +132,8 @@ def read_captions(path: str | Path, images_dir: str | Path) -> dict[Path, tuple[
 # %% ../nbs/12b_view.ipynb #e6179c0b
 def folder_items(images_dir: str | Path, captions: str | Path | None = None, limit: int | None = None) -> ViewItems:
     """The images of a folder (recursively; a class subfolder is an image's label) and, with `captions`, their captions
-    (`read_captions`): a caption's depth is its place in its image's list, its label the label of the images it describes."""
+    (`read_captions`): a caption's depth is its place in its image's list, its label the label of the images it describes.
+    Without `captions`: the images alone, no texts."""
     root = Path(images_dir)
     if not root.is_dir(): raise MissingFileError(f"--images {root}: not a folder")
     files = sorted(p for p in root.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
@@ -192,13 +193,14 @@ def view_layouts(emb: torch.Tensor, geometry: str, c: float = 1.0, euclidean: st
 # %% ../nbs/12b_view.ipynb #c98249e3
 @torch.no_grad()
 def item_fields(model, emb: torch.Tensor, items: ViewItems, chunk: int = 2048) -> pd.DataFrame:
-    "Per row of `items.table`: `norm` (float) and the nearest more-general caption `parent` ('' for the most general)."
+    "Per row of `items.table`: `norm` (float) and the nearest more-general caption `parent` ('' for the most general; all '' without texts)."
     geometry, c = view_geometry(model)
     root = encode_texts(model, [""]).cpu()[0] if geometry == "euclidean" else None
     norm = embedding_radius(emb, geometry, c, root).double()
     is_text = torch.tensor((items.table.kind == "text").to_numpy())
     t_idx = torch.nonzero(is_text).squeeze(1)
     texts = items.table.text.to_numpy()
+    if len(t_idx) == 0: return pd.DataFrame({"norm": norm.numpy(), "parent": [""] * len(emb)})   # images without captions
     parents = []
     for a in range(0, len(emb), chunk):
         sim = model.head.pairwise_sim(emb[a:a + chunk], emb[t_idx]).double()

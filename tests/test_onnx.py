@@ -131,3 +131,39 @@ def test_bad_folders_are_one_line_errors(tmp_path, world_run):
     with pytest.raises(SystemExit, match="exists and is not an earlier result"):
         main(["export", str(world_run), "--format", "onnx", "--out", str(tmp_path)])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "keep.txt"]
+
+
+def _cut(name, keep):
+    def damage(folder): (folder / name).write_bytes((folder / name).read_bytes()[:keep])
+    return damage
+
+def _config(mutate):
+    def damage(folder):
+        cfg = json.loads((folder / "config.json").read_text()); mutate(cfg); (folder / "config.json").write_text(json.dumps(cfg))
+    return damage
+
+
+@pytest.mark.parametrize("damage, says", [
+    (_cut("image.onnx", 3000), "{d}/image.onnx is not a readable ONNX model (InvalidProtobuf: "),
+    (lambda d: (d / "image.onnx").write_bytes(b"\x89PNG not a graph" * 50), "{d}/image.onnx is not a readable ONNX model ("),
+    (_cut("text.onnx", 500), "{d}/text.onnx is not a readable ONNX model ("),
+    (_cut("text.onnx", 0), "{d}/text.onnx is not a readable ONNX model (InvalidArgument: No graph was found"),
+    (lambda d: (d / "image.onnx").unlink(), "{d}/image.onnx is missing (config.json's image.file)"),
+    (lambda d: (d / "text.onnx").write_bytes((d / "image.onnx").read_bytes()), "{d}/text.onnx is not the text tower config.json describes"),
+    (_cut("config.json", 200), "{d}/config.json: not JSON ("),
+    (lambda d: (d / "config.json").write_bytes(b"\xff\xfe\x00 binary"), "{d}/config.json: not JSON ("),
+    (_config(lambda c: c["preprocessing"].pop("image_size")), "{d}/config.json, field 'preprocessing.image_size': missing or not int"),
+    (_config(lambda c: c["head"].update(log_curv="1")), "{d}/config.json, field 'head.log_curv': missing or not a number"),
+    (_config(lambda c: c.update(geometry="spherical")), "{d}/config.json, field 'geometry': 'spherical': expected"),
+    (_config(lambda c: c["preprocessing"].update(image_size=32)), "{d}/image.onnx is not the image tower config.json describes"),
+])
+def test_a_damaged_export_is_one_line_naming_its_file(world_export, tmp_path, damage, says):
+    "Issue 46: a tower file cut short or overwritten ended in onnxruntime's InvalidProtobuf traceback."
+    import shutil
+    bad = tmp_path / "bad"
+    shutil.copytree(world_export, bad)
+    damage(bad)
+    with pytest.raises(SystemExit) as e: main(["eval", "--scorer", f"onnx:{bad}", "--n-test", "8", "--json", str(tmp_path / "m.json")])
+    msg = str(e.value.code)
+    assert msg.startswith("hierbench eval: ") and "\n" not in msg and says.format(d=bad) in msg, msg
+    assert not (tmp_path / "m.json").exists()

@@ -1,10 +1,13 @@
 """Progress with an ETA: the time left from the run graph (pure arithmetic), costs refined by finished runs, the
 reporter's lines (every finished run said once, by the parent), and the launchers' hooks (pool, submitit)."""
-import json
+import gzip, itertools, json, statistics
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import torch
 
+from hierbench import progress as PG
 from hierbench.budgets import BUDGETS
 from hierbench.progress import CompareProgress, RunCosts, duration, eta_seconds, prior_run_seconds
 
@@ -40,6 +43,7 @@ def test_costs_move_from_the_prior_to_the_measured_runs():
 
 
 def _reporter(tmp_path, lines, now, **kw):
+    kw.setdefault("calibrate_with", None)   # no probe of this machine unless a test asks for one
     return CompareProgress(Q, runs_of=lambda t: [] if t == "decoder" else [(t[1], s) for s in t[0]],
                            run_folder=lambda r, s: tmp_path / "runs" / r / f"seed{s}", jobs=2, log=lines.append,
                            bar=False, clock=lambda: now[0], **kw)
@@ -78,7 +82,7 @@ def test_runs_already_in_the_folder_are_counted_said_reused_and_cost_nothing(tmp
     p = _reporter(tmp_path, lines, now)
     t0, t1 = ((0,), "clip"), ((1,), "clip")
     p.begin([t0, t1], {})
-    assert "2 runs, 1 already in the folder, 1 to train" in lines[-1] and "(estimated from the measured runs)" in lines[-1]
+    assert "2 runs, 1 already in the folder, 1 to train" in lines[-1] and "(estimated from the measured runs;" in lines[-1]
     assert p.costs.seconds("clip") == pytest.approx(400.0) and p.eta() == pytest.approx(400.0)   # only seed 1 costs
     p.finished(t0, [_row("clip", 0, 400.0)])
     assert lines[-1].endswith("(reused)") and p.costs.measured["clip"] == [400.0]                 # not counted twice
@@ -140,3 +144,131 @@ def test_a_rounds_estimate_counts_runs_already_in_the_folder_as_free(tmp_path):
     p = _reporter(tmp_path, [], [0.0])
     assert p.estimate([((5,), "clip")], {}) == 0.0
     assert p.estimate([((5, 6), "clip")], {}) == pytest.approx(300.0)   # seed 6 costs what seed 5 took
+
+
+RECORDS = Path(__file__).parents[1] / "nbs" / "results" / "data" / "ledger-standard" / "runs.jsonl.gz"
+
+
+def test_the_priors_are_the_ledger_records_medians():
+    "Each recipe's prior is its median training seconds over the standard ledger's recorded seeds, at their steps and batch."
+    rows = [json.loads(l) for l in gzip.open(RECORDS)]
+    by = {}
+    for r in rows: by.setdefault(r["recipe"], []).append(r)
+    assert set(by) == set(PG.RECORDED_TRAIN_SECONDS)
+    for recipe, rs in by.items():
+        stage = "finetune" if PG.cost_class(recipe) == "finetune" else "pretrain"
+        assert {(r["steps"], r["batch_size"]) for r in rs} == {PG.RECORDED_RUN[stage]}, recipe
+        assert PG.RECORDED_TRAIN_SECONDS[recipe] == round(statistics.median(r["train_seconds"] for r in rs)), recipe
+    assert PG.RECORDED_EVAL_SECONDS == round(statistics.median(r["eval_seconds"] for r in rows), 1)
+
+
+def test_a_crop_not_the_geometry_doubles_a_pretraining_step():
+    "MERU (Lorentz, no crops) follows CLIP's probe; HyCoCLIP and ARGENT (a crop per image) follow HyCoCLIP's."
+    assert {r: PG.cost_class(r) for r in ("clip", "meru", "hycoclip", "argent", "argent-no-weight", "negclip", "argent+degla")} == {
+        "clip": "images", "meru": "images", "hycoclip": "crops", "argent": "crops", "argent-no-weight": "crops",
+        "negclip": "finetune", "argent+degla": "finetune"}
+    step = lambda r: PG.recorded_step_seconds(r, Q)
+    assert step("meru") / step("clip") < 1.2 < 1.8 < step("hycoclip") / step("meru") and step("argent") / step("clip") > 1.8
+    assert step("argent-no-weight") == step("hycoclip")            # not in the records: its probe's step
+    assert step("degla") / step("negclip") > 1.8                   # four negatives and the teacher
+    assert PG.recorded_step_seconds("clip", BUDGETS["full"]) == pytest.approx(step("clip") * 512 / 64)   # a step costs its batch
+
+
+def test_the_quick_plans_records_estimate_is_within_a_quarter_of_its_measured_wall_time():
+    "Arithmetic on recorded numbers: the plan replayed on 2 workers at the records' costs against 23.8 min (AMD EPYC, the README)."
+    from hierbench.budgets import plan_runs
+    from hierbench.compare import task_graph, task_runs
+    tasks, deps = task_graph(plan_runs(list(Q.recipes)), Q.seeds)
+    p = CompareProgress(Q, task_runs, lambda r, s: Path("/nonexistent") / r / str(s), jobs=2, log=lambda *a: None, bar=False,
+                        decoder_seconds=PG.prior_decoder_seconds(Q), calibrate_with=None)
+    p.begin(tasks, deps)
+    assert 0.75 * 23.8 * 60 < p.first_estimate["seconds"] < 1.25 * 23.8 * 60
+    assert p.first_estimate["calibration"] is None and "(AMD EPYC)" in p.first_estimate["line"]
+
+
+def _fake_probe(calls, seconds=None):
+    "A probe that trains nothing: each recipe's step at `seconds` (default: the records' step, i.e. the records' speed)."
+    def probe(recipe, budget, threads):
+        calls.append((recipe, threads))
+        return (seconds or {}).get(recipe, PG.recorded_step_seconds(recipe, budget)), 0.5
+    return probe
+
+
+def test_calibrate_probes_one_recipe_of_each_class_and_scales_the_records_by_it():
+    calls, clock = [], itertools.count(0, 2.0).__next__
+    cal = PG.calibrate(Q, ["clip", "meru", "negclip", "degla"], jobs=2, threads=1, clock=clock,
+                       probe=_fake_probe(calls, {"clip": 2 * PG.recorded_step_seconds("clip", Q)}))
+    assert calls == [("clip", 1), ("negclip", 1)]                          # no crops in the plan: no HyCoCLIP probe
+    assert cal.speed == pytest.approx({"images": 2 * 1.15, "finetune": 1.15, "other": (2 * 1.15 + 1.15) / 2})
+    assert cal.seconds == 2.0 and cal.jobs == 2 and cal.side_by_side == PG.SIDE_BY_SIDE and cal.setup_seconds["clip"] == 0.5
+    # MERU follows CLIP's probe at its own recorded ratio; evaluation at the median speed
+    assert PG.prior_run_seconds("meru", Q, cal.speed) == pytest.approx(2000 * PG.recorded_step_seconds("meru", Q) * 2.3
+                                                                       + 3 * PG.RECORDED_EVAL_SECONDS * cal.speed["other"])
+    alone = PG.calibrate(Q, ["hycoclip"], jobs=1, threads=None, probe=_fake_probe([]))
+    assert alone.speed == pytest.approx({"crops": 1.0, "other": 1.0}) and alone.threads == torch.get_num_threads()
+    words = PG.calibration_words(cal)
+    assert "a step of clip 0.204 s, negclip 0.233 s" in words and "× 1.15 for 2 workers side by side" in words
+    assert "2.30×/1.15× the records' seconds" in words and "1 thread(s) a worker" in words
+
+
+def test_probe_step_times_the_steps_after_the_warm_up_and_leaves_the_threads_as_they_were():
+    "A real smoke run of five steps, timed by a clock that moves 0.5 s at every reading (no timing is asserted)."
+    before = torch.get_num_threads()
+    assert PG.probe_step("negclip", BUDGETS["smoke"], threads=1, steps=3, clock=itertools.count(0, 0.5).__next__) == (0.5, 0.5)
+    assert torch.get_num_threads() == before
+    with pytest.raises(ValueError, match="warmup >= 1"): PG.probe_step("clip", BUDGETS["smoke"], warmup=0)
+
+
+def test_begin_calibrates_once_before_the_first_estimate_and_keeps_what_it_assumed(tmp_path):
+    calls, lines, now = [], [], [0.0]
+    probe = _fake_probe(calls, {"clip": 3 * PG.recorded_step_seconds("clip", Q)})
+    p = _reporter(tmp_path, lines, now, calibrate_with=lambda *a, **kw: PG.calibrate(*a, **kw, probe=probe))
+    tasks = [((0, 1), "clip"), ((0, 1), "negclip")]
+    p.begin(tasks, {tasks[1]: [tasks[0]]})
+    assert calls == [("clip", 1), ("negclip", 1)]                          # two workers: one thread each
+    assert p.costs.speed["images"] == pytest.approx(3 * 1.15)
+    assert p.eta() == pytest.approx(2 * (PG.prior_run_seconds("clip", Q, p.costs.speed) + PG.prior_run_seconds("negclip", Q, p.costs.speed)))
+    first = p.first_estimate
+    assert first["seconds"] == pytest.approx(p.eta()) and first["runs"] == 4 and first["jobs"] == 2
+    assert first["calibration"]["step_seconds"]["clip"] == pytest.approx(3 * 204 / 2000) and first["line"] == lines[-1]
+    assert "estimated from the records' run costs, calibrated on this CPU" in lines[-1] and json.dumps(first)
+    p.finished(tasks[0], [_row("clip", 0), _row("clip", 1)])
+    p.begin([((2,), "clip")], {}, label="round 2:")                       # a later round: no second calibration
+    assert len(calls) == 2 and p.first_estimate is first
+
+
+@pytest.mark.parametrize("budget, jobs, finished, why", [
+    ("smoke", 2, False, "the records say the job takes seconds"),
+    ("quick", None, False, "no worker limit: the runs train on other machines (SLURM)"),
+    ("quick", 2, True, "every run is in the folder already"),
+])
+def test_no_calibration_where_it_would_not_pay(tmp_path, budget, jobs, finished, why):
+    calls, lines = [], []
+    if finished:
+        folder = tmp_path / "runs" / "clip" / "seed0"; folder.mkdir(parents=True)
+        (folder / "eval.json").write_text(json.dumps(dict(_row("clip", 0), run_key=BUDGETS[budget].run_key(), recorded={})))
+    p = CompareProgress(BUDGETS[budget], runs_of=lambda t: [(t[1], s) for s in t[0]], log=lines.append, bar=False, jobs=jobs,
+                        run_folder=lambda r, s: tmp_path / "runs" / r / f"seed{s}", clock=lambda: 0.0,
+                        calibrate_with=lambda *a, **kw: PG.calibrate(*a, **kw, probe=_fake_probe(calls)))
+    p.begin([((0,), "clip")] if finished else [((0, 1, 2), "clip"), ((0, 1, 2), "hycoclip")], {})
+    assert calls == [] and p.calibration is None, why
+    assert "calibrated" not in lines[-1] and "(estimated from the records' run costs (AMD EPYC);" in lines[-1]
+
+
+def test_a_failing_probe_is_said_and_leaves_the_records_seconds(tmp_path):
+    def broken(*a, **kw): raise RuntimeError("no world split\nhere")
+    lines = []
+    p = _reporter(tmp_path, lines, [0.0], calibrate_with=broken)
+    p.begin([((0, 1), "clip")], {})
+    assert lines[0] == "compare: no calibration (RuntimeError: no world split here); the estimate uses the records' seconds"
+    assert "(AMD EPYC)" in lines[1] and p.eta() == pytest.approx(2 * prior_run_seconds("clip", Q)) and p.calibrate_with is None
+
+
+def test_runs_restored_from_records_are_done_but_their_seconds_are_another_machines(tmp_path):
+    folder = tmp_path / "runs" / "clip" / "seed0"
+    folder.mkdir(parents=True)
+    (folder / "eval.json").write_text(json.dumps(dict(_row("clip", 0, 900.0), run_key=Q.run_key(), recorded={"records": "x"})))
+    p = _reporter(tmp_path, [], [0.0])
+    p.begin([((0, 1), "clip")], {})
+    assert p.reused == {("clip", 0)} and p.costs.measured == {}            # counted as done; 900 s is not this machine's
+    assert p.eta() == pytest.approx(prior_run_seconds("clip", Q))

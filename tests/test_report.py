@@ -2,6 +2,7 @@
 import dataclasses
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -56,3 +57,69 @@ def test_report_reads_old_and_new_meta_and_lists_the_ledger():
     assert {"forest", "papers", "bars_pep_auc"} <= set(figures)
     old = {k: v for k, v in meta.items() if k != "budget"} | {"preset": {"name": "smoke", "model_preset": "world-debug"}}
     assert "budget <b>smoke</b>" in RP.render_report(results, ledger, old, plotlyjs=False)
+
+
+def _two_seeds():
+    "The quick budget's shape: 2 seeds a recipe, one of them far from the other (as the main job's CLIP and ARGENT were)."
+    rows = []
+    for s, (acc, tau) in enumerate(((0.66, -0.45), (0.87, 0.25))):
+        for r in ("clip", "argent"):
+            rows += [dict(recipe=r, seed=s, metric="zs_acc/test-iid", value=acc, chance=1 / 9),
+                     dict(recipe=r, seed=s, metric="d_corr", value=tau, chance=0.0)]
+    return pd.DataFrame(rows)
+
+
+def test_at_two_seeds_the_summary_says_each_seed_and_no_interval_and_its_caption_says_why():
+    t = RP.summary_table(_two_seeds())
+    assert t.loc["clip", "zs_acc/test-iid"] == "0.765 (0.660 / 0.870)"   # the t-interval would be ± 1.334
+    assert t.loc["argent", "d_corr"] == "-0.100 (-0.450 / 0.250)"        # ± 4.447 on a range of 2
+    assert not any("±" in v for v in t.to_numpy().ravel())
+    cap = t.attrs["caption"]
+    assert cap.startswith("2 seeds a recipe: the mean (lowest / highest seed) and no interval")
+    assert "one degree of freedom" in cap and "12.7 × sd/√2" in cap and cap.endswith("first row: chance")
+    md = RP.headline_table(_two_seeds(), 300)
+    assert "±" not in md and "| 0.765 (0.660 / 0.870) |" in md and md.splitlines()[-1].endswith("12.7 × sd/√2.")
+
+
+def test_an_interval_wider_than_the_metrics_range_is_not_clipped_but_replaced_by_the_seeds_range():
+    rows = [dict(recipe="argent", seed=s, metric="d_corr", value=v, chance=0.0) for s, v in enumerate((-0.9, 0.9, -0.9))]
+    rows += [dict(recipe="clip", seed=s, metric="d_corr", value=v, chance=0.0) for s, v in enumerate((0.90, 0.95, 0.92))]
+    rows += [dict(recipe="clip", seed=s, metric="train_seconds", value=v, chance=None) for s, v in enumerate((100, 900, 100))]
+    t = RP.summary_table(pd.DataFrame(rows), metrics=("d_corr", "train_seconds"))
+    assert t.loc["argent", "d_corr"] == "-0.300 (-0.900 / 0.900)" and t.loc["clip", "d_corr"].startswith("0.923 ± ")
+    assert t.loc["clip", "train_seconds"].startswith("366.667 ± ")   # no known range: the interval stays, however wide
+    cap = t.attrs["caption"]
+    assert "mean ± 95% half-width over seeds (t-interval) at 3 seeds or more" in cap
+    assert cap.endswith("would be wider than the metric's whole range: argent d_corr; first row: chance")
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_no_summary_cell_holds_an_interval_wider_than_its_metrics_range(seed):
+    rng = np.random.default_rng(seed)
+    rows = [dict(recipe=f"r{k}", seed=s, metric=m, value=float(rng.uniform(lo, hi)), chance=None)
+            for k, n in enumerate(rng.integers(1, 7, size=12)) for s in range(n)
+            for m, lo, hi in (("comp_acc", 0, 1), ("d_corr", -1, 1), ("pep_ap", 0, 1))]
+    t = RP.summary_table(pd.DataFrame(rows), metrics=("comp_acc", "d_corr", "pep_ap"))
+    for m in t.columns:
+        lo, hi = RP.metric_range(m)
+        for cell in t[m].iloc[1:]:
+            if "±" in cell: assert 2 * float(cell.split("±")[1]) <= hi - lo, (m, cell)
+            elif "(" in cell: assert " / " in cell
+
+
+def test_seeds_that_differ_between_recipes_are_named_with_both_spellings():
+    rows = [dict(recipe="clip", seed=s, metric="comp_acc", value=0.7 + 0.01 * s, chance=0.5) for s in range(5)]
+    rows += [dict(recipe="negclip", seed=s, metric="comp_acc", value=0.75 + 0.02 * s, chance=0.5) for s in range(2)]
+    t = RP.summary_table(pd.DataFrame(rows))
+    assert " ± " in t.loc["clip", "comp_acc"] and t.loc["negclip", "comp_acc"] == "0.760 (0.750 / 0.770)"
+    assert t.attrs["caption"].startswith("seeds a recipe: clip 5, negclip 2: mean ± 95% half-width over seeds (t-interval) "
+                                         "at 3 seeds or more; at 2 seeds the mean (lowest / highest seed) and no interval")
+
+
+def test_the_report_shows_the_summarys_caption_at_two_seeds():
+    results = _two_seeds()
+    meta = dict(budget=dataclasses.asdict(BUDGETS["quick"]), seeds=2, recipes=["clip", "argent"], wall_seconds=60.0,
+                peak_rss_mb=100.0, torch="2", threads=1)
+    page = RP.render_report(results, evaluate_claims(results), meta, plotlyjs=False)
+    summary = page.split("<h2>Summary</h2>")[1].split("<h3>")[0]
+    assert "one degree of freedom" in summary and "0.765 (0.660 / 0.870)" in summary and "±" not in summary

@@ -278,3 +278,34 @@ def test_hyper_models_runs_the_onnx_image_tower(tmp_path):
     from hierbench.data import image_to_tensor
     ref = hyperboloid(sc.encode_image(image_to_tensor(img, 64, sc.image_mean, sc.image_std)[None]), cfg["curvature"])
     np.testing.assert_allclose(got, ref.numpy(), atol=1e-5)
+
+
+def _photos(folder: Path, classes=(None, None, "birds", "birds")) -> Path:
+    "Photos without captions: a flat file each, or one in a class subfolder."
+    from PIL import Image
+    for k, cls in enumerate(classes):
+        d = folder / cls if cls else folder
+        d.mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (48, 40), (40 * k, 200 - 40 * k, 90)).save(d / f"p{k}.jpg")
+    return folder
+
+
+@pytest.mark.parametrize("geometry", ["lorentz", "euclidean"])
+def test_photos_without_captions_have_norms_and_no_parents(tmp_path, geometry):
+    "Issue 46: the README's `view --images photos/` (no --captions) ended in `IndexError: argmax()` in item_fields."
+    from hierbench.models import create_model
+    items = folder_items(_photos(tmp_path / "photos"))
+    assert items.n_images == 4 and items.texts == [] and sorted(items.table.label) == ["birds", "birds", "image", "image"]
+    view = build_view(create_model("world-debug", geometry=geometry).eval(), items)
+    assert view.fields.parent.tolist() == [""] * 4 and np.isfinite(view.fields.norm).all() and (view.fields.norm > 0).all()
+    assert {g: lay["coords"].shape for g, lay in view.layouts.items()} == {g: (4, 2) for g in view.layouts}
+
+
+@needs_view
+def test_the_readmes_view_of_photos_without_captions(run, tmp_path):
+    "`hierbench view --scorer … --images photos/ --out ws/ --static site/`, the README's line, on photos with no captions file."
+    main(["view", "--scorer", f"hierbench:{run}", "--images", str(_photos(tmp_path / "photos")), "--out", str(tmp_path / "ws"),
+          "--static", str(tmp_path / "site")])
+    rec = json.loads((tmp_path / "ws" / VIEW_MARKER).read_text())
+    assert rec["images"] == rec["samples"] == 4 and set(rec["layouts"]) == {"poincare", "euclidean"}
+    assert (tmp_path / "site" / "hyperview-static.json").is_file()

@@ -1,6 +1,7 @@
 """The input audit through the command line: every format issue 32 added (CLIP_benchmark classification and retrieval
 WebDatasets, ImageFolder, ImageNet val, COCO-captions / Karpathy / Flickr retrieval files, Winoground, class
-hierarchies, a `--suite` data root) given malformed, and run as a user runs it: `hierbench eval ... --json M.json`.
+hierarchies, a `--suite` data root) given malformed, and run as a user runs it: `hierbench eval ... --json M.json`;
+issue 46 added damaged ONNX exports (`eval --scorer onnx:DIR`) and `hierbench view` on photos without captions.
 
     python tools/input_audit.py            # this table after the loaders' one
 
@@ -12,10 +13,15 @@ field or value) and `handled` (scored; the bad samples set aside, named in a war
 every good one scored) are safe. Unsafe: `raw crash` (a traceback, or a refusal that is not one line naming what it
 refuses), `hang`, `silently accepted` (set aside without a count, or scored though it should be refused),
 `lost data` (good samples not scored) and `wrong number` (a count that is not the number set aside).
+
+`hierbench view` cases are handled when the workspace holds every image and the texts expected; where the `[view]`
+extra is absent (the `[dev]` environment this audit runs in) HyperView's writer is replaced by one that records what
+it would have been given: the view itself is read, encoded, laid out and its fields computed by hierbench as for a
+user, only HyperView's own files are not written (`tests/test_view.py` writes them where HyperView is installed).
 """
 from __future__ import annotations
 
-import contextlib, io, json, signal, subprocess, sys, tarfile, tempfile, traceback, warnings
+import contextlib, importlib.util, io, json, shutil, signal, subprocess, sys, tarfile, tempfile, traceback, warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -29,7 +35,7 @@ HANG_SECONDS = 120
 # the cases that also run as real `hierbench` processes (a torch import each: a few seconds apiece)
 SUBPROCESS_CASES = (("CLIP_benchmark classification (wds)", "no classnames.txt"), ("COCO-captions", "malformed JSON"),
                     ("Winoground", "an image absent"), ("class hierarchy", "a cycle"),
-                    ("--suite data root", "a data root with nothing in it"))
+                    ("--suite data root", "a data root with nothing in it"), ("ONNX export (--scorer onnx:DIR)", "image.onnx cut short"))
 
 # ---- tiny files ---------------------------------------------------------------------------------------------------
 COLOURS = [(200, 30, 30), (30, 200, 30), (30, 30, 200), (200, 200, 30), (30, 200, 200), (200, 30, 200)]
@@ -128,6 +134,8 @@ class Case:
     count_key: str = ""                       # handled: the metric that counts what was set aside
     bad: int = 1                              # handled: its value
     name: str = ""                            # the data set's NAME in the metric keys (set when the case is built)
+    command: str = "eval"                     # the subcommand: 'eval', or 'view' (`build` gives its --images flags)
+    texts: int = 0                            # view, handled: the texts the workspace holds beside its `good` images
 
 def _rows_of(bench: str) -> Callable:
     "How many items of `bench` the per-item rows score (retrieval: its images, one text_retrieval row each)."
@@ -312,9 +320,69 @@ def _suite_cases():
     yield Case("a data root that is not there", F, lambda d: ["--suite", "degla", "--data-root", str(d / "nope")], "clear", ("nope",))
     yield Case("no data root", F, lambda d: ["--suite", "read"], "clear", ("--data-root",))
 
+_ONNX: dict = {}   # one export of the audit's model per process, copied into each ONNX case's folder
+
+def onnx_export(d: Path) -> Path:
+    "A `hierbench export --format onnx` folder of a world-debug model at `d/onnx` (its tower files to be damaged)."
+    if "dir" not in _ONNX:
+        from hierbench.models import create_model
+        from hierbench.onnx_export import export_onnx
+        _ONNX["tmp"] = tempfile.TemporaryDirectory()
+        _ONNX["dir"] = export_onnx(create_model("world-debug"), Path(_ONNX["tmp"].name) / "onnx")["config"].parent
+    shutil.copytree(_ONNX["dir"], d / "onnx")
+    return d / "onnx"
+
+def _onnx_cases():
+    "A damaged ONNX export scored by `eval --scorer onnx:DIR` (issue 46: onnxruntime's InvalidProtobuf traceback)."
+    F = "ONNX export (--scorer onnx:DIR)"
+    def damaged(damage):
+        def build(d):
+            folder = onnx_export(d); damage(folder)
+            return ["--scorer", f"onnx:{folder}", "--zeroshot", str(image_folder(d / "pets"))]
+        return build
+    def cut(name, keep): return lambda f: (f / name).write_bytes((f / name).read_bytes()[:keep])
+    def config(mutate): return lambda f: (f / "config.json").write_text(json.dumps(mutate(json.loads((f / "config.json").read_text()))))
+    yield Case("image.onnx cut short", F, damaged(cut("image.onnx", 3000)), "clear", ("image.onnx", "not a readable ONNX model"))
+    yield Case("text.onnx overwritten", F, damaged(lambda f: (f / "text.onnx").write_bytes(b"not a graph " * 40)), "clear", ("text.onnx", "not a readable ONNX model"))
+    yield Case("text.onnx empty", F, damaged(cut("text.onnx", 0)), "clear", ("text.onnx", "not a readable ONNX model"))
+    yield Case("image.onnx missing", F, damaged(lambda f: (f / "image.onnx").unlink()), "clear", ("image.onnx", "missing"))
+    yield Case("the towers swapped", F, damaged(lambda f: shutil.copy(f / "text.onnx", f / "image.onnx")), "clear", ("image.onnx", "not the image tower"))
+    yield Case("config.json cut short", F, damaged(cut("config.json", 100)), "clear", ("config.json", "not JSON"))
+    yield Case("config.json without a field", F, damaged(config(lambda c: {k: v for k, v in c.items() if k != "tokenizer"})), "clear",
+               ("config.json", "tokenizer.kind"))
+
+def _view_cases():
+    "`hierbench view` on photos (issue 46: without --captions it ended in `IndexError: argmax()`)."
+    F = "hierbench view (--images)"
+    def photos(d, classes=(None,) * N):
+        for k, cls in enumerate(classes): write_png((d / cls if cls else d) / f"p{k}.png", k)
+        return d
+    yield Case("photos without --captions", F, lambda d: ["--images", str(photos(d / "photos"))], "handled", command="view", good=N)
+    yield Case("class folders without --captions", F, lambda d: ["--images", str(photos(d / "photos", ("cat", "cat", "dog", "dog")))],
+               "handled", command="view", good=N)
+    def with_captions(d):
+        photos(d / "photos"); (d / "caps.csv").write_text("image,caption\n" + "".join(f"p{k}.png,a photo {k}\n" for k in range(N)))
+        return ["--images", str(d / "photos"), "--captions", str(d / "caps.csv")]
+    yield Case("photos with --captions", F, with_captions, "handled", command="view", good=N, texts=N)
+    def absent(d):
+        photos(d / "photos"); (d / "caps.csv").write_text("image,caption\np0.png,a photo\nelsewhere.png,a cat\n")
+        return ["--images", str(d / "photos"), "--captions", str(d / "caps.csv")]
+    yield Case("a caption naming an absent image", F, absent, "clear", ("elsewhere.png", "caps.csv"), command="view")
+    def corrupt(d):
+        photos(d / "photos"); (d / "photos" / "p1.png").write_bytes(b"\x89PNG\r\n\x1a\n truncated")
+        return ["--images", str(d / "photos")]
+    yield Case("a photo that is not an image", F, corrupt, "clear", ("p1.png", "cannot be read"), command="view")
+    yield Case("an empty folder", F, lambda d: ["--images", str(_mkdirs(d / "photos"))], "clear", ("photos", "no images"), command="view")
+
+def _mkdirs(d: Path) -> Path:
+    d.mkdir(parents=True, exist_ok=True); return d
+
+def _has(*modules) -> bool: return all(importlib.util.find_spec(m) for m in modules)
+
 def all_cases() -> list[Case]:
     return [*_classification_cases(), *_retrieval_wds_cases(), *_image_folder_cases(), *_imagenet_cases(),
-            *_retrieval_file_cases(), *_winoground_cases(), *_hierarchy_cases(), *_suite_cases()]
+            *_retrieval_file_cases(), *_winoground_cases(), *_hierarchy_cases(), *_suite_cases(),
+            *(_onnx_cases() if _has("onnxruntime", "onnxscript") else ()), *_view_cases()]
 
 # ---- running one case -------------------------------------------------------------------------------------------
 class _Hang(BaseException): pass
@@ -360,12 +428,13 @@ def classify(case: Case, ran: Ran, metrics_json: Path) -> tuple[str, str]:
     lines = [l for l in ran.stderr.splitlines() if l.strip()]
     if ran.code not in (0, None):
         last = lines[-1] if lines else ""
-        if not last.startswith("hierbench eval: "): return "raw crash", f"exit {ran.code} without a one-line refusal: {last[:160]}"
+        if not last.startswith(f"hierbench {case.command}: "): return "raw crash", f"exit {ran.code} without a one-line refusal: {last[:160]}"
         if "Traceback" in ran.stderr: return "raw crash", f"a traceback before: {last[:160]}"
         missing = [n for n in case.names if n not in last]
         if case.expect != "clear": return "silently accepted" if not missing else "raw crash", f"refused what should be handled: {last[:200]}"
         return ("clear", last[:220]) if not missing else ("raw crash", f"does not name {missing}: {last[:200]}")
     if case.expect == "clear": return "silently accepted", "scored an input that should be refused"
+    if case.command == "view": return classify_view(case, ran, metrics_json.parent / "ws")
     res = json.loads(metrics_json.read_text())
     items = metrics_json.with_name(metrics_json.stem + ".items.jsonl")
     table = pd.read_json(items, lines=True, dtype={"id": str}) if items.is_file() and items.stat().st_size else pd.DataFrame(columns=["benchmark", "subset"])
@@ -380,6 +449,32 @@ def classify(case: Case, ran: Ran, metrics_json: Path) -> tuple[str, str]:
     said = _said(ran)
     return ("handled", said) if said else ("silently accepted", f"{key} = {res[key]} but no warning named the sample")
 
+def classify_view(case: Case, ran: Ran, workspace: Path) -> tuple[str, str]:
+    "A `hierbench view` that went through: its workspace holds every image and the texts expected (and no parents without texts)."
+    try: rec = json.loads((workspace / "hierbench-view.json").read_text())
+    except (OSError, ValueError): return "lost data", f"no workspace record in {workspace}"
+    images, texts = rec.get("images"), rec.get("samples", 0) - rec.get("images", 0)
+    if images != case.good: return "lost data", f"{images} of {case.good} images in the workspace"
+    if texts != case.texts: return "silently accepted", f"{texts} texts in the workspace, {case.texts} expected"
+    if not case.texts and any(rec.get("parents", [])): return "silently accepted", "parent captions without any caption"
+    return "handled", (ran.stdout.strip().splitlines() or [""])[-1][:220]
+
+@contextlib.contextmanager
+def hyperview_recorded():
+    "Without the [view] extra: `hierbench view` with HyperView's writer replaced by a record of what it would be given."
+    from hierbench import view as V
+    if _has("hyperview"): yield; return
+    def record(view, out, name="hierbench", color_by="label"):
+        V.color_labels(view, color_by)
+        Path(out).mkdir(parents=True)
+        (Path(out) / V.VIEW_MARKER).write_text(json.dumps(dict(samples=len(view.items.table), images=view.items.n_images,
+                                                                layouts=list(view.layouts), parents=list(view.fields.parent))))
+        return dict(layouts={g: g for g in view.layouts}, seconds=0.0)
+    saved = V.check_hyperview, V.write_workspace
+    V.check_hyperview, V.write_workspace = (lambda: None), record
+    try: yield
+    finally: V.check_hyperview, V.write_workspace = saved
+
 def _said(ran: Ran) -> str:
     "The line that named what was set aside (a DataWarning, or the log's 'set aside' / 'ignored' line)."
     for text in (ran.stderr, ran.stdout):
@@ -388,13 +483,20 @@ def _said(ran: Ran) -> str:
     return ""
 
 def run_case(case: Case, model: Path, folder: Path, via: str = "in-process") -> tuple[str, str]:
-    "(outcome, message) of one case built under `folder` and run as `hierbench eval --checkpoint MODEL ...`."
+    """(outcome, message) of one case built under `folder` and run as `hierbench eval --checkpoint MODEL ...` (a case
+    whose flags name a `--scorer` scores with that), or as `hierbench view --scorer hierbench:MODEL ... --out WS`."""
     data = folder / "data"
     folder.mkdir(parents=True, exist_ok=True)
     flags = case.build(data)
-    case.name = Path(flags[1].split(":", 1)[-1]).name   # NAME in the metric keys: the folder's (or file's) name
     out = folder / "m.json"
-    argv = ["eval", "--checkpoint", str(model), "--no-world", "--num-workers", "0", "--json", str(out), *flags]
+    if case.command == "view":
+        with hyperview_recorded():
+            ran = run_inprocess(["view", "--scorer", f"hierbench:{model}", *flags, "--out", str(folder / "ws")])
+        return classify(case, ran, out)
+    data_flags = flags[2:] if flags[0] == "--scorer" else flags
+    case.name = Path(data_flags[1].split(":", 1)[-1]).name   # NAME in the metric keys: the folder's (or file's) name
+    model_flags = [] if flags[0] == "--scorer" else ["--checkpoint", str(model)]
+    argv = ["eval", *model_flags, "--no-world", "--num-workers", "0", "--json", str(out), *flags]
     return classify(case, (run_inprocess if via == "in-process" else run_subprocess)(argv), out)
 
 def audit_model(folder: Path) -> Path:
