@@ -232,7 +232,7 @@ def cmd_compare(args):
                          progress=not args.quiet, until_decided=args.until_decided, max_seeds=args.max_seeds,
                          round_seeds=args.round_seeds, max_hours=args.max_hours, seeds_per_process=args.seeds_per_process,
                          from_records=args.from_records, plugins=args.plugin or ())
-    print_table(res["summary"], "summary: mean ± 95% half-width over seeds (first row: chance)")
+    print_table(res["summary"], "summary: " + res["summary"].attrs.get("caption", "mean ± 95% half-width over seeds (first row: chance)"))
     print_ledger(res["ledger"], res["meta"])
     meta = res["meta"]   # a rebuilt report (--report-only) has no run time of its own
     cost = f" ({meta['wall_seconds'] / 60:.1f} min, peak {meta['peak_rss_mb']:.0f} MB)" if meta.get("wall_seconds") else ""

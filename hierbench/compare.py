@@ -33,12 +33,12 @@ from .stats import SequentialPlan, look_schedule
 from .seed_batch import train_seeds
 # a run's folder, its fingerprint and reuse check, per-item records and result rows (re-exported: `compare.run_dir`, ...)
 from .run_folder import (file_sha256, finished_run, json_safe, load_items, results_rows, run_dir,
-                                  run_fingerprint, save_items)
+                                  run_fingerprint, save_items, settings_hash)
 
 # %% auto #0
 __all__ = ['DECODER_TASK', 'FIRST_LOOK', 'SEEDS_PER_PROCESS', 'read_decoder', 'build_eval_data', 'evaluate_run',
-           'run_recipe_seeds', 'run_recipe', 'retrain_recorded', 'task_graph', 'task_runs', 'compare_outputs',
-           'main_job_dir', 'run_compare']
+           'run_recipe_seeds', 'run_recipe', 'parent_cache', 'retrain_recorded', 'task_graph', 'task_runs',
+           'compare_outputs', 'main_job_dir', 'run_compare']
 
 # %% ../nbs/11_compare.ipynb #13eb1a27
 def read_decoder(out: str | Path, budget: Budget, quiet: bool = True) -> CaptionDecoder:
@@ -164,22 +164,36 @@ def run_recipe(name: str, seed: int, budget: Budget, out: str | Path, eval_data:
     return run_recipe_seeds(name, [seed], budget, out, eval_data, decoder, quiet)[0]
 
 # %% ../nbs/11_compare.ipynb #3ebb0c84
+def parent_cache(row: Mapping) -> Path:
+    "Where this machine keeps weights it retrained for recorded run `row` (its settings hash and seed): reused by any compare."
+    return load_settings().cache_dir / "retrained" / settings_hash(row["run_key"], row["run_fingerprint"])[:24] / f"seed{row['seed']}"
+
 def retrain_recorded(name: str, seeds: list[int], budget: Budget, out: str | Path, eval_data: dict,
                      quiet: bool = True) -> list[int]:
     """Train again the weights of recorded runs `(name, seed)` restored in `out` without them (their eval.json says
-    `recorded`), with the budget's settings; record `retrained` (weights hash, equal to the recorded one or not,
-    seconds, this machine's metrics) in each eval.json. Returns the seeds trained."""
+    `recorded`), with the budget's settings — or take them from this machine's cache of such runs (`parent_cache`);
+    record `retrained` (weights hash, equal to the recorded one or not, seconds, this machine's metrics) in each
+    eval.json. Returns the seeds trained here."""
     todo = [s for s in seeds if not (run_dir(out, name, s) / "model.safetensors").exists()]
-    if not todo: return []
-    secs = _train_runs(get_recipe(name), todo, budget, Path(out), quiet=quiet) / len(todo)
-    for s in todo:
-        folder = run_dir(out, name, s)
-        row, weights = json.loads((folder / "eval.json").read_text()), folder / "model.safetensors"
+    rows = {s: json.loads((run_dir(out, name, s) / "eval.json").read_text()) for s in todo}
+    cached = [s for s in todo if (parent_cache(rows[s]) / "retrained.json").is_file()]
+    for s in cached:   # a parent another compare of this machine retrained: its bits, its measurements
+        shutil.copy(parent_cache(rows[s]) / "model.safetensors", run_dir(out, name, s) / "model.safetensors")
+        rows[s]["retrained"] = {**json.loads((parent_cache(rows[s]) / "retrained.json").read_text()), "from_cache": True}
+        atomic_write_text(run_dir(out, name, s) / "eval.json", json.dumps(json_safe(rows[s]), indent=1))
+    train = [s for s in todo if s not in cached]
+    secs = _train_runs(get_recipe(name), train, budget, Path(out), quiet=quiet) / len(train) if train else 0.0
+    for s in train:
+        folder, weights = run_dir(out, name, s), run_dir(out, name, s) / "model.safetensors"
         sha = file_sha256(weights)
-        row["retrained"] = dict(weights_sha256=sha, same_weights=sha == row.get("weights_sha256"), train_seconds=secs,
-                                metrics=evaluate_run(load_model(weights), eval_data), plugins=loaded_plugins())
-        atomic_write_text(folder / "eval.json", json.dumps(json_safe(row), indent=1))
-    return todo
+        rows[s]["retrained"] = retrained = dict(weights_sha256=sha, same_weights=sha == rows[s].get("weights_sha256"),
+                                                train_seconds=secs, metrics=evaluate_run(load_model(weights), eval_data),
+                                                plugins=loaded_plugins())
+        atomic_write_text(folder / "eval.json", json.dumps(json_safe(rows[s]), indent=1))
+        cache = parent_cache(rows[s]); cache.mkdir(parents=True, exist_ok=True)
+        atomic_write(cache / "model.safetensors", lambda tmp: shutil.copy(weights, tmp))
+        atomic_write_text(cache / "retrained.json", json.dumps(json_safe(retrained), indent=1))   # last: the commit point
+    return train
 
 # %% ../nbs/11_compare.ipynb #454c9a2c
 DECODER_TASK = ((), "decoder")   # the task that pre-trains READ's decoder (a no-op when the output folder holds it)
@@ -391,6 +405,28 @@ def _parents_to_retrain(wanted: dict, rows: Mapping, out: Path) -> set:
     for r, s in need: wanted[r] = sorted(set(wanted.get(r, ())) | {s})
     return need
 
+# %% ../nbs/11_compare.ipynb #59698958
+def _job_plan(budget, seeds, until_decided, max_seeds, round_seeds, max_hours, spending, records) -> tuple:
+    """The budget, first seeds, rounds' plan and the looks the ledger is read at — the rounds', or without rounds those
+    of the records continued (their verdicts hold) — after checking the flags go together."""
+    budget = _budget_of(budget, records)
+    if seeds is None: seeds = max(budget.seeds, FIRST_LOOK) if until_decided else budget.seeds
+    if seeds < 1: raise SettingsError(f"seeds must be >= 1, got {seeds}")
+    if not until_decided and (max_seeds is not None or max_hours is not None):
+        raise SettingsError("--max-seeds and --max-hours go with --until-decided")
+    if max_hours is not None and not max_hours > 0: raise SettingsError(f"--max-hours {max_hours}: give a positive number of hours")
+    plan = _until_decided_plan(seeds, max_seeds, round_seeds, spending) if until_decided else None
+    return budget, seeds, plan, plan or (records.plan.sequential if records is not None else None)
+
+def _job_meta(launcher, k: int, wall: float, shown, records) -> dict:
+    "How the job ran: launcher, seeds per process, wall time beside the first estimate, memory, plugins, records continued."
+    return dict(jobs=getattr(launcher, "jobs", None), launcher=type(launcher).__name__, seeds_per_process=k,
+                wall_seconds=wall, peak_rss_mb=_peak_rss_mb(), torch=torch.__version__,
+                threads=getattr(launcher, "threads", None) or torch.get_num_threads(),
+                first_estimate=shown.first_estimate,   # what the job said it would take, beside wall_seconds
+                **({"plugins": loaded_plugins()} if loaded_plugins() else {}),
+                **({"continued_from": str(records.folder)} if records is not None else {}))
+
 # %% ../nbs/11_compare.ipynb #fa78be4d
 def _run_compare(budget: str | Budget | None, seeds: int | None, out: Path, recipes: list[str] | None, quiet: bool,
                  jobs: int | None, log: Callable, launcher=None, progress: bool = True, until_decided: bool = False,
@@ -399,15 +435,7 @@ def _run_compare(budget: str | Budget | None, seeds: int | None, out: Path, reci
                  records=None) -> dict:
     """`run_compare` inside its folder lock: plan, prepare the world, launch the run graph (in rounds with
     `until_decided`), write the outputs."""
-    budget = _budget_of(budget, records)
-    if seeds is None: seeds = max(budget.seeds, FIRST_LOOK) if until_decided else budget.seeds
-    if seeds < 1: raise SettingsError(f"seeds must be >= 1, got {seeds}")
-    if not until_decided and (max_seeds is not None or max_hours is not None):
-        raise SettingsError("--max-seeds and --max-hours go with --until-decided")
-    if max_hours is not None and not max_hours > 0: raise SettingsError(f"--max-hours {max_hours}: give a positive number of hours")
-    plan = _until_decided_plan(seeds, max_seeds, round_seeds, spending) if until_decided else None
-    # the looks the ledger is read at: the rounds', or without rounds those of the records continued (their verdicts hold)
-    looks = plan or (records.plan.sequential if records is not None else None)
+    budget, seeds, plan, looks = _job_plan(budget, seeds, until_decided, max_seeds, round_seeds, max_hours, spending, records)
     k = _seeds_per_process(seeds_per_process, seeds, round_seeds if plan else None)
     out = Path(out); out.mkdir(parents=True, exist_ok=True)
     base = list(records.plan.recipes) if records is not None else []
@@ -462,11 +490,7 @@ def _run_compare(budget: str | Budget | None, seeds: int | None, out: Path, reci
                 stopped = "time cap"; break
         n = later[0]
     runs = [rows[k] for k in sorted(rows, key=lambda k: (k[1], order.index(k[0])))]
-    meta = dict(jobs=getattr(launcher, "jobs", None), launcher=type(launcher).__name__, seeds_per_process=k,
-                wall_seconds=time.perf_counter() - t_start, peak_rss_mb=_peak_rss_mb(), torch=torch.__version__,
-                threads=getattr(launcher, "threads", None) or torch.get_num_threads(),
-                **({"plugins": loaded_plugins()} if loaded_plugins() else {}),
-                **({"continued_from": str(records.folder)} if records is not None else {}))
+    meta = _job_meta(launcher, k, time.perf_counter() - t_start, shown, records)
     if looks:   # also a fixed-seed run continuing records: its seeds per recipe and the looks its rows are read at
         meta["until_decided"] = dict(plan=dataclasses.asdict(looks), seeds_per_recipe=_seeds_per_recipe(rows, order),
                                      rounds=rounds, stopped=stopped if plan else "fixed seeds")

@@ -13,7 +13,8 @@ from typing import Mapping
 import numpy as np, pandas as pd
 from .budgets import Budget, budget_from_meta, eval_scene_counts
 from .claims import CLAIMS, claims_document, claims_ledger
-from .run_folder import finished_run, json_safe, load_items, run_dir, run_fingerprint, save_items
+from .run_folder import (finished_run, json_safe, load_items, run_dir, run_fingerprint, save_items,
+                                  settings_hash)   # re-exported: `records.settings_hash`
 from .config import FolderStateError, HierbenchError, MissingFileError, atomic_write, atomic_write_text
 from .evaluate import metric_from_items
 from .models import resolve_architecture
@@ -22,10 +23,10 @@ from .recipes import get_recipe, list_recipes
 from .stats import SequentialPlan
 
 # %% auto #0
-__all__ = ['RECORDS_FORMAT', 'LEDGER_FILE', 'RUNS_FILE', 'ITEMS_FILE', 'CLAIMS_FILE', 'SHARED', 'RecordsError', 'settings_hash',
-           'records_read', 'RunPlan', 'read_plan', 'finished_runs', 'report_only_meta', 'write_records',
-           'MissingItemsError', 'LedgerRecords', 'read_records', 'ledger_from_records', 'ledger_differences',
-           'restore_records', 'ledger_from_folder', 'forest_title']
+__all__ = ['RECORDS_FORMAT', 'LEDGER_FILE', 'RUNS_FILE', 'ITEMS_FILE', 'CLAIMS_FILE', 'SHARED', 'RecordsError', 'records_read',
+           'RunPlan', 'read_plan', 'finished_runs', 'report_only_meta', 'write_records', 'MissingItemsError',
+           'LedgerRecords', 'read_records', 'ledger_from_records', 'ledger_differences', 'restore_records',
+           'ledger_from_folder', 'forest_title']
 
 # %% ../nbs/11g_records.ipynb #0abb420b
 RECORDS_FORMAT = "hierbench-ledger-records/1"
@@ -34,13 +35,6 @@ SHARED = "*"   # items.npz keys 'RECIPE|SEED|split|record|field'; a field equal 
 
 class RecordsError(HierbenchError, ValueError):
     "A ledger-records folder that cannot be read as it is: the message names the file, the record and what is wrong."
-
-# %% ../nbs/11g_records.ipynb #fc80b9df
-def settings_hash(run_key: Mapping, fingerprint: Mapping) -> str:
-    """SHA-256 of everything a run's numbers depend on besides its seed: the budget's run key and the recipe's and
-    world's fingerprint (`compare.run_fingerprint`), as canonical JSON."""
-    text = json.dumps(dict(run_key=run_key, run_fingerprint=fingerprint), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()
 
 # %% ../nbs/11g_records.ipynb #71b595bf
 def records_read(metric: str, items: Mapping) -> list[tuple[str, str]]:

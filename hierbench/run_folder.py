@@ -8,6 +8,7 @@ Docs: https://hierbench.github.io/hierbench/run_folder.html.md"""
 from __future__ import annotations
 import hashlib, json, math
 from pathlib import Path
+from typing import Mapping
 import numpy as np
 from .budgets import Budget
 from .config import SettingsError, atomic_write, atomic_write_text
@@ -18,8 +19,8 @@ from .terms import term_fingerprint
 from .world import WorldConfig
 
 # %% auto #0
-__all__ = ['json_safe', 'file_sha256', 'run_dir', 'run_fingerprint', 'check_finished', 'save_items', 'load_items', 'finished_run',
-           'results_rows']
+__all__ = ['json_safe', 'file_sha256', 'run_dir', 'run_fingerprint', 'settings_hash', 'check_finished', 'save_items',
+           'load_items', 'finished_run', 'results_rows']
 
 # %% ../nbs/11a_run_folder.ipynb #69687a1f
 def json_safe(x):
@@ -54,6 +55,13 @@ def run_fingerprint(recipe) -> dict:
     fields = {f"recipe.{k}": v for k, v in recipe_fields(recipe).items()}
     fields.update({f"term.{k}": v for k, v in term_fingerprint(_recipe(recipe).weights).items()})   # plugin terms only
     return json.loads(json.dumps(json_safe({**fields, "world.config_hash": WorldConfig().config_hash()})))
+
+# %% ../nbs/11a_run_folder.ipynb #2fe0623e
+def settings_hash(run_key: Mapping, fingerprint: Mapping) -> str:
+    """SHA-256 of everything a run's numbers depend on besides its seed: the budget's run key and the recipe's and
+    world's fingerprint (`run_fingerprint`), as canonical JSON."""
+    text = json.dumps(dict(run_key=run_key, run_fingerprint=fingerprint), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 # %% ../nbs/11a_run_folder.ipynb #e4b3f509
 def check_finished(folder: Path, name: str, recipe, budget: Budget) -> dict:

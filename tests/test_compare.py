@@ -66,7 +66,8 @@ def test_a_finished_run_of_another_recipe_definition_or_world_is_not_silently_re
     C.run_compare("smoke", seeds=1, out=out, recipes=["clip"], jobs=1, log=lambda *_: None)
     assert json.loads((out / "runs" / "clip" / "seed0" / "eval.json").read_text())["run_fingerprint"] == C.run_fingerprint(R.get_recipe("clip"))
     changed = dataclasses.replace(R.get_recipe("clip"), weights={**R.get_recipe("clip").weights, "contrastive": 0.5})
-    monkeypatch.setattr(C, "get_recipe", lambda name, _orig=R.get_recipe: changed if name == "clip" else _orig(name))
+    from hierbench import run_folder as RF   # where the reuse check lives
+    for module in (C, RF): monkeypatch.setattr(module, "get_recipe", lambda name, _orig=R.get_recipe: changed if name == "clip" else _orig(name))
     with pytest.raises(ValueError, match="recipe.weights.contrastive"):
         C.run_compare("smoke", seeds=1, out=out, recipes=["clip"], jobs=1, log=lambda *_: None)
     monkeypatch.undo()

@@ -99,7 +99,7 @@ def _fake_launcher(calls):
 def outputs(monkeypatch):
     "compare_outputs replaced by a recorder (the fake runs have no per-item records to report)."
     got = {}
-    monkeypatch.setattr(C, "compare_outputs", lambda out, budget, seeds, order, runs, meta, plan=None, still_open="open":
+    monkeypatch.setattr(C, "compare_outputs", lambda out, budget, seeds, order, runs, meta, plan=None, still_open="open", **kw:
                         got.update(seeds=seeds, runs=runs, meta=meta, plan=plan, still_open=still_open) or got)
     return got
 
