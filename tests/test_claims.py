@@ -11,13 +11,18 @@ from hierbench.evaluate import metric_from_items
 
 def test_ledger_pairs_by_seed_and_covers_every_claim():
     rows = []
-    for seed, (x, y) in enumerate([(0.60, 0.50), (0.80, 0.71), (0.40, 0.29)]):  # big seed effect, steady +0.1 gap
+    for seed, (x, y) in enumerate([(0.60, 0.50), (0.80, 0.71), (0.40, 0.29), (0.55, 0.45)]):  # big seed effect, steady +0.1 gap
         rows += [dict(recipe="degla", seed=seed, metric="comp_acc", value=x),
                  dict(recipe="clip", seed=seed, metric="comp_acc", value=y)]
     led = CL.evaluate_claims(pd.DataFrame(rows))
     assert set(led.id) == {c.id for c in CL.CLAIMS}
     row = led[(led.id == "DEG-1") & (led.a == "degla")].iloc[0]
-    assert row.verdict == "supported" and row.n == 3 and math.isclose(row.effect, 0.1, abs_tol=1e-9)
+    assert row.verdict == "supported" and row.n == 4 and math.isclose(row.effect, 0.1, abs_tol=1e-9)
+    assert row.rule == "skew-guarded t-interval 95%" and row.rules_agree and np.isfinite(row.skewness)
+    # three seeds: the t-interval decides, the skew-guarded one cannot (a skewness from three values is no estimate)
+    three = CL.evaluate_claims(pd.DataFrame(rows[:6]))
+    row = three[(three.id == "DEG-1") & (three.a == "degla")].iloc[0]
+    assert (row.verdict, row.t_verdict, row.rules_agree, row.n) == ("inconclusive", "supported", False, 3)
     assert (led[led.a == "negclip"].verdict == "not run").all()
     assert set(led.decided_by) <= {"standard", "full", "none"}
 
