@@ -69,3 +69,16 @@ def test_power_table_compares_half_widths_with_targets():
     p = CL.power_table(led)
     # sd 0.02 reaches 0.02 at 7 seeds; sd 0.05 reaches 0.03 at 14 (13 seeds: 0.0302)
     assert p.loc["comp_acc", "seeds_needed"] == 7 and p.loc["zs_acc", "seeds_needed"] == 14
+
+
+def test_the_committed_ledger_carries_issue_48s_diagnostics():
+    "Every row run has its seed differences' skewness and normality and the plain t-rule's verdict beside the guarded one."
+    import json
+    from pathlib import Path
+    doc = json.loads((Path(__file__).resolve().parents[1] / "nbs/results/data/ledger-standard/claims.json").read_text())
+    run = [r for r in doc["claims"] if r["verdict"] != "not run"]
+    assert len(run) == 28 and all({"skewness", "shapiro_p", "t_verdict", "t_n", "rules_agree", "fragile"} <= set(r) for r in run)
+    assert all(r["rule"].endswith("skew-guarded t-intervals)") for r in run)
+    assert sum(abs(r["skewness"]) > 1 for r in run) == 12
+    differ = [(r["id"], r["a"], r["metric"], r["t_verdict"], r["verdict"]) for r in run if not r["rules_agree"]]
+    assert differ == [("ARG-1", "argent", "pep_auc", "contradicted", "inconclusive")]   # held only under the t-rule
