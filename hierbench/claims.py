@@ -17,7 +17,7 @@ from .plugins import PluginError, note_registration
 from .recipes import get_recipe, recipe_diff
 from .run_folder import json_safe, results_rows
 from .stats import (SequentialPlan, bootstrap_weights, fragility, mean_interval, min_detectable_effect,
-                             seeds_for_half_width, sequential_verdict, t_half_width)
+                             normality, seeds_for_half_width, sequential_verdict, t_half_width)
 
 # %% auto #0
 __all__ = ['ENTAILMENT', 'NORM_REG', 'WEIGHT_MODE', 'HARD_NEGATIVES', 'HYPERBOLIC', 'CLAIMS', 'SUMMARY_METRICS',
@@ -208,14 +208,18 @@ def _boot_interval(c: Claim, seeds: list, items: dict, W: dict, cache: dict) -> 
 _NOT_RUN = dict(mean_a=np.nan, mean_b=np.nan, effect=np.nan, ci_low=np.nan, ci_high=np.nan, level=np.nan, n=0,
                 seeds_available=0, seed_sd=np.nan, seed_half_width=np.nan, mde=np.nan, boot_low=np.nan, boot_high=np.nan,
                 boot_half_width=np.nan, verdict="not run", rule="", look=0, stopped="", fixed_verdict="not run",
-                first_look_fixed_verdict="not run", loso_kept=0, fragile=None, history=[])
+                first_look_fixed_verdict="not run", loso_kept=0, fragile=None, skewness=np.nan, shapiro_p=np.nan,
+                t_verdict="not run", t_n=0, t_low=np.nan, t_high=np.nan, rules_agree=None, history=[])
 
 def _claim_row(c: Claim, wide: pd.DataFrame, items: dict | None, W: dict | None, cache: dict,
                plan: SequentialPlan | None = None) -> dict:
     """The ledger row of claim row `c` from `wide` (index (metric, seed), one column per recipe). Without `plan`: one
-    95% t-interval over every seed both arms have (`n`); with it: `sequential_verdict` at the plan's looks, the row
-    using the seeds up to its deciding (or last) look. Either way `loso_kept` of the `n` leave-one-seed-out intervals
-    (same level) keep the verdict, and `fragile` says whether a single seed overturns it."""
+    95% interval over every seed both arms have (`n`); with it: `sequential_verdict` at the plan's looks, the row
+    using the seeds up to its deciding (or last) look. Either way by the plan's interval (the skew-guarded t-interval
+    unless the plan says 't'), `loso_kept` of the `n` leave-one-seed-out intervals (same level and rule) keep the
+    verdict, and `fragile` says whether a single seed overturns it. Diagnostics of the differences over every seed both
+    arms have: `skewness` (G1), `shapiro_p` (Shapiro–Wilk), and what the plain t-rule says of the same seeds under the
+    same plan (`t_verdict` over `t_n` seeds, `[t_low, t_high]`; `rules_agree`)."""
     base = dict(id=c.id, source=c.source, claim=c.text, a=c.a, b=c.b, metric=c.metric, direction=c.direction,
                 differs_in=", ".join(c.differs_in), note=c.note, target_half_width=_target(c.metric),
                 decided_by=deciding_budget(c))
@@ -223,23 +227,26 @@ def _claim_row(c: Claim, wide: pd.DataFrame, items: dict | None, W: dict | None,
         return {**base, **_NOT_RUN}
     both = wide.loc[c.metric][[c.a, c.b]].dropna().sort_index()       # the seeds both arms have, in seed order
     diffs = (both[c.a] - both[c.b]).to_numpy()
-    # no plan: today's rule, one 95% interval over every seed (a plan with a single look at all of them)
-    seq = sequential_verdict(diffs, plan or SequentialPlan((max(len(diffs), 1),)), c.direction, c.margin)
+    # no plan: one 95% interval over every seed (a plan with a single look at all of them)
+    rule = plan or SequentialPlan((max(len(diffs), 1),))
+    seq = sequential_verdict(diffs, rule, c.direction, c.margin)
     w, level = both.iloc[:seq["n"]], (seq["level"] if plan else 0.95)   # the seeds the verdict used
     d = diffs[:seq["n"]]
     sd = float(np.std(d, ddof=1)) if len(d) > 1 else float("nan")
     blo, bhi = _boot_interval(c, list(w.index), items, W, cache) if W is not None else (np.nan, np.nan)
-    frag = fragility(d, c.direction, c.margin, level if np.isfinite(level) else 0.95)
+    frag = fragility(d, c.direction, c.margin, level if np.isfinite(level) else 0.95, rule.interval)
     last = plan is None or seq["n"] >= plan.looks[-1]
     return {**base, "mean_a": float(w[c.a].mean()) if len(w) else np.nan, "mean_b": float(w[c.b].mean()) if len(w) else np.nan,
             "effect": seq["effect"], "ci_low": seq["low"], "ci_high": seq["high"], "level": level, "n": len(d),
             "seeds_available": len(diffs), "seed_sd": sd, "seed_half_width": t_half_width(sd, len(d)),
             "mde": min_detectable_effect(sd, len(d)), "boot_low": blo, "boot_high": bhi, "boot_half_width": (bhi - blo) / 2,
-            "verdict": seq["verdict"], "rule": plan.rule if plan else "t-interval 95%",
+            "verdict": seq["verdict"], "rule": rule.rule,
             "look": seq["look"], "stopped": "decided" if seq["verdict"] != "inconclusive" else "max seeds" if last else "open",
             "fixed_verdict": seq["fixed_verdict"],
             "first_look_fixed_verdict": seq["history"][0]["fixed_verdict"] if seq["history"] else seq["fixed_verdict"],
-            "loso_kept": frag["kept"], "fragile": frag["fragile"], "history": seq["history"]}
+            "loso_kept": frag["kept"], "fragile": frag["fragile"], **normality(diffs),
+            "t_verdict": seq["t_verdict"], "t_n": seq["t_n"], "t_low": seq["t_low"], "t_high": seq["t_high"],
+            "rules_agree": seq["verdict"] == seq["t_verdict"], "history": seq["history"]}
 
 # %% ../nbs/11c_claims.ipynb #e1b70663
 def evaluate_claims(results: pd.DataFrame, claims: list[Claim] | None = None, items: dict | None = None,

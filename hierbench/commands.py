@@ -211,12 +211,20 @@ def _export_onnx(model, out):
 
 # %% ../nbs/15a_commands.ipynb #48e390ec
 def print_ledger(ledger: pd.DataFrame, meta: dict):
-    "The claims ledger as `compare` and `claims` print it: effect, interval, seeds, verdict, and how many seeds keep it."
+    """The claims ledger as `compare` and `claims` print it: effect, interval, seeds, verdict, how many seeds keep it,
+    the seed differences' skewness and the plain t-rule's verdict where it differs ('=' where it agrees)."""
     led = ledger.assign(kept=lambda d: [f"{k}/{n}" if n else "" for k, n in zip(d.loso_kept, d.n)],
                         verdict=lambda d: [v + (" (fragile)" if f is True else "") for v, f in zip(d.verdict, d.fragile)])
     cols = ["id", "a", "b", "metric", "effect", "ci_low", "ci_high", "n", "verdict", "kept"]
     if "until_decided" in meta: cols[7:7] = ["level", "look", "stopped"]
-    print_table(led[cols].round(4), "claims ledger (effect = A − B, paired by seed; kept: verdicts kept without one seed)")
+    if "t_verdict" in led:   # ledgers from before issue 48 have no diagnostics
+        led["t-rule"] = ["" if v == "not run" else "=" if ok else f"{v} ({n})" for v, n, ok in zip(led.t_verdict, led.t_n, led.rules_agree)]
+        led["skew"] = led.skewness
+        cols += ["skew", "t-rule"]
+    print_table(led[cols].round(4), "claims ledger (effect = A − B, paired by seed; interval and verdict: "
+                + (led.rule[led.rule != ""].iloc[0] if (led.rule != "").any() else "t-interval 95%")
+                + "; kept: verdicts kept without one seed; skew: G1 of the seed differences; t-rule: the plain t-rule's "
+                "verdict (seeds) where it differs)")
 
 # %% ../nbs/15a_commands.ipynb #67ba9a31
 def cmd_compare(args):
@@ -265,6 +273,11 @@ def cmd_claims(args):
     print(f"README table ({budget.name} budget: mean ± 95% half-width over each recipe's seeds, chance in brackets):\n")
     print(headline_table(res["results"], budget.n_test))
     print_ledger(res["ledger"], res["meta"])
+    led = res["ledger"]
+    no_boot = led[(led.n > 0) & led.boot_low.isna()] if res.get("items") else led.iloc[:0]
+    if len(no_boot):   # records keep each row's items at the seeds it read when they were written
+        print(f"\nno evaluation bootstrap for {len(no_boot)} row(s) (their runs' per-item records are not kept at every "
+              "seed the row reads now): " + ", ".join(f"{r.id} {r.a} − {r.b} {r.metric} ({r.n} seeds)" for r in no_boot.itertuples()))
     if args.variance:
         var = variance_components(res["ledger"], res["results"], res["items"], eval_scene_counts(budget), n_boot=budget.n_boot)
         print_table(var.drop(columns=["id"]).set_index(var.id).round(6), "where each row's uncertainty lives (variances per "

@@ -105,8 +105,9 @@ def cmd_eval(args):
     if args.compare:
         a, b = args.compare
         table = paired_metric_differences(read_items(a), read_items(b))
-        return print_table(table.round(4), f"paired differences on the same items: a = {a} − b = {b} (95% item bootstrap; "
-                                           "mde: the smallest difference these items detect with 80% power)")
+        return print_table(table.round(4), f"paired differences on the same items: a = {a} − b = {b} (95% percentile item "
+                                           "bootstrap; mde: the smallest difference these items detect with 80% power; "
+                                           "differ: items on which a and b differ; skewness: of the per-item differences)")
     if args.leaderboard:
         table = leaderboard(args.leaderboard)
         return print_table(table, f"leaderboard: {table.shape[1]} model(s) in {args.leaderboard} (value [95% item-bootstrap interval])")

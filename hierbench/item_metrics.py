@@ -14,7 +14,7 @@ import pandas as pd
 from scipy import sparse
 from scipy.stats import norm
 
-from .stats import bootstrap_weights, ratio_replicates
+from .stats import bootstrap_weights, ratio_replicates, sample_skewness
 from .config import MissingFileError, SettingsError
 
 # %% auto #0
@@ -65,6 +65,17 @@ def metric_replicates(spec: tuple, rows: pd.DataFrame, units: np.ndarray, W: np.
     num, den = np.asarray((S.T @ W.T).T), np.asarray((N.T @ W.T).T)     # (R, classes)
     with np.errstate(invalid="ignore", divide="ignore"): return np.nanmean(np.where(den > 0, num / den, np.nan), axis=1)
 
+# %% ../nbs/10j_item_metrics.ipynb #82a58b12
+def _unit_differences(spec: tuple, ga: pd.DataFrame, gb: pd.DataFrame, units: np.ndarray, U: int) -> np.ndarray | None:
+    "Per unit, the mean of a's column minus b's over its items (a mean metric; None for a balanced one)."
+    if spec[0] != "mean": return None
+    va, vb = _values(ga, spec[1]), _values(gb, spec[1])
+    ok = ~(np.isnan(va) | np.isnan(vb))
+    count = np.bincount(units[ok], minlength=U)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        d = np.bincount(units[ok], weights=va[ok] - vb[ok], minlength=U) / count
+    return d[count > 0]
+
 # %% ../nbs/10j_item_metrics.ipynb #e3747776
 def _units(rows: pd.DataFrame, key: list[str]) -> tuple[np.ndarray, int]:
     "Each row's unit index: its `unit` column where present, else its item key."
@@ -110,8 +121,10 @@ def metric_intervals(items: pd.DataFrame, n_boot: int = 2000, seed: int = 0, lev
 
 def paired_metric_differences(a: pd.DataFrame, b: pd.DataFrame, n_boot: int = 2000, seed: int = 0, level: float = 0.95,
                               power: float = 0.8) -> pd.DataFrame:
-    """Per shared benchmark and metric: items in common (units), a, b, a − b with its paired item-bootstrap interval,
-    the smallest detectable difference `mde`, and the items only a or only b has."""
+    """Per shared benchmark and metric: items in common (units), a, b, a − b with its paired item-bootstrap interval
+    (percentile, `level`), the smallest detectable difference `mde`, and the items only a or only b has. For a mean
+    metric also the units on which a and b differ (`differ`: a paired 0/1 difference is carried by them alone) and the
+    skewness of the per-unit differences (`skewness`, G1): few differing units make every interval rough."""
     key = _key(a, b)
     a, b = _prepared(a, key, "a"), _prepared(b, key, "b")
     q, z, rows = [(1 - level) / 2, (1 + level) / 2], norm.ppf(0.5 + level / 2) + norm.ppf(power), []
@@ -129,10 +142,14 @@ def paired_metric_differences(a: pd.DataFrame, b: pd.DataFrame, n_boot: int = 20
             d = np.concatenate(diffs[k])
             lo, hi = np.nanquantile(d, q)
             va, vb = metric_value(s, ga), metric_value(s, gb)
+            per_unit = _unit_differences(s, ga, gb, units, U)
             rows.append(dict(benchmark=bench, metric=k, n=U, a=va, b=vb, diff=va - vb, ci_low=float(lo), ci_high=float(hi),
+                             differ=int((per_unit != 0).sum()) if per_unit is not None else None,
+                             skewness=sample_skewness(per_unit) if per_unit is not None else float("nan"),
                              mde=float(z * np.nanstd(d, ddof=1)), only_a=int((a.benchmark == bench).sum() - len(m)),
                              only_b=int((b.benchmark == bench).sum() - len(m))))
-    return pd.DataFrame(rows, columns=["benchmark", "metric", "n", "a", "b", "diff", "ci_low", "ci_high", "mde", "only_a", "only_b"])
+    return pd.DataFrame(rows, columns=["benchmark", "metric", "n", "a", "b", "diff", "ci_low", "ci_high", "mde", "differ",
+                                       "skewness", "only_a", "only_b"])
 
 # %% ../nbs/10j_item_metrics.ipynb #558ce5d3
 def _fmt(v: float, lo: float, hi: float) -> str: return f"{v:.4f} [{lo:.4f}, {hi:.4f}]"

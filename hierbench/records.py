@@ -24,7 +24,7 @@ from .stats import SequentialPlan
 
 # %% auto #0
 __all__ = ['RECORDS_FORMAT', 'LEDGER_FILE', 'RUNS_FILE', 'ITEMS_FILE', 'CLAIMS_FILE', 'SHARED', 'RecordsError', 'records_read',
-           'RunPlan', 'read_plan', 'finished_runs', 'report_only_meta', 'write_records', 'MissingItemsError',
+           'RunPlan', 'read_plan', 'finished_runs', 'report_only_meta', 'write_records', 'NotKeptError',
            'LedgerRecords', 'read_records', 'ledger_from_records', 'ledger_differences', 'restore_records',
            'ledger_from_folder', 'forest_title']
 
@@ -68,7 +68,8 @@ def _reduce_record(record: Mapping, metrics: set) -> dict:
 # %% ../nbs/11g_records.ipynb #5e0a64cc
 def _kept_records(ledger: pd.DataFrame, runs: Mapping, items: Mapping) -> dict:
     """`{(recipe, seed): {(split, record): metrics}}`: what each run keeps — the records of every claim row it is an arm
-    of, at the seeds that row read (the first `n` seeds both arms have), and which metrics read them."""
+    of, at the seeds that row read (the first `n` seeds both arms have), and which metrics read them. A run restored
+    from records keeps only what they kept: a record it lacks is not kept again."""
     keep, read = {}, {}
     for row in ledger.itertuples():
         if not row.n: continue
@@ -76,8 +77,9 @@ def _kept_records(ledger: pd.DataFrame, runs: Mapping, items: Mapping) -> dict:
         for arm in (row.a, row.b):
             for s in seeds:
                 if (row.metric, arm) not in read: read[(row.metric, arm)] = records_read(row.metric, items[(arm, s)])
-                for pair in read[(row.metric, arm)]:
-                    keep.setdefault((arm, s), {}).setdefault(pair, set()).add(row.metric)
+                for split, rec in read[(row.metric, arm)]:
+                    if rec in items[(arm, s)].get(split, {}):
+                        keep.setdefault((arm, s), {}).setdefault((split, rec), set()).add(row.metric)
     return keep
 
 # %% ../nbs/11g_records.ipynb #2e7ae6bb
@@ -273,18 +275,18 @@ def write_records(compare_dir: str | Path, out: str | Path) -> Path:
     return out
 
 # %% ../nbs/11g_records.ipynb #a3034907
-class MissingItemsError(RecordsError, KeyError):
-    """A per-item record the records do not keep. A `KeyError` too: the evaluation bootstrap of a row that needs it — a
-    new claim on a recorded arm, on a metric no recorded row read — has no interval (NaN), as for a run without items."""
-    def __str__(self): return str(self.args[0])
+class NotKeptError(RecordsError, KeyError):
+    """A per-item record the records do not keep. Also a `KeyError`: the ledger's evaluation bootstrap reads it as a run
+    without items (no interval rather than a wrong one), and `hierbench claims` names the rows it left without one."""
+    __str__ = Exception.__str__          # the message as written (a KeyError would quote it)
 
 class _Kept(dict):
-    "Per-item records as a run keeps them: asking for one it does not keep names it (never a silent NaN)."
+    "Per-item records as a run keeps them: asking for one it does not keep names it (`NotKeptError`, never a silent NaN)."
     def __init__(self, data: Mapping, where: str):
         super().__init__(data); self.where = where
     def __missing__(self, key):
-        raise MissingItemsError(f"{self.where} keeps no per-item record {key!r}: records keep what the ledger's rows read, "
-                                "at the seeds each row read")
+        raise NotKeptError(f"{self.where} keeps no per-item record {key!r}: records keep what the ledger's rows read, "
+                           "at the seeds each row read")
 
 # %% ../nbs/11g_records.ipynb #784432b8
 @dataclass
@@ -450,7 +452,9 @@ def forest_title(meta: Mapping, ledger: pd.DataFrame) -> str:
     "The forest plot's title: the budget, the seeds the rows took and the rule of their intervals."
     run = ledger[ledger.verdict != "not run"]
     n = f"{run.n.min()}–{run.n.max()} seeds" if len(run) and run.n.min() != run.n.max() else f"{meta.get('seeds', '?')} seeds"
-    rule = ("the interval of each row's last look (group-sequential rule)" if meta.get("until_decided")
-            else "its 95% seed interval")
+    guarded = "rule" in ledger and run.rule.astype(str).str.contains("skew-guarded").any()
+    kind = "skew-guarded " if guarded else ""
+    rule = (f"the {kind}interval of each row's last look (group-sequential rule)" if meta.get("until_decided")
+            else f"its 95% {kind}seed interval")
     # two lines: the rule does not fit beside the budget in the plot's width (plotly titles take <br> and <sup>)
     return f"Claims ledger, {(meta.get('budget') or {}).get('name', '?')} budget, {n}<br><sup>effect A − B with {rule}</sup>"

@@ -274,11 +274,14 @@ def _pep_figures(runs: list[dict], recipes=PEP_RECIPES) -> list:
 # %% ../nbs/11d_report.ipynb #f8ef7433
 def forest_figure(ledger: pd.DataFrame):
     """Every claim row's effect with the seed interval that decides its verdict (thick) and the evaluation-bootstrap
-    interval (thin), coloured by verdict; a fragile verdict (one seed left out overturns it) has an open marker."""
+    interval (thin), coloured by verdict; a fragile verdict (one seed left out overturns it) has an open marker, and a
+    row whose verdict the plain t-rule would have read otherwise names that verdict in its label."""
     led = ledger[ledger.verdict != "not run"].reset_index(drop=True)
     fragile = led["fragile"].eq(True) if "fragile" in led else pd.Series(False, index=led.index)   # old ledgers: none
     colour = {"supported": "#2ca02c", "contradicted": "#d62728", "inconclusive": "#999999"}
-    labels = [f"{r.id} {r.a} − {r.b} · {r.metric}" for r in led.itertuples()]
+    differ = led.rules_agree.eq(False) if "rules_agree" in led else pd.Series(False, index=led.index)   # old ledgers
+    labels = [f"{r.id} {r.a} − {r.b} · {r.metric}" + (f" (t-rule: {r.t_verdict})" if d else "")
+              for r, d in zip(led.itertuples(), differ)]
     fig = go.Figure()
     for v in ("supported", "contradicted", "inconclusive"):
         m = led.verdict == v
@@ -454,11 +457,13 @@ def _learnability_html(results: pd.DataFrame) -> str:
 # %% ../nbs/11d_report.ipynb #8813efd9
 _LEDGER_COLUMNS = {"id": "id", "claim": "claim", "a": "A", "b": "B", "metric": "metric", "direction": "direction",
                    "differs_in": "A and B differ in", "mean_a": "mean A", "mean_b": "mean B", "effect": "effect A−B",
-                   "ci_low": "seed low", "ci_high": "seed high", "level": "interval level", "boot_low": "eval-bootstrap low",
-                   "boot_high": "eval-bootstrap high", "mde": "min. detectable", "n": "seeds", "verdict": "verdict",
-                   "loso_kept": "kept without one seed", "look": "look", "stopped": "stopped",
-                   "decided_by": "decided by (budget)"}
+                   "ci_low": "seed low", "ci_high": "seed high", "level": "interval level",
+                   "boot_low": "eval-bootstrap low (percentile, scenes)", "boot_high": "eval-bootstrap high",
+                   "mde": "min. detectable (paired t)", "n": "seeds", "verdict": "verdict", "loso_kept": "kept without one seed",
+                   "look": "look", "stopped": "stopped", "skewness": "skewness of the seed differences",
+                   "shapiro_p": "Shapiro–Wilk p", "t_verdict": "plain t-rule", "decided_by": "decided by (budget)"}
 _SEQUENTIAL_ONLY = ("look", "stopped")   # columns a ledger of one 95% interval leaves out
+_DIAGNOSTICS = ("skewness", "shapiro_p", "t_verdict")   # issue 48's: ledgers from before it have none
 
 def _ledger_cell(r, c: str) -> str:
     "One cell of the ledger table: numbers to 4 digits, the verdict marked fragile, LOSO as kept/n (old ledgers: —)."
@@ -466,12 +471,14 @@ def _ledger_cell(r, c: str) -> str:
     if c == "verdict" and getattr(r, "fragile", None) is True: return f"{v} · fragile"
     if c == "loso_kept": return "—" if v is None or getattr(r, "n", 0) == 0 else f"{int(v)}/{int(r.n)}"
     if c == "level": return "—" if v is None or not np.isfinite(v) else f"{100 * v:.2f}%"
+    if c == "t_verdict":   # the plain t-rule on the same seeds: 'agrees', or its verdict and the seeds it took
+        return "—" if v in (None, "not run") else "agrees" if getattr(r, "rules_agree", None) is True else f"{v} ({int(r.t_n)} seeds)"
     return _fmt(v) if isinstance(v, float) else "—" if v is None else str(v)
 
 def _ledger_table_html(ledger: pd.DataFrame) -> str:
     "The ledger as an HTML table, one row per claim row coloured by verdict, its note (if any) in a row below."
     sequential = "rule" in ledger and ledger.rule.astype(str).str.startswith("group-sequential").any()
-    cols = [c for c in _LEDGER_COLUMNS if sequential or c not in _SEQUENTIAL_ONLY]
+    cols = [c for c in _LEDGER_COLUMNS if (sequential or c not in _SEQUENTIAL_ONLY) and (c in ledger or c not in _DIAGNOSTICS)]
     rows = "".join(
         f"<tr style='background:{_VERDICT_COLOUR.get(r.verdict, '#fff')}'>" + "".join(f"<td>{html.escape(_ledger_cell(r, c))}</td>" for c in cols)
         + "</tr>" + (f"<tr><td colspan={len(cols)} style='text-align:left;font-size:11px'>{html.escape(r.note)}</td></tr>" if r.note else "")
@@ -484,6 +491,14 @@ def _rule_html(ledger: pd.DataFrame) -> str:
     run = ledger[ledger.verdict != "not run"]
     rules = sorted(set(run.rule.astype(str)) - {""})
     text = "Rule: " + html.escape("; ".join(rules) or "t-interval 95%") + "."
+    if any("skew-guarded" in r for r in rules):
+        differ = run[run.rules_agree.eq(False)] if "rules_agree" in run else run.iloc[:0]
+        text += (" A skew-guarded interval is the t-interval widened on the side the seed differences' skewness makes "
+                 "short (Hall's correction with an allowance for the tail a sample may have missed; no verdict where "
+                 "too few seeds meet too extreme a level), which keeps the error rate under the skewed seed noise "
+                 "the rows show (<code>hierbench.stats.guarded_interval</code>); the columns <i>skewness</i> and "
+                 f"<i>Shapiro–Wilk p</i> describe each row's differences, and <i>plain t-rule</i> is what the t-interval "
+                 f"alone says of the same seeds ({len(differ)} of {len(run)} rows differ).")
     if any(r.startswith("group-sequential") for r in rules):
         text += (" Seeds were added in rounds while a row stayed undecided: each row's interval is the one of its "
                  "deciding (or last) look, at that look's level, which keeps the chance of a false verdict over all "
@@ -538,8 +553,8 @@ def render_report(results: pd.DataFrame, ledger: pd.DataFrame, meta: dict, runs:
     return ("<!doctype html><html><head><meta charset='utf-8'><title>hierbench compare</title>" + _STYLE + "</head><body>"
             "<h1>hierbench compare</h1>" + _facts_html(meta) + _learnability_html(results) +
             "<h2>Power of this design</h2><p>Per metric family, the median over claim rows of the 95% half-width from "
-            "training seeds (paired t), from the evaluation bootstrap over scenes, and the minimum effect the seeds "
-            "can detect (80% power), beside the target half-width and the seeds at which the median row's "
+            "training seeds (paired t), from the evaluation bootstrap over scenes (percentile), and the minimum effect the seeds "
+            "can detect (80% power; paired t, normal theory: a skewed row needs more for the skew-guarded verdicts), beside the target half-width and the seeds at which the median row's "
             "seed-to-seed spread would reach it (seeds_needed: a plan, not a promise). A claim whose interval is wider than the effect "
             "it tests is undecided at this budget.</p>" + power_html +
             "<h2>Claims ledger</h2><p>Effect = mean over seeds of the paired difference A−B; the seed interval decides "

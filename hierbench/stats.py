@@ -1,4 +1,4 @@
-"""One implementation of each interval, effect, power and verdict rule the workbench reports: paired effects over training seeds with t-intervals, the smallest effect a design detects, the seeds a target half-width needs, the verdict rule of the claims ledger, its group-sequential form for seeds added until a claim is decided, and fragile verdicts (leave one seed out).
+"""One implementation of each interval, effect, power and verdict rule the workbench reports: paired effects over training seeds with t-intervals, the smallest effect a design detects, the seeds a target half-width needs, the verdict rule of the claims ledger (a t-interval guarded against skewed seed noise), its group-sequential form for seeds added until a claim is decided, and fragile verdicts (leave one seed out).
 
 Docs: https://hierbench.github.io/hierbench/stats.html.md"""
 
@@ -6,18 +6,20 @@ Docs: https://hierbench.github.io/hierbench/stats.html.md"""
 
 # %% ../nbs/01b_stats.ipynb #db82167f
 from __future__ import annotations
-import functools, math
+import functools, math, re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 from scipy import sparse, stats as sps
 
 # %% auto #0
-__all__ = ['SPENDING', 't_half_width', 'mean_interval', 'paired_effect', 'min_detectable_effect', 'seeds_for_half_width',
-           'verdict', 'leave_one_out_verdicts', 'fragility', 'alpha_spent', 'look_schedule', 'sequential_levels',
-           'SequentialPlan', 'sequential_verdict', 'sequential_rates', 'simulate_sequential', 'power_curve',
-           'bootstrap_weights', 'ratio_replicates', 'auc_replicates', 'ap_replicates', 'paired_item_differences']
+__all__ = ['SKEW_ALLOWANCE', 'SKEW_REACH', 'INTERVALS', 'SPENDING', 't_half_width', 'mean_interval', 'paired_effect',
+           'min_detectable_effect', 'seeds_for_half_width', 'verdict', 'sample_skewness', 'skew_se', 'normality',
+           'hall_inverse', 'skew_term', 'guarded_bounds', 'guarded_interval', 'read_interval', 'leave_one_out_verdicts',
+           'fragility', 'alpha_spent', 'look_schedule', 'sequential_levels', 'guarded_levels', 'SequentialPlan',
+           'sequential_verdict', 'sequential_rates', 'simulate_sequential', 'power_curve', 'bootstrap_weights',
+           'ratio_replicates', 'auc_replicates', 'ap_replicates', 'paired_item_differences']
 
 # %% ../nbs/01b_stats.ipynb #23a6a9b6
 def t_half_width(sd: float, n: int, level: float = 0.95) -> float:
@@ -45,14 +47,16 @@ def paired_effect(a: np.ndarray, b: np.ndarray, level: float = 0.95) -> tuple[fl
 # %% ../nbs/01b_stats.ipynb #52796b10
 def min_detectable_effect(sd: float, n: int, level: float = 0.95, power: float = 0.8) -> float:
     """The smallest true mean difference a paired t-test over `n` seeds detects with probability `power` at `level`:
-    (t_{(1+level)/2, n−1} + t_{power, n−1}) · sd / √n (infinite below 2 seeds)."""
+    (t_{(1+level)/2, n−1} + t_{power, n−1}) · sd / √n (infinite below 2 seeds). Normal theory, the plain t-rule:
+    the ledger's skew-guarded verdicts need somewhat more (`guarded_interval`)."""
     if n < 2 or not np.isfinite(sd): return float("inf")
     return float((sps.t.ppf(0.5 + level / 2, n - 1) + sps.t.ppf(power, n - 1)) * sd / np.sqrt(n))
 
 # %% ../nbs/01b_stats.ipynb #5c00f159
 def seeds_for_half_width(sd: float, target: float, level: float = 0.95, max_seeds: int = 1000) -> float:
     """The fewest seeds `n` whose paired t-interval half-width t_{(1+level)/2, n−1} · sd / √n is at most `target`, for
-    a seed-to-seed sd of the difference `sd` (an estimate: planning, not a promise); inf beyond `max_seeds`."""
+    a seed-to-seed sd of the difference `sd` (an estimate: planning, not a promise); inf beyond `max_seeds`. The plain
+    t-interval's half-width: a skew-guarded interval of skewed differences is wider on its short side."""
     if not (np.isfinite(sd) and sd >= 0) or not target > 0: return float("nan")
     for n in range(2, max_seeds + 1):
         if t_half_width(sd, n, level) <= target: return float(n)
@@ -67,20 +71,107 @@ def verdict(low: float, high: float, direction: str, margin: float = 0.02) -> st
     if direction == "no_worse": return "supported" if low > -margin else "contradicted" if high < -margin else "inconclusive"
     raise ValueError(f"unknown direction {direction!r}; use 'higher', 'lower' or 'no_worse'")
 
-# %% ../nbs/01b_stats.ipynb #17331388
-def leave_one_out_verdicts(diffs, direction: str, margin: float = 0.02, level: float = 0.95) -> list[str]:
-    "The verdict of the paired differences `diffs` (n,) without each seed in turn (n verdicts, at `level`); NaN seeds are left out first."
-    d = np.asarray(diffs, float)
-    d = d[np.isfinite(d)]
-    return [verdict(*mean_interval(np.delete(d, i), level)[1:3], direction, margin) for i in range(len(d))]
+# %% ../nbs/01b_stats.ipynb #46093223
+def _skewness_rows(x: np.ndarray) -> np.ndarray:
+    "G1 of every row of `x` (rows of n >= 3 values); 0 for a row without spread (all values equal up to rounding)."
+    n = x.shape[1]
+    c = x - x.mean(1, keepdims=True)
+    m2, m3 = (c * c).mean(1), (c * c * c).mean(1)
+    tiny = 1e-10 * np.abs(x).max(1)
+    spread = m2 > tiny * tiny                             # rounding alone leaves m2 ~ 1e-34: no skewness in it
+    m2 = np.where(spread, m2, 1.0)
+    g1 = np.divide(m3, m2 * np.sqrt(m2), out=np.zeros_like(m2), where=spread)   # m2^1.5 without pow: see `_cbrt`
+    return g1 * math.sqrt(n * (n - 1)) / (n - 2)
 
-def fragility(diffs, direction: str, margin: float = 0.02, level: float = 0.95) -> dict:
-    """`{verdict, kept, n, fragile}`: the verdict of all seeds, how many of the n leave-one-seed-out intervals keep it,
-    and whether any single seed overturns it (fragile)."""
+def sample_skewness(values) -> float:
+    """Adjusted Fisher–Pearson skewness G1 = g1·√(n(n−1))/(n−2), g1 = m3/m2^1.5, of the finite `values` (scipy's
+    `skew(bias=False)`): 0 when they are all equal, NaN below 3 values."""
+    v = np.asarray(values, float)
+    v = v[np.isfinite(v)]
+    return float(_skewness_rows(v[None, :])[0]) if len(v) >= 3 else float("nan")
+
+def skew_se(n: int) -> float:
+    "The standard error of G1 over `n` normal values, √(6n(n−1)/((n−2)(n+1)(n+3))); NaN below 3."
+    return math.sqrt(6 * n * (n - 1) / ((n - 2) * (n + 1) * (n + 3))) if n >= 3 else float("nan")
+
+def normality(values) -> dict:
+    """`{skewness, shapiro_p}` of the finite `values`: G1 and the Shapiro–Wilk p-value (NaN below 3 values or
+    without spread)."""
+    v = np.asarray(values, float)
+    v = v[np.isfinite(v)]
+    ok = len(v) >= 3 and np.ptp(v) > 1e-10 * np.abs(v).max()
+    return dict(skewness=sample_skewness(v), shapiro_p=float(sps.shapiro(v).pvalue) if ok else float("nan"))
+
+# %% ../nbs/01b_stats.ipynb #ab8534a9
+SKEW_ALLOWANCE = 0.35   # the skewness a guarded boundary allows beyond the sample's own, in standard errors of G1
+SKEW_REACH = 2.0        # the largest skew term b²/(3√n) (boundary moved per unit of skewness) at which a look decides
+
+def _cbrt(y):
+    """The real cube root by Newton's iteration from above in + − × ÷ alone, a fixed number of steps: the same bits on
+    every machine (numpy's `cbrt` and `power` use SVML where the CPU has AVX-512, and differ from libm in the last bit,
+    which `hierbench claims` would see as a changed ledger)."""
+    y = np.asarray(y, float)
+    a = np.abs(y)
+    c = 1.0 + a / 3.0                                       # (1 + a/3)³ >= 1 + a > a: the iteration falls to ∛a
+    for _ in range(60): c = c - (c * c * c - a) / (3.0 * c * c)
+    return np.where(y < 0, -c, c)
+
+def hall_inverse(g, skew, n: int):
+    """The t at which Hall's cubic t + a·t² + a²·t³/3 + b equals `g` (a = skew/(3√n), b = skew/(6√n)). The cubic is
+    monotone, so the root is unique: t = 3(g − b)/(c² + c + 1) with c = ∛(1 + 3a(g − b)), stable at a = 0. Vectorised."""
+    skew = np.asarray(skew, float)
+    a, u = skew / (3 * math.sqrt(n)), np.asarray(g, float) - skew / (6 * math.sqrt(n))
+    c = _cbrt(1 + 3 * a * u)
+    return 3 * u / (c * c + c + 1)
+
+def skew_term(level: float, n: int) -> float:
+    "How far one unit of skewness moves the boundary b of a two-sided `level` t-interval of `n` values: b²/(3√n)."
+    b = float(sps.t.ppf(0.5 + level / 2, n - 1)) if n >= 2 else float("inf")
+    return b * b / (3 * math.sqrt(n))
+
+def guarded_bounds(b, skew, n: int, allowance: float = SKEW_ALLOWANCE):
+    """The guarded boundaries (upper, lower) of the t-statistic at t-boundary `b` for samples of skewness `skew`: Hall's,
+    with `allowance` standard errors of G1 more skewness on the side it makes heavy, never inside (−b, b). Vectorised."""
+    pad, skew = allowance * skew_se(n), np.asarray(skew, float)
+    return np.maximum(b, hall_inverse(b, skew - pad, n)), np.minimum(-b, hall_inverse(-b, skew + pad, n))
+
+# %% ../nbs/01b_stats.ipynb #fb6fde43
+INTERVALS = ("guarded", "t")
+
+def guarded_interval(values, level: float = 0.95, allowance: float = SKEW_ALLOWANCE) -> tuple[float, float, float, int]:
+    """The skew-guarded interval of the mean of the finite `values` at two-sided `level`: (mean, low, high, n). Infinite
+    below 3 values and where the look is beyond the skew term's reach (`skew_term` > SKEW_REACH)."""
+    v = np.asarray(values, float)
+    v = v[np.isfinite(v)]
+    n = len(v)
+    if n == 0: return float("nan"), float("-inf"), float("inf"), 0
+    m = float(v.mean())
+    if n < 3 or not skew_term(level, n) <= SKEW_REACH: return m, float("-inf"), float("inf"), n
+    up, down = guarded_bounds(sps.t.ppf(0.5 + level / 2, n - 1), sample_skewness(v), n, allowance)
+    se = float(v.std(ddof=1)) / math.sqrt(n)
+    return m, float(m - up * se), float(m - down * se), n
+
+def read_interval(values, level: float = 0.95, interval: str = "guarded") -> tuple[float, float, float, int]:
+    "The interval a verdict reads: `guarded_interval` ('guarded', the ledger's) or `mean_interval` ('t')."
+    if interval == "guarded": return guarded_interval(values, level)
+    if interval == "t": return mean_interval(values, level)
+    raise ValueError(f"unknown interval {interval!r}; use one of {INTERVALS}")
+
+# %% ../nbs/01b_stats.ipynb #17331388
+def leave_one_out_verdicts(diffs, direction: str, margin: float = 0.02, level: float = 0.95,
+                           interval: str = "guarded") -> list[str]:
+    "The verdict of the paired differences `diffs` (n,) without each seed in turn (n verdicts, at `level`, by `interval`); NaN seeds are left out first."
     d = np.asarray(diffs, float)
     d = d[np.isfinite(d)]
-    full = verdict(*mean_interval(d, level)[1:3], direction, margin)
-    kept = sum(v == full for v in leave_one_out_verdicts(d, direction, margin, level))
+    return [verdict(*read_interval(np.delete(d, i), level, interval)[1:3], direction, margin) for i in range(len(d))]
+
+def fragility(diffs, direction: str, margin: float = 0.02, level: float = 0.95, interval: str = "guarded") -> dict:
+    """`{verdict, kept, n, fragile}`: the verdict of all seeds, how many of the n leave-one-seed-out intervals keep it,
+    and whether any single seed overturns it (fragile); every interval by `interval` ('guarded' or 't')."""
+    d = np.asarray(diffs, float)
+    d = d[np.isfinite(d)]
+    full = verdict(*read_interval(d, level, interval)[1:3], direction, margin)
+    kept = sum(v == full for v in leave_one_out_verdicts(d, direction, margin, level, interval))
     return dict(verdict=full, kept=kept, n=len(d), fragile=bool(kept < len(d)))
 
 # %% ../nbs/01b_stats.ipynb #83e92bac
@@ -143,68 +234,114 @@ def sequential_levels(looks, alpha: float = 0.05, spending: str = "obf", reps: i
         raise ValueError(f"looks {looks}: expected increasing seed counts >= 1")
     return np.array(_levels(looks, float(alpha), spending, int(reps), int(seed)))
 
+# %% ../nbs/01b_stats.ipynb #7bb84bb5
+def guarded_levels(looks, alpha: float = 0.05, spending: str = "obf") -> np.ndarray:
+    """The levels the skew-guarded rule reads at `looks`: NaN at the looks before the first one within the skew term's
+    reach (`skew_term` <= SKEW_REACH at the plan's own level): they decide nothing; from that look on, the levels of the
+    plan that starts there (the error of the looks skipped is spent at the first look read: f is cumulative)."""
+    looks = tuple(int(n) for n in looks)
+    full = sequential_levels(looks, alpha, spending)
+    first = next((k for k, (n, l) in enumerate(zip(looks, full)) if np.isfinite(l) and skew_term(l, n) <= SKEW_REACH), None)
+    if first is None: return np.full(len(looks), np.nan)
+    return np.r_[np.full(first, np.nan), sequential_levels(looks[first:], alpha, spending)]
+
 # %% ../nbs/01b_stats.ipynb #09bd4ef5
 @dataclass(frozen=True)
 class SequentialPlan:
-    "The looks of a seeds-until-decided run (seed counts, planned before any seed), its two-sided error and spending."
+    """The looks of a seeds-until-decided run (seed counts, planned before any seed), its two-sided error and spending,
+    and the interval each look reads: 'guarded' (the skew-guarded t-interval, the ledger's) or 't' (the plain one)."""
     looks: tuple
     alpha: float = 0.05
     spending: str = "obf"
+    interval: str = "guarded"
 
-    def levels(self) -> np.ndarray: return sequential_levels(self.looks, self.alpha, self.spending)
+    def levels(self) -> np.ndarray:
+        "Per look, the two-sided level its interval is read at (NaN: the look decides nothing)."
+        if self.interval == "guarded": return guarded_levels(self.looks, self.alpha, self.spending)
+        if self.interval == "t": return sequential_levels(self.looks, self.alpha, self.spending)
+        raise ValueError(f"unknown interval {self.interval!r}; use one of {INTERVALS}")
 
     @property
     def rule(self) -> str:
         "How its verdicts are decided, in words (the ledger's `rule` column)."
-        if len(self.looks) == 1: return f"t-interval {100 * (1 - self.alpha):g}%"
-        return f"group-sequential ({self.spending} spending of {self.alpha:g}, looks at {','.join(map(str, self.looks))} seeds)"
+        kind = "skew-guarded t-interval" if self.interval == "guarded" else "t-interval"
+        if len(self.looks) == 1: return f"{kind} {100 * (1 - self.alpha):g}%"
+        return (f"group-sequential ({self.spending} spending of {self.alpha:g}, looks at {','.join(map(str, self.looks))} "
+                f"seeds; {kind}s)")
 
 # %% ../nbs/01b_stats.ipynb #00faf19d
-def sequential_verdict(diffs, plan: SequentialPlan, direction: str, margin: float = 0.02) -> dict:
-    """Read the paired differences `diffs` (in seed order; NaN left out) at each look of `plan` the data reach, stopping
-    at the first decided one. Returns the deciding (or last) look's `{verdict, look, n, level, effect, low, high,
-    fixed_verdict}` and `history` (one such dict per look read); `fixed_verdict` is today's 95% rule on the same seeds.
-    Below the first look: inconclusive, look 0, over all seeds at 95%."""
-    d = np.asarray(diffs, float)
-    d = d[np.isfinite(d)]
+def _read_looks(d: np.ndarray, plan: SequentialPlan, direction: str, margin: float) -> list[dict]:
+    "The looks of `plan` that the finite differences `d` reach, read in order up to the first decided one."
     history = []
     for k, (n, level) in enumerate(zip(plan.looks, plan.levels()), 1):
         if n > len(d): break
-        effect, low, high, _ = mean_interval(d[:n], level) if np.isfinite(level) else (float(d[:n].mean()), -np.inf, np.inf, n)
-        fixed = verdict(*mean_interval(d[:n])[1:3], direction, margin)
+        x = d[:n]
+        effect, low, high, _ = (read_interval(x, level, plan.interval) if np.isfinite(level)
+                                else (float(x.mean()), -np.inf, np.inf, n))
         history.append(dict(look=k, n=n, level=float(level), effect=effect, low=low, high=high,
-                            verdict=verdict(low, high, direction, margin), fixed_verdict=fixed))
+                            verdict=verdict(low, high, direction, margin), skew=sample_skewness(x),
+                            fixed_verdict=verdict(*mean_interval(x)[1:3], direction, margin)))
         if history[-1]["verdict"] != "inconclusive": break
+    return history
+
+def sequential_verdict(diffs, plan: SequentialPlan, direction: str, margin: float = 0.02) -> dict:
+    """Read the paired differences `diffs` (in seed order; NaN left out) at each look of `plan` the data reach, by the
+    plan's interval (skew-guarded unless `plan.interval == 't'`), stopping at the first decided one. Returns the
+    deciding (or last) look's `{verdict, look, n, level, effect, low, high, skew, fixed_verdict}`, `history` (one such
+    dict per look read) and the plain t-rule's reading of the same seeds under the same plan (its own deciding or last
+    look): `t_verdict, t_look, t_n, t_low, t_high`. `fixed_verdict` is one 95% t-interval on the look's seeds. Below the
+    first look: inconclusive, look 0, over all seeds at 95%."""
+    d = np.asarray(diffs, float)
+    d = d[np.isfinite(d)]
+    history = _read_looks(d, plan, direction, margin)
+    t_history = history if plan.interval == "t" else _read_looks(d, replace(plan, interval="t"), direction, margin)
     if not history:
-        effect, low, high, n = mean_interval(d)
+        effect, low, high, n = read_interval(d, 0.95, plan.interval)
+        t_low, t_high = mean_interval(d)[1:3]
         return dict(verdict="inconclusive", look=0, n=n, level=0.95, effect=effect, low=low, high=high,
-                    fixed_verdict=verdict(low, high, direction, margin), history=[])
-    return {**history[-1], "history": history}
+                    skew=sample_skewness(d), fixed_verdict=verdict(t_low, t_high, direction, margin), history=[],
+                    t_verdict="inconclusive", t_look=0, t_n=n, t_low=t_low, t_high=t_high)
+    t = t_history[-1]
+    return {**history[-1], "history": history, "t_verdict": t["verdict"], "t_look": t["look"], "t_n": t["n"],
+            "t_low": t["low"], "t_high": t["high"]}
 
 # %% ../nbs/01b_stats.ipynb #0d145c34
 def _seed_noise(rng, noise: str, shape) -> np.ndarray:
-    "Unit-variance seed noise: 'normal', or 'tDF' (Student t with DF > 2 degrees of freedom, scaled to variance 1)."
+    """Unit-variance seed noise: 'normal'; 'tDF' (Student t, DF > 2, scaled to variance 1); 'gammaS' or 'lognormalS'
+    (centred gamma or lognormal of skewness S ≠ 0, the sign the long tail's side: 'gamma-1.5' has a long left tail)."""
     if noise == "normal": return rng.standard_normal(shape)
+    skewed = re.fullmatch(r"(gamma|lognormal)([+-]?\d+(?:\.\d+)?)", noise)
+    if skewed and float(skewed[2]) != 0:
+        s = float(skewed[2])
+        if skewed[1] == "gamma":
+            k = 4 / s ** 2                                  # a gamma of shape k has skewness 2/√k
+            return math.copysign(1, s) * (rng.gamma(k, 1.0, shape) - k) / math.sqrt(k)
+        r = math.sqrt(s * s / 4 + 1)                        # lognormal: skewness (w + 2)√(w − 1), w = exp(σ²)
+        w = 1 + (math.cbrt(abs(s) / 2 + r) + math.cbrt(abs(s) / 2 - r)) ** 2
+        y = np.exp(math.sqrt(math.log(w)) * rng.standard_normal(shape))
+        return math.copysign(1, s) * (y - math.sqrt(w)) / math.sqrt((w - 1) * w)
     df = float(noise[1:]) if noise.startswith("t") and noise[1:].replace(".", "", 1).isdigit() else 0.0
-    if df <= 2: raise ValueError(f"noise {noise!r}: use 'normal' or 'tDF' with DF > 2 (finite variance), e.g. 't3'")
+    if df <= 2: raise ValueError(f"noise {noise!r}: use 'normal', 'tDF' with DF > 2 (finite variance), e.g. 't3', or "
+                                 "'gammaS' / 'lognormalS' with a skewness S ≠ 0, e.g. 'gamma-1.5'")
     return rng.standard_t(df, shape) / math.sqrt(df / (df - 2))
 
 def sequential_rates(x: np.ndarray, plan: SequentialPlan, direction: str = "higher", margin: float = 0.02) -> dict:
-    """`sequential_verdict` on every row of `x` (reps, N >= the last look) of seed differences at once: the rates of
-    the three verdicts, `mean_seeds` (a row stops at its deciding look) and `decided_at` (K,): the share of rows first
-    decided at each look."""
+    """`sequential_verdict` on every row of `x` (reps, N >= the last look) of seed differences at once, by the plan's
+    interval: the rates of the three verdicts, `mean_seeds` (a row stops at its deciding look) and `decided_at` (K,):
+    the share of rows first decided at each look."""
     if direction == "no_worse": x = x + margin          # no_worse reads A − B against −margin
     elif direction == "lower": x = -x                   # lower is higher with the sign turned
     elif direction != "higher": raise ValueError(f"unknown direction {direction!r}; use 'higher', 'lower' or 'no_worse'")
-    reps = len(x)
+    reps, guarded = len(x), plan.interval == "guarded"
     total, squares = np.cumsum(x, 1), np.cumsum(x * x, 1)
     open_, up, down = np.ones(reps, bool), np.zeros(reps, bool), np.zeros(reps, bool)
     used, decided_at = np.full(reps, plan.looks[-1]), []
     for n, level in zip(plan.looks, plan.levels()):
         hi = lo = np.zeros(reps, bool)
-        if np.isfinite(level):
+        if np.isfinite(level) and not (guarded and (n < 3 or skew_term(level, n) > SKEW_REACH)):   # guarded_interval's
             t, b = _t_stat(total[:, n - 1], squares[:, n - 1], n), sps.t.ppf(0.5 + level / 2, n - 1)
-            hi, lo = open_ & (t > b), open_ & (t < -b)
+            upper, lower = guarded_bounds(b, _skewness_rows(x[:, :n]), n) if guarded else (b, -b)
+            hi, lo = open_ & (t > upper), open_ & (t < lower)
         up |= hi; down |= lo; used[hi | lo] = n; open_ &= ~(hi | lo)
         decided_at.append(float((hi | lo).mean()))
     return dict(supported=float(up.mean()), contradicted=float(down.mean()), inconclusive=float(open_.mean()),
@@ -213,15 +350,15 @@ def sequential_rates(x: np.ndarray, plan: SequentialPlan, direction: str = "high
 def simulate_sequential(effect: float, plan: SequentialPlan, direction: str = "higher", margin: float = 0.02,
                         noise: str = "normal", reps: int = 20_000, seed: int = 0) -> dict:
     """`sequential_rates` of `reps` simulated claims whose seed differences have mean `effect` and unit sd (`noise`:
-    'normal' or 'tDF'), drawn as one (reps, N) array."""
+    'normal', 'tDF', 'gammaS' or 'lognormalS'), drawn as one (reps, N) array."""
     x = _seed_noise(np.random.default_rng(seed), noise, (reps, plan.looks[-1])) + effect
     return sequential_rates(x, plan, direction, margin)
 
 # %% ../nbs/01b_stats.ipynb #3d20334e
 def power_curve(effects, plan: SequentialPlan, noise: str = "normal", reps: int = 20_000, seed: int = 0) -> pd.DataFrame:
     """Per true effect in `effects` (seed-sd units): P(supported) and mean seeds of `plan`, beside P(supported) of one
-    95% interval at the first look's seeds (`fixed_first`) and at the most seeds (`fixed_max`)."""
-    first, most = SequentialPlan(plan.looks[:1], plan.alpha), SequentialPlan(plan.looks[-1:], plan.alpha)
+    95% interval (the plan's kind) at the first look's seeds (`fixed_first`) and at the most seeds (`fixed_max`)."""
+    first, most = replace(plan, looks=plan.looks[:1]), replace(plan, looks=plan.looks[-1:])
     rows = []
     for e in effects:
         s = simulate_sequential(e, plan, noise=noise, reps=reps, seed=seed)
@@ -296,7 +433,7 @@ def ap_replicates(W: np.ndarray, pos: np.ndarray, pos_g: np.ndarray, neg: np.nda
 # %% ../nbs/01b_stats.ipynb #c4cbdd7b
 def paired_item_differences(a: pd.DataFrame, b: pd.DataFrame, n_boot: int = 2000, seed: int = 0,
                             level: float = 0.95) -> pd.DataFrame:
-    """Per benchmark: items in common, accuracy of a and b, a − b with its paired item-bootstrap interval. An item is
+    """Per benchmark: items in common, accuracy of a and b, a − b with its paired item-bootstrap interval (percentile). An item is
     (benchmark, subset, id) when both tables have a `subset` column (ids restart in each SugarCrepe file)."""
     key = ["benchmark", "subset", "id"] if "subset" in a.columns and "subset" in b.columns else ["benchmark", "id"]
     for name, t in (("a", a), ("b", b)):

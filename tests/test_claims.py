@@ -11,13 +11,18 @@ from hierbench.evaluate import metric_from_items
 
 def test_ledger_pairs_by_seed_and_covers_every_claim():
     rows = []
-    for seed, (x, y) in enumerate([(0.60, 0.50), (0.80, 0.71), (0.40, 0.29)]):  # big seed effect, steady +0.1 gap
+    for seed, (x, y) in enumerate([(0.60, 0.50), (0.80, 0.71), (0.40, 0.29), (0.55, 0.45)]):  # big seed effect, steady +0.1 gap
         rows += [dict(recipe="degla", seed=seed, metric="comp_acc", value=x),
                  dict(recipe="clip", seed=seed, metric="comp_acc", value=y)]
     led = CL.evaluate_claims(pd.DataFrame(rows))
     assert set(led.id) == {c.id for c in CL.CLAIMS}
     row = led[(led.id == "DEG-1") & (led.a == "degla")].iloc[0]
-    assert row.verdict == "supported" and row.n == 3 and math.isclose(row.effect, 0.1, abs_tol=1e-9)
+    assert row.verdict == "supported" and row.n == 4 and math.isclose(row.effect, 0.1, abs_tol=1e-9)
+    assert row.rule == "skew-guarded t-interval 95%" and row.rules_agree and np.isfinite(row.skewness)
+    # three seeds: the t-interval decides, the skew-guarded one cannot (a skewness from three values is no estimate)
+    three = CL.evaluate_claims(pd.DataFrame(rows[:6]))
+    row = three[(three.id == "DEG-1") & (three.a == "degla")].iloc[0]
+    assert (row.verdict, row.t_verdict, row.rules_agree, row.n) == ("inconclusive", "supported", False, 3)
     assert (led[led.a == "negclip"].verdict == "not run").all()
     assert set(led.decided_by) <= {"standard", "full", "none"}
 
@@ -64,3 +69,16 @@ def test_power_table_compares_half_widths_with_targets():
     p = CL.power_table(led)
     # sd 0.02 reaches 0.02 at 7 seeds; sd 0.05 reaches 0.03 at 14 (13 seeds: 0.0302)
     assert p.loc["comp_acc", "seeds_needed"] == 7 and p.loc["zs_acc", "seeds_needed"] == 14
+
+
+def test_the_committed_ledger_carries_issue_48s_diagnostics():
+    "Every row run has its seed differences' skewness and normality and the plain t-rule's verdict beside the guarded one."
+    import json
+    from pathlib import Path
+    doc = json.loads((Path(__file__).resolve().parents[1] / "nbs/results/data/ledger-standard/claims.json").read_text())
+    run = [r for r in doc["claims"] if r["verdict"] != "not run"]
+    assert len(run) == 28 and all({"skewness", "shapiro_p", "t_verdict", "t_n", "rules_agree", "fragile"} <= set(r) for r in run)
+    assert all(r["rule"].endswith("skew-guarded t-intervals)") for r in run)
+    assert sum(abs(r["skewness"]) > 1 for r in run) == 12
+    differ = [(r["id"], r["a"], r["metric"], r["t_verdict"], r["verdict"]) for r in run if not r["rules_agree"]]
+    assert differ == [("ARG-1", "argent", "pep_auc", "contradicted", "inconclusive")]   # held only under the t-rule

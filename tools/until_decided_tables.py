@@ -2,7 +2,8 @@
 """The tables of a results page about a `hierbench compare --until-decided` run, as markdown, from its folder alone
 (`claims.json`, `plan.json`): the rounds; every claim row run with the seeds its verdict took, the rule and look that
 decided it, its interval, whether one seed overturns it (fragile), why it stopped and the smallest effect its seeds
-could detect (80% power, 5%); which verdicts of the earlier
+could detect (80% power, 5%), and (ledgers since issue 48) the seed differences' skewness, a Shapiro–Wilk p-value
+and the plain t-rule's verdict beside the skew-guarded one; which verdicts of the earlier
 ledger held; PEP AP's smallest detectable effect at the seeds reached. Usage:
     .venv/bin/python tools/until_decided_tables.py OUT [--before CLAIMS_JSON | --before-page PAGE]
 OUT is a compare folder or ledger records (both hold claims.json).
@@ -59,14 +60,18 @@ def tables(out: Path, before: pd.DataFrame | None) -> str:
     if before is not None:
         led = led.merge(before.rename(columns={"verdict": "earlier"}), on=KEY, how="left")
     else: led["earlier"] = None
+    diag = "t_verdict" in led      # issue 48's diagnostics: the seed differences' skewness, normality, the plain t-rule
     parts += ["", "| claim | A − B | metric | seeds | look | level | effect [interval] | verdict | kept without one seed "
-              "| stopped | smallest detectable effect | 95% at the first look | earlier ledger | held |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| stopped | smallest detectable effect | 95% at the first look | earlier ledger | held |"
+              + (" skewness | Shapiro–Wilk p | plain t-rule |" if diag else ""),
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if diag else "")]
     for r in led.itertuples():
         held = "" if not isinstance(r.earlier, str) else ("yes" if r.earlier == r.verdict else "no")
-        parts.append(f"| {r.id} | {r.a} − {r.b} | {r.metric} | {r.n} | {r.look} | {100 * r.level:.2f}% | "
+        extra = (f" {_num(r.skewness, 2)} | {_num(r.shapiro_p, 3).lstrip('+')} | "
+                 f"{'agrees' if r.rules_agree else f'{r.t_verdict} ({r.t_n} seeds)'} |") if diag else ""
+        parts.append(f"| {r.id} | {r.a} − {r.b} | {r.metric} | {r.n} | {r.look} | {_num(100 * r.level if r.level is not None else None, 2).lstrip('+')}% | "
                      f"{_num(r.effect)} [{_num(r.ci_low)}, {_num(r.ci_high)}] | {r.verdict}{' (fragile)' if r.fragile else ''} | "
-                     f"{r.loso_kept}/{r.n} | {r.stopped} | {_num(r.mde).lstrip('+')} | {r.first_look_fixed_verdict} | {r.earlier if isinstance(r.earlier, str) else '—'} | {held} |")
+                     f"{r.loso_kept}/{r.n} | {r.stopped} | {_num(r.mde).lstrip('+')} | {r.first_look_fixed_verdict} | {r.earlier if isinstance(r.earlier, str) else '—'} | {held} |" + extra)
     compared = led[led.earlier.apply(lambda v: isinstance(v, str))]
     decided = led.verdict.isin(["supported", "contradicted"])
     parts += ["", f"Rows run: {len(led)}; decided: {int(decided.sum())} (supported {int((led.verdict == 'supported').sum())}, "
