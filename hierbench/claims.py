@@ -13,7 +13,7 @@ import numpy as np, pandas as pd
 from .budgets import BUDGETS, Budget, eval_scene_counts, plan_runs
 from .evaluate import bootstrap_replicates, scene_counts
 from .config import HierbenchError
-from .plugins import PluginError, note_registration
+from .plugins import PluginError, note_registration, plugins_providing
 from .recipes import get_recipe, recipe_diff
 from .run_folder import json_safe, results_rows
 from .stats import (SequentialPlan, bootstrap_weights, fragility, mean_interval, min_detectable_effect,
@@ -21,8 +21,9 @@ from .stats import (SequentialPlan, bootstrap_weights, fragility, mean_interval,
 
 # %% auto #0
 __all__ = ['ENTAILMENT', 'NORM_REG', 'WEIGHT_MODE', 'HARD_NEGATIVES', 'HYPERBOLIC', 'CLAIMS', 'SUMMARY_METRICS',
-           'HALF_WIDTH_TARGETS', 'Claim', 'register_claim', 'unfair_claims', 'deciding_budget', 'evaluate_claims',
-           'recipes_to_extend', 'power_table', 'claims_ledger', 'claims_document', 'variance_components']
+           'HALF_WIDTH_TARGETS', 'Claim', 'register_claim', 'unfair_claims', 'plugins_used', 'deciding_budget',
+           'evaluate_claims', 'recipes_to_extend', 'power_table', 'claims_ledger', 'claims_document',
+           'variance_components']
 
 # %% ../nbs/11c_claims.ipynb #693bf639
 @dataclass(frozen=True)
@@ -160,6 +161,15 @@ _ = register_claim(
 def unfair_claims(claims: list[Claim] | None = None) -> list[tuple[Claim, set]]:
     "Claim rows whose recipes differ in anything but their declared `differs_in` (or not in all of it): (claim, actual)."
     return [(c, d) for c in (CLAIMS if claims is None else claims) if (d := recipe_diff(c.a, c.b)) != set(c.differs_in)]
+
+# %% ../nbs/11c_claims.ipynb #aa1fcb32
+def plugins_used(recipes, given=()) -> list[dict]:
+    """The plugins (`hierbench.plugins.Plugin.record`) a plan of `recipes` depends on: the ones `given`, and those that
+    registered one of the recipes, a term one of them weighs, or a claim row between two of them."""
+    recipes = list(recipes)
+    terms = {t for r in recipes for t, w in get_recipe(r).weights.items() if w}
+    claims = {c.id for c in CLAIMS if c.a in recipes and c.b in recipes}
+    return plugins_providing(recipes, terms, claims, given)
 
 # %% ../nbs/11c_claims.ipynb #4b3acc5c
 # the headline metrics every paired check reports (sweeps, the reproduction check): zero-shot, retrieval,

@@ -210,9 +210,11 @@ def _export_onnx(model, out):
     print(f"onnxruntime vs torch on a batch: largest difference {worst:.2g}; score with: hierbench eval --scorer onnx:{out}")
 
 # %% ../nbs/15a_commands.ipynb #48e390ec
-def print_ledger(ledger: pd.DataFrame, meta: dict):
+def print_ledger(ledger: pd.DataFrame, meta: dict, decidable: list | None = None):
     """The claims ledger as `compare` and `claims` print it: effect, interval, seeds, verdict, how many seeds keep it,
-    the seed differences' skewness and the plain t-rule's verdict where it differs ('=' where it agrees)."""
+    the seed differences' skewness and the plain t-rule's verdict where it differs ('=' where it agrees). `decidable`
+    (the reproduction check's, `hierbench.reproduction.decidable_at`): below 3 seeds, whether the row's seed count could
+    ever decide it — the effect a 95% t-interval detects there beside the effect the records found."""
     led = ledger.assign(kept=lambda d: [f"{k}/{n}" if n else "" for k, n in zip(d.loso_kept, d.n)],
                         verdict=lambda d: [v + (" (fragile)" if f is True else "") for v, f in zip(d.verdict, d.fragile)])
     cols = ["id", "a", "b", "metric", "effect", "ci_low", "ci_high", "n", "verdict", "kept"]
@@ -221,6 +223,12 @@ def print_ledger(ledger: pd.DataFrame, meta: dict):
         led["t-rule"] = ["" if v == "not run" else "=" if ok else f"{v} ({n})" for v, n, ok in zip(led.t_verdict, led.t_n, led.rules_agree)]
         led["skew"] = led.skewness
         cols += ["skew", "t-rule"]
+    if decidable and led.n.max() < 3:
+        by = {(d["id"], d["a"], d["b"], d["metric"]): d for d in decidable}
+        led["could decide"] = [(lambda d: "" if d is None else f"{'yes' if d['could_decide'] else 'no'}: needs "
+                                f"{d['detectable']:.3g}, recorded {d['effect']:+.3g}")(by.get((r.id, r.a, r.b, r.metric)))
+                               for r in led.itertuples()]
+        cols.append("could decide")
     print_table(led[cols].round(4), "claims ledger (effect = A − B, paired by seed; interval and verdict: "
                 + (led.rule[led.rule != ""].iloc[0] if (led.rule != "").any() else "t-interval 95%")
                 + "; kept: verdicts kept without one seed; skew: G1 of the seed differences; t-rule: the plain t-rule's "
@@ -241,7 +249,7 @@ def cmd_compare(args):
                          round_seeds=args.round_seeds, max_hours=args.max_hours, seeds_per_process=args.seeds_per_process,
                          from_records=args.from_records, plugins=args.plugin or ())
     print_table(res["summary"], "summary: " + res["summary"].attrs.get("caption", "mean ± 95% half-width over seeds (first row: chance)"))
-    print_ledger(res["ledger"], res["meta"])
+    print_ledger(res["ledger"], res["meta"], res["reproduction"].get("decidable"))
     meta = res["meta"]   # a rebuilt report (--report-only) has no run time of its own
     cost = f" ({meta['wall_seconds'] / 60:.1f} min, peak {meta['peak_rss_mb']:.0f} MB)" if meta.get("wall_seconds") else ""
     print(f"\nwrote {Path(args.out) / 'results.json'}, claims.json, report.html{cost}")

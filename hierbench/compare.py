@@ -13,7 +13,8 @@ from typing import Callable, Mapping, Sequence
 import numpy as np, pandas as pd
 import plotly, torch
 from .budgets import BUDGETS, Budget, eval_scene_counts, plan_runs
-from .claims import claims_document, claims_ledger, evaluate_claims, power_table, recipes_to_extend
+from .claims import (claims_document, claims_ledger, evaluate_claims, plugins_used, power_table,
+                              recipes_to_extend)
 from .config import (FolderLock, MissingFileError, SettingsError, atomic_write, atomic_write_text,
                               load_settings, run_once, sweep_temporary_files)
 from .decoder import CaptionDecoder, load_or_pretrain_decoder
@@ -134,7 +135,8 @@ def _record_run(name: str, recipe, seed: int, budget: Budget, folder: Path, eval
                samples_per_second=steps * batch / max(train_s, 1e-9),
                final_loss=float([m for m in read_metrics(folder) if "loss" in m][-1]["loss"]),
                metrics=metrics, weights_sha256=file_sha256(weights), run_fingerprint=run_fingerprint(recipe))
-    if loaded_plugins(): row["plugins"] = loaded_plugins()   # the files (and their hashes) its terms and recipes came from
+    used = plugins_used([name])
+    if used: row["plugins"] = used   # the files (and their hashes) its recipe and terms came from
     if finetune: row["stage"] = _stage_summary(folder, steps)
     else: row["pep_analysis"] = _pep_analysis(folder, steps, items, eval_data)
     atomic_write_text(folder / "eval.json", json.dumps(json_safe(row), indent=1))
@@ -188,7 +190,7 @@ def retrain_recorded(name: str, seeds: list[int], budget: Budget, out: str | Pat
         sha = file_sha256(weights)
         rows[s]["retrained"] = retrained = dict(weights_sha256=sha, same_weights=sha == rows[s].get("weights_sha256"),
                                                 train_seconds=secs, metrics=evaluate_run(load_model(weights), eval_data),
-                                                plugins=loaded_plugins())
+                                                plugins=plugins_used([name]))
         atomic_write_text(folder / "eval.json", json.dumps(json_safe(rows[s]), indent=1))
         cache = parent_cache(rows[s]); cache.mkdir(parents=True, exist_ok=True)
         atomic_write(cache / "model.safetensors", lambda tmp: shutil.copy(weights, tmp))
@@ -418,13 +420,13 @@ def _job_plan(budget, seeds, until_decided, max_seeds, round_seeds, max_hours, s
     plan = _until_decided_plan(seeds, max_seeds, round_seeds, spending) if until_decided else None
     return budget, seeds, plan, plan or (records.plan.sequential if records is not None else None)
 
-def _job_meta(launcher, k: int, wall: float, shown, records) -> dict:
+def _job_meta(launcher, k: int, wall: float, shown, records, plugins: list) -> dict:
     "How the job ran: launcher, seeds per process, wall time beside the first estimate, memory, plugins, records continued."
     return dict(jobs=getattr(launcher, "jobs", None), launcher=type(launcher).__name__, seeds_per_process=k,
                 wall_seconds=wall, peak_rss_mb=_peak_rss_mb(), torch=torch.__version__,
                 threads=getattr(launcher, "threads", None) or torch.get_num_threads(),
                 first_estimate=shown.first_estimate,   # what the job said it would take, beside wall_seconds
-                **({"plugins": loaded_plugins()} if loaded_plugins() else {}),
+                **({"plugins": plugins} if plugins else {}),
                 **({"continued_from": str(records.folder)} if records is not None else {}))
 
 # %% ../nbs/11_compare.ipynb #fa78be4d
@@ -448,8 +450,8 @@ def _run_compare(budget: str | Budget | None, seeds: int | None, out: Path, reci
         f"{getattr(launcher, 'jobs', '?')} process(es), up to {k} seed(s) each → {out}"
         + (f"; until decided: looks at {', '.join(map(str, plan.looks))} seeds" if plan else ""))
     # the plan, so that the outputs can be rebuilt from the folder alone (`hierbench compare --report-only`)
-    record = dict(budget=dataclasses.asdict(budget), seeds=seeds, recipes=order,
-                  **({"plugins": loaded_plugins()} if loaded_plugins() else {}))
+    used = plugins_used(order, plugins)   # the plugins this plan depends on, not all this process has loaded
+    record = dict(budget=dataclasses.asdict(budget), seeds=seeds, recipes=order, **({"plugins": used} if used else {}))
     atomic_write_text(out / "plan.json", json.dumps(record, indent=1))
     _prepare_world(budget)
     shown = CompareProgress(budget, task_runs, functools.partial(run_dir, out), jobs=getattr(launcher, "jobs", None),
@@ -490,7 +492,7 @@ def _run_compare(budget: str | Budget | None, seeds: int | None, out: Path, reci
                 stopped = "time cap"; break
         n = later[0]
     runs = [rows[k] for k in sorted(rows, key=lambda k: (k[1], order.index(k[0])))]
-    meta = _job_meta(launcher, k, time.perf_counter() - t_start, shown, records)
+    meta = _job_meta(launcher, k, time.perf_counter() - t_start, shown, records, used)
     if looks:   # also a fixed-seed run continuing records: its seeds per recipe and the looks its rows are read at
         meta["until_decided"] = dict(plan=dataclasses.asdict(looks), seeds_per_recipe=_seeds_per_recipe(rows, order),
                                      rounds=rounds, stopped=stopped if plan else "fixed seeds")

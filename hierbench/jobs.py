@@ -26,7 +26,7 @@ from .lora import (LoraSpec, apply_lora, is_lora_file, load_base_, lora_paramete
                             saved_model_config, share_frozen_base_)
 from .tracking import Tracker
 from .config import MissingFileError, SettingsError
-from .plugins import loaded_plugins
+from .plugins import plugins_providing
 
 
 # %% auto #0
@@ -212,7 +212,7 @@ def _run_record(recipe, arch, init, data, source, decay, validation) -> dict:
                  # what the loader draws negatives from (a recipe may be narrowed, e.g. to relation replacements)
                  negative_types=list(recipe.negative_types) if recipe.negative_types is not None else None,
                  # the plugin files (and hashes) a plugin's recipe or terms came from (`hierbench.plugins`)
-                 **({"plugins": loaded_plugins()} if loaded_plugins() else {}))
+                 **({"plugins": used} if (used := plugins_providing([recipe.name], [t for t, w in recipe.weights.items() if w])) else {}))
     if data.kind == "world": return {**extra, **data.record()}
     # real data: the rule names the negatives file holds (`swap_nouns`), not the world's negative types
     rules = RD.negative_rules(data.negatives) if data.negatives and "negatives" in recipe.fields else None

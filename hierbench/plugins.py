@@ -13,7 +13,8 @@ from typing import Sequence
 from .config import HierbenchError
 
 # %% auto #0
-__all__ = ['PluginError', 'Plugin', 'note_registration', 'loaded_plugins', 'load_plugin', 'load_plugins', 'require_plugins']
+__all__ = ['PluginError', 'Plugin', 'note_registration', 'loaded_plugins', 'plugins_providing', 'load_plugin', 'load_plugins',
+           'require_plugins']
 
 # %% ../nbs/01c_plugins.ipynb #5e4eaf5f
 class PluginError(HierbenchError, ValueError):
@@ -43,6 +44,15 @@ def note_registration(kind: str, name: str):
 def loaded_plugins() -> list[dict]:
     "The records (`Plugin.record`) of every plugin this process has loaded, in load order."
     return [p.record() for p in _LOADED.values()]
+
+def plugins_providing(recipes=(), terms=(), claims=(), given=()) -> list[dict]:
+    """The records of the loaded plugins a run or plan depends on: those named in `given` (paths), and those that
+    registered one of its `recipes`, a term it weighs (`terms`) or one of its claim rows (`claims`, by id) — not every
+    plugin this process happens to have loaded."""
+    want = {"recipe": set(recipes), "term": set(terms), "claim": set(claims)}
+    named = {str(Path(g).expanduser().resolve()) for g in given}
+    return [p.record() for p in _LOADED.values()
+            if p.path in named or any(want[k] & set(v) for k, v in p.registered.items())]
 
 # %% ../nbs/01c_plugins.ipynb #b7c6fabb
 def _file_sha256(path: Path) -> str: return hashlib.sha256(Path(path).read_bytes()).hexdigest()

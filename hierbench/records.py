@@ -400,12 +400,13 @@ def ledger_from_records(records: LedgerRecords) -> dict:
 
 # %% ../nbs/11g_records.ipynb #fe6ec556
 def ledger_differences(document: Mapping, reference: Mapping) -> list[str]:
-    """Where a recomputed claims.json differs from `reference` (row by row, field by field); empty when equal. Rows the
-    reference lacks that did not run — a loaded plugin's claims on recipes these runs do not have — are not differences."""
+    """Where a recomputed claims.json differs from `reference` (row by row, field by field); empty when equal. A row that
+    did not run and is on one side only — a claim of a plugin loaded on one side, on recipes these runs do not have —
+    is not a difference."""
     key = lambda r: (r.get("id"), r.get("a"), r.get("b"), r.get("metric"))
-    known = {key(y) for y in reference.get("claims", [])}
-    a = [x for x in document.get("claims", []) if key(x) in known or x.get("verdict") != "not run"]
-    b = reference.get("claims", [])
+    keep = lambda rows, other: [x for x in rows if x.get("verdict") != "not run" or key(x) in {key(y) for y in other}]
+    a = keep(document.get("claims", []), reference.get("claims", []))
+    b = keep(reference.get("claims", []), document.get("claims", []))
     if len(a) != len(b): return [f"{len(a)} claim rows, the reference has {len(b)}"]
     out = []
     for x, y in zip(a, b):

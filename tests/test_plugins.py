@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from registries import isolated_registries   # noqa: F401 (a fixture)
+
 from hierbench import compare as C, records as R
 from hierbench.launch import launch_compare
 from hierbench.pool import InProcess
@@ -27,6 +29,9 @@ register_claim(Claim("MINE-1", "me", "spreading captions helps", "clip-ft-spread
                      differs_in=("weights.spread",)))
 '''
 KW = dict(log=lambda *a: None, progress=False, until_decided=True, max_seeds=3, round_seeds=1)
+
+
+pytestmark = pytest.mark.usefixtures("isolated_registries")
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +103,8 @@ def test_recorded_verdicts_are_kept_and_a_recorded_recipe_cannot_change(extended
     fields = ("verdict", "effect", "ci_low", "ci_high", "n", "look")
     before = {(c["id"], c["a"], c["b"], c["metric"]): tuple(c[f] for f in fields)
               for c in json.loads((recorded / "claims.json").read_text())["claims"] if c["stopped"] in ("decided", "max seeds")}
-    after = {(r.id, r.a, r.b, r.metric): tuple(getattr(r, f) for f in fields) for r in res["ledger"].itertuples()}
+    after = {(r.id, r.a, r.b, r.metric): tuple(json.loads(json.dumps(C.json_safe(getattr(r, f)))) for f in fields)
+             for r in res["ledger"].itertuples()}
     assert before and all(after[k] == v for k, v in before.items()), (before, after)   # HYP-1 meru − clip, as recorded
     with pytest.raises(ValueError, match="another budget"):
         launch_compare("quick", seeds=2, out=tmp_path / "q", recipes=["clip-ft-spread"], from_records=recorded, **KW)

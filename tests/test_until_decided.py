@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from hierbench.claims import CLAIMS, evaluate_claims, recipes_to_extend
-from hierbench.stats import SequentialPlan, look_schedule, paired_effect, verdict
+from hierbench.stats import SequentialPlan, look_schedule, paired_effect, read_interval, verdict
 
 ROW = [c for c in CLAIMS if c.id == "DEG-1" and c.a == "degla" and c.b == "clip"][0]
 
@@ -23,35 +23,37 @@ def _row(ledger, claim=ROW):
 
 
 def test_the_fixed_ledger_is_todays_rule_with_fragility_added():
-    diffs = [0.0005, 0.003, 0.002, 0.0025, 0.004]     # supported, but leaving out seed 1 or 3 reaches 0
+    # supported at 9 seeds by the ledger's (skew-guarded) rule, but leaving out seed 1 or 7 reaches 0
+    diffs = [0.002, 0.003, 0.0025, 0.0035, 0.003, 0.0028, 0.0031, 0.0001, 0.0029]
     row = _row(evaluate_claims(_results(diffs), claims=[ROW]))
-    eff, lo, hi, n = paired_effect(np.array(diffs) + 0.6, np.full(5, 0.6))
+    eff, lo, hi, n = read_interval(diffs)
     assert (row.effect, row.ci_low, row.ci_high, row.n) == pytest.approx((eff, lo, hi, n))
-    assert row.verdict == verdict(lo, hi, "higher") == "supported" and row.level == 0.95 and row.rule == "t-interval 95%"
-    assert (row.loso_kept, row.fragile, row.stopped) == (3, True, "decided")
+    assert row.verdict == verdict(lo, hi, "higher") == "supported" and row.level == 0.95 and row.rule == SequentialPlan((9,)).rule
+    assert (row.loso_kept, row.fragile, row.stopped) == (2, True, "decided")
     robust = _row(evaluate_claims(_results([0.010, 0.011, 0.009, 0.012, 0.010]), claims=[ROW]))
     assert (robust.verdict, robust.loso_kept, robust.fragile) == ("supported", 5, False)
 
 
 def test_a_sequential_row_uses_the_seeds_up_to_its_deciding_look_and_says_so():
-    plan = SequentialPlan(look_schedule(3, 9, 2))    # looks at 3, 5, 7, 9 seeds
-    diffs = [0.02, -0.01, 0.015] + [0.03] * 6          # undecided at 3 seeds, decided later
+    plan = SequentialPlan(look_schedule(5, 11, 2))    # looks at 5, 7, 9, 11 seeds (the guarded rule reads none at 5)
+    diffs = [0.02, 0.01, 0.015, 0.03, 0.025, 0.03, 0.028, 0.032, 0.03, 0.029, 0.031]   # undecided early, decided at 11
     row = _row(evaluate_claims(_results(diffs), claims=[ROW], plan=plan))
     assert row.verdict == "supported" and row.stopped == "decided" and row.look >= 2 and row.n == plan.looks[row.look - 1]
-    assert row.seeds_available == 9 and row.rule.startswith("group-sequential") and 0.95 < row.level < 1
+    assert row.seeds_available == 11 and row.rule.startswith("group-sequential") and 0.95 < row.level < 1
     assert [h["n"] for h in row.history] == list(plan.looks[:row.look]) and row.history[0]["verdict"] == "inconclusive"
-    assert row.first_look_fixed_verdict == verdict(*paired_effect(np.array(diffs[:3]), np.zeros(3))[1:3], "higher")
-    null = _row(evaluate_claims(_results([0.01, -0.01, 0.005, -0.004, 0.0]), claims=[ROW], plan=plan))
-    assert (null.verdict, null.stopped, null.n) == ("inconclusive", "open", 5)
-    done = _row(evaluate_claims(_results([0.01, -0.01, 0.005, -0.004, 0.0, 0.01, -0.02, 0.0, 0.003]), claims=[ROW], plan=plan))
-    assert (done.verdict, done.stopped, done.n) == ("inconclusive", "max seeds", 9)
+    assert row.first_look_fixed_verdict == verdict(*read_interval(np.array(diffs[:5]))[1:3], "higher")
+    null = _row(evaluate_claims(_results([0.01, -0.01, 0.005, -0.004, 0.0, 0.002, -0.003]), claims=[ROW], plan=plan))
+    assert (null.verdict, null.stopped, null.n) == ("inconclusive", "open", 7)
+    done = _row(evaluate_claims(_results([0.01, -0.01, 0.005, -0.004, 0.0, 0.01, -0.02, 0.0, 0.003, 0.001, -0.002]),
+                                claims=[ROW], plan=plan))
+    assert (done.verdict, done.stopped, done.n) == ("inconclusive", "max seeds", 11)
 
 
 def test_the_next_round_trains_both_arms_of_every_open_row_and_nothing_decided():
-    plan = SequentialPlan((5, 7))
+    plan = SequentialPlan((7, 9))
     open_row, decided_row = ROW, [c for c in CLAIMS if c.id == "ARG-6" and c.metric == "parent_norm"][0]
-    res = pd.concat([_results([0.01, -0.01, 0.005, -0.004, 0.0]),
-                     _results([-1.0, -1.1, -0.9, -1.05, -0.95], decided_row.a, decided_row.b, decided_row.metric)])
+    res = pd.concat([_results([0.01, -0.01, 0.005, -0.004, 0.0, 0.002, -0.003]),
+                     _results([-1.0, -1.1, -0.9, -1.05, -0.95, -1.02, -0.98], decided_row.a, decided_row.b, decided_row.metric)])
     led = evaluate_claims(res, claims=[open_row, decided_row], plan=plan)
     assert _row(led, decided_row).verdict == "supported" and _row(led, decided_row).stopped == "decided"
     assert recipes_to_extend(led) == ["degla", "clip"]
@@ -106,16 +108,18 @@ def outputs(monkeypatch):
 
 def test_rounds_add_seeds_only_to_the_recipes_of_open_rows_until_the_last_look(tmp_path, outputs):
     calls, lines = [], []
-    C.run_compare("smoke", seeds=3, out=tmp_path, recipes=["clip", "meru", "negclip", "clip-ft"], log=lines.append,
-                  launcher=_fake_launcher(calls), until_decided=True, max_seeds=7, round_seeds=2)
-    assert [sorted({s for _, s in c}) for c in calls] == [[0, 1, 2], [3, 4], [5, 6]]
+    C.run_compare("smoke", seeds=5, out=tmp_path, recipes=["clip", "meru", "negclip", "clip-ft"], log=lines.append,
+                  launcher=_fake_launcher(calls), until_decided=True, max_seeds=9, round_seeds=2)
+    assert [sorted({s for _, s in c}) for c in calls] == [[0, 1, 2, 3, 4], [5, 6], [7, 8]]
     assert {r for r, _ in calls[0]} == {"clip", "meru", "negclip", "clip-ft"}
-    # meru's only row (HYP-1 against clip) is decided at 3 seeds: it gets no more; clip stays as the fine-tunes' parent
-    assert all({r for r, _ in c} == {"clip", "negclip", "clip-ft"} for c in calls[1:])
+    # meru's only row (HYP-1 against clip) is decided at 7 seeds, the first look the skew-guarded rule reads: it gets
+    # no more; clip stays as the fine-tunes' parent
+    assert {r for r, _ in calls[1]} == {"clip", "meru", "negclip", "clip-ft"}
+    assert {r for r, _ in calls[2]} == {"clip", "negclip", "clip-ft"}
     ud = outputs["meta"]["until_decided"]
-    assert ud["seeds_per_recipe"] == {"clip": 7, "meru": 3, "negclip": 7, "clip-ft": 7} and ud["stopped"] == "max seeds"
-    assert [r["seeds"] for r in ud["rounds"]] == [3, 5, 7] and outputs["plan"].looks == (3, 5, 7)
-    assert len(outputs["runs"]) == 3 * 4 + 4 * 3 and outputs["seeds"] == 7
+    assert ud["seeds_per_recipe"] == {"clip": 9, "meru": 7, "negclip": 9, "clip-ft": 9} and ud["stopped"] == "max seeds"
+    assert [r["seeds"] for r in ud["rounds"]] == [5, 7, 9] and outputs["plan"].looks == (5, 7, 9)
+    assert len(outputs["runs"]) == 4 * 7 + 3 * 2 and outputs["seeds"] == 9
     plan = json.loads((tmp_path / "plan.json").read_text())   # what --report-only rebuilds from
     assert plan["until_decided"]["seeds_per_recipe"] == ud["seeds_per_recipe"]
     # every run said once, with the round and the count of its round's runs
