@@ -92,6 +92,11 @@ def _group_means(S, N, W: np.ndarray) -> np.ndarray:
     num, den = np.asarray((S.T @ W.T).T), np.asarray((N.T @ W.T).T)
     with np.errstate(invalid="ignore", divide="ignore"): return np.where(den > 0, num / den, np.nan)
 
+def _row_nanmean(M: np.ndarray) -> np.ndarray:
+    "The mean of each row's finite entries (NaN for a row without any), without numpy's empty-slice warning."
+    fin = np.isfinite(M); n = fin.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"): return np.where(n > 0, np.where(fin, M, 0).sum(axis=1) / n, np.nan)
+
 def _mean_up(M: np.ndarray, keys: list[tuple]) -> np.ndarray:
     "Nested means: leaf means M (R, L) of the leaves `keys` averaged level by level up to one number per draw."
     for depth in range(len(keys[0]) - 1, 0, -1):
@@ -100,7 +105,7 @@ def _mean_up(M: np.ndarray, keys: list[tuple]) -> np.ndarray:
         fin = np.isfinite(M)
         with np.errstate(invalid="ignore", divide="ignore"): M = (np.where(fin, M, 0) @ A) / (fin @ A)
         keys = list(dict.fromkeys(k[:depth] for k in keys))
-    return np.nanmean(M, axis=1)
+    return _row_nanmean(M)
 
 def metric_replicates(spec: tuple, rows: pd.DataFrame, units: np.ndarray, W: np.ndarray) -> np.ndarray:
     "The metric under each row of unit counts `W` (R × U); `units` (N,) is each row's unit index."
@@ -118,7 +123,7 @@ def metric_replicates(spec: tuple, rows: pd.DataFrame, units: np.ndarray, W: np.
     S = sparse.csr_matrix((v[m], (units[m], lab_codes)), shape=shape)   # per unit and group: sum of the column
     N = sparse.csr_matrix((np.ones(m.sum()), (units[m], lab_codes)), shape=shape)
     M = _group_means(S, N, W)                                            # (R, groups)
-    with np.errstate(invalid="ignore"): return np.nanmean(M, axis=1) if keys is None else _mean_up(M, keys)
+    return _row_nanmean(M) if keys is None else _mean_up(M, keys)
 
 # %% ../nbs/10j_item_metrics.ipynb #e3747776
 def _units(rows: pd.DataFrame, key: list[str]) -> tuple[np.ndarray, int]:
