@@ -8,7 +8,7 @@ Docs: https://hierbench.github.io/hierbench/winoground.html.md"""
 __all__ = ['WINOGROUND_CHANCE', 'TAG_FAMILIES', 'winoground_files', 'WinogroundItem', 'load_winoground', 'winoground_scores',
            'winoground_metrics', 'evaluate_winoground']
 
-# %% ../nbs/10g_winoground.ipynb #73c43469
+# %% ../nbs/10g_winoground.ipynb #8bf386ee
 from .compositional.winoground import (TAG_FAMILIES, WINOGROUND_CHANCE, WinogroundItem, ZipImage, _read_examples,
                                                 _zip_image, evaluate_winoground, load_winoground, winoground_files,
                                                 winoground_metrics, winoground_scores)
