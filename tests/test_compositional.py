@@ -517,3 +517,22 @@ def test_phyclip_and_compositional_suites_from_a_data_root(tmp_path, coco):
     assert {"vl_checklist", "sugarcrepe", "eqben", "mmvp", "colorswap"} <= set(items.benchmark)
     assert any(s.startswith("bivlc/bivlc: skipped") for s in skips) and any(s.startswith("cola/cola: skipped") for s in skips)
     assert "vl_checklist/type/Relation" in res   # every corpus file in the compositional suite
+
+
+def test_any_scorer_runs_the_families_in_its_own_geometry(tmp_path, coco):
+    "A Lorentz DualEncoder (−geodesic distance), a Hugging Face CLIP (`hf:`) and a text-only scorer (a line, no metrics)."
+    from hierbench.models import create_model
+    from hierbench.scorers import TextScorer
+    values = {"mmvp": str(mmvp_folder(tmp_path / "mmvp", coco, 2)), "colorswap": str(colorswap_folder(tmp_path / "cs", coco))}
+    lines = []
+    lorentz = create_model("world-debug", geometry="lorentz")
+    res, rows = run(lorentz, values, EvalContext(num_workers=0, log=lines.append))
+    assert any("geodesic" in l for l in lines) and 0 <= res["mmvp/average"] <= 1 and len(rows) == 5
+    res, rows = run(TextScorer(lambda ts: [[1.0, 0.0]] * len(ts), "a text encoder"), values, EvalContext(num_workers=0, log=lines.append))
+    assert res == {} and len(rows) == 0 and any("MMVP-VLM: skipped" in l for l in lines) and any("ColorSwap: skipped" in l for l in lines)
+    pytest.importorskip("transformers")
+    from hf_fixtures import tiny_hf_clip
+    from hierbench.scorers import load_scorer
+    hf = load_scorer(f"hf:{tiny_hf_clip(tmp_path / 'clip')}")
+    res, rows = run(hf, values, EvalContext(num_workers=0, log=None))
+    assert 0 <= res["colorswap/group_score"] <= 1 and set(rows.benchmark) == {"mmvp", "colorswap"}
