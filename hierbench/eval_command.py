@@ -24,7 +24,6 @@ from .precision import apply_precision
 from .scorers import load_scorer
 from .retrieval import evaluate_retrieval
 from .suites import SUITES, evaluate_classification, run_suite, suite_tables
-from .winoground import evaluate_winoground
 
 # %% auto #0
 __all__ = ['load_any_model', 'items_path', 'read_items', 'read_names', 'leaderboard', 'general_protocols', 'scorer_for',

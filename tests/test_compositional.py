@@ -2,7 +2,8 @@
 COCO images of ../shared (skipped without it): each family's metrics against an independent re-computation of its
 official metric (one image and one text at a time, float64, the official formulas), malformed files refused in one
 line or set aside and counted, one image encoding per evaluation however many families name an image, the command
-line with --compare and --leaderboard, the suites, and the old import paths."""
+line with --compare and --leaderboard, the suites, and the old import paths (the registry and import-path tests need
+no ../shared and run in a user's clone too)."""
 import hashlib, io, json, math, shutil, warnings
 from pathlib import Path
 
@@ -20,7 +21,6 @@ from hierbench.encoding import _WordHashHead
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 HC_IMGS = SHARED / "data" / "hierarcaps" / "test_imgs"
-pytestmark = pytest.mark.skipif(not HC_IMGS.is_dir(), reason="needs ../shared/data/hierarcaps/test_imgs (the COCO images)")
 
 
 class PixelModel(torch.nn.Module):
@@ -63,6 +63,8 @@ def pair_sims(model, caps, imgs): return [[sim(model, imgs[i], caps[c]) for i in
 # ---- fixtures in the released layouts --------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def coco():
+    "Eight of HierarCaps' COCO images; every test that builds a fixture from them skips without ../shared (a user's clone)."
+    if not HC_IMGS.is_dir(): pytest.skip("needs ../shared/data/hierarcaps/test_imgs (the COCO images)")
     return sorted(HC_IMGS.glob("*.jpg"))[:8]
 
 def _copy(src: Path, dst: Path) -> Path:
