@@ -1,4 +1,4 @@
-"""Section `evals` of `hierbench bench`: zero-shot classification and image–text retrieval as hierbench runs them, timed against the plain per-batch open_clip loop CLIP_benchmark runs, on the same model, files, workers and threads — and the two must give the same numbers.
+"""Section `evals` of `hierbench bench`: zero-shot classification, image–text retrieval and the compositional families as hierbench runs them, timed against the plain per-batch open_clip loop CLIP_benchmark runs, on the same model, files, workers and threads — and the two must give the same numbers.
 
 Docs: https://hierbench.github.io/hierbench/bench_eval.html.md"""
 
@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from sklearn.metrics import balanced_accuracy_score
 
+from .bench_compositional import COMP_GOAL, bench_compositional, format_compositional
 from .bench_real import _clock, _pipeline_images
 from .config import load_settings
 from .loaders import load_hierarcaps
@@ -39,9 +40,12 @@ class EvalBenchSizes:
     batch_size: int = 64             # images per batch on both sides (CLIP_benchmark's default)
     num_workers: int = 1             # decoding workers on both sides
     shards: int = 8                  # shards per folder (webdataset splits them between workers)
+    comp_images: int = 120           # compositional row: distinct COCO images behind the seven families ...
+    comp_items: int = 60             # ... and items per family (hierbench.bench_compositional)
 
 EVAL_FULL = EvalBenchSizes()
-EVAL_QUICK = EvalBenchSizes(model="real-tiny", images=24, classes=5, templates=6, retrieval_images=16, batch_size=8, num_workers=0, shards=2)
+EVAL_QUICK = EvalBenchSizes(model="real-tiny", images=24, classes=5, templates=6, retrieval_images=16, batch_size=8, num_workers=0, shards=2,
+                            comp_images=8, comp_items=4)
 EVAL_GOAL = 1.5   # hierbench's zero-shot and retrieval >= 1.5x the plain loop's throughput, same numbers
 
 def _shipped_hierarcaps() -> Path | None:
@@ -175,6 +179,8 @@ def bench_evals(sizes: EvalBenchSizes = EVAL_FULL, device: str = "cpu", folder: 
         (r_ours, _), t_rours = _timed(lambda: evaluate_retrieval(model, f"wds:{rt}", log=None, **kw))
         rt_equal = {k: r_ours[f"retrieval/retrieval/{k}"] == v for k, v in r_plain.items()}
         n_img = int(ours["zeroshot/zeroshot/n_images"])
+        comp = bench_compositional(sizes.model, sizes.comp_images, sizes.comp_items, sizes.batch_size, sizes.num_workers, device,
+                                   Path(folder or d) / "compositional")
         return dict(model=sizes.model, device=device, source=source, threads=torch.get_num_threads(), goal=EVAL_GOAL,
                     batch_size=sizes.batch_size, num_workers=sizes.num_workers,
                     zeroshot=dict(images=n_img, classes=sizes.classes, templates=sizes.templates, plain_s=t_plain, hierbench_s=t_ours,
@@ -182,16 +188,18 @@ def bench_evals(sizes: EvalBenchSizes = EVAL_FULL, device: str = "cpu", folder: 
                                   same_predictions=same_pred, hierbench=dict(acc1=ours["zeroshot/zeroshot/acc1"])),
                     retrieval=dict(images=int(r_ours["retrieval/retrieval/n_images"]), texts=int(r_ours["retrieval/retrieval/n_texts"]),
                                    plain_s=t_rplain, hierbench_s=t_rours, ratio=t_rplain / t_rours,
-                                   meets_goal=bool(t_rplain / t_rours >= EVAL_GOAL), metrics_equal=rt_equal))
+                                   meets_goal=bool(t_rplain / t_rours >= EVAL_GOAL), metrics_equal=rt_equal),
+                    compositional=comp)
 
 def format_evals(r: dict) -> list[str]:
     "The report lines of section `evals`."
     goal = lambda ok: "  ✓ goal met" if ok else "  ✗ goal missed"
     z, t = r["zeroshot"], r["retrieval"]
-    return ["", f"== evals: zero-shot and retrieval vs CLIP_benchmark's plain loop: {r['model']} (random init), {r['device']}, "
+    return (["", f"== evals: zero-shot and retrieval vs CLIP_benchmark's plain loop: {r['model']} (random init), {r['device']}, "
                 f"{r['threads']} thread(s), batch {r['batch_size']}, {r['num_workers']} worker(s); {r['source']} ==",
             f"zero-shot ({z['images']} images, {z['classes']} classes x {z['templates']} templates): plain {z['plain_s']:.1f} s, "
             f"hierbench {z['hierbench_s']:.1f} s: {z['ratio']:.2f}x  [goal >= {r['goal']}x]{goal(z['meets_goal'])}; "
             f"metrics equal: {all(z['metrics_equal'].values())}, same predictions {z['same_predictions']}/{z['images']}",
             f"retrieval ({t['images']} images, {t['texts']} texts): plain {t['plain_s']:.1f} s, hierbench {t['hierbench_s']:.1f} s: "
             f"{t['ratio']:.2f}x  [goal >= {r['goal']}x]{goal(t['meets_goal'])}; recalls equal: {all(t['metrics_equal'].values())}"]
+            + ([format_compositional(r["compositional"])] if "compositional" in r else []))

@@ -8,6 +8,7 @@ Docs: https://hierbench.github.io/hierbench/cli.html.md"""
 from __future__ import annotations
 import argparse, importlib, os, sys
 
+from .compositional.registry import add_family_flags
 from .config import HierbenchError, BENCH_SECTIONS, BUDGET_NAMES, LAUNCHERS, PRECISIONS, REPORT_TO_BACKENDS, SUITE_NAMES
 
 # %% auto #0
@@ -327,7 +328,7 @@ def add_bench_parser(sub):
 
 # %% ../nbs/15_cli.ipynb #e2c42a01
 def add_general_eval_flags(d):
-    "`eval`'s flags for zero-shot, linear probe, hierarchy, retrieval, Winoground and the papers' suites."
+    "`eval`'s flags for zero-shot, linear probe, hierarchy, retrieval and the papers' suites."
     d.add_argument("--zeroshot", nargs="+", default=None, metavar="DIR", help="zero-shot classification folders: CLIP_benchmark's "
                    "WebDataset layout, an ImageFolder with classnames.txt / zeroshot_classification_templates.txt beside it, or "
                    "ImageNet's val/ ImageFolder (keys zeroshot/NAME/acc1, acc5, mean_per_class_recall; NAME = the folder's name)")
@@ -338,7 +339,6 @@ def add_general_eval_flags(d):
                    "(ImageNet ids; nltk's corpus must be on disk, it is never downloaded); NAME= for one --zeroshot folder only")
     d.add_argument("--retrieval", nargs="+", default=None, metavar="SPEC", help="image-text retrieval: coco:FILE | flickr:FILE | "
                    "wds:DIR (images under --image-root; keys retrieval/NAME/image_retrieval_recall@K, text_retrieval_recall@K)")
-    d.add_argument("--winoground", default=None, metavar="DIR", help="Winoground's dataset folder (examples.jsonl and images)")
     d.add_argument("--suite", choices=SUITE_NAMES, default=None, help="the benchmarks a paper tabulates, found under --data-root, "
                    "printed in the paper's layout (what is missing is named, one line each)")
     d.add_argument("--data-root", default=None, help="folder of datasets under conventional names (hierbench.suites documents them)")
@@ -364,18 +364,9 @@ def add_eval_parser(sub):
     d.add_argument("--geometry", default="euclidean", choices=["euclidean", "lorentz"])
     d.add_argument("--no-world", action="store_true", help="skip the built-in world's protocols")
     d.add_argument("--n-test", type=int, default=300)
-    for flag, what in (("--sugarcrepe", "folder of the 7 SugarCrepe JSON files"), ("--sugarcrepe-pp", "folder of the 5 SugarCrepe++ JSON files"),
-                       ("--hierarcaps", "hierarcaps_test.csv (images next to it in test_imgs/)"), ("--valse", "folder of VALSE JSON files"),
-                       ("--aro-relation", "ARO visual_genome_relation.json (images under --vg-dir)"),
-                       ("--aro-attribution", "ARO visual_genome_attribution.json (images under --vg-dir)"),
-                       ("--aro-exclude", "text file of VG relations left out of ARO's aggregates, one per line (ARO's "
-                                         "symmetric relations); still scored per item"),
-                       ("--vg-dir", "Visual Genome image folder for ARO (default: --image-root)"),
-                       ("--image-root", "image folder (default: settings.ini data_root)")):
-        d.add_argument(flag, default=None, help=what)
-    d.add_argument("--whatsup", nargs="+", default=None, help="WhatsUp files (controlled_images*.json, coco_qa_*.json, vg_qa_*.json)")
-    d.add_argument("--crepe", nargs="+", default=None, help="CREPE CSV files")
-    d.add_argument("--aro-order", nargs="+", default=None, help="ARO COCO-/Flickr-Order: BLIP's coco_karpathy_test.json / flickr30k_test.json")
+    d.add_argument("--image-root", default=None, help="image folder (default: settings.ini data_root); VL-CheckList's vg/, swig/, "
+                   "hake/ and COLA's images live under it")
+    add_family_flags(d)   # every compositional family's flags, from hierbench.compositional.registry
     d.add_argument("--precision", choices=PRECISIONS, default="fp32", help="encode in this precision (recorded in the JSON)")
     d.add_argument("--limit", type=int, default=None, help="items per subset (quick looks)")
     d.add_argument("--json", default=None, help="metrics JSON file; the per-item rows go beside it (NAME.items.jsonl)")

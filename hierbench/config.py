@@ -47,7 +47,7 @@ PRECISIONS = ("fp32", "bf16", "fp16", "amp_bf16", "amp_fp16")      # open_clip's
 LAUNCHERS = ("processes", "submitit-local", "slurm")                # where compare's runs go (hierbench.launch)
 BENCH_SECTIONS = ("geometry", "world", "recipes", "compare", "pipeline", "real", "evals", "lora", "seeds", "view")  # hierbench.bench's sections
 BUDGET_NAMES = ("smoke", "quick", "standard", "full")               # hierbench.budgets.BUDGETS, in size order
-SUITE_NAMES = ("argent", "degla", "read")                           # hierbench.suites.SUITES: `eval --suite`
+SUITE_NAMES = ("argent", "degla", "read", "phyclip", "compositional")  # hierbench.suites.SUITES: `eval --suite`
 REPORT_TO_BACKENDS = ("tensorboard", "wandb")                       # --report-to (hierbench.tracking), the [track] extra
 
 

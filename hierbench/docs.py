@@ -14,7 +14,8 @@ import nbformat
 __all__ = ['MATHJAX_CONFIG', 'sanitize_proc_notebook', 'alias_lowercase_anchors', 'broken_links', 'unlink_private_anchors',
            'localize_scripts', 'write_source_pages', 'localize_source_links', 'sidebar_sections', 'page_outline',
            'search_entries', 'layout_page', 'write_site_assets', 'copy_mathjax', 'page_name', 'localize_relative_links',
-           'readme_links', 'require_docs_extra', 'build_docs_preview', 'check_docs', 'build_readme']
+           'localize_module_links', 'readme_links', 'require_docs_extra', 'build_docs_preview', 'check_docs',
+           'build_readme']
 
 # %% ../nbs/16_docs.ipynb #d1cf9128
 _CELL_KEYS = {"markdown": {"cell_type", "id", "metadata", "source", "attachments"},
@@ -138,7 +139,8 @@ def localize_scripts(page: str, plotly_src: str = "plotly.min.js") -> str:
 # %% ../nbs/16_docs.ipynb #a5cea37f
 def write_source_pages(lib: str | Path, out: str | Path) -> list[Path]:
     """Every module of the library `lib` as a highlighted page `out/source/NAME.py.html` with a numbered anchor per line
-    (`#L-12`): show_doc's "source" links land there instead of on a public host the preview may not reach."""
+    (`#L-12`): show_doc's "source" links land there instead of on a public host the preview may not reach. A module of a
+    subpackage gets `PKG__NAME.py.html` (`compositional__vl_checklist.py.html`)."""
     from pygments import highlight
     from pygments.formatters import HtmlFormatter
     from pygments.lexers import PythonLexer
@@ -147,19 +149,21 @@ def write_source_pages(lib: str | Path, out: str | Path) -> list[Path]:
     dst.mkdir(parents=True)
     fmt = HtmlFormatter(linenos="table", lineanchors="L", anchorlinenos=True, full=True, title="")
     pages = []
-    for py in sorted(lib.glob("*.py")):
-        fmt.title = f"{lib.name}/{py.name}"
-        page = dst / f"{py.name}.html"
+    for py in sorted(lib.rglob("*.py")):
+        rel = py.relative_to(lib).as_posix()
+        if "__pycache__" in rel: continue
+        fmt.title = f"{lib.name}/{rel}"
+        page = dst / f"{rel.replace('/', '__')}.html"
         page.write_text(highlight(py.read_text(), PythonLexer(), fmt))
         pages.append(page)
     return pages
 
 def localize_source_links(page: str, lib_name: str) -> str:
-    "Point `https://github.com/OWNER/REPO/blob/BRANCH/LIB/FILE.py#LN` links at the preview's own source pages."
+    "Point `https://github.com/OWNER/REPO/blob/BRANCH/LIB/[PKG/]FILE.py#LN` links at the preview's own source pages."
     def local(m):
         line = m.group(2)
-        return f'href="source/{m.group(1)}.html' + (f'#L-{line}"' if line and line.isdigit() else '"')
-    return re.sub(rf'href="https://github\.com/[^/"]+/[^/"]+/blob/[^/"]+/{re.escape(lib_name)}/([\w]+\.py)(?:#L(\w+))?"', local, page)
+        return f'href="source/{m.group(1).replace("/", "__")}.html' + (f'#L-{line}"' if line and line.isdigit() else '"')
+    return re.sub(rf'href="https://github\.com/[^/"]+/[^/"]+/blob/[^/"]+/{re.escape(lib_name)}/((?:\w+/)*\w+\.py)(?:#L(\w+))?"', local, page)
 
 # %% ../nbs/16_docs.ipynb #6fe0308c
 def sidebar_sections(nbs_path: str | Path) -> list[tuple[str | None, list[str]]]:
@@ -347,6 +351,13 @@ def localize_relative_links(body: str, rel: str, pages: dict[str, str], nbs: str
         return m.group(0)
     return _TAG.sub(lambda t: _REL_LINK.sub(fix, t.group(0)), body), files
 
+def localize_module_links(body: str, module_pages: dict[str, str]) -> str:
+    """nbdev links a symbol of a subpackage module at its nested page (`compositional/choice.html#score_choice_items`);
+    in the flat preview that is the page of the notebook that exports the module (`module_pages`: nested → flat)."""
+    if not module_pages: return body
+    pat = re.compile(r'\b(href)="(' + "|".join(re.escape(k) for k in sorted(module_pages, key=len, reverse=True)) + r')([#"])')
+    return _TAG.sub(lambda t: pat.sub(lambda m: f'{m.group(1)}="{module_pages[m.group(2)]}{m.group(3)}', t.group(0)), body)
+
 # %% ../nbs/16_docs.ipynb #bf06cd48
 _MD_LINK = re.compile(r'(!?\[[^\]]*\]\()(?![A-Za-z][A-Za-z0-9+.-]*:|#|/)([^)\s]+)\)')
 
@@ -407,7 +418,7 @@ def build_docs_preview(root: str | Path = ".", out: str | Path | None = None, pr
     mathjax = copy_mathjax(out)
     exporter = HTMLExporter(config=tcfg, template_name="lab", exclude_input_prompt=True, exclude_output_prompt=True,
                             **({"mathjax_url": mathjax} if mathjax else {}))
-    rendered, problems, taken = [], [], set()
+    rendered, problems, taken, module_pages = [], [], set(), {}
     for src in sources:
         rel = src.relative_to(nbs)
         pnb = proc_dir / rel
@@ -418,6 +429,8 @@ def build_docs_preview(root: str | Path = ".", out: str | Path | None = None, pr
         page = nb.metadata.get("docs_page", {})
         title = page.get("title") or rel.stem
         name = page_name(rel.as_posix(), page.get("output_file"), cfg.readme_nb, taken)
+        exp = re.search(r"^#\|\s*default_exp\s+(\S+)", "\n".join(c.source for c in nbformat.read(src, as_version=4).cells), re.M)
+        if exp and "." in exp.group(1): module_pages[exp.group(1).replace(".", "/") + ".html"] = name
         body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": title}})
         rendered.append((rel.as_posix(), name, title, body))
     if problems: raise RuntimeError("docs preview failed:\n" + "\n".join(problems))
@@ -435,6 +448,7 @@ def build_docs_preview(root: str | Path = ".", out: str | Path | None = None, pr
             (out / f).parent.mkdir(parents=True, exist_ok=True); shutil.copy(nbs / f, out / f); copied.add(f)
         body = alias_lowercase_anchors(localize_scripts(body))
         if cfg.doc_url: body = body.replace(cfg.doc_url.rstrip("/") + "/", "")  # show_doc links stay inside the preview
+        body = localize_module_links(body, module_pages)
         body = localize_source_links(body, Path(cfg.lib_path).name)
         body = re.sub(r'\{target="_blank"[^}]*\}', "", body)  # Quarto link attributes that nbconvert leaves as text
         records += search_entries(name, title, body)

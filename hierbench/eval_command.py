@@ -13,6 +13,8 @@ import pandas as pd
 
 from .benchmarks import evaluate_benchmarks
 from .commands import print_table
+from .compositional.common import EvalContext
+from .compositional.registry import FAMILIES, asked, flag_values
 from .config import MissingFileError, SettingsError, atomic_write_text
 from .encoding import eval_progress, similarity_name
 from .item_metrics import leaderboard_table, paired_metric_differences
@@ -22,11 +24,10 @@ from .precision import apply_precision
 from .scorers import load_scorer
 from .retrieval import evaluate_retrieval
 from .suites import SUITES, evaluate_classification, run_suite, suite_tables
-from .winoground import evaluate_winoground
 
 # %% auto #0
 __all__ = ['load_any_model', 'items_path', 'read_items', 'read_names', 'leaderboard', 'general_protocols', 'scorer_for',
-           'cmd_eval']
+           'eval_metadata', 'cmd_eval']
 
 # %% ../nbs/15b_eval_command.ipynb #e599e91a
 def load_any_model(checkpoint: str | Path, model_name: str | None = None, quick_gelu: bool | None = None,
@@ -71,8 +72,8 @@ def _trees(specs) -> dict[str, str]:
         out[name if eq else ""] = tree if eq else s
     return out
 
-def general_protocols(model, args, per_item: list, log=print) -> dict[str, float]:
-    "Metrics of `--zeroshot`, `--linear-probe` (+ `--hierarchy`), `--retrieval`, `--winoground` and `--suite`; their rows appended to `per_item`."
+def general_protocols(model, args, per_item: list, log=print, ctx: EvalContext | None = None) -> dict[str, float]:
+    "Metrics of `--zeroshot`, `--linear-probe` (+ `--hierarchy`), `--retrieval` and `--suite`; their rows appended to `per_item`."
     out, common = {}, dict(num_workers=args.num_workers, limit=args.limit)
     zs, lp, trees = list(args.zeroshot or ()), list(args.linear_probe or ()), _trees(args.hierarchy)
     unknown = set(trees) - {""} - {Path(f).name for f in zs}
@@ -84,11 +85,8 @@ def general_protocols(model, args, per_item: list, log=print) -> dict[str, float
     for spec in args.retrieval or ():
         m, rows = evaluate_retrieval(model, spec, image_root=args.image_root, log=log, **common)
         out.update(m); per_item.append(rows)
-    if args.winoground:
-        m, rows = evaluate_winoground(model, args.winoground, log=log, **common)
-        out.update(m); per_item.append(rows)
     if args.suite:
-        m, rows, _ = run_suite(model, args.suite, args.data_root, log=log, **common)
+        m, rows, _ = run_suite(model, args.suite, args.data_root, log=log, ctx=ctx, **common)
         out.update(m); per_item.append(rows)
     return out
 
@@ -100,6 +98,16 @@ def scorer_for(args):
     if args.checkpoint:
         return load_any_model(args.checkpoint, args.arch, args.quick_gelu, args.geometry), args.checkpoint
     raise SettingsError("give --scorer KIND:PATH (hierbench:, open_clip:ARCH@FILE, hf:, st:, hf-text:) or --checkpoint FILE [--arch ARCH]")
+
+def eval_metadata(families) -> dict:
+    "What a metrics JSON says about its numbers: fractions everywhere, and each family's official script and its scale."
+    return {"scale": "every accuracy and score is a fraction in [0, 1]; an official script that prints percent ('official_scale') "
+                     "reports 100 times these numbers",
+            "families": {f.name: dict(title=f.title, official=f.official, official_scale="percent" if f.percent else "fraction")
+                         for f in families}}
+
+def _suite_families(suite) -> list:
+    return [FAMILIES[b.protocol] for b in SUITES[suite].benchmarks if b.protocol in FAMILIES] if suite else []
 
 def cmd_eval(args):
     if args.compare:
@@ -115,21 +123,19 @@ def cmd_eval(args):
     model, name = scorer_for(args)
     model = apply_precision(model, args.precision)
     per_item: list = []
+    ctx = EvalContext(image_root=args.image_root, limit=args.limit, num_workers=args.num_workers, coco_dir=args.coco_dir)
     with eval_progress():   # a progress bar while each benchmark's images are encoded
-        res = evaluate_benchmarks(model, world=not args.no_world, n_test=args.n_test, sugarcrepe=args.sugarcrepe,
-                                  sugarcrepe_pp=args.sugarcrepe_pp, hierarcaps=args.hierarcaps, image_root=args.image_root,
-                                  limit=args.limit, coco_dir=args.coco_dir, per_item=per_item, valse=args.valse,
-                                  whatsup=args.whatsup or (), crepe=args.crepe or (), aro_relation=args.aro_relation,
-                                  aro_attribution=args.aro_attribution, aro_order=args.aro_order or (),
-                                  aro_exclude=read_names(args.aro_exclude), vg_dir=args.vg_dir)
-        general = general_protocols(model, args, per_item)
+        res = evaluate_benchmarks(model, world=not args.no_world, n_test=args.n_test, per_item=per_item, ctx=ctx, **flag_values(args))
+        general = general_protocols(model, args, per_item, ctx=ctx)
     res.update(general)
     print_table(results_table(res), f"evaluation of {name} ({args.precision})")
     if args.suite:
         for title, table in suite_tables(args.suite, res, label=Path(str(name)).name):
             print_table(table, f"{SUITES[args.suite].paper}: {title} (%)")
     res["precision"] = args.precision
-    if general: res["similarity"] = similarity_name(model)   # what ranked the classes and the retrieval candidates
+    families = list(dict.fromkeys(asked(args) + _suite_families(args.suite)))
+    if general or families: res["similarity"] = similarity_name(model)   # what ranked the classes, candidates, options
+    if families: res["metadata"] = eval_metadata(families)
     if args.json:
         out = Path(args.json)
         atomic_write_text(out, json.dumps(res, indent=1))

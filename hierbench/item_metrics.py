@@ -14,12 +14,13 @@ import pandas as pd
 from scipy import sparse
 from scipy.stats import norm
 
+from .compositional.registry import FAMILIES
 from .stats import bootstrap_weights, ratio_replicates, sample_skewness
 from .config import MissingFileError, SettingsError
 
 # %% auto #0
-__all__ = ['ITEM_METRICS', 'DEFAULT_ITEM_METRICS', 'metric_specs', 'metric_value', 'metric_replicates', 'metric_intervals',
-           'paired_metric_differences', 'leaderboard_table']
+__all__ = ['ITEM_METRICS', 'DEFAULT_ITEM_METRICS', 'family_specs', 'metric_specs', 'metric_value', 'metric_replicates',
+           'metric_intervals', 'paired_metric_differences', 'leaderboard_table']
 
 # %% ../nbs/10j_item_metrics.ipynb #c248b3fd
 _CLASSIFICATION = {"acc1": ("mean", "acc1"), "acc5": ("mean", "acc5"), "mean_per_class_recall": ("balanced", "acc1", "label")}
@@ -32,38 +33,97 @@ ITEM_METRICS: dict[str, dict[str, tuple]] = {
 }
 DEFAULT_ITEM_METRICS = {"acc": ("mean", "ok")}
 
+def family_specs(kind: str, rows: pd.DataFrame) -> dict[str, tuple] | None:
+    "The specs of a compositional family's `RowMetric`s: ('nested', column, levels, where); None for another kind."
+    fam = FAMILIES.get(kind)
+    if fam is None or not fam.metrics: return None
+    out = {}
+    for m in fam.metrics:
+        if m.by is None: out[m.name] = ("nested", m.column, tuple(m.levels), tuple(m.where)); continue
+        if m.by not in rows.columns: continue
+        for v in sorted(rows[m.by].dropna().astype(str).unique()):
+            out[m.name.format(value=v)] = ("nested", m.column, tuple(m.levels), ((m.by, v),) + tuple(m.where))
+    return out
+
+def _spec_columns(spec: tuple) -> list[str]:
+    "The columns a spec reads."
+    if spec[0] == "nested": return [spec[1], *spec[2], *(c for c, _ in spec[3])]
+    return list(spec[1:])
+
 def metric_specs(benchmark: str, rows: pd.DataFrame) -> dict[str, tuple]:
-    "The metrics of `benchmark` that its rows can give: `ITEM_METRICS` of its kind (the part before the first '/'), else `acc` of `ok`."
-    specs = ITEM_METRICS.get(benchmark.split("/")[0], DEFAULT_ITEM_METRICS)
+    """The metrics of `benchmark` that its rows can give: `ITEM_METRICS` of its kind (the part before the first '/'),
+    else its compositional family's `RowMetric`s, else `acc` of `ok`."""
+    kind = benchmark.split("/")[0]
+    specs = ITEM_METRICS.get(kind) or family_specs(kind, rows) or DEFAULT_ITEM_METRICS
     have = lambda cols: all(c in rows.columns and rows[c].notna().any() for c in cols)
-    out = {m: s for m, s in specs.items() if have(s[1:])}
+    out = {m: s for m, s in specs.items() if have(_spec_columns(s))}
     return out or ({"acc": DEFAULT_ITEM_METRICS["acc"]} if have(["ok"]) else {})
 
 # %% ../nbs/10j_item_metrics.ipynb #49449756
 def _values(rows: pd.DataFrame, col: str) -> np.ndarray:
     return pd.to_numeric(rows[col], errors="coerce").to_numpy(dtype=float)
 
+def _where(spec: tuple, rows: pd.DataFrame, v: np.ndarray) -> np.ndarray:
+    "`v` with NaN on the rows a nested spec's `where` leaves out."
+    for col, val in spec[3]: v = np.where(rows[col].astype(str).to_numpy() == str(val), v, np.nan)
+    return v
+
+def _leaf_keys(rows: pd.DataFrame, levels, m: np.ndarray) -> list[tuple]:
+    return list(zip(*(rows[l].astype(str).to_numpy()[m] for l in levels)))
+
 def metric_value(spec: tuple, rows: pd.DataFrame) -> float:
-    "A metric of `rows` by its spec: ('mean', column) or ('balanced', column, label column)."
-    v = _values(rows, spec[1]); m = ~np.isnan(v)
+    "A metric of `rows` by its spec: ('mean', column), ('balanced', column, label column) or ('nested', column, levels, where)."
+    v = _values(rows, spec[1])
+    if spec[0] == "nested": v = _where(spec, rows, v)
+    m = ~np.isnan(v)
     if not m.any(): return float("nan")
-    if spec[0] == "mean": return float(v[m].mean())
+    if spec[0] == "mean" or (spec[0] == "nested" and not spec[2]): return float(v[m].mean())
     if spec[0] == "balanced":
         lab = rows[spec[2]].to_numpy()[m]
         return float(pd.Series(v[m]).groupby(lab).mean().mean())
+    if spec[0] == "nested":
+        s = pd.Series(v[m], index=pd.MultiIndex.from_tuples(_leaf_keys(rows, spec[2], m))).groupby(level=list(range(len(spec[2])))).mean()
+        for depth in range(len(spec[2]) - 1, 0, -1): s = s.groupby(level=list(range(depth))).mean()
+        return float(s.mean())
     raise ValueError(f"unknown metric kind {spec[0]!r}")
+
+def _group_means(S, N, W: np.ndarray) -> np.ndarray:
+    "Per draw (R) and group: the weighted mean of a column (NaN where a draw has no row of the group)."
+    num, den = np.asarray((S.T @ W.T).T), np.asarray((N.T @ W.T).T)
+    with np.errstate(invalid="ignore", divide="ignore"): return np.where(den > 0, num / den, np.nan)
+
+def _row_nanmean(M: np.ndarray) -> np.ndarray:
+    "The mean of each row's finite entries (NaN for a row without any), without numpy's empty-slice warning."
+    fin = np.isfinite(M); n = fin.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"): return np.where(n > 0, np.where(fin, M, 0).sum(axis=1) / n, np.nan)
+
+def _mean_up(M: np.ndarray, keys: list[tuple]) -> np.ndarray:
+    "Nested means: leaf means M (R, L) of the leaves `keys` averaged level by level up to one number per draw."
+    for depth in range(len(keys[0]) - 1, 0, -1):
+        codes, parents = pd.factorize(pd.Series(["\x1f".join(k[:depth]) for k in keys]))
+        A = np.zeros((len(keys), len(parents))); A[np.arange(len(keys)), codes] = 1
+        fin = np.isfinite(M)
+        with np.errstate(invalid="ignore", divide="ignore"): M = (np.where(fin, M, 0) @ A) / (fin @ A)
+        keys = list(dict.fromkeys(k[:depth] for k in keys))
+    return _row_nanmean(M)
 
 def metric_replicates(spec: tuple, rows: pd.DataFrame, units: np.ndarray, W: np.ndarray) -> np.ndarray:
     "The metric under each row of unit counts `W` (R × U); `units` (N,) is each row's unit index."
-    v = _values(rows, spec[1]); m = ~np.isnan(v)
-    if spec[0] == "mean":
+    v = _values(rows, spec[1])
+    if spec[0] == "nested": v = _where(spec, rows, v)
+    m = ~np.isnan(v)
+    if spec[0] == "mean" or (spec[0] == "nested" and not spec[2]):
         with np.errstate(invalid="ignore", divide="ignore"): return ratio_replicates(W, units[m], v[m])
-    lab_codes, labs = pd.factorize(rows[spec[2]].to_numpy()[m])
+    if spec[0] == "balanced": lab_codes, labs = pd.factorize(rows[spec[2]].to_numpy()[m]); keys = None
+    else:
+        leaf = _leaf_keys(rows, spec[2], m)
+        lab_codes, labs = pd.factorize(pd.Series(["\x1f".join(k) for k in leaf]))
+        keys = list(dict.fromkeys(leaf))   # in the order of the codes (first appearance)
     shape = (W.shape[1], len(labs))
-    S = sparse.csr_matrix((v[m], (units[m], lab_codes)), shape=shape)   # per unit and class: sum of the column
+    S = sparse.csr_matrix((v[m], (units[m], lab_codes)), shape=shape)   # per unit and group: sum of the column
     N = sparse.csr_matrix((np.ones(m.sum()), (units[m], lab_codes)), shape=shape)
-    num, den = np.asarray((S.T @ W.T).T), np.asarray((N.T @ W.T).T)     # (R, classes)
-    with np.errstate(invalid="ignore", divide="ignore"): return np.nanmean(np.where(den > 0, num / den, np.nan), axis=1)
+    M = _group_means(S, N, W)                                            # (R, groups)
+    return _row_nanmean(M) if keys is None else _mean_up(M, keys)
 
 # %% ../nbs/10j_item_metrics.ipynb #82a58b12
 def _unit_differences(spec: tuple, ga: pd.DataFrame, gb: pd.DataFrame, units: np.ndarray, U: int) -> np.ndarray | None:

@@ -1,4 +1,4 @@
-"""Every general-capability protocol on one classification folder with its images encoded once (`evaluate_classification`), and the benchmarks ARGENT, DeGLA and READ tabulate, found in a folder of datasets and printed in each paper's layout (`hierbench eval --suite`).
+"""Every general-capability protocol on one classification folder with its images encoded once (`evaluate_classification`), and the benchmarks ARGENT, DeGLA, READ and PHyCLIP tabulate — or every compositional family hierbench has, found in a folder of datasets and printed in each paper's layout (`hierbench eval --suite`).
 
 Docs: https://hierbench.github.io/hierbench/suites.html.md"""
 
@@ -14,22 +14,24 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .benchmarks import evaluate_benchmarks
+from .compositional.common import EvalContext
+from .compositional.registry import COCO_IMAGES, FAMILIES, get_family
 from .data import DataWarning
 from .encoding import similarity_name
 from .hierarchy import class_nodes, hierarchical_classification, load_wordnet, read_hierarchy, wordnet_hierarchy
 from .linear_probe import ProbeConfig, linear_probe, probe_features
 from .retrieval import evaluate_retrieval
 from .scorers import has_images, skipped
-from .winoground import evaluate_winoground
 from .zeroshot import (classification_results, encode_split, is_imagenet_wnids, open_classification,
                                 zeroshot_classification)
 from .config import MissingFileError
 
+_all_ = ["COCO_IMAGES"]   # defined in hierbench.compositional.registry, still importable from here
+
 # %% auto #0
-__all__ = ['COCO_IMAGES', 'CLASSIFICATION_ALIASES', 'RETRIEVAL', 'COMPOSITIONAL', 'ZS16', 'ZS11', 'LINEAR_PROBE', 'SUITES',
+__all__ = ['CLASSIFICATION_ALIASES', 'RETRIEVAL', 'COMPOSITIONAL', 'ZS16', 'ZS11', 'LINEAR_PROBE', 'SUITES',
            'evaluate_classification', 'Benchmark', 'zeroshot_benchmark', 'hierarchy_benchmark', 'locate', 'Suite',
-           'run_suite', 'suite_tables']
+           'run_suite', 'suite_tables', 'COCO_IMAGES']
 
 # %% ../nbs/10k_suites.ipynb #7b34be3b
 def _say_set_aside(name: str, split: str, enc, log) -> dict:
@@ -86,14 +88,14 @@ def evaluate_classification(model, folder: str | Path, *, zeroshot: bool = True,
 @dataclass(frozen=True)
 class Benchmark:
     "A benchmark a paper tabulates: its protocol, its NAME in the metric keys, and where a data root keeps it."
-    protocol: str                   # zeroshot | linear_probe | hierarchical | retrieval | winoground | sugarcrepe | sugarcrepe_pp | hierarcaps | valse | aro_relation | aro_attribution | aro_order | whatsup | crepe
+    protocol: str                   # zeroshot | linear_probe | hierarchical | retrieval | a compositional family (hierbench.compositional.registry)
     name: str
     paths: tuple = ()               # candidates under the data root, first found wins ('kind:' prefixes for retrieval files)
     images: tuple = ()              # candidate image folders under the data root
+    options: tuple = ()             # ((flag dest, value), ...) the family runs with (e.g. VL-CheckList's corpus files)
 
 def _folders(*names: str) -> tuple: return tuple(f.format(n) for n in names for f in ("{}", "wds_{}", "wds_vtab-{}"))
 
-COCO_IMAGES = ("coco/val2017", "coco/val2014", "coco", "hierarcaps/test_imgs")
 CLASSIFICATION_ALIASES = {"imagenet1k": ("imagenet",), "fgvc_aircraft": ("aircraft",), "pets": ("oxford_pets",),
                           "flowers": ("flowers102",), "cars": ("stanford_cars",)}
 
@@ -124,6 +126,8 @@ COMPOSITIONAL = {
     "whatsup": Benchmark("whatsup", "whatsup", ("whatsup",), ("whatsup",)),
     "crepe": Benchmark("crepe", "crepe", ("crepe",), ("vg",)),
     "winoground": Benchmark("winoground", "winoground", ("winoground",)),
+    **{f.name: Benchmark(f.name, f.name, f.paths, f.images) for f in FAMILIES.values()
+       if f.name in ("vl_checklist", "eqben", "spec", "mmvp", "bivlc", "colorswap", "cola")},
 }
 
 # %% ../nbs/10k_suites.ipynb #8859c7da
@@ -204,32 +208,57 @@ SUITES = {
          ("Retrieval", _recalls("coco") + _recalls("flickr30k")))),
 }
 
+# %% ../nbs/10k_suites.ipynb #89bceb1c
+_VLC_OBJECT = (("vl_checklist_types", ("Object/Location", "Object/Size")), ("vl_checklist_names", ("vg_obj",)), ("max_per_file", 1000))
+_LOC, _SIZE = ("center", "mid", "margin"), ("large", "medium", "small")
+_SC = ("replace_obj", "replace_att", "replace_rel", "swap_obj", "swap_att", "add_obj", "add_att")
+_EQ = ("eqbenag", "eqbengebc", "eqbenyoucook2", "eqbenkubric_loc", "eqbenkubric_attr", "eqbenkubric_cnt", "eqbensd")
+_V = lambda k: f"vl_checklist/subtype/{k}"
+
+SUITES["phyclip"] = Suite("PHyCLIP (ICLR 2026): VL-CheckList Object (itc, vg_obj, MAX_NUM 2000) and SugarCrepe",
+    (Benchmark("vl_checklist", "vl_checklist", FAMILIES["vl_checklist"].paths, FAMILIES["vl_checklist"].images, _VLC_OBJECT),
+     COMPOSITIONAL["sugarcrepe"]),
+    (("VL-CheckList Object", tuple((f"Location {k}", _V(k)) for k in _LOC) + (("Location", ("mean", tuple(map(_V, _LOC)))),)
+                             + tuple((f"Size {k}", _V(k)) for k in _SIZE) + (("Size", ("mean", tuple(map(_V, _SIZE)))),)),
+     ("SugarCrepe", tuple((s, f"sugarcrepe/{s}") for s in _SC) + (("overall", "sugarcrepe/micro"),))))
+SUITES["compositional"] = Suite("every compositional benchmark family of hierbench.compositional found under the data root",
+    tuple(COMPOSITIONAL.values()),
+    (("Compositional benchmarks (headline numbers)",
+      (("SugarCrepe", "sugarcrepe/macro"), ("SugarCrepe++ ITT", "scpp_itt_acc/macro"), ("SugarCrepe++ TOT", "scpp_tot_acc/macro"),
+       ("VALSE", "valse/macro"), ("ARO Relation", "aro_vg_relation/macro"), ("ARO Attribute", "aro_vg_attribution/macro"),
+       ("COCO-Order", "aro_coco_order/micro"), ("Flickr-Order", "aro_flickr_order/micro"), ("WhatsUp", "whatsup/macro"),
+       ("CREPE", "crepe/macro"), ("Winoground group", "winoground/group_score"), ("COLA image", "cola/image_score"),
+       ("ColorSwap group", "colorswap/group_score"), ("MMVP-VLM", "mmvp/average"), ("BiVLC group", "bivlc/group"))),
+     ("VL-CheckList (radar)", tuple((t, f"vl_checklist/type/{t}") for t in ("Object", "Attribute", "Relation"))),
+     ("EqBen group score", tuple((s.removeprefix("eqben"), f"eqben/{s}/group_score") for s in _EQ)),
+     ("SPEC", (("I2T", "spec/i2t_acc"), ("T2I", "spec/t2i_acc"))),
+     ("BiVLC", tuple((m, f"bivlc/{m}") for m in ("I2T", "T2I", "group"))),
+     ("HierarCaps", (("precision", "hc_precision/hierarcaps"), ("recall", "hc_recall/hierarcaps"), ("d_corr", "d_corr/hierarcaps")))))
+
 # %% ../nbs/10k_suites.ipynb #a9754db7
-def _compositional(model, b: Benchmark, path: str, images: str | None, common: dict, items: list, log) -> dict:
-    "One compositional benchmark through `benchmarks.evaluate_benchmarks`."
-    kw = dict(world=False, image_root=images, limit=common["limit"], batch_size=common["batch_size"], per_item=items, log=log)
-    p = b.protocol
-    if p in ("sugarcrepe", "sugarcrepe_pp"):   # COCO images found by id under the folder (2014 and 2017 namings)
-        return evaluate_benchmarks(model, **{p: path}, coco_dir=images, **kw)
-    if p == "hierarcaps": return evaluate_benchmarks(model, hierarcaps=path, **kw)
-    if p == "valse": return evaluate_benchmarks(model, valse=path, **kw)
-    if p == "aro_relation": return evaluate_benchmarks(model, aro_relation=path, vg_dir=images, **kw)
-    if p == "aro_attribution": return evaluate_benchmarks(model, aro_attribution=path, vg_dir=images, **kw)
-    if p == "aro_order": return evaluate_benchmarks(model, aro_order=[path], **kw)
-    files = sorted(Path(path).glob("*.json" if p == "whatsup" else "*.csv"))
-    if not files: raise MissingFileError(f"{path}: no {'JSON' if p == 'whatsup' else 'CSV'} files")
-    res = evaluate_benchmarks(model, **{p: [str(f) for f in files]}, vg_dir=images if p == "crepe" else None, **kw)
-    macros = [v for k, v in res.items() if k.startswith(f"{p}_") and k.endswith("/macro") and "_chance" not in k.split("/")[0]]
-    if macros: res[f"{p}/macro"] = float(np.mean(macros))   # the mean over the benchmark's files, as READ averages subtasks
-    return res
+def _compositional(model, b: Benchmark, path: str, images: str | None, ctx: EvalContext) -> tuple[dict, pd.DataFrame]:
+    "One compositional benchmark through its family's runner (`hierbench.compositional.registry`), in the suite's context."
+    fam = get_family(b.protocol)
+    value = path
+    if fam.flags[0].nargs:   # WhatsUp and CREPE come as folders of files, ARO's order files one at a time
+        if b.protocol in ("whatsup", "crepe"):
+            files = sorted(Path(path).glob("*.json" if b.protocol == "whatsup" else "*.csv"))
+            if not files: raise MissingFileError(f"{path}: no {'JSON' if b.protocol == 'whatsup' else 'CSV'} files")
+            value = [str(f) for f in files]
+        else: value = [path]
+    opts = {fam.main: value, **dict(b.options)}
+    if images: opts.update(image_root=images, vg_dir=images, coco_dir=images if b.protocol in ("sugarcrepe", "sugarcrepe_pp") else None)
+    return fam.run(model, opts, ctx)
 
 def run_suite(model, suite: str | Suite, data_root: str | Path, *, batch_size: int = 64, num_workers: int | None = None,
-              limit: int | None = None, preprocess: Callable | None = None, probe: ProbeConfig = ProbeConfig(), log=print
-              ) -> tuple[dict[str, float], pd.DataFrame, list[str]]:
-    "(metrics, per-item rows, one line per skipped benchmark) of every benchmark of `suite` found under `data_root`."
+              limit: int | None = None, preprocess: Callable | None = None, probe: ProbeConfig = ProbeConfig(), log=print,
+              ctx: EvalContext | None = None) -> tuple[dict[str, float], pd.DataFrame, list[str]]:
+    """(metrics, per-item rows, one line per skipped benchmark) of every benchmark of `suite` found under `data_root`;
+    `ctx`: an evaluation context to share (its image cache), else one for the suite."""
     s = SUITES[suite] if isinstance(suite, str) else suite
     root = Path(data_root)
     if not root.is_dir(): raise MissingFileError(f"--data-root {root} is not a folder")
+    ctx = ctx or EvalContext(limit=limit, batch_size=batch_size, num_workers=num_workers, preprocess=preprocess, log=log)
     out, items, skips = {}, [], []
     def skip(what, why):
         skips.append(f"{what}: skipped — {why}")
@@ -259,15 +288,8 @@ def run_suite(model, suite: str | Suite, data_root: str | Path, *, batch_size: i
         if b.protocol in ("zeroshot", "linear_probe", "hierarchical"): continue
         path, images, why = locate(b, root)
         if path is None: skip(f"{b.protocol}/{b.name}", why); continue
-        if b.protocol == "retrieval":
-            m, r = evaluate_retrieval(model, path, name=b.name, image_root=images, log=log, **common)
-        elif b.protocol == "winoground":
-            m, r = evaluate_winoground(model, path, batch_size=batch_size, num_workers=num_workers, limit=limit,
-                                       preprocess=preprocess, log=log)
-        else:
-            rows: list = []
-            m = _compositional(model, b, path, images, common, rows, log)
-            r = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
+        if b.protocol == "retrieval": m, r = evaluate_retrieval(model, path, name=b.name, image_root=images, log=log, **common)
+        else: m, r = _compositional(model, b, path, images, ctx)
         out.update(m); items.append(r)
     if len(skips) == len(s.benchmarks):   # a wrong --data-root, not a suite with nothing to score
         first = next(b for b in s.benchmarks if b.paths)

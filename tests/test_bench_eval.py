@@ -1,4 +1,4 @@
-"Section `evals` of `hierbench bench` at quick sizes: it runs through `run_benchmarks`, both sides agree on every number, the report says so (no timing assertions)."
+"Section `evals` of `hierbench bench` at quick sizes (zero-shot, retrieval and, since issue 47, the compositional families): it runs through `run_benchmarks`, both sides agree on every number, the report says so (no timing assertions)."
 from hierbench.bench import format_report, run_benchmarks
 from hierbench.bench_eval import EVAL_QUICK, plain_retrieval, plain_zeroshot, bench_folders
 
@@ -11,6 +11,9 @@ def test_evals_section_agrees_with_the_plain_loops():
     assert z["ratio"] > 0 and r["ratio"] > 0
     text = format_report(report)
     assert "== evals" in text and "metrics equal: True" in text and "recalls equal: True" in text
+    c = report["evals"]["compositional"]   # issue 47: the seven families against a plain per-item loop
+    assert all(c["metrics_equal"].values()) and len(c["metrics_equal"]) >= 20 and c["ratio"] > 0
+    assert f"numbers equal: {len(c['metrics_equal'])}/{len(c['metrics_equal'])}" in text
 
 
 def test_plain_loops_read_the_folders_as_written(tmp_path):

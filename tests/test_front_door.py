@@ -53,7 +53,7 @@ def _extras_import_names() -> set[str]:
     from pathlib import Path
     meta = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
     names = set()
-    for extra in ("lab", "docs", "t5", "track", "lora", "onnx", "view"):
+    for extra in ("lab", "docs", "t5", "track", "lora", "onnx", "parquet", "view"):
         for req in meta["optional-dependencies"][extra]:
             dist = re.match(r"[A-Za-z0-9_.-]+", req)[0]
             names.add(_IMPORT_NAME.get(dist, dist.replace("-", "_")))
@@ -66,20 +66,20 @@ def test_notebook_tools_are_extras_not_core():
     meta = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
     core = {re.match(r"[A-Za-z0-9_.-]+", r)[0].lower() for r in meta["dependencies"]}
     assert not core & {"jupyterlab", "ipywidgets", "umap-learn", "geoopt", "nbdev", "nbconvert", "jupyter-server-mathjax", "kaleido"}
-    assert {"hierbench[lab,docs,t5,track,lora,onnx]", "pytest"} <= set(meta["optional-dependencies"]["dev"])   # the README's install
+    assert {"hierbench[lab,docs,t5,track,lora,onnx,parquet]", "pytest"} <= set(meta["optional-dependencies"]["dev"])   # the README's install
     # [view] (HyperView) stays out of [dev]: it pins numpy<2.4 and huggingface-hub<2.0 (ARCHITECTURE.md, CI's .venv-view)
     assert not any("view" in r for r in meta["optional-dependencies"]["dev"]) and meta["optional-dependencies"]["view"][0].startswith("hyperview")
     assert set(meta["optional-dependencies"]["track"]) == {"tensorboard", "wandb"} and meta["optional-dependencies"]["lora"][0].startswith("peft")
 
 
 def test_every_module_imports_without_the_extras(tmp_path):
-    "A core install (no [lab], [docs], [t5], [track], [lora]): every library module still imports; the extras' packages are stubbed out."
+    "A core install (no [lab], [docs], [t5], [track], [lora], [parquet], ...): every library module — the subpackage's too — still imports; the extras' packages are stubbed out."
     for name in _extras_import_names():
         (tmp_path / name).mkdir()
         (tmp_path / name / "__init__.py").write_text(f"raise ModuleNotFoundError('{name} (a core install)', name='{name}')")
     code = ("import importlib, pkgutil, hierbench; bad = []\n"
-            "for m in pkgutil.iter_modules(hierbench.__path__):\n"
-            "    try: importlib.import_module('hierbench.' + m.name)\n"
+            "for m in pkgutil.walk_packages(hierbench.__path__, 'hierbench.'):\n"
+            "    try: importlib.import_module(m.name)\n"
             "    except Exception as e: bad.append(f'{m.name}: {e!r}')\n"
             "print(bad)")
     import os

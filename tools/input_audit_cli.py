@@ -1,7 +1,9 @@
 """The input audit through the command line: every format issue 32 added (CLIP_benchmark classification and retrieval
 WebDatasets, ImageFolder, ImageNet val, COCO-captions / Karpathy / Flickr retrieval files, Winoground, class
-hierarchies, a `--suite` data root) given malformed, and run as a user runs it: `hierbench eval ... --json M.json`;
-issue 46 added damaged ONNX exports (`eval --scorer onnx:DIR`) and `hierbench view` on photos without captions.
+hierarchies, a `--suite` data root) and every compositional family issue 47 added (VL-CheckList, EqBen, SPEC, MMVP-VLM,
+BiVLC, ColorSwap, COLA; each in its released layout) given malformed, and run as a user runs it:
+`hierbench eval ... --json M.json`; issue 46 added damaged ONNX exports (`eval --scorer onnx:DIR`) and `hierbench view`
+on photos without captions.
 
     python tools/input_audit.py            # this table after the loaders' one
 
@@ -35,7 +37,8 @@ HANG_SECONDS = 120
 # the cases that also run as real `hierbench` processes (a torch import each: a few seconds apiece)
 SUBPROCESS_CASES = (("CLIP_benchmark classification (wds)", "no classnames.txt"), ("COCO-captions", "malformed JSON"),
                     ("Winoground", "an image absent"), ("class hierarchy", "a cycle"),
-                    ("--suite data root", "a data root with nothing in it"), ("ONNX export (--scorer onnx:DIR)", "image.onnx cut short"))
+                    ("--suite data root", "a data root with nothing in it"), ("ONNX export (--scorer onnx:DIR)", "image.onnx cut short"),
+                    ("MMVP-VLM", "an odd number of rows"))
 
 # ---- tiny files ---------------------------------------------------------------------------------------------------
 COLOURS = [(200, 30, 30), (30, 200, 30), (30, 30, 200), (200, 200, 30), (30, 200, 200), (200, 30, 200)]
@@ -379,10 +382,174 @@ def _mkdirs(d: Path) -> Path:
 
 def _has(*modules) -> bool: return all(importlib.util.find_spec(m) for m in modules)
 
+# ---- the compositional families of issue 47, in their released layouts ------------------------------------------
+def vl_checklist(d: Path, recs=None, yaml_text=None, images=True) -> list[str]:
+    "A VL-CheckList folder (corpus/v1/Object/Location/center/vg_obj.yaml → data JSON) and its image root (vg/VG_100K/)."
+    repo, root = d / "VL-CheckList", d / "images"
+    anno = "data/Object/Location/vg_location/vg_obj_center.json"
+    (repo / "corpus/v1/Object/Location/center").mkdir(parents=True, exist_ok=True)
+    (repo / "corpus/v1/Object/Location/center/vg_obj.yaml").write_text(yaml_text if yaml_text is not None else f'ANNO_PATH: "{anno}"\nIMG_ROOT: "vg/"\nTYPE: "TUPLE_JSON"\n')
+    recs = [[f"VG_100K/{i}.png", {"POS": [f"a red thing {i}"], "NEG": [f"a blue thing {i}"]}] for i in range(N)] if recs is None else recs
+    (repo / anno).parent.mkdir(parents=True, exist_ok=True)
+    (repo / anno).write_text(recs if isinstance(recs, str) else json.dumps(recs))
+    if images:
+        for i in range(N): write_png(root / "vg" / "VG_100K" / f"{i}.png", i)
+    return ["--vl-checklist", str(repo), "--image-root", str(root)]
+
+def _vlc_cases():
+    F = "VL-CheckList"
+    anno = "vg_obj_center.json"
+    handled = dict(expect="handled", bench="vl_checklist", count_key="vl_checklist/set_aside")
+    def gone(d): f = vl_checklist(d); (d / "images/vg/VG_100K/2.png").unlink(); return f
+    def corrupt(d): f = vl_checklist(d); (d / "images/vg/VG_100K/2.png").write_bytes(b"\x89PNG\r\n\x1a\n truncated"); return f
+    bad = lambda mut: lambda d: vl_checklist(d, recs=mut([[f"VG_100K/{i}.png", {"POS": [f"p{i}"], "NEG": [f"n{i}"]}] for i in range(N)]))
+    def no_neg(r): r[1][1].pop("NEG"); return r
+    def leaves(r): r[3][0] = "../../../etc/passwd"; return r
+    yield Case("an image named but absent", F, gone, **handled)
+    yield Case("a corrupt image", F, corrupt, **handled)
+    yield Case("a YAML without ANNO_PATH", F, lambda d: vl_checklist(d, yaml_text='IMG_ROOT: "vg/"\n'), "clear", ("vg_obj.yaml", "ANNO_PATH"))
+    yield Case("a record without NEG", F, bad(no_neg), "clear", (anno, "record '1'", "NEG"))
+    yield Case("malformed JSON", F, lambda d: vl_checklist(d, recs='[["VG_100K/0.png", {"POS": '), "clear", (anno, "not valid JSON"))
+    yield Case("an empty file", F, lambda d: vl_checklist(d, recs=[]), "clear", (anno, "no records"))
+    yield Case("an image path leaving the root", F, bad(leaves), "clear", (anno, "leaves the image root"))
+    yield Case("no corpus folder", F, lambda d: ["--vl-checklist", str(_mkdir_plain(d)), "--image-root", str(d)], "clear", ("corpus/v1",))
+    yield Case("no image root", F, lambda d: vl_checklist(d)[:2], "clear", ("--image-root",))
+
+def _mkdir_plain(d: Path) -> Path:
+    d.mkdir(parents=True, exist_ok=True); return d
+
+def eqben(d: Path, recs=None) -> list[str]:
+    "An EqBen folder with eqbensd.json (a list of {image0, caption0, image1, caption1}) and its frames."
+    for i in range(2 * N): write_png(d / "frames" / f"{i}.png", i)
+    recs = [dict(image0=f"frames/{2 * i}.png", image1=f"frames/{2 * i + 1}.png", caption0=f"a red car {i}", caption1=f"a blue car {i}")
+            for i in range(N)] if recs is None else recs
+    (d / "eqbensd.json").write_text(recs if isinstance(recs, str) else json.dumps(recs))
+    return ["--eqben", str(d)]
+
+def _eqben_cases():
+    F = "EqBen"
+    handled = dict(expect="handled", bench="eqben", count_key="eqben/eqbensd/set_aside")
+    def recs(mut):
+        r = [dict(image0=f"frames/{2 * i}.png", image1=f"frames/{2 * i + 1}.png", caption0=f"a red car {i}", caption1=f"a blue car {i}") for i in range(N)]
+        mut(r); return r
+    def gone(d): f = eqben(d); (d / "frames/5.png").unlink(); return f
+    yield Case("an image absent", F, gone, **handled)
+    yield Case("the same caption twice", F, lambda d: eqben(d, recs(lambda r: r[1].update(caption1=r[1]["caption0"]))), **handled)
+    yield Case("a missing field", F, lambda d: eqben(d, recs(lambda r: r[2].pop("caption1"))), "clear", ("eqbensd.json", "record '2'", "caption1"))
+    yield Case("an empty subset", F, lambda d: eqben(d, []), "clear", ("eqbensd.json", "no records"))
+    yield Case("malformed JSON", F, lambda d: eqben(d, '[{"image0": '), "clear", ("eqbensd.json", "not valid JSON"))
+    yield Case("no subset file", F, lambda d: ["--eqben", str(_mkdir_plain(d))], "clear", ("eqbensd.json",))
+
+def spec(d: Path, i2t=None, t2i=None) -> list[str]:
+    "A SPEC data root with count/ (image2text.json, text2image.json, images/)."
+    sub = d / "count"
+    for i in range(N): write_png(sub / "images" / f"{i}.png", i)
+    i2t = [dict(query=f"images/{i}.png", keys=[f"{i} red cars", f"{i + 1} red cars"], label=0) for i in range(2)] if i2t is None else i2t
+    t2i = [dict(query=f"{i} blue boats", keys=["images/2.png", "images/3.png"], label=i) for i in range(2)] if t2i is None else t2i
+    (sub / "image2text.json").write_text(json.dumps(i2t)); (sub / "text2image.json").write_text(json.dumps(t2i))
+    return ["--spec", str(d)]
+
+def _spec_cases():
+    F = "SPEC"
+    def gone(d): f = spec(d); (d / "count/images/0.png").unlink(); return f
+    yield Case("an image absent", F, gone, "handled", bench="spec", count_key="spec/count/set_aside")
+    yield Case("a label out of range", F, lambda d: spec(d, t2i=[dict(query="q", keys=["images/2.png", "images/3.png"], label=2)]),
+               "clear", ("text2image.json", "label"))
+    yield Case("a missing field", F, lambda d: spec(d, i2t=[dict(query="images/0.png", label=0)]), "clear", ("image2text.json", "keys"))
+    yield Case("no subset folder", F, lambda d: ["--spec", str(_mkdir_plain(d))], "clear", ("existence",))
+
+def mmvp(d: Path, rows=None) -> list[str]:
+    "Questions.csv and 'MLLM_VLM Images/<Type>/<qid>.jpg' (PNG bytes under the official names: PIL reads them by content)."
+    rows = [(q, "Orientation and Direction", f"the thing number {q}") for q in range(1, 2 * N + 1)] if rows is None else rows
+    (d / "Questions.csv").parent.mkdir(parents=True, exist_ok=True)
+    (d / "Questions.csv").write_text("Question ID,Type,Statement\n" + "".join(f"{q},{t},{s}\n" for q, t, s in rows))
+    for q, t, _ in rows:
+        if str(q).isdigit(): write_png(d / "MLLM_VLM Images" / t / f"{q}.jpg", int(q))
+    return ["--mmvp", str(d)]
+
+def _mmvp_cases():
+    F = "MMVP-VLM"
+    def gone(d): f = mmvp(d); (d / "MLLM_VLM Images/Orientation and Direction/4.jpg").unlink(); return f
+    base = lambda: [(q, "Orientation and Direction", f"the thing number {q}") for q in range(1, 2 * N + 1)]
+    yield Case("an image absent", F, gone, "handled", bench="mmvp", count_key="mmvp/set_aside")
+    yield Case("an odd number of rows", F, lambda d: mmvp(d, base()[:-1]), "clear", ("Questions.csv", "odd number"))
+    yield Case("a question id that is not a number", F, lambda d: mmvp(d, [("one", "Texts", "a sign")] + base()[1:]), "clear",
+               ("Questions.csv", "row 2", "Question ID"))
+    yield Case("no Questions.csv", F, lambda d: ["--mmvp", str(_mkdir_plain(d))], "clear", ("Questions.csv",))
+
+def bivlc(d: Path, rows=None, columns=None) -> list[str]:
+    "data/test-00000-of-00001.parquet as the Hub holds BiVLC's test split (image, negative_image as {bytes, path})."
+    import pyarrow as pa, pyarrow.parquet as pq
+    rows = [dict(image={"bytes": png(COLOURS[i]), "path": None}, caption=f"a red thing {i}", negative_caption=f"a blue thing {i}",
+                 negative_image={"bytes": png(COLOURS[(i + 3) % 6]), "path": None}, type="replace", subtype="replace_att")
+            for i in range(N)] if rows is None else rows
+    if columns: rows = [{k: v for k, v in r.items() if k in columns} for r in rows]
+    (d / "data").mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows), d / "data" / "test-00000-of-00001.parquet")
+    return ["--bivlc", str(d)]
+
+def _bivlc_cases():
+    F = "BiVLC"
+    def rows(mut):
+        r = [dict(image={"bytes": png(COLOURS[i]), "path": None}, caption=f"a red thing {i}", negative_caption=f"a blue thing {i}",
+                  negative_image={"bytes": png(COLOURS[(i + 3) % 6]), "path": None}, type="replace", subtype="replace_att") for i in range(N)]
+        mut(r); return r
+    handled = dict(expect="handled", bench="bivlc", count_key="bivlc/set_aside")
+    yield Case("a row without its negative image", F, lambda d: bivlc(d, rows(lambda r: r[1].update(negative_image=None))), **handled)
+    yield Case("an image that does not decode", F, lambda d: bivlc(d, rows(lambda r: r[2].update(image={"bytes": b"not an image", "path": None}))), **handled)
+    yield Case("a missing column", F, lambda d: bivlc(d, columns=("image", "caption", "negative_image", "type", "subtype")), "clear",
+               ("test-00000-of-00001.parquet", "negative_caption"))
+    yield Case("no parquet files", F, lambda d: ["--bivlc", str(_mkdir_plain(d))], "clear", ("test-*.parquet",))
+    yield Case("not a parquet file", F, lambda d: _garbage_parquet(d), "clear", ("test-00000-of-00001.parquet", "not a readable parquet"))
+
+def _garbage_parquet(d: Path) -> list[str]:
+    (d / "data").mkdir(parents=True, exist_ok=True); (d / "data" / "test-00000-of-00001.parquet").write_bytes(b"PAR1 no parquet" * 10)
+    return ["--bivlc", str(d)]
+
+def colorswap(d: Path, recs=None) -> list[str]:
+    "test.json (ids, caption_1/2, image_1/2 under images/) and images/img_<id>_<k>.png."
+    for i in range(N):
+        for k in (1, 2): write_png(d / "images" / f"img_{i}_{k}.png", 2 * i + k)
+    recs = [dict(id=i, caption_1=f"a yellow hat and a white dress {i}", caption_2=f"a white hat and a yellow dress {i}",
+                 image_1=f"images/img_{i}_1.png", image_2=f"images/img_{i}_2.png") for i in range(N)] if recs is None else recs
+    (d / "test.json").write_text(json.dumps(recs))
+    return ["--colorswap", str(d)]
+
+def _colorswap_cases():
+    F = "ColorSwap"
+    def recs(mut):
+        r = [dict(id=i, caption_1=f"a yellow hat {i}", caption_2=f"a white hat {i}", image_1=f"images/img_{i}_1.png",
+                  image_2=f"images/img_{i}_2.png") for i in range(N)]
+        mut(r); return r
+    def gone(d): f = colorswap(d); (d / "images/img_1_2.png").unlink(); return f
+    yield Case("an image absent", F, gone, "handled", bench="colorswap", count_key="colorswap/set_aside")
+    yield Case("a missing field", F, lambda d: colorswap(d, recs(lambda r: r[2].pop("caption_2"))), "clear", ("test.json", "caption_2"))
+    yield Case("ids duplicated", F, lambda d: colorswap(d, recs(lambda r: r[1].update(id=0))), "clear", ("test.json", "duplicate id"))
+    yield Case("no test.json", F, lambda d: ["--colorswap", str(_mkdir_plain(d))], "clear", ("test.json",))
+
+def cola(d: Path, data=None) -> list[str]:
+    "COLA's multi-object JSON ([image URL, caption, image URL, caption]) and its images by file name under vg/VG_100K/."
+    url = "https://cs-people.bu.edu/array/data/vg_gqa_images/{}.jpg".format
+    for i in range(2 * N): write_png(d / "vg" / "VG_100K" / f"{2400000 + i}.jpg", i)
+    data = [[url(2400000 + 2 * i), f"white shirt and blue pants {i}", url(2400001 + 2 * i), f"blue shirt and white pants {i}"]
+            for i in range(N)] if data is None else data
+    (d / "COLA_multiobjects_matching_benchmark.json").write_text(json.dumps(data))
+    return ["--cola", str(d / "COLA_multiobjects_matching_benchmark.json"), "--image-root", str(d / "vg")]
+
+def _cola_cases():
+    F = "COLA"
+    def gone(d): f = cola(d); (d / "vg/VG_100K/2400003.jpg").unlink(); return f
+    def three(d):
+        f = cola(d); p = Path(f[1]); data = json.loads(p.read_text()); data[2] = data[2][:3]; p.write_text(json.dumps(data)); return f
+    yield Case("an image found nowhere", F, gone, "handled", bench="cola", count_key="cola/set_aside")
+    yield Case("a record of three entries", F, three, "clear", ("COLA_multiobjects_matching_benchmark.json", "record '2'"))
+    yield Case("no image root", F, lambda d: cola(d)[:2], "clear", ("--image-root",))
+
 def all_cases() -> list[Case]:
     return [*_classification_cases(), *_retrieval_wds_cases(), *_image_folder_cases(), *_imagenet_cases(),
             *_retrieval_file_cases(), *_winoground_cases(), *_hierarchy_cases(), *_suite_cases(),
-            *(_onnx_cases() if _has("onnxruntime", "onnxscript") else ()), *_view_cases()]
+            *(_onnx_cases() if _has("onnxruntime", "onnxscript") else ()), *_view_cases(),
+            *_vlc_cases(), *_eqben_cases(), *_spec_cases(), *_mmvp_cases(), *_bivlc_cases(), *_colorswap_cases(), *_cola_cases()]
 
 # ---- running one case -------------------------------------------------------------------------------------------
 class _Hang(BaseException): pass
