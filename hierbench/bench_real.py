@@ -118,12 +118,13 @@ def _train_step(s: dict, forward) -> dict:
 
 # %% ../nbs/14a_bench_real.ipynb #1011fedb
 def _pipeline_images(n: int, folder: Path) -> list[Path]:
-
+    "`n` of the shipped COCO images, or where they are absent `n` random 640×480 JPEGs written into `folder` (created)."
     real = sorted((load_settings().data_root / "hierarcaps" / "test_imgs").glob("*.jpg"))[:n]
     if len(real) == n: return real
     import numpy as np
     from PIL import Image
     rng = np.random.default_rng(0)
+    folder.mkdir(parents=True, exist_ok=True)
     out = []
     for i in range(n):
         p = folder / f"noise-{i}.jpg"

@@ -26,8 +26,8 @@ ALL_RECIPES = PRETRAIN_RECIPES + FINETUNE_RECIPES
 # the headline recipes and the references their claims need; argent-no-reg and the ablations (a hyperbolic
 # pre-training each, 2.2x CLIP's step) are left to `standard`
 QUICK_RECIPES = ("clip", "meru", "hycoclip", "argent", "clip-ft", "negclip", "degla", "degla-base", "read", "read-base")
-# every recipe but ARGENT's two weighting ablations (ARG-3, ARG-4): two more hyperbolic pre-trainings per seed; `full` runs them
-STANDARD_RECIPES = tuple(r for r in ALL_RECIPES if r not in ("argent-no-weight", "argent-weight-all"))
+# every recipe: the ledger's plan (ARGENT's two weighting ablations, ARG-3 and ARG-4, joined it on 2026-12-06)
+STANDARD_RECIPES = ALL_RECIPES
 
 # %% ../nbs/11b_budgets.ipynb #87740b0f
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ BUDGETS = {
     # world defaults
     "quick": Budget("quick", "world-tiny", pretrain_steps=2000, finetune_steps=150, decoder_steps=1500, n_train=4000,
                     n_test=300, pep_pool=100, batch_size=64, recipes=QUICK_RECIPES, seeds=2),
-    # decides the claims: every recipe but ARGENT's two weighting ablations, 5 seeds. Every run setting equals quick's
+    # decides the claims: every recipe, 5 seeds (the ledger: --until-decided up to 15). Every run setting equals quick's
     # (run_key), so a standard run into quick's folder reuses quick's finished runs and adds the rest
     "standard": Budget("standard", "world-tiny", pretrain_steps=2000, finetune_steps=150, decoder_steps=1500, n_train=4000,
                        n_test=300, pep_pool=100, batch_size=64, recipes=STANDARD_RECIPES, seeds=5),

@@ -151,7 +151,10 @@ RECORDS = Path(__file__).parents[1] / "nbs" / "results" / "data" / "ledger-stand
 
 def test_the_priors_are_the_ledger_records_medians():
     "Each recipe's prior is its median training seconds over the standard ledger's recorded seeds, at their steps and batch."
-    rows = [json.loads(l) for l in gzip.open(RECORDS)]
+    # ARGENT's two weighting ablations joined the records later, trained on another machine (Intel Xeon, two runs side
+    # by side): their costs are not the AMD EPYC ledger's, so they follow their probe (hycoclip) like any new recipe
+    later = {"argent-no-weight", "argent-weight-all"}
+    rows = [r for r in map(json.loads, gzip.open(RECORDS)) if r["recipe"] not in later]
     by = {}
     for r in rows: by.setdefault(r["recipe"], []).append(r)
     assert set(by) == set(PG.RECORDED_TRAIN_SECONDS)
@@ -169,7 +172,7 @@ def test_a_crop_not_the_geometry_doubles_a_pretraining_step():
         "negclip": "finetune", "argent+degla": "finetune"}
     step = lambda r: PG.recorded_step_seconds(r, Q)
     assert step("meru") / step("clip") < 1.2 < 1.8 < step("hycoclip") / step("meru") and step("argent") / step("clip") > 1.8
-    assert step("argent-no-weight") == step("hycoclip")            # not in the records: its probe's step
+    assert step("argent-no-weight") == step("hycoclip")            # not in the priors: its probe's step
     assert step("degla") / step("negclip") > 1.8                   # four negatives and the teacher
     assert PG.recorded_step_seconds("clip", BUDGETS["full"]) == pytest.approx(step("clip") * 512 / 64)   # a step costs its batch
 
