@@ -407,6 +407,10 @@ def _parents_to_retrain(wanted: dict, rows: Mapping, out: Path) -> set:
     for r, s in need: wanted[r] = sorted(set(wanted.get(r, ())) | {s})
     return need
 
+def _uncached(retrain: set, rows: Mapping) -> set:
+    "The parents of `retrain` this machine has not retrained before (`parent_cache`): each costs a run."
+    return {p for p in retrain if not (parent_cache(rows[p]) / "retrained.json").is_file()}
+
 # %% ../nbs/11_compare.ipynb #59698958
 def _job_plan(budget, seeds, until_decided, max_seeds, round_seeds, max_hours, spending, records) -> tuple:
     """The budget, first seeds, rounds' plan and the looks the ledger is read at — the rounds', or without rounds those
@@ -466,7 +470,7 @@ def _run_compare(budget: str | Budget | None, seeds: int | None, out: Path, reci
         retrain = _parents_to_retrain(wanted, rows, out)
         runner = _TaskRunner(budget, str(out), quiet, tuple(str(p) for p in plugins), frozenset(retrain))
         tasks, deps = task_graph([r for r in order if r in wanted], wanted, k)
-        shown.begin(tasks, deps, label=f"round {len(rounds) + 1}:" if plan else "")
+        shown.begin(tasks, deps, label=f"round {len(rounds) + 1}:" if plan else "", retrain=_uncached(retrain, rows))
         done = _launch(launcher, tasks, deps, runner, shown)
         shown.end()
         for t in tasks: rows.update({(r["recipe"], r["seed"]): r for r in _task_rows(done[t])})
@@ -485,7 +489,10 @@ def _run_compare(budget: str | Budget | None, seeds: int | None, out: Path, reci
         # both arms of each open row and their parents, every seed below the next look they lack (no gaps)
         wanted = {r: [s for s in range(later[0]) if (r, s) not in rows] for r in plan_runs(need)}
         if max_hours is not None:
-            left, cost = max_hours * 3600 - (time.perf_counter() - t_start), shown.estimate(*task_graph(list(wanted), wanted, k))
+            nxt = {r: list(v) for r, v in wanted.items()}   # with the parents that round would retrain
+            again = _uncached(_parents_to_retrain(nxt, rows, out), rows)
+            left = max_hours * 3600 - (time.perf_counter() - t_start)
+            cost = shown.estimate(*task_graph([r for r in order if r in nxt], nxt, k), retrain=again)
             if cost > left:
                 log(f"compare: round {len(rounds) + 1} (about {duration(cost)}) does not fit in the {duration(left)} left "
                     f"of --max-hours {max_hours:g}: stopping with {rounds[-1]['open']} row(s) open")

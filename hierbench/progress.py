@@ -8,7 +8,7 @@ Docs: https://hierbench.github.io/hierbench/progress.html.md"""
 from __future__ import annotations
 import dataclasses, heapq, json, math, platform, shutil, statistics, sys, tempfile, time, warnings
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Collection, Mapping, Sequence
 import torch
 from fastprogress import fastprogress as fp
 from .budgets import Budget
@@ -242,6 +242,7 @@ class CompareProgress:
         self.calibrate_with, self.calibration, self.first_estimate = calibrate_with, None, None
         self.costs, self.t0, self.label = RunCosts(budget), clock(), ""
         self.tasks, self.deps, self.running, self.finished_tasks, self.reused = [], {}, {}, set(), set()
+        self.retrain = set()                 # restored runs the current tasks train again (`begin`)
         self.total = self.done = 0
         self._bar, self._said, self._drawn = None, clock(), 0.0
 
@@ -250,7 +251,11 @@ def _task_seconds(self: CompareProgress, task) -> float:
     "The expected seconds of a task: its runs not reused from the folder (the decoder task: `decoder_seconds`)."
     runs = self.runs_of(task)
     if not runs: return self.decoder_seconds
-    return sum(0.0 if run in self.reused else self.costs.seconds(run[0]) for run in runs)
+    return sum(0.0 if self._free(run) else self.costs.seconds(run[0]) for run in runs)
+
+def _free(self: CompareProgress, run) -> bool:
+    "A run the folder already holds that this round does not train again (`retrain`)."
+    return run in self.reused and run not in self.retrain
 
 def _run_fraction(self: CompareProgress, recipe: str, seed: int) -> float:
     "How far a training run is: its last logged step / its steps (0 before its first line)."
@@ -264,7 +269,7 @@ def eta(self: CompareProgress) -> float:
     left = {}
     for t in self.running:
         est = self._task_seconds(t)
-        runs = [r for r in self.runs_of(t) if r not in self.reused]
+        runs = [r for r in self.runs_of(t) if not self._free(r)]
         frac = sum(self._run_fraction(*r) for r in runs) / len(runs) if runs else 0.0
         left[t] = max(0.05 * est, est * (1 - frac))   # the last 5%: evaluation after the last step
     todo = [t for t in self.tasks if t not in self.running and t not in self.finished_tasks]
@@ -272,20 +277,23 @@ def eta(self: CompareProgress) -> float:
 
 def _note_finished(self: CompareProgress, runs) -> None:
     """Runs of `runs` the folder already holds (this budget's): they cost nothing now; the seconds of those trained
-    here feed the costs (a run restored from ledger records was timed on the machine that made them)."""
+    here feed the costs (a run restored from ledger records was timed on the machine that made them). A restored run
+    this round trains again (`self.retrain`: a new fine-tune's parent, the records keep no weights) costs a run."""
     for r in runs:
-        if r in self.reused: continue
+        if r in self.reused or r in self.retrain: continue
         row = _finished_row(Path(self.run_folder(*r)))
         if row is not None and row.get("run_key") == self.budget.run_key():
             self.reused.add(r)
             if "recorded" not in row: self.costs.add_row(row)
 
-def estimate(self: CompareProgress, tasks: Sequence, deps: Mapping) -> float:
-    "Seconds `tasks` would take from now with nothing running (for a time cap: does a round fit?); finished runs cost 0."
+def estimate(self: CompareProgress, tasks: Sequence, deps: Mapping, retrain: Collection = ()) -> float:
+    """Seconds `tasks` would take from now with nothing running (for a time cap: does a round fit?); finished runs cost
+    0, restored runs in `retrain` a run each."""
+    self.retrain = set(retrain)
     self._note_finished([r for t in tasks for r in self.runs_of(t)])
     return eta_seconds(list(tasks), deps, {t: self._task_seconds(t) for t in tasks}, self.jobs)
 
-CompareProgress._task_seconds, CompareProgress._run_fraction = _task_seconds, _run_fraction
+CompareProgress._task_seconds, CompareProgress._run_fraction, CompareProgress._free = _task_seconds, _run_fraction, _free
 CompareProgress.eta, CompareProgress.estimate, CompareProgress._note_finished = eta, estimate, _note_finished
 
 # %% ../nbs/11f_progress.ipynb #d94d3530
@@ -334,20 +342,23 @@ def _basis(self: CompareProgress) -> str:
 CompareProgress._calibrate, CompareProgress._basis = _calibrate, _basis
 
 # %% ../nbs/11f_progress.ipynb #1fc19948
-def begin(self: CompareProgress, tasks: Sequence, deps: Mapping, label: str = ""):
+def begin(self: CompareProgress, tasks: Sequence, deps: Mapping, label: str = "", retrain: Collection = ()):
     """Announce `tasks` (with `deps`, the tasks each needs): counts their runs, reads the ones the folder already holds
     (their recorded seconds feed the costs), calibrates this machine once, prints the total and the time it should
-    take (the first such estimate with runs to train is kept in `first_estimate`), opens the bar."""
+    take (the first such estimate with runs to train is kept in `first_estimate`), opens the bar. `retrain`: runs the
+    folder holds as restored from records that these tasks train again (a new fine-tune's parents): counted to train."""
     self.end()
+    self.retrain = set(retrain)
     self.tasks, self.deps, self.label = list(tasks), dict(deps), (f"{label} " if label else "")
     self.running, self.finished_tasks, self.done = {}, set(), 0
     runs = [r for t in self.tasks for r in self.runs_of(t)]
     self.total = len(runs)
     self._note_finished(runs)
-    new = [r for r in runs if r not in self.reused]
+    new = [r for r in runs if not self._free(r)]
     self._calibrate(new)
     eta = self.eta()
-    line = (f"compare: {self.label}{self.total} runs, {self.total - len(new)} already in the folder, {len(new)} to train; "
+    again = f" ({len(self.retrain & set(new))} of them parents the records keep no weights of)" if self.retrain & set(new) else ""
+    line = (f"compare: {self.label}{self.total} runs, {self.total - len(new)} already in the folder, {len(new)} to train{again}; "
             f"about {duration(eta)} " + (f"on {self.jobs} worker(s)" if self.jobs else "with no limit on workers")
             + f" ({self._basis()})")
     if new and self.first_estimate is None:   # what a finished compare can hold its wall time against
@@ -370,9 +381,14 @@ def finished(self: CompareProgress, task, result):
     rows = result if isinstance(result, list) else [result] if isinstance(result, Mapping) and result else []
     for row in rows:
         key = (row["recipe"], row["seed"])
-        reused = key in self.reused
-        if not reused: self.costs.add_row(row)
-        took = None if reused else sum(float(row.get(k) or 0) for k in ("train_seconds", "eval_seconds"))
+        again = row.get("retrained") if key in self.retrain else None
+        if again is not None:   # a restored parent trained again here: its seconds are this machine's, its row the records'
+            took = float(again.get("train_seconds") or 0.0)
+            self.costs.add_row(dict(recipe=row["recipe"], train_seconds=took, eval_seconds=0.0))
+        else:
+            reused = key in self.reused
+            if not reused: self.costs.add_row(row)
+            took = None if reused else sum(float(row.get(k) or 0) for k in ("train_seconds", "eval_seconds"))
         self.done += 1
         self.say(f"{self._status()}  {run_line(row, took)}")
 
@@ -382,7 +398,7 @@ def tick(self: CompareProgress):
         parts = []
         for t in self.running:
             for r in self.runs_of(t):
-                if r not in self.reused: parts.append(f"{r[0]} seed {r[1]} {100 * self._run_fraction(*r):.0f}%")
+                if not self._free(r): parts.append(f"{r[0]} seed {r[1]} {100 * self._run_fraction(*r):.0f}%")
         self.say(f"{self._status()}  training: {', '.join(parts) or 'READ decoder'}")
     else: self._draw()
 

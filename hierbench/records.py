@@ -9,7 +9,8 @@ from __future__ import annotations
 import dataclasses, gzip, hashlib, json, platform, shutil, subprocess, time, zipfile, zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from collections import Counter
+from typing import Mapping, Sequence
 import numpy as np, pandas as pd
 from .budgets import Budget, budget_from_meta, eval_scene_counts
 from .claims import CLAIMS, claims_document, claims_ledger
@@ -193,7 +194,8 @@ def _share(arrays: dict) -> dict:
     return out
 
 # %% ../nbs/11g_records.ipynb #73504d09
-_RUN_FIELDS_DROPPED = ("run_key", "run_fingerprint")   # the settings hash stands for them (ledger.json keeps them once)
+_RUN_FIELDS_DROPPED = ("run_key", "run_fingerprint",   # the settings hash stands for them (ledger.json keeps them once)
+                       "recorded")                     # a restored run's marker: a path of that folder (`made` says where it trained)
 _RECORDS_README = """# Ledger records: {name}
 
 What `hierbench claims` recomputes the claims ledger from, with no checkpoint and no training: every run of the
@@ -209,11 +211,12 @@ hierbench compare --budget {budget} --until-decided --max-seeds {max_seeds} --fr
 | file | what |
 |---|---|
 | `ledger.json` | format `{fmt}`; the plan (`budget`, `recipes`, `seeds`, `until_decided`: looks, rounds, seeds per recipe), the budget's `run_key` and each recipe's fingerprint (what the settings hash covers), the architecture, the scenes each split resamples (`scenes`), which per-item records each run keeps (`kept`), the compare's `meta` and where the records were made (`made`) |
-| `runs.jsonl.gz` | one JSON line per run: `recipe`, `seed`, `settings_sha256` (SHA-256 of the budget's run key and the recipe's fingerprint), `weights_sha256` (of the weights on the machine that trained it), `metrics` (every world metric), `train_seconds`, `samples_per_second`, `final_loss`, `steps`, `batch_size`, `seed_group`, `stage` (fine-tunes: validation terms and plateau), `pep_analysis` (pre-trainings: the angles behind PEP by step) |
+| `runs.jsonl.gz` | one JSON line per run: `recipe`, `seed`, `settings_sha256` (SHA-256 of the budget's run key and the recipe's fingerprint), `weights_sha256` (of the weights on the machine that trained it), `metrics` (every world metric), `train_seconds`, `samples_per_second`, `final_loss`, `made` (the `cpu` the run was trained on; the `commit` and `date` of the records it first entered), `steps`, `batch_size`, `seed_group`, `stage` (fine-tunes: validation terms and plateau), `pep_analysis` (pre-trainings: the angles behind PEP by step) |
 | `items.npz` | per-item arrays, keys `RECIPE|SEED|split|record|field`; a field equal in every run (scene indices, negative types, levels) once as `*|*|split|record|field`. A run keeps the records of the claim rows it is an arm of, at the seeds each row read. PEP's angles, kept for PEP AUC/AP only, are floored at π/2 (PEP's score reads an angle only below π/2: the same scores, exactly) |
 | `claims.json` | the ledger as computed from these records when they were written; `hierbench claims` must reproduce it exactly |
 
-Made {date} from `{source}` at hierbench commit `{commit}` on {cpu} (Python {python}, torch {torch}).
+Made {date} from `{source}` at hierbench commit `{commit}` on {cpu} (Python {python}, torch {torch}). Its runs, by the
+CPU they were trained on and the records they first entered: {trained}.
 """
 
 # %% ../nbs/11g_records.ipynb #036cee4e
@@ -225,6 +228,28 @@ def _folder_meta(out: Path, plan: RunPlan) -> dict:
         (meta.get("until_decided") or {}).get("seeds_per_recipe") == (plan.until_decided or {}).get("seeds_per_recipe"))
     return meta if same else dict(budget=dataclasses.asdict(plan.budget), seeds=plan.seeds, recipes=list(plan.recipes),
                                   **report_only_meta(plan))
+
+# %% ../nbs/11g_records.ipynb #9766b880
+_MADE_KEYS = ("cpu", "commit", "date")
+
+def _run_made(row: Mapping, here: Mapping) -> dict:
+    """Where run `row` comes from: the `cpu` it was trained on, the `commit` and `date` of the records it first entered —
+    its own `made` (records written since runs carry it), its records' `made` for a run restored from records, else
+    this machine and these records (`here`, `_made_on()`)."""
+    if row.get("made"): return {k: row["made"].get(k) for k in _MADE_KEYS}
+    rec = row.get("recorded")
+    if rec is None: return {k: here.get(k) for k in _MADE_KEYS}
+    made = rec.get("made")
+    if made is None:   # restored before the marker carried it: the records' ledger.json, where that folder still is
+        try: made = json.loads((Path(rec["records"]) / LEDGER_FILE).read_text()).get("made")
+        except (OSError, ValueError, KeyError, TypeError): made = None
+    return {k: (made or {}).get(k) for k in _MADE_KEYS}
+
+def _trained_words(made: Sequence[Mapping]) -> str:
+    "How many runs were trained where, for the records' README."
+    n = Counter((m.get("cpu"), m.get("commit"), m.get("date")) for m in made)
+    return "; ".join(f"{c} on {cpu or 'an unrecorded CPU'} at commit `{(commit or '?')[:7]}` ({date or 'date unrecorded'})"
+                     for (cpu, commit, date), c in n.items())
 
 # %% ../nbs/11g_records.ipynb #4d36912e
 def write_records(compare_dir: str | Path, out: str | Path) -> Path:
@@ -250,14 +275,16 @@ def write_records(compare_dir: str | Path, out: str | Path) -> Path:
         fields={k: sorted(v) for k, v in _fields_of(arrays).items()},
         meta=meta, made={**made, "source": str(compare_dir)},
         **({"plugins": list(plan.plugins)} if plan.plugins else {}))
-    lines = [json.dumps(json_safe({**{k: v for k, v in r.items() if k not in _RUN_FIELDS_DROPPED},
-                                    "settings_sha256": settings_hash(r["run_key"], r["run_fingerprint"])})) for r in runs]
+    trained = [_run_made(r, made) for r in runs]
+    lines = [json.dumps(json_safe({**{k: v for k, v in r.items() if k not in _RUN_FIELDS_DROPPED}, "made": m,
+                                    "settings_sha256": settings_hash(r["run_key"], r["run_fingerprint"])}))
+             for r, m in zip(runs, trained)]
     until = plan.until_decided or {}
     readme = _RECORDS_README.format(
         name=out.name, budget=plan.budget.name, n_runs=len(runs), n_recipes=len(plan.recipes),
         seeds=", ".join(f"{r} {plan.seeds_of(r)}" for r in plan.recipes), rel=out, fmt=RECORDS_FORMAT,
         max_seeds=(until.get("plan") or {}).get("looks", [plan.seeds])[-1], date=made["date"], source=compare_dir,
-        commit=made["commit"], cpu=made["cpu"], python=made["python"], torch=made["torch"])
+        commit=made["commit"], cpu=made["cpu"], python=made["python"], torch=made["torch"], trained=_trained_words(trained))
     tmp = out.with_name(f".{out.name}.writing")
     if tmp.exists(): shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
@@ -428,7 +455,8 @@ def restore_records(records: LedgerRecords, out: str | Path) -> int:
         folder = run_dir(out, r, s)
         save_items(folder / "items.npz", {sp: dict(v) for sp, v in records.items[(r, s)].items()})
         atomic_write_text(folder / "eval.json", json.dumps(json_safe({**row, "recorded": dict(
-            records=str(records.folder), arch=records.ledger["arch"])}), indent=1))
+            records=str(records.folder), arch=records.ledger["arch"],
+            made=row.get("made") or {k: (records.ledger.get("made") or {}).get(k) for k in _MADE_KEYS})}), indent=1))
         written += 1
     if not (out / "plan.json").exists():   # the plan the records were made under: a continuation must keep it
         atomic_write_text(out / "plan.json", json.dumps(records.plan.record(), indent=1))

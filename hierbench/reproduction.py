@@ -128,6 +128,7 @@ def reproduction_check(out: str | Path, rows: Sequence[Mapping], records: str | 
         why = ("the records were made under other run settings (another budget or world)" if not keyed & {
                    settings_hash(r["run_key"], r["run_fingerprint"]) for r in rec.runs} else "none of its runs is one the records hold")
         return dict(where, skipped=f"this folder shares no run with {rec.folder}: {why}")
+    where["recorded_on"] = _twins_cpu(rec, pairs)
     mine = [r for r in rows if "recorded" not in r]
     items = {(r["recipe"], r["seed"]): load_items(run_dir(out, r["recipe"], r["seed"]) / "items.npz") for r in mine
              if (run_dir(out, r["recipe"], r["seed"]) / "items.npz").is_file()}
@@ -139,6 +140,13 @@ def reproduction_check(out: str | Path, rows: Sequence[Mapping], records: str | 
                 metrics=shifts.to_dict("records"), verdict=_overall(shifts),
                 claims=dict(rows=len((rec.claims or {}).get("claims", [])), changed=changed),
                 decidable=decidable_at(rec, len(seeds), {r["recipe"] for r in rows}))
+
+def _twins_cpu(rec: LedgerRecords, pairs: pd.DataFrame) -> str | None:
+    "The CPU(s) the paired recorded runs were trained on (each run's `made`; the records' own for records without it)."
+    default = (rec.ledger.get("made") or {}).get("cpu")
+    made = {(r["recipe"], int(r["seed"])): (r.get("made") or {}).get("cpu") or default for r in rec.runs}
+    cpus = sorted({made.get((r, int(s))) for r, s in pairs[["recipe", "seed"]].drop_duplicates().itertuples(index=False)} - {None})
+    return ", ".join(cpus) or None
 
 def _overall(shifts: pd.DataFrame) -> str:
     "One word for the whole check: reproduces (every metric equivalent), shifted (any shifted), else undecided."

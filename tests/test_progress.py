@@ -275,3 +275,23 @@ def test_runs_restored_from_records_are_done_but_their_seconds_are_another_machi
     p.begin([((0, 1), "clip")], {})
     assert p.reused == {("clip", 0)} and p.costs.measured == {}            # counted as done; 900 s is not this machine's
     assert p.eta() == pytest.approx(prior_run_seconds("clip", Q))
+
+
+def test_a_restored_parent_a_new_fine_tune_needs_retrained_counts_as_a_run_to_train(tmp_path):
+    "The records keep no weights: a new fine-tune's restored parent is trained again, and the estimate says so."
+    folder = tmp_path / "runs" / "clip" / "seed0"
+    folder.mkdir(parents=True)
+    (folder / "eval.json").write_text(json.dumps(dict(_row("clip", 0, 900.0), run_key=Q.run_key(), recorded={"records": "x"})))
+    lines = []
+    p = _reporter(tmp_path, lines, [0.0])
+    tasks, deps = [((0,), "clip"), ((0,), "negclip")], {((0,), "negclip"): [((0,), "clip")]}
+    p.begin(tasks, deps, retrain={("clip", 0)})
+    assert ("clip", 0) not in p.reused and "2 runs, 0 already in the folder, 2 to train (1 of them parents" in lines[-1]
+    assert p.eta() == pytest.approx(prior_run_seconds("clip", Q) + prior_run_seconds("negclip", Q))
+    assert p.first_estimate["runs"] == 2
+    assert p.estimate(tasks, deps) == pytest.approx(prior_run_seconds("negclip", Q))          # cached: the parent is free
+    assert p.estimate(tasks, deps, retrain={("clip", 0)}) == pytest.approx(p.eta())
+    p.begin(tasks, deps, retrain={("clip", 0)})
+    p.started(tasks[0])
+    p.finished(tasks[0], dict(_row("clip", 0, 900.0), recorded={"records": "x"}, retrained=dict(train_seconds=250.0)))
+    assert p.costs.measured == {"clip": [250.0]} and lines[-1].endswith("(4 min)")   # this machine's seconds, not 900

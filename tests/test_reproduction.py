@@ -58,6 +58,23 @@ def test_a_shift_beyond_the_margin_is_called_shifted(again, recorded, tmp_path):
     assert got["comp_acc"]["verdict"] == "equivalent" and rep["verdict"] == "shifted"
 
 
+def test_records_continued_from_records_keep_where_each_run_was_trained(again, recorded, tmp_path):
+    "A run restored from records keeps its machine through the rewrite; the check names the twins' machine, not the writer's."
+    out, res = again
+    elsewhere = tmp_path / "elsewhere"; shutil.copytree(recorded, elsewhere)
+    rows = [json.loads(l) for l in gzip.open(elsewhere / "runs.jsonl.gz", "rt").read().splitlines() if l]
+    assert all(r["made"]["cpu"] and len(r["made"]["commit"] or "x" * 40) == 40 and "recorded" not in r for r in rows)
+    for r in rows: r["made"] = dict(cpu="Elsewhere CPU", commit="e" * 40, date="2026-12-01")
+    with gzip.open(elsewhere / "runs.jsonl.gz", "wt") as f: f.write("\n".join(json.dumps(r) for r in rows) + "\n")
+    assert reproduction_check(out, res["runs"], elsewhere)["recorded_on"] == "Elsewhere CPU"
+    folder = tmp_path / "continued"
+    assert R.restore_records(R.read_records(elsewhere), folder) == 9
+    again_written = R.write_records(folder, tmp_path / "rewritten")
+    kept = [json.loads(l) for l in gzip.open(again_written / "runs.jsonl.gz", "rt").read().splitlines() if l]
+    assert {r["made"]["cpu"] for r in kept} == {"Elsewhere CPU"} and all("recorded" not in r for r in kept)
+    assert "9 on Elsewhere CPU at commit `eeeeeee` (2026-12-01)" in (again_written / "README.md").read_text()
+
+
 def test_why_no_check_was_made_is_said_in_one_line(again, recorded, tmp_path):
     out, res = again
     # the main job's own outputs carry the check against settings.ini's records (the committed standard ledger): other settings

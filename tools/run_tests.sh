@@ -17,8 +17,16 @@ nb_failed=$(awk '/Tests Failed On The Following Notebooks/{f=1;next} f&&/\.ipynb
 [ "$nb_rc" -ne 0 ] && [ "$nb_failed" -eq 0 ] && nb_failed=1
 nb_passed=$((n_nb - nb_failed))
 
-echo "== pytest"
-"$BIN/python" -m pytest -q -p no:cacheprovider "$@" 2>&1 | tee "$log/py.txt"
+# pytest on two worker processes (pytest-xdist, in [dev]): a test file goes whole to one worker, so its module fixtures
+# are built once; each worker gets one torch thread (two workers x two threads would oversubscribe two cores, and
+# OpenMP's spinning threads make that slower than one process). PYTEST_WORKERS=0 runs the tests in this process.
+workers="${PYTEST_WORKERS:-2}"
+xdist=()
+if [ "$workers" != 0 ] && "$BIN/python" -c "import xdist" 2>/dev/null; then xdist=(-n "$workers" --dist loadfile); fi
+echo "== pytest${xdist:+ (${workers} workers)}"
+threads=()
+[ ${#xdist[@]} -gt 0 ] && threads=(env "OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}")
+"${threads[@]}" "$BIN/python" -m pytest -q -p no:cacheprovider "${xdist[@]}" "$@" 2>&1 | tee "$log/py.txt"
 py_rc=${PIPESTATUS[0]}
 summary=$(grep -E '^(=+ )?[0-9]+ (passed|failed|skipped|error)' "$log/py.txt" | tail -1)
 num() { echo "$summary" | grep -oE "[0-9]+ $1" | grep -oE '^[0-9]+' || echo 0; }
