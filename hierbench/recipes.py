@@ -337,7 +337,7 @@ def _coerce(field: str, current, value):
         if isinstance(current, tuple) or (current is None and "+" in value): return tuple(value.split("+"))
         if current is None: return None if value.lower() == "none" else float(value)
         return value
-    except ValueError as e: raise SettingsError(f"{field}={value!r}: not a {type(current).__name__} ({e})") from None
+    except ValueError as e: raise SettingsError(f"{field}={value!r}: not {'an' if type(current).__name__[0] in 'aeiou' else 'a'} {type(current).__name__} ({e})") from None
 
 def _variant_name(recipe: Recipe, settings: Mapping) -> str:
     fmt = lambda v: "+".join(map(str, v)) if isinstance(v, tuple) else f"{v:g}" if isinstance(v, float) else str(v)

@@ -44,7 +44,7 @@ def test_a_point_equal_to_the_base_is_the_base(swept):
 
 
 @pytest.mark.parametrize("grid,message", [("weights.distil=0,1", "has no field 'weights.distil'"),
-                                          ("num_negatives=2,x", "num_negatives='x': not a int"),
+                                          ("num_negatives=2,x", "num_negatives='x': not an int"),
                                           ("weights.distill=-1", "weights must be >= 0"),
                                           ("weights.distill", "write FIELD=V1,V2")])
 def test_a_bad_grid_is_one_line_and_writes_nothing(grid, message, tmp_path):
