@@ -28,6 +28,7 @@ from .report import render_report, save_static_figures, stage_table, summary_tab
 from .sources import WorldData, WorldDataset, world_captions
 from .train import Preempted, plateau_step, read_metrics
 from .world import build_split
+from .records import trained_elsewhere
 from .reproduction import reproduction_check, reproduction_html
 from .progress import CompareProgress, duration, prior_decoder_seconds
 from .stats import SequentialPlan, look_schedule
@@ -433,6 +434,14 @@ def _job_meta(launcher, k: int, wall: float, shown, records, plugins: list) -> d
                 **({"plugins": plugins} if plugins else {}),
                 **({"continued_from": str(records.folder)} if records is not None else {}))
 
+def _machines(runs: list, order: list, records, log) -> dict:
+    "`{trained_elsewhere}` (said once) where runs restored from `records` trained on another CPU meet runs trained here."
+    elsewhere = trained_elsewhere(runs, order) if records is not None else {}
+    if not elsewhere or all("recorded" in r for r in runs): return {}
+    log(f"compare: the records' runs were trained on {', '.join(sorted({c for v in elsewhere.values() for c in v}))}, "
+        "this job's here: a claim row pairing the two differs in the machine too (the reproduction check measures it)")
+    return dict(trained_elsewhere=elsewhere)
+
 # %% ../nbs/11_compare.ipynb #fa78be4d
 def _run_compare(budget: str | Budget | None, seeds: int | None, out: Path, recipes: list[str] | None, quiet: bool,
                  jobs: int | None, log: Callable, launcher=None, progress: bool = True, until_decided: bool = False,
@@ -500,6 +509,7 @@ def _run_compare(budget: str | Budget | None, seeds: int | None, out: Path, reci
         n = later[0]
     runs = [rows[k] for k in sorted(rows, key=lambda k: (k[1], order.index(k[0])))]
     meta = _job_meta(launcher, k, time.perf_counter() - t_start, shown, records, used)
+    meta.update(_machines(runs, order, records, log))
     if looks:   # also a fixed-seed run continuing records: its seeds per recipe and the looks its rows are read at
         meta["until_decided"] = dict(plan=dataclasses.asdict(looks), seeds_per_recipe=_seeds_per_recipe(rows, order),
                                      rounds=rounds, stopped=stopped if plan else "fixed seeds")

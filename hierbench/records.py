@@ -25,9 +25,9 @@ from .stats import SequentialPlan
 
 # %% auto #0
 __all__ = ['RECORDS_FORMAT', 'LEDGER_FILE', 'RUNS_FILE', 'ITEMS_FILE', 'CLAIMS_FILE', 'SHARED', 'RecordsError', 'records_read',
-           'RunPlan', 'read_plan', 'finished_runs', 'report_only_meta', 'write_records', 'NotKeptError',
-           'LedgerRecords', 'read_records', 'ledger_from_records', 'ledger_differences', 'restore_records',
-           'ledger_from_folder', 'forest_title']
+           'RunPlan', 'read_plan', 'finished_runs', 'report_only_meta', 'trained_elsewhere', 'write_records',
+           'NotKeptError', 'LedgerRecords', 'read_records', 'ledger_from_records', 'ledger_differences',
+           'restore_records', 'ledger_from_folder', 'forest_title']
 
 # %% ../nbs/11g_records.ipynb #0abb420b
 RECORDS_FORMAT = "hierbench-ledger-records/1"
@@ -250,6 +250,16 @@ def _trained_words(made: Sequence[Mapping]) -> str:
     n = Counter((m.get("cpu"), m.get("commit"), m.get("date")) for m in made)
     return "; ".join(f"{c} on {cpu or 'an unrecorded CPU'} at commit `{(commit or '?')[:7]}` ({date or 'date unrecorded'})"
                      for (cpu, commit, date), c in n.items())
+
+def trained_elsewhere(runs: Sequence[Mapping], names: Sequence[str]) -> dict[str, list[str]]:
+    """`{recipe: [CPU, ...]}` of the runs of `names` restored from ledger records that were trained on another CPU than
+    this one (their `made`): a point trained here against such a reference differs from it in the machine as well."""
+    here, out = _made_on()["cpu"], {}
+    for r in runs:
+        if r["recipe"] in names and "recorded" in r:
+            cpu = (r.get("made") or r["recorded"].get("made") or {}).get("cpu")
+            if cpu and cpu != here: out.setdefault(r["recipe"], set()).add(cpu)
+    return {k: sorted(v) for k, v in out.items()}
 
 # %% ../nbs/11g_records.ipynb #4d36912e
 def write_records(compare_dir: str | Path, out: str | Path) -> Path:

@@ -16,6 +16,7 @@ from .claims import SUMMARY_METRICS
 from .config import SettingsError, atomic_write_text
 from .launch import launch_compare
 from .plugins import load_plugin, load_plugins
+from .records import trained_elsewhere
 from .recipes import Recipe, get_recipe, recipe_diff, recipe_fields, recipe_variant
 from .run_folder import json_safe
 from .stats import mean_interval, min_detectable_effect, paired_effect
@@ -120,8 +121,12 @@ def run_sweep(recipe: str, grid: Sequence[str], out: str | Path, budget: str | N
     log(f"sweep: {len(points)} point(s) of {base.name} against {reference.name}, {len(names)} recipe(s) → {out}")
     res = launch_compare(budget, seeds, out, names, plugins=paths, from_records=from_records, quiet=quiet, log=log, **launch)
     doc = sweep_document(res["results"], base, reference, spec, points)
+    elsewhere = trained_elsewhere(res["runs"], names)
     doc["meta"] = dict(budget=res["meta"]["budget"]["name"], seeds=res["meta"]["seeds"], plugins=res["meta"].get("plugins", []),
-                       continued_from=res["meta"].get("continued_from"))
+                       continued_from=res["meta"].get("continued_from"), trained_elsewhere=elsewhere)
+    for r, cpus in elsewhere.items():   # the pairs then differ in the machine too: say it where the effects are read
+        log(f"sweep: {r}'s runs are the records' (trained on {', '.join(cpus)}), the points' were trained here: each "
+            "effect includes this machine's shift (claims.json's reproduction check measures it)")
     atomic_write_text(out / "sweep.json", json.dumps(doc, indent=1))
     fig = sweep_figure(doc)
     atomic_write_text(out / "sweep.html", fig.to_html(include_plotlyjs="directory"))   # compare put plotly.min.js there

@@ -52,3 +52,15 @@ def test_a_bad_grid_is_one_line_and_writes_nothing(grid, message, tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 1 and res.stderr.count("\n") == 1 and message in res.stderr, res.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_reference_restored_from_another_machines_records_is_named():
+    "Points trained here against records trained elsewhere differ in the machine too: the sweep names that reference."
+    from hierbench.sweep import trained_elsewhere
+    from hierbench.records import _made_on
+    here = _made_on()["cpu"]
+    runs = [dict(recipe="degla", seed=0, recorded=dict(made=dict(cpu="Elsewhere CPU"))),   # restored, trained elsewhere
+            dict(recipe="degla", seed=1, made=dict(cpu=here), recorded={}),                 # restored, trained on this CPU
+            dict(recipe="degla-margin", seed=0, metrics={})]                                # trained here
+    assert trained_elsewhere(runs, ["degla", "degla-margin"]) == {"degla": ["Elsewhere CPU"]}
+    assert trained_elsewhere(runs[1:], ["degla", "degla-margin"]) == {}
