@@ -23,6 +23,10 @@ nb_passed=$((n_nb - nb_failed))
 workers="${PYTEST_WORKERS:-2}"
 xdist=()
 if [ "$workers" != 0 ] && "$BIN/python" -c "import xdist" 2>/dev/null; then xdist=(-n "$workers" --dist loadfile); fi
+# the docs tests read a built preview: build it once here (as CI does) so no worker builds it beside another's tests
+if [ ${#xdist[@]} -gt 0 ] && [ -z "${HIERBENCH_DOCS_DIR:-}" ]; then
+  "$BIN/hierbench" docs --out "$log/_docs" > "$log/docs.txt" 2>&1 && export HIERBENCH_DOCS_DIR="$log/_docs"
+fi
 echo "== pytest${xdist:+ (${workers} workers)}"
 threads=()
 [ ${#xdist[@]} -gt 0 ] && threads=(env "OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}")
