@@ -226,7 +226,7 @@ def _claim_row(c: Claim, wide: pd.DataFrame, items: dict | None, W: dict | None,
     """The ledger row of claim row `c` from `wide` (index (metric, seed), one column per recipe). Without `plan`: one
     95% interval over every seed both arms have (`n`); with it: `sequential_verdict` at the plan's looks, the row
     using the seeds up to its deciding (or last) look. Either way by the plan's interval (the skew-guarded t-interval
-    unless the plan says 't'), `loso_kept` of the `n` leave-one-seed-out intervals (same level and rule) keep the
+    unless the plan says 't'), `loso_kept` of the `n` leave-one-seed-out intervals (same level, rule and allowance) keep the
     verdict, and `fragile` says whether a single seed overturns it. Diagnostics of the differences over every seed both
     arms have: `skewness` (G1), `shapiro_p` (Shapiro–Wilk), and what the plain t-rule says of the same seeds under the
     same plan (`t_verdict` over `t_n` seeds, `[t_low, t_high]`; `rules_agree`)."""
@@ -244,7 +244,7 @@ def _claim_row(c: Claim, wide: pd.DataFrame, items: dict | None, W: dict | None,
     d = diffs[:seq["n"]]
     sd = float(np.std(d, ddof=1)) if len(d) > 1 else float("nan")
     blo, bhi = _boot_interval(c, list(w.index), items, W, cache) if W is not None else (np.nan, np.nan)
-    frag = fragility(d, c.direction, c.margin, level if np.isfinite(level) else 0.95, rule.interval)
+    frag = fragility(d, c.direction, c.margin, level if np.isfinite(level) else 0.95, rule.interval, seq["allowance"])
     last = plan is None or seq["n"] >= plan.looks[-1]
     return {**base, "mean_a": float(w[c.a].mean()) if len(w) else np.nan, "mean_b": float(w[c.b].mean()) if len(w) else np.nan,
             "effect": seq["effect"], "ci_low": seq["low"], "ci_high": seq["high"], "level": level, "n": len(d),

@@ -494,7 +494,8 @@ def _rule_html(ledger: pd.DataFrame) -> str:
     if any("skew-guarded" in r for r in rules):
         differ = run[run.rules_agree.eq(False)] if "rules_agree" in run else run.iloc[:0]
         text += (" A skew-guarded interval is the t-interval widened on the side the seed differences' skewness makes "
-                 "short (Hall's correction with an allowance for the tail a sample may have missed; no verdict where "
+                 "short (Hall's correction with an allowance for the tail a sample may have missed, larger at the looks "
+                 "before a plan's last; no verdict where "
                  "too few seeds meet too extreme a level), which keeps the error rate under the skewed seed noise "
                  "the rows show (<code>hierbench.stats.guarded_interval</code>); the columns <i>skewness</i> and "
                  f"<i>Shapiro–Wilk p</i> describe each row's differences, and <i>plain t-rule</i> is what the t-interval "

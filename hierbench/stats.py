@@ -14,12 +14,13 @@ import pandas as pd
 from scipy import sparse, stats as sps
 
 # %% auto #0
-__all__ = ['SKEW_ALLOWANCE', 'SKEW_REACH', 'INTERVALS', 'SPENDING', 't_half_width', 'mean_interval', 'paired_effect',
-           'min_detectable_effect', 'seeds_for_half_width', 'verdict', 'sample_skewness', 'skew_se', 'normality',
-           'hall_inverse', 'skew_term', 'guarded_bounds', 'guarded_interval', 'read_interval', 'leave_one_out_verdicts',
-           'fragility', 'alpha_spent', 'look_schedule', 'sequential_levels', 'guarded_levels', 'SequentialPlan',
-           'sequential_verdict', 'sequential_rates', 'simulate_sequential', 'power_curve', 'bootstrap_weights',
-           'ratio_replicates', 'auc_replicates', 'ap_replicates', 'paired_item_differences']
+__all__ = ['SKEW_ALLOWANCE', 'SKEW_ALLOWANCE_INTERIM', 'SKEW_ALLOWANCE_LAST', 'SKEW_REACH', 'INTERVALS', 'SPENDING',
+           't_half_width', 'mean_interval', 'paired_effect', 'min_detectable_effect', 'seeds_for_half_width', 'verdict',
+           'sample_skewness', 'skew_se', 'normality', 'hall_inverse', 'skew_term', 'hall_peak', 'guarded_bounds',
+           'guarded_interval', 'read_interval', 'leave_one_out_verdicts', 'fragility', 'alpha_spent', 'look_schedule',
+           'sequential_levels', 'guarded_levels', 'SequentialPlan', 'sequential_verdict', 'sequential_rates',
+           'simulate_sequential', 'power_curve', 'bootstrap_weights', 'ratio_replicates', 'auc_replicates',
+           'ap_replicates', 'paired_item_differences']
 
 # %% ../nbs/01b_stats.ipynb #23a6a9b6
 def t_half_width(sd: float, n: int, level: float = 0.95) -> float:
@@ -103,7 +104,12 @@ def normality(values) -> dict:
     return dict(skewness=sample_skewness(v), shapiro_p=float(sps.shapiro(v).pvalue) if ok else float("nan"))
 
 # %% ../nbs/01b_stats.ipynb #ab8534a9
-SKEW_ALLOWANCE = 0.35   # the skewness a guarded boundary allows beyond the sample's own, in standard errors of G1
+SKEW_ALLOWANCE = 0.35          # the skewness a guarded boundary allows beyond the sample's own, in standard errors of
+                               # G1: one interval read on its own (or a plan of one look)
+SKEW_ALLOWANCE_INTERIM = 1.0   # a sequential plan's looks before its last: a row stopped there is decided on fewer
+                               # seeds and at far-out levels, where the skew term is largest and a missed tail likeliest
+SKEW_ALLOWANCE_LAST = 0.0      # a sequential plan's last look: Hall's boundary for the sample's own G1 (never inside t);
+                               # it spends most of the error and decides most rows, so a guard there costs most power
 SKEW_REACH = 2.0        # the largest skew term b²/(3√n) (boundary moved per unit of skewness) at which a look decides
 
 def _cbrt(y):
@@ -129,11 +135,20 @@ def skew_term(level: float, n: int) -> float:
     b = float(sps.t.ppf(0.5 + level / 2, n - 1)) if n >= 2 else float("inf")
     return b * b / (3 * math.sqrt(n))
 
+def hall_peak(b: float, n: int) -> float:
+    """The skewness (< 0) at which Hall's boundary `hall_inverse(b, ·, n)` for b > 0 is farthest out. Beyond it the
+    cubic's flat point passes b and the root falls back towards b: a *more* skewed sample would get a narrower interval.
+    The root is largest where c = ∛(1 + 3a(b − s/(6√n))) = −1/2 (t = 3u/(c² + c + 1) peaks at 4u): with x = s/√n,
+    1 + x(b − x/6) = −1/8, so x = 3b − √(9b² + 27/4)."""
+    return math.sqrt(n) * (3 * b - math.sqrt(9 * b * b + 6.75))
+
 def guarded_bounds(b, skew, n: int, allowance: float = SKEW_ALLOWANCE):
     """The guarded boundaries (upper, lower) of the t-statistic at t-boundary `b` for samples of skewness `skew`: Hall's,
-    with `allowance` standard errors of G1 more skewness on the side it makes heavy, never inside (−b, b). Vectorised."""
-    pad, skew = allowance * skew_se(n), np.asarray(skew, float)
-    return np.maximum(b, hall_inverse(b, skew - pad, n)), np.minimum(-b, hall_inverse(-b, skew + pad, n))
+    with `allowance` standard errors of G1 more skewness on the side it makes heavy, never inside (−b, b), and monotone
+    in the skewness (beyond `hall_peak` the boundary stays at its farthest). Vectorised."""
+    pad, skew, peak = allowance * skew_se(n), np.asarray(skew, float), hall_peak(float(b), n)
+    return (np.maximum(b, hall_inverse(b, np.maximum(skew - pad, peak), n)),
+            np.minimum(-b, hall_inverse(-b, np.minimum(skew + pad, -peak), n)))
 
 # %% ../nbs/01b_stats.ipynb #fb6fde43
 INTERVALS = ("guarded", "t")
@@ -151,27 +166,33 @@ def guarded_interval(values, level: float = 0.95, allowance: float = SKEW_ALLOWA
     se = float(v.std(ddof=1)) / math.sqrt(n)
     return m, float(m - up * se), float(m - down * se), n
 
-def read_interval(values, level: float = 0.95, interval: str = "guarded") -> tuple[float, float, float, int]:
-    "The interval a verdict reads: `guarded_interval` ('guarded', the ledger's) or `mean_interval` ('t')."
-    if interval == "guarded": return guarded_interval(values, level)
+def read_interval(values, level: float = 0.95, interval: str = "guarded",
+                  allowance: float = SKEW_ALLOWANCE) -> tuple[float, float, float, int]:
+    """The interval a verdict reads: `guarded_interval` ('guarded', the ledger's; `allowance` standard errors of G1) or
+    `mean_interval` ('t')."""
+    if interval == "guarded": return guarded_interval(values, level, allowance)
     if interval == "t": return mean_interval(values, level)
     raise ValueError(f"unknown interval {interval!r}; use one of {INTERVALS}")
 
 # %% ../nbs/01b_stats.ipynb #17331388
 def leave_one_out_verdicts(diffs, direction: str, margin: float = 0.02, level: float = 0.95,
-                           interval: str = "guarded") -> list[str]:
-    "The verdict of the paired differences `diffs` (n,) without each seed in turn (n verdicts, at `level`, by `interval`); NaN seeds are left out first."
+                           interval: str = "guarded", allowance: float = SKEW_ALLOWANCE) -> list[str]:
+    """The verdict of the paired differences `diffs` (n,) without each seed in turn (n verdicts, at `level`, by
+    `interval` with its `allowance`); NaN seeds are left out first."""
     d = np.asarray(diffs, float)
     d = d[np.isfinite(d)]
-    return [verdict(*read_interval(np.delete(d, i), level, interval)[1:3], direction, margin) for i in range(len(d))]
+    return [verdict(*read_interval(np.delete(d, i), level, interval, allowance)[1:3], direction, margin)
+            for i in range(len(d))]
 
-def fragility(diffs, direction: str, margin: float = 0.02, level: float = 0.95, interval: str = "guarded") -> dict:
+def fragility(diffs, direction: str, margin: float = 0.02, level: float = 0.95, interval: str = "guarded",
+              allowance: float = SKEW_ALLOWANCE) -> dict:
     """`{verdict, kept, n, fragile}`: the verdict of all seeds, how many of the n leave-one-seed-out intervals keep it,
-    and whether any single seed overturns it (fragile); every interval by `interval` ('guarded' or 't')."""
+    and whether any single seed overturns it (fragile); every interval by `interval` ('guarded' or 't'; the guard's
+    `allowance` that of the look the verdict was read at: `SequentialPlan.allowances`)."""
     d = np.asarray(diffs, float)
     d = d[np.isfinite(d)]
-    full = verdict(*read_interval(d, level, interval)[1:3], direction, margin)
-    kept = sum(v == full for v in leave_one_out_verdicts(d, direction, margin, level, interval))
+    full = verdict(*read_interval(d, level, interval, allowance)[1:3], direction, margin)
+    kept = sum(v == full for v in leave_one_out_verdicts(d, direction, margin, level, interval, allowance))
     return dict(verdict=full, kept=kept, n=len(d), fragile=bool(kept < len(d)))
 
 # %% ../nbs/01b_stats.ipynb #83e92bac
@@ -261,6 +282,12 @@ class SequentialPlan:
         if self.interval == "t": return sequential_levels(self.looks, self.alpha, self.spending)
         raise ValueError(f"unknown interval {self.interval!r}; use one of {INTERVALS}")
 
+    def allowances(self) -> tuple:
+        """Per look, the guard's allowance (standard errors of G1): `SKEW_ALLOWANCE_INTERIM` before the last look,
+        `SKEW_ALLOWANCE_LAST` at it; a plan of one look reads one interval on its own (`SKEW_ALLOWANCE`)."""
+        if len(self.looks) == 1: return (SKEW_ALLOWANCE,)
+        return (SKEW_ALLOWANCE_INTERIM,) * (len(self.looks) - 1) + (SKEW_ALLOWANCE_LAST,)
+
     @property
     def rule(self) -> str:
         "How its verdicts are decided, in words (the ledger's `rule` column)."
@@ -273,12 +300,12 @@ class SequentialPlan:
 def _read_looks(d: np.ndarray, plan: SequentialPlan, direction: str, margin: float) -> list[dict]:
     "The looks of `plan` that the finite differences `d` reach, read in order up to the first decided one."
     history = []
-    for k, (n, level) in enumerate(zip(plan.looks, plan.levels()), 1):
+    for k, (n, level, allowance) in enumerate(zip(plan.looks, plan.levels(), plan.allowances()), 1):
         if n > len(d): break
         x = d[:n]
-        effect, low, high, _ = (read_interval(x, level, plan.interval) if np.isfinite(level)
+        effect, low, high, _ = (read_interval(x, level, plan.interval, allowance) if np.isfinite(level)
                                 else (float(x.mean()), -np.inf, np.inf, n))
-        history.append(dict(look=k, n=n, level=float(level), effect=effect, low=low, high=high,
+        history.append(dict(look=k, n=n, level=float(level), allowance=allowance, effect=effect, low=low, high=high,
                             verdict=verdict(low, high, direction, margin), skew=sample_skewness(x),
                             fixed_verdict=verdict(*mean_interval(x)[1:3], direction, margin)))
         if history[-1]["verdict"] != "inconclusive": break
@@ -287,7 +314,7 @@ def _read_looks(d: np.ndarray, plan: SequentialPlan, direction: str, margin: flo
 def sequential_verdict(diffs, plan: SequentialPlan, direction: str, margin: float = 0.02) -> dict:
     """Read the paired differences `diffs` (in seed order; NaN left out) at each look of `plan` the data reach, by the
     plan's interval (skew-guarded unless `plan.interval == 't'`), stopping at the first decided one. Returns the
-    deciding (or last) look's `{verdict, look, n, level, effect, low, high, skew, fixed_verdict}`, `history` (one such
+    deciding (or last) look's `{verdict, look, n, level, allowance, effect, low, high, skew, fixed_verdict}`, `history` (one such
     dict per look read) and the plain t-rule's reading of the same seeds under the same plan (its own deciding or last
     look): `t_verdict, t_look, t_n, t_low, t_high`. `fixed_verdict` is one 95% t-interval on the look's seeds. Below the
     first look: inconclusive, look 0, over all seeds at 95%."""
@@ -298,7 +325,7 @@ def sequential_verdict(diffs, plan: SequentialPlan, direction: str, margin: floa
     if not history:
         effect, low, high, n = read_interval(d, 0.95, plan.interval)
         t_low, t_high = mean_interval(d)[1:3]
-        return dict(verdict="inconclusive", look=0, n=n, level=0.95, effect=effect, low=low, high=high,
+        return dict(verdict="inconclusive", look=0, n=n, level=0.95, allowance=SKEW_ALLOWANCE, effect=effect, low=low, high=high,
                     skew=sample_skewness(d), fixed_verdict=verdict(t_low, t_high, direction, margin), history=[],
                     t_verdict="inconclusive", t_look=0, t_n=n, t_low=t_low, t_high=t_high)
     t = t_history[-1]
@@ -336,11 +363,11 @@ def sequential_rates(x: np.ndarray, plan: SequentialPlan, direction: str = "high
     total, squares = np.cumsum(x, 1), np.cumsum(x * x, 1)
     open_, up, down = np.ones(reps, bool), np.zeros(reps, bool), np.zeros(reps, bool)
     used, decided_at = np.full(reps, plan.looks[-1]), []
-    for n, level in zip(plan.looks, plan.levels()):
+    for n, level, allowance in zip(plan.looks, plan.levels(), plan.allowances()):
         hi = lo = np.zeros(reps, bool)
         if np.isfinite(level) and not (guarded and (n < 3 or skew_term(level, n) > SKEW_REACH)):   # guarded_interval's
             t, b = _t_stat(total[:, n - 1], squares[:, n - 1], n), sps.t.ppf(0.5 + level / 2, n - 1)
-            upper, lower = guarded_bounds(b, _skewness_rows(x[:, :n]), n) if guarded else (b, -b)
+            upper, lower = guarded_bounds(b, _skewness_rows(x[:, :n]), n, allowance) if guarded else (b, -b)
             hi, lo = open_ & (t > upper), open_ & (t < lower)
         up |= hi; down |= lo; used[hi | lo] = n; open_ &= ~(hi | lo)
         decided_at.append(float((hi | lo).mean()))

@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from hierbench.stats import (SequentialPlan, alpha_spent, fragility, guarded_interval, leave_one_out_verdicts, look_schedule,
+import hierbench.stats
+from hierbench.stats import (SKEW_ALLOWANCE, SKEW_ALLOWANCE_INTERIM, SKEW_ALLOWANCE_LAST, SequentialPlan, alpha_spent,
+                             fragility, guarded_interval, leave_one_out_verdicts, look_schedule,
                              mean_interval, sequential_levels, sequential_rates, sequential_verdict, simulate_sequential,
                              verdict)
 
@@ -106,7 +108,7 @@ def test_power_never_falls_below_todays_design_and_costs_seeds_only_when_needed(
     assert c.loc[2.0, "mean_seeds"] < 9 < c.loc[0.5, "mean_seeds"]
     g = power_curve([0.0, 0.5, 1.0, 2.0], GUARDED, reps=20_000, seed=1)
     assert (g.power >= g.fixed_first - 0.01).all() and (g.power <= c.power + 0.01).all()   # the guard costs, never gives
-    assert 9 <= g.loc[2.0, "mean_seeds"] < 10 < g.loc[0.5, "mean_seeds"]           # it reads from 9 seeds on
+    assert 9 <= g.loc[2.0, "mean_seeds"] < 11.5 < g.loc[0.5, "mean_seeds"]         # it reads from 9 seeds on
 
 
 @pytest.mark.parametrize("bad", [dict(first=0, max_seeds=5), dict(first=5, max_seeds=4), dict(first=5, max_seeds=9, step=0)])
@@ -147,11 +149,36 @@ def test_the_guard_keeps_the_error_under_skewed_seed_noise_where_the_t_rule_does
         assert t[side] > goal + 0.02, (skew, side, t)                 # the check can fail: the t-rule fails it
 
 
-def test_the_guard_keeps_most_of_the_power():
-    "At a 1-sd effect the t-rule says supported 94% of the time, the guard about 89% (the study: 0.886 ± 0.001)."
-    g = simulate_sequential(1.0, GUARDED, reps=40_000, seed=13)["supported"]
-    t = simulate_sequential(1.0, PLAN, reps=40_000, seed=13)["supported"]
-    assert 0.87 < g < t - 0.03 and t > 0.92
+def test_the_guard_meets_the_power_goal(monkeypatch):
+    """Issue 48's power goal: at a 1-sd effect the guard says supported at least 90% of the time (the study: 0.90x),
+    within 3 Monte-Carlo standard errors; the t-rule about 93.5%, and one allowance of 0.35 at every look (the first
+    guarded rule) 0.886, below the goal: the check can fail."""
+    reps = 100_000
+    tol = 3 * math.sqrt(0.9 * 0.1 / reps)
+    g = simulate_sequential(1.0, GUARDED, reps=reps, seed=13)["supported"]
+    t = simulate_sequential(1.0, PLAN, reps=reps, seed=13)["supported"]
+    assert 0.90 - tol <= g < t - 0.02 and t > 0.92, (g, t)
+    monkeypatch.setattr(hierbench.stats, "SKEW_ALLOWANCE_INTERIM", 0.35)   # the first guarded rule, same claims
+    monkeypatch.setattr(hierbench.stats, "SKEW_ALLOWANCE_LAST", 0.35)
+    assert simulate_sequential(1.0, GUARDED, reps=reps, seed=13)["supported"] < 0.90 - tol < g
+
+
+def test_each_look_reads_its_own_allowance():
+    "Interim looks read the larger allowance, the last look none beyond the sample's skewness, one look alone 0.35."
+    assert GUARDED.allowances() == (SKEW_ALLOWANCE_INTERIM,) * 5 + (SKEW_ALLOWANCE_LAST,)
+    assert SequentialPlan((15,)).allowances() == (SKEW_ALLOWANCE,)
+    rng = np.random.default_rng(4)
+    for _ in range(200):                                            # rows that reach the last look
+        d = 0.6 + rng.gamma(1.0, 1.0, 15)
+        v = sequential_verdict(d, GUARDED, "higher")
+        for h in v["history"]:
+            assert h["allowance"] == GUARDED.allowances()[h["look"] - 1]
+            if np.isfinite(h["level"]):
+                assert (h["low"], h["high"]) == guarded_interval(d[:h["n"]], h["level"], h["allowance"])[1:3]
+    # a left skew of -1: the last look's interval sits inside the one an interim allowance gives, on the heavy side
+    d = np.r_[0.006 + 0.004 * np.sin(np.arange(14)), -0.004]
+    last, interim = guarded_interval(d, 0.95, SKEW_ALLOWANCE_LAST), guarded_interval(d, 0.95, SKEW_ALLOWANCE_INTERIM)
+    assert interim[1] < last[1] < mean_interval(d)[1] and interim[2] == last[2] == mean_interval(d)[2]
 
 
 def test_the_guarded_reading_is_deterministic_and_drops_nan_seeds():
@@ -162,7 +189,7 @@ def test_the_guarded_reading_is_deterministic_and_drops_nan_seeds():
     with_nan = sequential_verdict(np.insert(d, 3, np.nan), one_look, "higher")
     assert {k: with_nan[k] for k in ("verdict", "n", "low", "high")} == {k: a[k] for k in ("verdict", "n", "low", "high")}
     assert a["verdict"] == "inconclusive" and a["t_verdict"] == "supported"       # the bad seed: only the t-rule decides
-    seq = sequential_verdict(d, GUARDED, "higher")                    # the plan decides at 9 seeds, before the bad one
-    assert json.dumps(seq) == json.dumps(sequential_verdict(d, GUARDED, "higher")) and seq["n"] == 9
+    seq = sequential_verdict(d, GUARDED, "higher")                    # the plan decides at 11 seeds, before the bad one
+    assert json.dumps(seq) == json.dumps(sequential_verdict(d, GUARDED, "higher")) and seq["n"] == 11
     assert guarded_interval([np.nan, 0.1, np.nan])[1:] == (float("-inf"), float("inf"), 1)
     assert fragility(np.r_[d, np.nan], "higher")["n"] == 15

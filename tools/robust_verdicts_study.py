@@ -16,9 +16,12 @@ Candidates (the closed-form ones vectorised over `--reps` claims per cell, the r
   calib        per-row calibration: the whole sequential procedure bootstrapped (999 paths) from the row's centred
                differences; each side's boundary spends the plan's α_k/2 among the paths not yet stopped
   calib&t      decide only where both decide
-  guarded      the chosen rule (hierbench.stats: Hall with 0.35 standard errors of G1 of allowance on the heavy side,
-               never inside the t-boundary, no decision where the skew term b²/(3√n) exceeds 2)
-The tuning grid (allowance × reach) runs on its own seed; the tables of the chosen rule on another.
+  guarded-0.35 the first guarded rule (Hall with 0.35 standard errors of G1 of allowance on the heavy side at every
+               look, never inside the t-boundary, no decision where the skew term b²/(3√n) exceeds 2)
+  guarded      the chosen rule (hierbench.stats): the same guard with an allowance of SKEW_ALLOWANCE_INTERIM (1.0) at
+               the looks before the last and SKEW_ALLOWANCE_LAST (0.0) at the last
+The tuning grid (interim allowance × last allowance, and the reach) runs on its own seed; the tables of the chosen
+rule on another.
 """
 import argparse, json, math, time
 from pathlib import Path
@@ -26,7 +29,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats as sps
 
-from hierbench.stats import (SKEW_ALLOWANCE, SKEW_REACH, SequentialPlan, _seed_noise, _skewness_rows, _t_stat,
+from hierbench.stats import (SKEW_ALLOWANCE_INTERIM, SKEW_ALLOWANCE_LAST, SKEW_REACH, SequentialPlan, _seed_noise, _skewness_rows, _t_stat,
                              alpha_spent, guarded_bounds, hall_inverse, look_schedule, sequential_rates,
                              sequential_verdict, skew_term)
 
@@ -66,8 +69,9 @@ def _hall_bounds(x, n, level, k=None):
     b, g = sps.t.ppf(0.5 + level / 2, n - 1), _skewness_rows(x[:, :n])
     return hall_inverse(b, g, n), hall_inverse(-b, g, n)
 
-def _guarded_variant(allowance: float, reach: float):
-    "The guarded rule with another allowance and reach (the tuning grid); (0.35, 2) is hierbench's."
+def _guarded_variant(interim: float, last: float, reach: float):
+    """The guarded rule with other allowances (before the last look, at it) and reach (the tuning grid);
+    (1.0, 0.0, 2) is hierbench's, (0.35, 0.35, 2) the first guarded rule."""
     def levels():
         full = T_PLAN.levels()
         first = next(k for k, (n, l) in enumerate(zip(PLAN.looks, full)) if skew_term(l, n) <= reach)
@@ -75,7 +79,7 @@ def _guarded_variant(allowance: float, reach: float):
     lev = levels()
     def bounds(x, n, level, k=None):
         b = sps.t.ppf(0.5 + level / 2, n - 1)
-        return guarded_bounds(b, _skewness_rows(x[:, :n]), n, allowance)
+        return guarded_bounds(b, _skewness_rows(x[:, :n]), n, last if k == len(PLAN.looks) - 1 else interim)
     return lev, bounds
 
 def read(x: np.ndarray, bounds_of, levels, both_t: bool = False) -> dict:
@@ -150,28 +154,30 @@ def main(argv=None):
     a = ap.parse_args(argv)
     reps, breps = (20_000, 600) if a.quick else (a.reps, a.boot_reps)
     t0, res = time.time(), dict(reps=reps, boot_reps=breps, boot_resamples=999, plan=dict(looks=PLAN.looks, alpha=PLAN.alpha,
-                 spending=PLAN.spending), guarded=dict(allowance=SKEW_ALLOWANCE, reach=SKEW_REACH),
+                 spending=PLAN.spending), guarded=dict(interim=SKEW_ALLOWANCE_INTERIM, last=SKEW_ALLOWANCE_LAST, reach=SKEW_REACH),
                  seeds=dict(tuning=TUNING_SEED, study=STUDY_SEED, bootstrap=BOOT_SEED, agreement=AGREE_SEED))
     log = lambda m: print(f"[{time.time() - t0:6.0f} s] {m}", flush=True)
 
-    # 1. tuning grid (its own seed): the allowance and the reach
-    grid = []
+    # 1. tuning grid (its own seed): the allowances before and at the last look, and the reach
+    grid, chosen = [], (SKEW_ALLOWANCE_INTERIM, SKEW_ALLOWANCE_LAST)
     cells = [(f, 0.0) for f in ("normal", "t3", "gamma-1.5", "gamma-2.3", "lognormal-1.5")] + [("normal", 0.5), ("normal", 1.0)]
     tune_reps = reps // 2
     for fam, eff in cells:
         x = draw(fam, eff, tune_reps, TUNING_SEED)
-        for allowance in (0.0, 0.2, 0.3, 0.35, 0.4, 0.5):
-            for reach in (SKEW_REACH, math.inf):
-                lev, bounds = _guarded_variant(allowance, reach)
-                grid.append(dict(family=fam, effect=eff, allowance=allowance, reach=reach, **read(x, bounds, lev)))
-                if (allowance, reach) == (SKEW_ALLOWANCE, SKEW_REACH):    # the variant is hierbench's rule, exactly
+        pairs = [(a, a) for a in (0.0, 0.2, 0.35, 0.5)] + [(a, l) for a in (0.35, 0.5, 0.7, 1.0, 1.5, 2.0) for l in (0.0, 0.1, 0.2)]
+        for interim, last in pairs:
+            for reach in ((SKEW_REACH, math.inf) if (interim, last) in (chosen, (0.35, 0.35)) else (SKEW_REACH,)):
+                lev, bounds = _guarded_variant(interim, last, reach)
+                grid.append(dict(family=fam, effect=eff, interim=interim, last=last, reach=reach, **read(x, bounds, lev)))
+                if (interim, last, reach) == (*chosen, SKEW_REACH):    # the variant is hierbench's rule, exactly
                     assert grid[-1]["supported"] == sequential_rates(x, PLAN)["supported"], (fam, eff)
     res["tuning"] = dict(reps=tune_reps, rows=grid)
     log("tuning grid done")
 
     # 2. the closed-form candidates and the chosen rule, on the study seed
     closed = {"t": (_t_bounds, T_PLAN.levels(), False),
-              "hall": (_hall_bounds, T_PLAN.levels(), False), "hall&t": (_hall_bounds, T_PLAN.levels(), True)}
+              "hall": (_hall_bounds, T_PLAN.levels(), False), "hall&t": (_hall_bounds, T_PLAN.levels(), True),
+              "guarded-0.35": (*reversed(_guarded_variant(0.35, 0.35, SKEW_REACH)), False)}
     rows = []
     cells = [(f, 0.0) for f in NULL_FAMILIES] + [(f, e) for f in ("normal", "gamma-1.5", "gamma1.5", "t3") for e in (0.5, 1.0)]
     for fam, eff in cells:
@@ -225,7 +231,7 @@ def tables(res: dict) -> str:
     pct = lambda p, n: f"{100 * p:.2f} ± {100 * se(p, n):.2f}"
     out = []
     # chosen rule vs t on every family (study seed)
-    main_rules = ["t", "hall", "hall&t", "guarded"]
+    main_rules = ["t", "hall&t", "guarded-0.35", "guarded"]
     null = rows[(rows.effect == 0) & rows.rule.isin(main_rules)]
     out += ["| noise (null claims) | " + " | ".join(f"{r}: false supported / contradicted (%)" for r in main_rules) + " |",
             "|---|" + "---|" * len(main_rules)]
@@ -240,7 +246,8 @@ def tables(res: dict) -> str:
         out.append(f"| {fam}, {e:g} sd | " + " | ".join(f"{c.supported:.3f} ± {se(c.supported, c.reps):.3f}, {c.mean_seeds:.1f}" for c in cells) + " |")
     # all candidates on the same (fewer) claims
     boot = rows[rows.reps == res["boot_reps"]]
-    cands = ["t (same claims)", "hall (same claims)", "hall&t (same claims)", "boot-t", "boot-t&t", "calib", "calib&t", "guarded (same claims)"]
+    cands = ["t (same claims)", "hall (same claims)", "hall&t (same claims)", "boot-t", "boot-t&t", "calib", "calib&t",
+             "guarded-0.35 (same claims)", "guarded (same claims)"]
     fams = list(dict.fromkeys(zip(boot.family, boot.effect)))
     out += ["", "| candidate | " + " | ".join(f"{f}{'' if e == 0 else f', {e:g} sd'}" for f, e in fams) + " |",
             "|---|" + "---|" * len(fams)]
@@ -253,14 +260,14 @@ def tables(res: dict) -> str:
     # tuning grid
     tune = pd.DataFrame(res["tuning"]["rows"])
     cols = [("normal", 0.0), ("t3", 0.0), ("gamma-1.5", 0.0), ("gamma-2.3", 0.0), ("lognormal-1.5", 0.0), ("normal", 0.5), ("normal", 1.0)]
-    out += ["", "| allowance (se of G1) | reach | " + " | ".join(f"{f}{'' if e == 0 else f', {e:g} sd'}" for f, e in cols) + " |",
-            "|---|---|" + "---|" * len(cols)]
-    for (al, rc), g in tune.groupby(["allowance", "reach"], sort=True):
+    out += ["", "| allowance before the last look (se of G1) | at the last look | reach | " + " | ".join(f"{f}{'' if e == 0 else f', {e:g} sd'}" for f, e in cols) + " |",
+            "|---|---|---|" + "---|" * len(cols)]
+    for (al, la, rc), g in tune.groupby(["interim", "last", "reach"], sort=True):
         cells = []
         for f, e in cols:
             r = g[(g.family == f) & (g.effect == e)].iloc[0]
             cells.append(f"{100 * r.supported:.2f}" if e == 0 else f"{r.supported:.3f}")
-        out.append(f"| {al:g} | {'∞' if math.isinf(rc) else f'{rc:g}'} | " + " | ".join(cells) + " |")
+        out.append(f"| {al:g} | {la:g} | {'∞' if math.isinf(rc) else f'{rc:g}'} | " + " | ".join(cells) + " |")
     out += ["", "| noise, effect | claims | sequential_verdict: supported / contradicted | sequential_rates: supported / contradicted | claims that differ |",
             "|---|---|---|---|---|"]
     for r in res["agreement"]:
