@@ -193,3 +193,16 @@ def test_the_guarded_reading_is_deterministic_and_drops_nan_seeds():
     assert json.dumps(seq) == json.dumps(sequential_verdict(d, GUARDED, "higher")) and seq["n"] == 11
     assert guarded_interval([np.nan, 0.1, np.nan])[1:] == (float("-inf"), float("inf"), 1)
     assert fragility(np.r_[d, np.nan], "higher")["n"] == 15
+
+
+def test_the_per_look_allowance_search_runs_and_reads_the_librarys_boundaries(capsys):
+    "tools/allowance_per_look_search.py (the robust-verdicts page's search), small: every rule read, the table printed."
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "tools" / "allowance_per_look_search.py"
+    spec = importlib.util.spec_from_file_location("allowance_per_look_search", path)
+    mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
+    assert mod.guarded_bounds is hierbench.stats.guarded_bounds and len(mod.ALLOWANCES) ** 4 == 4096
+    mod.main(["--reps", "2000", "--top", "3"])
+    out = capsys.readouterr().out
+    assert "of 4096 rules meet the error goals" in out and out.count("\n| ") == 4 and "give the last look" in out
