@@ -257,7 +257,7 @@ def trained_elsewhere(runs: Sequence[Mapping], names: Sequence[str]) -> dict[str
     here, out = _made_on()["cpu"], {}
     for r in runs:
         if r["recipe"] in names and "recorded" in r:
-            cpu = (r.get("made") or r["recorded"].get("made") or {}).get("cpu")
+            cpu = _run_made(r, {})["cpu"]
             if cpu and cpu != here: out.setdefault(r["recipe"], set()).add(cpu)
     return {k: sorted(v) for k, v in out.items()}
 

@@ -14,7 +14,7 @@ from scipy import stats as sps
 from .claims import SUMMARY_METRICS, claims_ledger
 from .config import HierbenchError
 from .recipes import get_recipe
-from .records import LedgerRecords, _made_on, read_records, settings_hash
+from .records import LedgerRecords, _made_on, _run_made, read_records, settings_hash
 from .run_folder import load_items, run_dir
 from .stats import t_half_width
 
@@ -143,8 +143,7 @@ def reproduction_check(out: str | Path, rows: Sequence[Mapping], records: str | 
 
 def _twins_cpu(rec: LedgerRecords, pairs: pd.DataFrame) -> str | None:
     "The CPU(s) the paired recorded runs were trained on (each run's `made`; the records' own for records without it)."
-    default = (rec.ledger.get("made") or {}).get("cpu")
-    made = {(r["recipe"], int(r["seed"])): (r.get("made") or {}).get("cpu") or default for r in rec.runs}
+    made = {(r["recipe"], int(r["seed"])): _run_made(r, rec.ledger.get("made") or {})["cpu"] for r in rec.runs}
     cpus = sorted({made.get((r, int(s))) for r, s in pairs[["recipe", "seed"]].drop_duplicates().itertuples(index=False)} - {None})
     return ", ".join(cpus) or None
 
