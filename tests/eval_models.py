@@ -4,7 +4,7 @@ from pathlib import Path
 
 import torch
 
-from hierbench.encoding import _WordHashHead
+from hierbench.evaluation.encoding import _WordHashHead
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 

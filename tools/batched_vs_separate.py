@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
-"""Are seeds trained K to a process (`hierbench.seed_batch`) the runs trained one seed per process? Two compare
+"""Are seeds trained K to a process (`hierbench.recipes.seed_batch`) the runs trained one seed per process? Two compare
 folders of one budget, recipes and seeds — one trained with `--seeds-per-process 1`, one with K — compared run by run.
 
     .venv/bin/python tools/batched_vs_separate.py runs/batched-vs-separate --budget quick --recipes clip,argent,degla \\
         --seeds 5 --seeds-per-process 4
 
-trains (or reuses) `OUT/separate` and `OUT/batched` with `hierbench.compare.run_compare` (the compare's own training,
+trains (or reuses) `OUT/separate` and `OUT/batched` with `hierbench.ledger.compare.run_compare` (the compare's own training,
 evaluation and reuse), then prints markdown:
-1. per recipe and headline metric (`hierbench.report.KEY_METRICS`): the mean over seeds of each folder, the difference
+1. per recipe and headline metric (`hierbench.ledger.report.KEY_METRICS`): the mean over seeds of each folder, the difference
    of means batched − separate with its 95% t-interval over the seeds (paired: seed k of both folders starts from the
    same initialisation and draws the same batches), one seed's spread (the SD over the separate runs' seeds), and
    whether the interval holds zero and is narrower than that spread;
@@ -71,7 +71,7 @@ def markdown(df: pd.DataFrame) -> str:
 
 def report(out: Path) -> str:
     "The markdown comparison of `out/separate` and `out/batched`."
-    from hierbench.report import KEY_METRICS
+    from hierbench.ledger.report import KEY_METRICS
     (meta_s, rows_s), (meta_b, rows_b) = read_folder(out / "separate"), read_folder(out / "batched")
     if meta_s["budget"] != meta_b["budget"]: raise SystemExit("the two folders hold different budgets")
     table = compare_metrics(rows_s, rows_b, KEY_METRICS)
@@ -100,7 +100,7 @@ def main(argv=None) -> str:
     p.add_argument("--report-only", action="store_true", help="compare two finished folders, train nothing")
     a = p.parse_args(argv)
     if not a.report_only:
-        from hierbench.compare import run_compare
+        from hierbench.ledger.compare import run_compare
         recipes = [r.strip() for r in a.recipes.split(",") if r.strip()]
         for name, k in (("separate", 1), ("batched", a.seeds_per_process)):
             run_compare(a.budget, seeds=a.seeds, out=a.out / name, recipes=recipes, jobs=a.jobs, seeds_per_process=k,

@@ -8,8 +8,8 @@ weights, batch and threads.
     .venv/bin/python tools/bf16_step_ablation.py --arch real-tiny --batch 4 --rounds 1 --steps 1  # plumbing
 
 The two paths, both taken only when a CPU trains at 16 bits:
-  patch-matmul a ViT's patch convolution trains as a matmul (`hierbench.precision.PatchEmbedding`)
-  math-attn    `hierbench.precision.training_forward` takes the math kernel of `scaled_dot_product_attention`
+  patch-matmul a ViT's patch convolution trains as a matmul (`hierbench.models.precision.PatchEmbedding`)
+  math-attn    `hierbench.models.precision.training_forward` takes the math kernel of `scaled_dot_product_attention`
 
 Every configuration steps one model with one optimizer (the paths are switched between steps), rounds are
 interleaved (configuration 1, 2, ..., open_clip_train, then again), and the table gives the median seconds per step
@@ -35,9 +35,10 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=4, help="timed steps per configuration and round")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    from hierbench import bench_real as B, precision as P
-    from hierbench.models import create_model
-    from hierbench.precision import PatchEmbedding
+    from hierbench.bench import real as B
+    from hierbench.models import precision as P
+    from hierbench.models.family import create_model
+    from hierbench.models.precision import PatchEmbedding
     torch.manual_seed(0)
     ref = create_model(args.arch)
     state = copy.deepcopy(ref.state_dict())
@@ -55,7 +56,7 @@ def main(argv=None):
         if patchable: conv.__class__ = PatchEmbedding if patch else torch.nn.Conv2d
         B.training_forward = P.training_forward if math_attn else P.autocast
         hb["cfg"].precision = precision
-        return B._train_step(hb, B.recipe_forward(hb))["total"]
+        return B.time_train_step(hb, B.recipe_forward(hb))["total"]
 
     times = {name: [] for name in [*CONFIGS, "open_clip_train fp32", "open_clip_train amp_bf16"]}
     try:

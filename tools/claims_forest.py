@@ -4,7 +4,7 @@
 With `--claims OUT/claims.json` the rows are a compare's own ledger (for `--until-decided`, each row's interval is
 the one its last look read, at that look's level). Otherwise they are read from the claims-ledger results page
 (`nbs/results/2026-12-02_claims-ledger.ipynb`, its markdown table: claim, A, B, metric, effect, 95% seed interval, unit, verdict), so the numbers stand in one place;
-`points` rows are converted to the metric's own units (÷ 100). Drawn with `hierbench.report.forest_figure` and
+`points` rows are converted to the metric's own units (÷ 100). Drawn with `hierbench.ledger.report.forest_figure` and
 written with kaleido (needs Chrome/Chromium). Usage:
     .venv/bin/python tools/claims_forest.py [--page PAGE | --claims CLAIMS_JSON] [--out nbs/images/claims_forest.png]
 """
@@ -57,8 +57,8 @@ def main(argv=None):
     p.add_argument("--claims", type=Path, default=None, help="a compare's claims.json instead of the page")
     p.add_argument("--out", type=Path, default=OUT)
     args = p.parse_args(argv)
-    try: from hierbench.report import forest_figure
-    except ImportError: from hierbench.compare import forest_figure
+    try: from hierbench.ledger.report import forest_figure
+    except ImportError: from hierbench.ledger.compare import forest_figure
     if args.claims: led, title = ledger_from_claims(args.claims)
     else: led, title = ledger_from_page(args.page), "Claims ledger, standard run (2026-12-02), 5 seeds: effect A − B with its 95% seed interval"
     fig = forest_figure(led)

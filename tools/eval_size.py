@@ -3,7 +3,7 @@
 scenes, optionally a larger PEP pool) and show, for each claim row among the recipes given, where its uncertainty
 lives and its seed half-width before (the budget's evaluation) and after (the larger one), at the same seeds.
 
-Writes FILE.json: the plan, the sizes, each run's metrics at both sizes, and the variance table (`hierbench.claims.
+Writes FILE.json: the plan, the sizes, each run's metrics at both sizes, and the variance table (`hierbench.ledger.claims.
 variance_components`) of both, so a results page's numbers can be re-read without the checkpoints. Usage:
     .venv/bin/python tools/eval_size.py COMPARE_DIR --recipes hycoclip,argent,argent-no-reg --n-test 1200 \\
         [--pep-pool 100] [--metrics pep_ap,pep_auc] [--seeds 5] --json nbs/results/data/eval-size.json
@@ -14,12 +14,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hierbench.claims import CLAIMS, evaluate_claims, variance_components
-from hierbench.compare import load_items, results_rows, run_dir
-from hierbench.encoding import encode_uint8_images, pep_metrics
-from hierbench.evaluate import compositional_metrics, world_eval_data
-from hierbench.models import load_model
-from hierbench.records import finished_runs, read_plan
+from hierbench.ledger.claims import CLAIMS, evaluate_claims, variance_components
+from hierbench.ledger.compare import load_items, results_rows, run_dir
+from hierbench.evaluation.encoding import encode_uint8_images, pep_metrics
+from hierbench.evaluation.world_eval import compositional_metrics, world_eval_data
+from hierbench.models.family import load_model
+from hierbench.ledger.records import finished_runs, read_plan
 
 
 def rescore(out: Path, plan, recipes, n_test: int, pep_pool: int, seeds: int | None = None, log=print):

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU smoke of the real-data path, as one step for a session that has a GPU (issue #11):
 # 200 steps of degla on an open_clip ViT-B/32 at batch 256 at PRECISION (default amp_bf16: bf16 autocast; any of
-# fp32, bf16, fp16, amp_bf16, amp_fp16 — open_clip's names, `hierbench.precision`), streamed from WebDataset shards
+# fp32, bf16, fp16, amp_bf16, amp_fp16 — open_clip's names, `hierbench.models.precision`), streamed from WebDataset shards
 # written from the real COCO images of HierarCaps, with hard negatives written once by `hierbench negatives`.
 # Prints the precision that ran (config.json), samples/s, peak GPU memory and the loss curve. Random init unless
 # INIT=weights.safetensors is set. To compare precisions, run it once per PRECISION with its own OUT.
@@ -18,7 +18,7 @@ rm -rf "$OUT"; mkdir -p "$OUT/shards"
 python - "$DATA" "$OUT" <<'PY'
 import sys, webdataset as wds
 from pathlib import Path
-from hierbench.loaders import load_hierarcaps
+from hierbench.data.loaders import load_hierarcaps
 data, out = Path(sys.argv[1]), Path(sys.argv[2])
 items = load_hierarcaps(data / "hierarcaps_test.csv", data / "test_imgs")
 per = (len(items) + 3) // 4
@@ -37,7 +37,7 @@ hierbench train degla --data "wds:$SHARDS" --model "$MODEL" ${INIT:+--init "$INI
 python - "$OUT/run" "$BATCH" <<'PY'
 import json, sys
 from pathlib import Path
-from hierbench.train import read_metrics
+from hierbench.training.trainer import read_metrics
 cfg = json.loads((Path(sys.argv[1]) / "config.json").read_text())
 print(f"precision: {cfg.get('precision')} ({cfg.get('precision_ran', 'not recorded')}), batch {cfg.get('batch_size')} "
       f"{cfg.get('batch_scope', 'global')}, device {cfg.get('device')}")

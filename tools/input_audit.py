@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from hierbench import data as D, loaders as L, retrieval as RT, winoground as WG
+from hierbench.data import batch as D, loaders as L
+from hierbench.evaluation import retrieval as RT
+from hierbench.evaluation.compositional import winoground as WG
 
 SAFE = ("clear", "refused", "handled")
 UNSAFE = ("raw crash", "silently accepted", "lost data")
@@ -55,7 +57,7 @@ FORMATS = {
     "crepe": (_crepe, "caption", None, "image_id",
               lambda p, recs: pd.DataFrame(recs).to_csv(p / "crepe.csv", index=False),
               lambda p, root: L.load_crepe(p / "crepe.csv", root)),
-    # retrieval sets (hierbench.retrieval): one image per record, its caption; the loader returns the images
+    # retrieval sets (hierbench.evaluation.retrieval): one image per record, its caption; the loader returns the images
     "coco-captions": (_coco, "caption", None, "file_name", lambda p, recs: _write_coco(p / "coco_test_karpathy.json", recs),
                       lambda p, root: RT.load_coco_captions(p / "coco_test_karpathy.json", root).image_ids),
     "flickr-txt": (_flickr, "caption", None, "image", lambda p, recs: _write_flickr(p / "flickr30k_test_karpathy.txt", recs),

@@ -8,7 +8,7 @@ on photos without captions.
     python tools/input_audit.py            # this table after the loaders' one
 
 Each input is built as small synthetic files in a temporary folder and run through the real entry point,
-`hierbench.cli.main(argv)`, in this process (stdout, stderr and warnings captured, the exit status read from
+`hierbench.cli.parser.main(argv)`, in this process (stdout, stderr and warnings captured, the exit status read from
 `SystemExit`, a 120 s alarm against hangs); `SUBPROCESS_CASES` of them also run as real `hierbench` processes.
 Outcomes: `clear` (refused: exit status 1 and one line on stderr, `hierbench eval: MESSAGE`, naming the file, record,
 field or value) and `handled` (scored; the bad samples set aside, named in a warning, and counted in the metrics,
@@ -328,8 +328,8 @@ _ONNX: dict = {}   # one export of the audit's model per process, copied into ea
 def onnx_export(d: Path) -> Path:
     "A `hierbench export --format onnx` folder of a world-debug model at `d/onnx` (its tower files to be damaged)."
     if "dir" not in _ONNX:
-        from hierbench.models import create_model
-        from hierbench.onnx_export import export_onnx
+        from hierbench.models.family import create_model
+        from hierbench.models.onnx_export import export_onnx
         _ONNX["tmp"] = tempfile.TemporaryDirectory()
         _ONNX["dir"] = export_onnx(create_model("world-debug"), Path(_ONNX["tmp"].name) / "onnx")["config"].parent
     shutil.copytree(_ONNX["dir"], d / "onnx")
@@ -563,8 +563,8 @@ class Ran:
     hang: bool = False
 
 def run_inprocess(argv: list[str], seconds: int = HANG_SECONDS) -> Ran:
-    "`hierbench.cli.main(argv)` here, as the console script runs it: output captured, warnings printed to stderr."
-    from hierbench.cli import main
+    "`hierbench.cli.parser.main(argv)` here, as the console script runs it: output captured, warnings printed to stderr."
+    from hierbench.cli.parser import main
     out, err = io.StringIO(), io.StringIO()
     def alarm(signum, frame): raise _Hang
     old = signal.signal(signal.SIGALRM, alarm); signal.alarm(seconds)
@@ -582,8 +582,8 @@ def run_inprocess(argv: list[str], seconds: int = HANG_SECONDS) -> Ran:
     return Ran(code, out.getvalue(), err.getvalue() + said)
 
 def run_subprocess(argv: list[str], seconds: int = HANG_SECONDS) -> Ran:
-    "The same through a real `hierbench` process (`python -m hierbench.cli`)."
-    try: p = subprocess.run([sys.executable, "-m", "hierbench.cli", *argv], capture_output=True, text=True, timeout=seconds)
+    "The same through a real `hierbench` process (`python -m hierbench.cli.parser`)."
+    try: p = subprocess.run([sys.executable, "-m", "hierbench.cli.parser", *argv], capture_output=True, text=True, timeout=seconds)
     except subprocess.TimeoutExpired as e: return Ran(None, hang=True)
     crash = p.stderr if "Traceback (most recent call last)" in p.stderr else ""
     return Ran(p.returncode, p.stdout, p.stderr, crash=crash)
@@ -629,7 +629,7 @@ def classify_view(case: Case, ran: Ran, workspace: Path) -> tuple[str, str]:
 @contextlib.contextmanager
 def hyperview_recorded():
     "Without the [view] extra: `hierbench view` with HyperView's writer replaced by a record of what it would be given."
-    from hierbench import view as V
+    from hierbench.ui import view as V
     if _has("hyperview"): yield; return
     def record(view, out, name="hierbench", color_by="label"):
         V.color_labels(view, color_by)
@@ -668,7 +668,7 @@ def run_case(case: Case, model: Path, folder: Path, via: str = "in-process") -> 
 
 def audit_model(folder: Path) -> Path:
     "The model every case scores with: a saved world-debug `DualEncoder` (any model would do; this one is small)."
-    from hierbench.models import create_model, save_model
+    from hierbench.models.family import create_model, save_model
     return save_model(create_model("world-debug"), Path(folder) / "model.safetensors")
 
 def run_cli_audit(subprocess_cases=SUBPROCESS_CASES, log=None) -> pd.DataFrame:

@@ -32,15 +32,15 @@ def lora_folder(out: Path, rank: int, seed: int, lr_scale: float = 1.0) -> Path:
 
 
 def lora_run(seed: int, budget, out: Path, eval_data: dict, rank: int, lr_scale: float = 1.0) -> dict:
-    """DeGLA with LoRA adapters of `rank` from the CLIP run of `seed`, exactly as `hierbench.compare` fine-tunes it
+    """DeGLA with LoRA adapters of `rank` from the CLIP run of `seed`, exactly as `hierbench.ledger.compare` fine-tunes it
     otherwise (the learning rate times `lr_scale`)."""
-    from hierbench import compare as C
+    from hierbench.ledger import compare as C
     from hierbench.config import atomic_write_text
-    from hierbench.jobs import Validation, train_recipe
-    from hierbench.lora import LoraSpec, lora_parameter_count
-    from hierbench.models import load_model
-    from hierbench.recipes import get_recipe
-    from hierbench.sources import WorldData
+    from hierbench.recipes.recipe_run import Validation, train_recipe
+    from hierbench.models.lora import LoraSpec, lora_parameter_count
+    from hierbench.models.family import load_model
+    from hierbench.recipes.registry import get_recipe
+    from hierbench.data.sources import WorldData
     folder = lora_folder(out, rank, seed, lr_scale)
     lr = {} if lr_scale == 1 else {"lr": get_recipe("degla").world.lr * lr_scale}
     if (folder / "eval.json").is_file():
@@ -64,7 +64,7 @@ def lora_run(seed: int, budget, out: Path, eval_data: dict, rank: int, lr_scale:
 def check_fair(out: Path, rank: int, seed: int, lr_scale: float = 1.0) -> None:
     """The full and the LoRA fine-tune of `seed` were set up alike but for LoRA (and the learning rate times `lr_scale`,
     when asked), by their config.json files; else exit naming what differs."""
-    from hierbench import compare as C
+    from hierbench.ledger import compare as C
     full = json.loads((C.run_dir(out, "degla", seed) / "config.json").read_text())
     lora = json.loads((lora_folder(out, rank, seed, lr_scale) / "config.json").read_text())
     # run_dir: where it trained; seed_group: which seeds shared compare's process (the runs are bit for bit the same)
@@ -77,8 +77,8 @@ def check_fair(out: Path, rank: int, seed: int, lr_scale: float = 1.0) -> None:
 def run(budget, seeds: int, out: Path, rank: int, log=print, lr_scale: float = 1.0) -> pd.DataFrame:
     """Train (or reuse) every run of `budget` (a name or a `Budget`), check the pairs, write OUT/lora_vs_full.json;
     long rows (arm, seed, metric, value)."""
-    from hierbench import compare as C
-    from hierbench.budgets import BUDGETS
+    from hierbench.ledger import compare as C
+    from hierbench.ledger.budgets import BUDGETS
     from hierbench.config import atomic_write_text
     budget = BUDGETS[budget] if isinstance(budget, str) else budget
     out = Path(out); out.mkdir(parents=True, exist_ok=True)

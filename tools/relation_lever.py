@@ -29,14 +29,14 @@ CONTRASTS = (("lever", "control"), ("igc", "control"), ("tgc", "control"), ("lev
 
 def lever_recipe(weights: dict):
     "DeGLA drawing only relation replacements, with `weights` changed (the arms differ in nothing else)."
-    from hierbench.recipes import get_recipe
+    from hierbench.recipes.registry import get_recipe
     r = get_recipe("degla").replace(negative_types=("replace_rel",))
     return r.replace(weights=weights) if weights else r
 
 
 def score(model, eval_data) -> dict:
-    from hierbench.compare import evaluate_run
-    from hierbench.evaluate import relation_sensitivity
+    from hierbench.ledger.compare import evaluate_run
+    from hierbench.evaluation.world_eval import relation_sensitivity
     m = evaluate_run(model, eval_data)
     rel = relation_sensitivity(model)
     return {**{k: float(m[k]) for k in METRICS if k in m}, "text_inverted": rel["text_inverted"],
@@ -107,13 +107,13 @@ def main(argv=None):
     unknown = set(args.arms.split(",")) - set(ARMS)
     if unknown: ap.error(f"--arms: unknown {sorted(unknown)} (arms: {', '.join(ARMS)})")
 
-    from hierbench.budgets import BUDGETS as COMPARE_PRESETS
-    from hierbench.compare import build_eval_data, main_job_dir, run_compare
+    from hierbench.ledger.budgets import BUDGETS as COMPARE_PRESETS
+    from hierbench.ledger.compare import build_eval_data, main_job_dir, run_compare
     from hierbench.stats import paired_effect
     from hierbench.config import atomic_write_text, load_settings
-    from hierbench.jobs import train_recipe
-    from hierbench.sources import WorldData
-    from hierbench.models import load_model
+    from hierbench.recipes.recipe_run import train_recipe
+    from hierbench.data.sources import WorldData
+    from hierbench.models.family import load_model
 
     compare_dir = Path(args.compare_dir).expanduser() if args.compare_dir else main_job_dir()
     out = Path(args.out).expanduser() if args.out else compare_dir / "relation-lever"

@@ -49,7 +49,7 @@ def train_kwargs(arm: str, preset) -> dict:
 
 def train_call(kw: dict, cache_dir) -> dict:
     "`train_kwargs` spelled for `train_recipe`: the world's settings as a `WorldData`, the model preset as `arch`."
-    from hierbench.sources import WorldData
+    from hierbench.data.sources import WorldData
     kw = dict(kw)
     data = WorldData(n_train=kw.pop("n_train"), cache_dir=cache_dir, mirror_twins=kw.pop("mirror_twins"),
                      top_caption_p=kw.pop("top_caption_p"))
@@ -57,9 +57,9 @@ def train_call(kw: dict, cache_dir) -> dict:
 
 
 def score(model, eval_data) -> dict:
-    from hierbench.compare import evaluate_run
-    from hierbench.report import LEARNABILITY_TARGETS
-    from hierbench.evaluate import position_readout, relation_sensitivity
+    from hierbench.ledger.compare import evaluate_run
+    from hierbench.ledger.report import LEARNABILITY_TARGETS
+    from hierbench.evaluation.world_eval import position_readout, relation_sensitivity
     m = evaluate_run(model, eval_data)
     rel, pos = relation_sensitivity(model), position_readout(model)
     wanted = set(KEYS) | {k for k, _ in LEARNABILITY_TARGETS}
@@ -84,12 +84,12 @@ def main(argv=None):
     arms = [a for a in ARMS if a in args.arms.split(",")]
 
     import pandas as pd
-    from hierbench.budgets import BUDGETS as COMPARE_PRESETS
-    from hierbench.compare import build_eval_data, main_job_dir, run_compare
-    from hierbench.report import LEARNABILITY_TARGETS, learnability_table
+    from hierbench.ledger.budgets import BUDGETS as COMPARE_PRESETS
+    from hierbench.ledger.compare import build_eval_data, main_job_dir, run_compare
+    from hierbench.ledger.report import LEARNABILITY_TARGETS, learnability_table
     from hierbench.config import atomic_write_text, load_settings
-    from hierbench.jobs import train_recipe
-    from hierbench.models import load_model
+    from hierbench.recipes.recipe_run import train_recipe
+    from hierbench.models.family import load_model
 
     compare_dir = Path(args.compare_dir).expanduser() if args.compare_dir else main_job_dir()
     out = Path(args.out).expanduser() if args.out else compare_dir / "relation-pretrain"

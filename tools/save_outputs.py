@@ -1,7 +1,7 @@
 """Re-execute notebooks and save their outputs — figures as plotly's JSON mimetype (JupyterLab draws them offline),
 widget state in the notebook metadata (JupyterLab restores the widgets) — then nbdev-clean them.
 
-    .venv/bin/python tools/save_outputs.py nbs/12_viz.ipynb nbs/13_widgets.ipynb
+    .venv/bin/python tools/save_outputs.py nbs/viz/01_figures.ipynb nbs/ui/00_widgets.ipynb
 
 Cells flagged `#| slow` run too (set IN_TEST=1 to shrink lesson work the way nbdev-test does); cells flagged
 `#| eval: false` are skipped and keep their saved output, as nbdev-test skips them. Commit the notebooks afterwards;

@@ -5,9 +5,9 @@ import functools, http.server, os, shutil, subprocess, sys, tempfile, threading
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-from hierbench.cli import main
-from hierbench.jobs import train_recipe
-from hierbench.sources import WorldData
+from hierbench.cli.parser import main
+from hierbench.recipes.recipe_run import train_recipe
+from hierbench.data.sources import WorldData
 
 ROOT = Path(__file__).resolve().parents[1]
 
