@@ -44,7 +44,7 @@ _DEFAULTS = dict(data_root="data", cache_dir=".cache/hierbench", runs_dir="~/hie
 
 # %% ../nbs/ground/01_config.ipynb #cf2efdfa
 PRECISIONS = ("fp32", "bf16", "fp16", "amp_bf16", "amp_fp16")      # open_clip's names (hierbench.models.precision)
-LAUNCHERS = ("processes", "submitit-local", "slurm")                # where compare's runs go (hierbench.ledger.launch)
+LAUNCHERS = ("processes", "submitit-local", "slurm")                # where compare's runs go (hierbench.ledger.launchers)
 BENCH_SECTIONS = ("geometry", "world", "recipes", "compare", "pipeline", "real", "evals", "lora", "seeds", "view")  # hierbench.bench.suite's sections
 BUDGET_NAMES = ("smoke", "quick", "standard", "full")               # hierbench.ledger.budgets.BUDGETS, in size order
 SUITE_NAMES = ("argent", "degla", "read", "phyclip", "compositional")  # hierbench.evaluation.suites.SUITES: `eval --suite`

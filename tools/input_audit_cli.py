@@ -582,8 +582,8 @@ def run_inprocess(argv: list[str], seconds: int = HANG_SECONDS) -> Ran:
     return Ran(code, out.getvalue(), err.getvalue() + said)
 
 def run_subprocess(argv: list[str], seconds: int = HANG_SECONDS) -> Ran:
-    "The same through a real `hierbench` process (`python -m hierbench.cli.parser`)."
-    try: p = subprocess.run([sys.executable, "-m", "hierbench.cli.parser", *argv], capture_output=True, text=True, timeout=seconds)
+    "The same through a real `hierbench` process (`python -m hierbench.cli`)."
+    try: p = subprocess.run([sys.executable, "-m", "hierbench.cli", *argv], capture_output=True, text=True, timeout=seconds)
     except subprocess.TimeoutExpired as e: return Ran(None, hang=True)
     crash = p.stderr if "Traceback (most recent call last)" in p.stderr else ""
     return Ran(p.returncode, p.stdout, p.stderr, crash=crash)

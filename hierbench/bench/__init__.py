@@ -7,7 +7,7 @@ Docs: https://hierbench.github.io/hierbench/bench/front_door.html.md"""
 # %% auto #0
 __all__ = []
 
-# %% ../../nbs/bench/06_front_door.ipynb #d5c8fad3
+# %% ../../nbs/bench/06_front_door.ipynb #6b65a719
 from ..layout import wing_front_door
 
 __getattr__, __dir__ = wing_front_door(__name__, 'suite')

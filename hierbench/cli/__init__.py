@@ -7,7 +7,7 @@ Docs: https://hierbench.github.io/hierbench/cli/front_door.html.md"""
 # %% auto #0
 __all__ = []
 
-# %% ../../nbs/cli/04_front_door.ipynb #a8e6e218
+# %% ../../nbs/cli/04_front_door.ipynb #0c99c296
 from ..layout import wing_front_door
 
 __getattr__, __dir__ = wing_front_door(__name__, 'parser')

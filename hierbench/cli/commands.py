@@ -29,7 +29,8 @@ from ..geometry import dist, dist0, exp_map0, exterior_angle, half_aperture
 from ..recipes.recipe_run import DecoderSpec, resolve_init, train_recipe
 from ..models.lora import LoraError, LoraSpec
 from ..training.tracking import parse_report_to, require_backends
-from ..ledger.launch import launch_compare
+from ..ledger.compare import CompareOptions, compare_options, launch_compare
+from ..ledger.launchers import LaunchOptions
 from ..data.loaders import check_benchmark_folder
 from ..models.family import load_model
 from ..models.export import export_open_clip
@@ -45,7 +46,8 @@ from ..training.trainer import PREEMPTED_EXIT_CODE, EvalEvery
 
 # %% auto #0
 __all__ = ['geometry_demo', 'print_table', 'cmd_train', 'cmd_negatives', 'cmd_paraphrases', 'cmd_check', 'cmd_export',
-           'print_ledger', 'cmd_compare', 'cmd_claims', 'cmd_bench', 'cmd_demo', 'cmd_docs']
+           'print_ledger', 'compare_options_from_args', 'cmd_compare', 'cmd_claims', 'cmd_bench', 'cmd_demo',
+           'cmd_docs']
 
 # %% ../../nbs/cli/02_commands.ipynb #b2c90b5b
 def geometry_demo() -> list[tuple[str, float, float]]:
@@ -215,39 +217,44 @@ def print_ledger(ledger: pd.DataFrame, meta: dict, decidable: list | None = None
     the seed differences' skewness and the plain t-rule's verdict where it differs ('=' where it agrees). `decidable`
     (the reproduction check's, `hierbench.ledger.reproduction.decidable_at`): below 3 seeds, whether the row's seed count could
     ever decide it — the effect a 95% t-interval detects there beside the effect the records found."""
-    led = ledger.assign(kept=lambda d: [f"{k}/{n}" if n else "" for k, n in zip(d.loso_kept, d.n)],
+    ledger = ledger.assign(kept=lambda d: [f"{k}/{n}" if n else "" for k, n in zip(d.loso_kept, d.n)],
                         verdict=lambda d: [v + (" (fragile)" if f is True else "") for v, f in zip(d.verdict, d.fragile)])
     cols = ["id", "a", "b", "metric", "effect", "ci_low", "ci_high", "n", "verdict", "kept"]
     if "until_decided" in meta: cols[7:7] = ["level", "look", "stopped"]
-    if "t_verdict" in led:   # ledgers from before issue 48 have no diagnostics
-        led["t-rule"] = ["" if v == "not run" else "=" if ok else f"{v} ({n})" for v, n, ok in zip(led.t_verdict, led.t_n, led.rules_agree)]
-        led["skew"] = led.skewness
+    if "t_verdict" in ledger:   # ledgers from before issue 48 have no diagnostics
+        ledger["t-rule"] = ["" if v == "not run" else "=" if ok else f"{v} ({n})" for v, n, ok in zip(ledger.t_verdict, ledger.t_n, ledger.rules_agree)]
+        ledger["skew"] = ledger.skewness
         cols += ["skew", "t-rule"]
-    if decidable and led.n.max() < 3:
+    if decidable and ledger.n.max() < 3:
         by = {(d["id"], d["a"], d["b"], d["metric"]): d for d in decidable}
-        led["could decide"] = [(lambda d: "" if d is None else f"{'yes' if d['could_decide'] else 'no'}: needs "
+        ledger["could decide"] = [(lambda d: "" if d is None else f"{'yes' if d['could_decide'] else 'no'}: needs "
                                 f"{d['detectable']:.3g}, recorded {d['effect']:+.3g}")(by.get((r.id, r.a, r.b, r.metric)))
-                               for r in led.itertuples()]
+                               for r in ledger.itertuples()]
         cols.append("could decide")
-    print_table(led[cols].round(4), "claims ledger (effect = A − B, paired by seed; interval and verdict: "
-                + (led.rule[led.rule != ""].iloc[0] if (led.rule != "").any() else "t-interval 95%")
+    print_table(ledger[cols].round(4), "claims ledger (effect = A − B, paired by seed; interval and verdict: "
+                + (ledger.rule[ledger.rule != ""].iloc[0] if (ledger.rule != "").any() else "t-interval 95%")
                 + "; kept: verdicts kept without one seed; skew: G1 of the seed differences; t-rule: the plain t-rule's "
                 "verdict (seeds) where it differs)")
 
 # %% ../../nbs/cli/02_commands.ipynb #67ba9a31
+def compare_options_from_args(args, budget) -> CompareOptions:
+    """The flags of `hierbench compare` as the job's options: each flag is named as its field of `CompareOptions` or
+    `LaunchOptions`, but for `--recipes` (comma-separated), `--plugin`, `--verbose` and `--quiet` (the runs' and the
+    job's lines)."""
+    fields = {f.name for f in dataclasses.fields(CompareOptions)} | {f.name for f in dataclasses.fields(LaunchOptions)}
+    same = fields - {"budget", "recipes", "plugins", "quiet", "progress", "launch"}
+    given = {k: v for k, v in vars(args).items() if k in same}
+    return compare_options(budget=budget, recipes=comma_list(args.recipes), plugins=args.plugin or (),
+                           quiet=not args.verbose, progress=not args.quiet, **given)
+
+
 def cmd_compare(args):
     if args.out is None: args.out = str(main_job_dir())   # the main job's folder, where the tutorials look
     name = args.budget or (None if args.from_records else "quick")   # continuing records: their budget
     budget = name if args.precision == "fp32" else dataclasses.replace(BUDGETS[name or "quick"], precision=args.precision)
     report_to = parse_report_to(args.report_to); require_backends(report_to)   # each run reports into its own folder
     if report_to: budget = dataclasses.replace(BUDGETS[budget or "quick"] if not isinstance(budget, Budget) else budget, report_to=report_to)
-    res = launch_compare(budget, seeds=args.seeds, out=args.out, recipes=comma_list(args.recipes), launcher=args.launcher,
-                         jobs=args.jobs, slurm_partition=args.slurm_partition, slurm_account=args.slurm_account,
-                         gpus_per_run=args.gpus_per_run, cpus_per_run=args.cpus_per_run, timeout_min=args.timeout_min,
-                         slurm_extra=args.slurm_extra, report_only=args.report_only, quiet=not args.verbose,
-                         progress=not args.quiet, until_decided=args.until_decided, max_seeds=args.max_seeds,
-                         round_seeds=args.round_seeds, max_hours=args.max_hours, seeds_per_process=args.seeds_per_process,
-                         from_records=args.from_records, plugins=args.plugin or ())
+    res = launch_compare(options=compare_options_from_args(args, budget))
     print_table(res["summary"], "summary: " + res["summary"].attrs.get("caption", "mean ± 95% half-width over seeds (first row: chance)"))
     print_ledger(res["ledger"], res["meta"], res["reproduction"].get("decidable"))
     meta = res["meta"]   # a rebuilt report (--report-only) has no run time of its own
@@ -281,8 +288,8 @@ def cmd_claims(args):
     print(f"README table ({budget.name} budget: mean ± 95% half-width over each recipe's seeds, chance in brackets):\n")
     print(headline_table(res["results"], budget.n_test))
     print_ledger(res["ledger"], res["meta"])
-    led = res["ledger"]
-    no_boot = led[(led.n > 0) & led.boot_low.isna()] if res.get("items") else led.iloc[:0]
+    ledger = res["ledger"]
+    no_boot = ledger[(ledger.n > 0) & ledger.boot_low.isna()] if res.get("items") else ledger.iloc[:0]
     if len(no_boot):   # records keep each row's items at the seeds it read when they were written
         print(f"\nno evaluation bootstrap for {len(no_boot)} row(s) (their runs' per-item records are not kept at every "
               "seed the row reads now): " + ", ".join(f"{r.id} {r.a} − {r.b} {r.metric} ({r.n} seeds)" for r in no_boot.itertuples()))

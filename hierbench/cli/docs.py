@@ -390,6 +390,7 @@ def build_docs_preview(root: str | Path = ".", out: str | Path | None = None, pr
     require_docs_extra("nbconvert", "nbdev", "yaml")
     from nbconvert import HTMLExporter
     from nbdev.config import get_config
+    from nbdev.doclinks import nbpath2html
     root = Path(root).resolve()
     cfg = get_config(path=root)
     nbs, out = Path(cfg.nbs_path), Path(out or cfg.doc_path)
@@ -478,7 +479,6 @@ def build_readme(root: str | Path = ".", proc: bool = False) -> Path:
     require_docs_extra("nbconvert", "nbdev", "yaml")
     from nbconvert import MarkdownExporter
     from nbdev.config import get_config
-    from nbdev.doclinks import nbpath2html
     root = Path(root).resolve()
     cfg = get_config(path=root)
     if proc:

@@ -423,7 +423,3 @@ def run_command(args):
 def main(argv: list[str] | None = None):
     "Entry point of the `hierbench` console script: parse, run, and turn a refusal into its one line (`run_command`)."
     return run_command(build_parser().parse_args(argv))
-
-# %% ../../nbs/cli/00_parser.ipynb #82802ab3
-# `python -m hierbench.cli.parser ...` (torchrun's `-m` form); the argv check keeps notebook and docs runs of this cell inert
-if __name__ == "__main__" and sys.argv and sys.argv[0].endswith(("hierbench/cli.py", "hierbench\\cli.py")): main()

@@ -24,9 +24,10 @@ FINETUNE_RECIPES = ("clip-ft", "negclip", "negclip-img", "degla", "degla-base", 
                     "read-recon-only", "read-align-only", "read-recon-self", "argent+degla", "argent+read")
 ALL_RECIPES = PRETRAIN_RECIPES + FINETUNE_RECIPES
 # the headline recipes and the references their claims need; argent-no-reg and the ablations (a hyperbolic
-# pre-training each, 2.2x CLIP's step) are left to `standard`
+# pre-training each, twice CLIP's step or more) are left to `standard`
 QUICK_RECIPES = ("clip", "meru", "hycoclip", "argent", "clip-ft", "negclip", "degla", "degla-base", "read", "read-base")
-# every recipe: the ledger's plan (ARGENT's two weighting ablations, ARG-3 and ARG-4, joined it on 2026-12-06)
+# every recipe: the ledger's plan (ARGENT's two weighting ablations, ARG-3 and ARG-4, included: results page
+# 2026-12-06_argent-weighting)
 STANDARD_RECIPES = ALL_RECIPES
 
 # %% ../../nbs/ledger/00_budgets.ipynb #87740b0f

@@ -21,8 +21,8 @@ from ..stats import (SequentialPlan, bootstrap_weights, fragility, mean_interval
 
 # %% auto #0
 __all__ = ['ENTAILMENT', 'NORM_REG', 'WEIGHT_MODE', 'HARD_NEGATIVES', 'HYPERBOLIC', 'CLAIMS', 'SUMMARY_METRICS',
-           'HALF_WIDTH_TARGETS', 'Claim', 'register_claim', 'unfair_claims', 'plugins_used', 'deciding_budget',
-           'evaluate_claims', 'recipes_to_extend', 'power_table', 'claims_ledger', 'claims_document',
+           'HALF_WIDTH_TARGETS', 'Claim', 'claim_rows', 'register_claim', 'unfair_claims', 'plugins_used',
+           'deciding_budget', 'evaluate_claims', 'recipes_to_extend', 'power_table', 'claims_ledger', 'claims_document',
            'variance_components']
 
 # %% ../../nbs/ledger/02_claims.ipynb #693bf639
@@ -41,7 +41,7 @@ class Claim:
     note: str = ""                # e.g. "the paper's comparison, two differences"
 
 # %% ../../nbs/ledger/02_claims.ipynb #dac43a1e
-def _cl(id, source, text, pairs, metrics, direction="higher", margin=0.02, differs=(), note=""):
+def claim_rows(id, source, text, pairs, metrics, direction="higher", margin=0.02, differs=(), note=""):
     return [Claim(id, source, text, a, b, m, direction, margin, tuple(sorted(differs)), note) for a, b in pairs for m in metrics]
 
 # %% ../../nbs/ledger/02_claims.ipynb #90b659d8
@@ -102,58 +102,58 @@ def register_claim(*claims: Claim) -> list[Claim]:
 
 # %% ../../nbs/ledger/02_claims.ipynb #6a247dbc
 _ = register_claim(
-    *_cl("ARG-1", "ARGENT Tab. 2", "adaptive angular entailment improves hierarchy over cone entailment",
+    *claim_rows("ARG-1", "ARGENT Tab. 2", "adaptive angular entailment improves hierarchy over cone entailment",
          [("argent-no-reg", "hycoclip")], ["pep_auc", "pep_ap"], differs=ENTAILMENT),
-    *_cl("ARG-1", "ARGENT Tab. 2", "adaptive angular entailment improves hierarchy over cone entailment",
+    *claim_rows("ARG-1", "ARGENT Tab. 2", "adaptive angular entailment improves hierarchy over cone entailment",
          [("argent", "hycoclip")], ["pep_auc", "pep_ap"], differs=ENTAILMENT + NORM_REG,
          note="the paper's comparison: entailment term and norm regulariser change together"),
-    *_cl("ARG-2", "ARGENT Tab. 2", "... without hurting classification", [("argent-no-reg", "hycoclip")],
+    *claim_rows("ARG-2", "ARGENT Tab. 2", "... without hurting classification", [("argent-no-reg", "hycoclip")],
          ["zs_acc/test-iid"], "no_worse", differs=ENTAILMENT),
-    *_cl("ARG-3", "ARGENT Tab. 3b", "weighting all pairs damages PEP badly", [("argent-weight-all", "argent")],
+    *claim_rows("ARG-3", "ARGENT Tab. 3b", "weighting all pairs damages PEP badly", [("argent-weight-all", "argent")],
          ["pep_auc", "pep_ap"], "lower", differs=WEIGHT_MODE),
-    *_cl("ARG-4", "ARGENT Tab. 3b", "intra-modal weighting beats no weighting", [("argent", "argent-no-weight")],
+    *claim_rows("ARG-4", "ARGENT Tab. 3b", "intra-modal weighting beats no weighting", [("argent", "argent-no-weight")],
          ["pep_ap", "zs_acc/test-iid"], differs=WEIGHT_MODE),
-    *_cl("ARG-5", "ARGENT Tab. 3c", "removing the norm regulariser lowers classification and retrieval",
+    *claim_rows("ARG-5", "ARGENT Tab. 3c", "removing the norm regulariser lowers classification and retrieval",
          [("argent-no-reg", "argent")], ["zs_acc/test-iid", "i2t_R@5"], "lower", differs=NORM_REG),
-    *_cl("ARG-6", "ARGENT §2", "cone apertures saturate under HyCoCLIP (parents shrink toward the origin)",
+    *claim_rows("ARG-6", "ARGENT §2", "cone apertures saturate under HyCoCLIP (parents shrink toward the origin)",
          [("hycoclip", "argent-no-reg")], ["aperture_saturated"], differs=ENTAILMENT),
-    *_cl("ARG-6", "ARGENT §2", "cone apertures saturate under HyCoCLIP (parents shrink toward the origin)",
+    *claim_rows("ARG-6", "ARGENT §2", "cone apertures saturate under HyCoCLIP (parents shrink toward the origin)",
          [("hycoclip", "argent-no-reg")], ["parent_norm"], "lower", differs=ENTAILMENT),
-    *_cl("HYP-1", "MERU/HyCoCLIP", "hyperbolic embeddings order general → specific by distance to origin",
+    *claim_rows("HYP-1", "MERU/HyCoCLIP", "hyperbolic embeddings order general → specific by distance to origin",
          [("meru", "clip")], ["d_corr"], differs=("geometry", "weights.entailment")),
-    *_cl("HYP-1", "MERU/HyCoCLIP", "hyperbolic embeddings order general → specific by distance to origin",
+    *claim_rows("HYP-1", "MERU/HyCoCLIP", "hyperbolic embeddings order general → specific by distance to origin",
          [("hycoclip", "clip")], ["d_corr"], differs=("contrastive", "geometry", "use_boxes", "weights.entailment")),
-    *_cl("HYP-1", "MERU/HyCoCLIP", "hyperbolic embeddings order general → specific by distance to origin",
+    *claim_rows("HYP-1", "MERU/HyCoCLIP", "hyperbolic embeddings order general → specific by distance to origin",
          [("argent", "clip")], ["d_corr"], differs=("contrastive", "geometry", "use_boxes", "weights.adaent", "weights.reg")),
-    *_cl("DEG-1", "DeGLA Tab. 3-4", "hard-negative fine-tuning raises compositional accuracy",
+    *claim_rows("DEG-1", "DeGLA Tab. 3-4", "hard-negative fine-tuning raises compositional accuracy",
          [("negclip", "clip")], ["comp_acc"], differs=_FINETUNING),
-    *_cl("DEG-1", "DeGLA Tab. 3-4", "hard-negative fine-tuning raises compositional accuracy",
+    *claim_rows("DEG-1", "DeGLA Tab. 3-4", "hard-negative fine-tuning raises compositional accuracy",
          [("degla", "clip")], ["comp_acc"], differs=_FINETUNING + _DEGLA_TERMS),
-    *_cl("DEG-1", "DeGLA Tab. 3-4", "hard-negative fine-tuning raises compositional accuracy",
+    *claim_rows("DEG-1", "DeGLA Tab. 3-4", "hard-negative fine-tuning raises compositional accuracy",
          [("negclip", "clip-ft")], ["comp_acc"], differs=HARD_NEGATIVES,
          note="against CLIP fine-tuned as long on the same data without negatives"),
-    *_cl("DEG-1", "DeGLA Tab. 3-4", "hard-negative fine-tuning raises compositional accuracy",
+    *claim_rows("DEG-1", "DeGLA Tab. 3-4", "hard-negative fine-tuning raises compositional accuracy",
          [("degla", "clip-ft")], ["comp_acc"], differs=HARD_NEGATIVES + _DEGLA_TERMS,
          note="against CLIP fine-tuned as long on the same data without negatives"),
-    *_cl("DEG-2", "DeGLA Tab. 7", "DeGLA forgets less general ability than plain hard-negative fine-tuning",
+    *claim_rows("DEG-2", "DeGLA Tab. 7", "DeGLA forgets less general ability than plain hard-negative fine-tuning",
          [("degla", "degla-base")], ["zs_acc/general"], differs=_DEGLA_TERMS[2:]),
-    *_cl("DEG-3", "DeGLA Tab. 7", "self-distillation is what preserves zero-shot ability",
+    *claim_rows("DEG-3", "DeGLA Tab. 7", "self-distillation is what preserves zero-shot ability",
          [("degla", "degla-no-distill")], ["zs_acc/general"], differs=("weights.distill",)),
-    *_cl("DEG-4", "DeGLA critique", "gains concentrate on order/swap types, not relation/attribute replacement",
+    *claim_rows("DEG-4", "DeGLA critique", "gains concentrate on order/swap types, not relation/attribute replacement",
          [("degla", "clip")], ["comp_acc/swap_minus_replace"], differs=_FINETUNING + _DEGLA_TERMS),
-    *_cl("READ-1", "READ ablation", "reconstruction and alignment are complementary", [("read", "read-recon-only")],
+    *claim_rows("READ-1", "READ ablation", "reconstruction and alignment are complementary", [("read", "read-recon-only")],
          ["comp_acc"], differs=("weights.align",)),
-    *_cl("READ-1", "READ ablation", "reconstruction and alignment are complementary", [("read", "read-align-only")],
+    *claim_rows("READ-1", "READ ablation", "reconstruction and alignment are complementary", [("read", "read-align-only")],
          ["comp_acc"], differs=("weights.recon",)),
-    *_cl("READ-1", "READ ablation", "reconstruction and alignment are complementary", [("read", "read-base")],
+    *claim_rows("READ-1", "READ ablation", "reconstruction and alignment are complementary", [("read", "read-base")],
          ["comp_acc"], differs=("weights.align", "weights.recon")),
-    *_cl("READ-2", "READ §5", "alignment improves paraphrase consistency", [("read-align-only", "read-base")],
+    *claim_rows("READ-2", "READ §5", "alignment improves paraphrase consistency", [("read-align-only", "read-base")],
          ["tot_acc"], differs=("weights.align",)),
-    *_cl("READ-3", "READ §5.3", "reconstructing an alternative caption beats reconstructing the input",
+    *claim_rows("READ-3", "READ §5.3", "reconstructing an alternative caption beats reconstructing the input",
          [("read", "read-recon-self")], ["tot_acc"], differs=("recon_target",)),
-    *_cl("GEN-1", "workbench", "compositional fine-tuning in hyperbolic space keeps the hierarchy",
+    *claim_rows("GEN-1", "workbench", "compositional fine-tuning in hyperbolic space keeps the hierarchy",
          [("argent+degla", "degla"), ("argent+read", "read")], ["pep_auc"], differs=HYPERBOLIC),
-    *_cl("GEN-1", "workbench", "compositional fine-tuning in hyperbolic space keeps the hierarchy",
+    *claim_rows("GEN-1", "workbench", "compositional fine-tuning in hyperbolic space keeps the hierarchy",
          [("argent+degla", "degla"), ("argent+read", "read")], ["comp_acc"], "no_worse", differs=HYPERBOLIC),
 )
 
@@ -243,18 +243,18 @@ def _claim_row(c: Claim, wide: pd.DataFrame, items: dict | None, W: dict | None,
     w, level = both.iloc[:seq["n"]], (seq["level"] if plan else 0.95)   # the seeds the verdict used
     d = diffs[:seq["n"]]
     sd = float(np.std(d, ddof=1)) if len(d) > 1 else float("nan")
-    blo, bhi = _boot_interval(c, list(w.index), items, W, cache) if W is not None else (np.nan, np.nan)
-    frag = fragility(d, c.direction, c.margin, level if np.isfinite(level) else 0.95, rule.interval, seq["allowance"])
+    boot_low, boot_high = _boot_interval(c, list(w.index), items, W, cache) if W is not None else (np.nan, np.nan)
+    left_out = fragility(d, c.direction, c.margin, level if np.isfinite(level) else 0.95, rule.interval, seq["allowance"])
     last = plan is None or seq["n"] >= plan.looks[-1]
     return {**base, "mean_a": float(w[c.a].mean()) if len(w) else np.nan, "mean_b": float(w[c.b].mean()) if len(w) else np.nan,
             "effect": seq["effect"], "ci_low": seq["low"], "ci_high": seq["high"], "level": level, "n": len(d),
             "seeds_available": len(diffs), "seed_sd": sd, "seed_half_width": t_half_width(sd, len(d)),
-            "mde": min_detectable_effect(sd, len(d)), "boot_low": blo, "boot_high": bhi, "boot_half_width": (bhi - blo) / 2,
+            "mde": min_detectable_effect(sd, len(d)), "boot_low": boot_low, "boot_high": boot_high, "boot_half_width": (boot_high - boot_low) / 2,
             "verdict": seq["verdict"], "rule": rule.rule,
             "look": seq["look"], "stopped": "decided" if seq["verdict"] != "inconclusive" else "max seeds" if last else "open",
             "fixed_verdict": seq["fixed_verdict"],
             "first_look_fixed_verdict": seq["history"][0]["fixed_verdict"] if seq["history"] else seq["fixed_verdict"],
-            "loso_kept": frag["kept"], "fragile": frag["fragile"], **normality(diffs),
+            "loso_kept": left_out["kept"], "fragile": left_out["fragile"], **normality(diffs),
             "t_verdict": seq["t_verdict"], "t_n": seq["t_n"], "t_low": seq["t_low"], "t_high": seq["t_high"],
             "rules_agree": seq["verdict"] == seq["t_verdict"], "history": seq["history"]}
 
@@ -288,17 +288,17 @@ def recipes_to_extend(ledger: pd.DataFrame) -> list[str]:
 def power_table(ledger: pd.DataFrame) -> pd.DataFrame:
     """Per metric family: median seed and bootstrap half-widths and MDE over the ledger's rows, beside the target, and
     `seeds_needed`: the seeds at which the median row's seed sd would give the target half-width."""
-    led = ledger[ledger.verdict != "not run"].copy()
-    if led.empty: return pd.DataFrame(columns=["rows", "seed_half_width", "boot_half_width", "mde", "target", "met",
+    ledger_rows = ledger[ledger.verdict != "not run"].copy()
+    if ledger_rows.empty: return pd.DataFrame(columns=["rows", "seed_half_width", "boot_half_width", "mde", "target", "met",
                                                "seeds_needed"])
-    led["family"] = [m if m in HALF_WIDTH_TARGETS else m.split("/")[0] for m in led.metric]
-    g = led.groupby("family")
+    ledger_rows["family"] = [m if m in HALF_WIDTH_TARGETS else m.split("/")[0] for m in ledger_rows.metric]
+    g = ledger_rows.groupby("family")
     out = pd.DataFrame({"rows": g.size(), "seed_half_width": g.seed_half_width.median(),
                         "boot_half_width": g.boot_half_width.median(), "mde": g.mde.median()})
     out["target"] = [_target(f) for f in out.index]
     # a family without a target (NaN once in the column) is neither met nor missed
     out["met"] = [bool(np.isfinite(h) and h <= t) if pd.notna(t) else None for h, t in zip(out.seed_half_width, out.target)]
-    sd = g.seed_sd.median() if "seed_sd" in led else pd.Series(np.nan, index=out.index)
+    sd = g.seed_sd.median() if "seed_sd" in ledger_rows else pd.Series(np.nan, index=out.index)
     out["seeds_needed"] = [seeds_for_half_width(s, t) if pd.notna(t) else np.nan for s, t in zip(sd, out.target)]
     return out
 

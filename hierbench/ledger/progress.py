@@ -15,7 +15,8 @@ from .budgets import Budget
 from ..recipes.recipe_run import train_recipe
 from ..recipes.registry import get_recipe
 from ..data.sources import WorldData
-from ..training.trainer import read_metrics
+from ..training.metrics_log import read_metrics
+from .run_folder import RunRow
 
 # %% auto #0
 __all__ = ['RECORDED_TRAIN_SECONDS', 'RECORDED_RUN', 'RECORDED_EVAL_SECONDS', 'DECODER_STEP_SECONDS', 'PROBES', 'SIDE_BY_SIDE',
@@ -25,8 +26,8 @@ __all__ = ['RECORDED_TRAIN_SECONDS', 'RECORDED_RUN', 'RECORDED_EVAL_SECONDS', 'D
            'end']
 
 # %% ../../nbs/ledger/06_progress.ipynb #0959120c
-# the standard ledger's records (results/data/ledger-standard: AMD EPYC, 2 workers x 1 thread on 2 cores, 2026-12-06):
-# each recipe's median training seconds over its 5-15 seeds, at 2,000 pre-training steps of batch 64 and 150
+# read off the standard ledger's records (results/data/ledger-standard; where and how they were trained: results page
+# 2026-12-06_ledger-15-seeds): each recipe's median training seconds over its 5-15 seeds, at 2,000 pre-training steps of batch 64 and 150
 # fine-tuning steps of batch 128 (the fine-tunes' validation and the snapshots included, evaluation apart). ARGENT's
 # two weighting ablations, added to the records later from another machine, are left out: they follow their probe
 RECORDED_TRAIN_SECONDS = {
@@ -215,7 +216,7 @@ def _is_terminal() -> bool:
 def _finished_row(folder: Path) -> dict | None:
     """The `eval.json` row of a finished run folder: its weights exist, or it was restored from ledger records (its row
     says `"recorded"`, and it has no weights). A cheap look: `compare.finished_run` checks it fully."""
-    try: row = json.loads((folder / "eval.json").read_text())
+    try: row = RunRow.read(folder).as_dict()
     except (OSError, ValueError): return None
     return row if (folder / "model.safetensors").exists() or "recorded" in row else None
 

@@ -14,7 +14,7 @@ from typing import Mapping, Sequence
 import numpy as np, pandas as pd
 from .budgets import Budget, budget_from_meta, eval_scene_counts
 from .claims import CLAIMS, claims_document, claims_ledger
-from .run_folder import (finished_run, json_safe, load_items, run_dir, run_fingerprint, save_items,
+from .run_folder import (RunRow, finished_run, json_safe, load_items, run_dir, run_fingerprint, save_items,
                                   settings_hash)   # re-exported: `records.settings_hash`
 from ..config import FolderStateError, HierbenchError, MissingFileError, atomic_write, atomic_write_text
 from ..evaluation.world_eval import metric_from_items
@@ -24,9 +24,9 @@ from ..recipes.registry import get_recipe, list_recipes
 from ..stats import SequentialPlan
 
 # %% auto #0
-__all__ = ['RECORDS_FORMAT', 'LEDGER_FILE', 'RUNS_FILE', 'ITEMS_FILE', 'CLAIMS_FILE', 'SHARED', 'RecordsError', 'records_read',
-           'made_on', 'RunPlan', 'read_plan', 'finished_runs', 'report_only_meta', 'run_made', 'trained_elsewhere',
-           'write_records', 'NotKeptError', 'LedgerRecords', 'read_records', 'ledger_from_records',
+__all__ = ['RECORDS_FORMAT', 'LEDGER_FILE', 'RUNS_FILE', 'ITEMS_FILE', 'CLAIMS_FILE', 'SHARED', 'PLAN_FILE', 'RecordsError',
+           'records_read', 'made_on', 'RunPlan', 'read_plan', 'finished_runs', 'report_only_meta', 'run_made',
+           'trained_elsewhere', 'write_records', 'NotKeptError', 'LedgerRecords', 'read_records', 'ledger_from_records',
            'ledger_differences', 'restore_records', 'ledger_from_folder', 'forest_title']
 
 # %% ../../nbs/ledger/03_records.ipynb #0abb420b
@@ -97,6 +97,9 @@ def made_on() -> dict:
                 date=time.strftime("%Y-%m-%d"))
 
 # %% ../../nbs/ledger/03_records.ipynb #7f494313
+PLAN_FILE = "plan.json"  # what a compare folder holds: its runs' budget, recipes, seeds and looks
+
+
 @dataclass(frozen=True)
 class RunPlan:
     """Which runs a compare folder (its plan.json) or a ledger's records hold: the budget, the recipes in plan order,
@@ -111,6 +114,23 @@ class RunPlan:
     def from_record(cls, d: Mapping) -> "RunPlan":
         "From plan.json's form (also a results.json's `meta`): `budget`, `seeds`, `recipes`, optional `until_decided`."
         return cls(budget_from_meta(d), int(d["seeds"]), tuple(d["recipes"]), d.get("until_decided"), tuple(d.get("plugins", ())))
+
+    def write(self, out: str | Path) -> Path:
+        "Write compare folder `out`'s plan.json (atomically): the one writer of that file."
+        path = Path(out) / PLAN_FILE
+        atomic_write_text(path, json.dumps(self.record(), indent=1))
+        return path
+
+    @classmethod
+    def read(cls, out: str | Path) -> "RunPlan":
+        "The plan in compare folder `out`'s plan.json (or, in folders older than plan.json, results.json's meta)."
+        out = Path(out)
+        src = out / PLAN_FILE if (out / PLAN_FILE).is_file() else out / "results.json"
+        if not src.is_file():
+            raise MissingFileError(f"{out}: neither plan.json nor results.json; not a compare folder "
+                                   f"(run `hierbench compare --out {out}`)")
+        d = json.loads(src.read_text())
+        return cls.from_record(d.get("meta", d))
 
     def record(self) -> dict:
         "plan.json's form."
@@ -139,13 +159,8 @@ class RunPlan:
 # %% ../../nbs/ledger/03_records.ipynb #08f86878
 def read_plan(out: str | Path) -> RunPlan:
     "The `RunPlan` of compare folder `out`: its plan.json (or, in folders older than plan.json, results.json's meta)."
-    out = Path(out)
-    src = out / "plan.json" if (out / "plan.json").is_file() else out / "results.json"
-    if not src.is_file():
-        raise MissingFileError(f"{out}: neither plan.json nor results.json; not a compare folder (run `hierbench compare --out {out}`)")
-    d = json.loads(src.read_text())
-    plan = RunPlan.from_record(d.get("meta", d))
-    require_plugins(plan.plugins, src)   # a plugin's recipes are unknown until it is loaded
+    plan = RunPlan.read(out)
+    require_plugins(plan.plugins, Path(out) / PLAN_FILE)   # a plugin's recipes are unknown until it is loaded
     return plan
 
 # %% ../../nbs/ledger/03_records.ipynb #6954dbbc
@@ -464,12 +479,12 @@ def restore_records(records: LedgerRecords, out: str | Path) -> int:
         if finished_run(r, s, records.plan.budget, out) is not None: continue
         folder = run_dir(out, r, s)
         save_items(folder / "items.npz", {sp: dict(v) for sp, v in records.items[(r, s)].items()})
-        atomic_write_text(folder / "eval.json", json.dumps(json_safe({**row, "recorded": dict(
+        RunRow.from_dict({**row, "recorded": dict(
             records=str(records.folder), arch=records.ledger["arch"],
-            made=row.get("made") or {k: (records.ledger.get("made") or {}).get(k) for k in _MADE_KEYS})}), indent=1))
+            made=row.get("made") or {k: (records.ledger.get("made") or {}).get(k) for k in _MADE_KEYS})}).write(folder)
         written += 1
-    if not (out / "plan.json").exists():   # the plan the records were made under: a continuation must keep it
-        atomic_write_text(out / "plan.json", json.dumps(records.plan.record(), indent=1))
+    if not (out / PLAN_FILE).exists():   # the plan the records were made under: a continuation must keep it
+        records.plan.write(out)
     return written
 
 # %% ../../nbs/ledger/03_records.ipynb #e686a621

@@ -17,8 +17,13 @@ from plotly.subplots import make_subplots
 from .claims import power_table
 from ..recipes.registry import get_recipe
 from ..stats import mean_interval, t_half_width
-from ..training.trainer import read_metrics
+from ..training.metrics_log import read_metrics
 from ..viz.figures import ablation_bars_figure, angle_histograms_figure
+import shutil
+import warnings
+import plotly
+from ..config import atomic_write_text
+from .reproduction import reproduction_html
 
 # %% auto #0
 __all__ = ['KEY_METRICS', 'TYPE_METRICS', 'SIGNED_METRICS', 'UNIT_METRICS', 'T_SPREAD_2_SEEDS', 'HEADLINE_RECIPES',
@@ -26,7 +31,7 @@ __all__ = ['KEY_METRICS', 'TYPE_METRICS', 'SIGNED_METRICS', 'UNIT_METRICS', 'T_S
            'PAPER_TABLES', 'metric_range', 'seed_cell', 'seed_caption', 'summary_table', 'headline_table',
            'stage_table', 'learnability_table', 'saturation_table', 'pep_analysis_table', 'pep_diagnosis',
            'pep_conclusion', 'forest_figure', 'type_accuracy_figure', 'training_curves_by_recipe_figure',
-           'papers_figure', 'save_static_figures', 'render_report']
+           'papers_figure', 'save_static_figures', 'render_report', 'write_report']
 
 # %% ../../nbs/ledger/05_report.ipynb #3aba15a2
 KEY_METRICS = ("zs_acc/test-iid", "zs_acc/test-comp", "zs_acc/general", "i2t_R@5", "t2i_R@5", "comp_acc",
@@ -276,17 +281,17 @@ def forest_figure(ledger: pd.DataFrame):
     """Every claim row's effect with the seed interval that decides its verdict (thick) and the evaluation-bootstrap
     interval (thin), coloured by verdict; a fragile verdict (one seed left out overturns it) has an open marker, and a
     row whose verdict the plain t-rule would have read otherwise names that verdict in its label."""
-    led = ledger[ledger.verdict != "not run"].reset_index(drop=True)
-    fragile = led["fragile"].eq(True) if "fragile" in led else pd.Series(False, index=led.index)   # old ledgers: none
+    decided = ledger[ledger.verdict != "not run"].reset_index(drop=True)
+    fragile = decided["fragile"].eq(True) if "fragile" in decided else pd.Series(False, index=decided.index)   # old ledgers: none
     colour = {"supported": "#2ca02c", "contradicted": "#d62728", "inconclusive": "#999999"}
-    differ = led.rules_agree.eq(False) if "rules_agree" in led else pd.Series(False, index=led.index)   # old ledgers
+    differ = decided.rules_agree.eq(False) if "rules_agree" in decided else pd.Series(False, index=decided.index)   # old ledgers
     labels = [f"{r.id} {r.a} − {r.b} · {r.metric}" + (f" (t-rule: {r.t_verdict})" if d else "")
-              for r, d in zip(led.itertuples(), differ)]
+              for r, d in zip(decided.itertuples(), differ)]
     fig = go.Figure()
     for v in ("supported", "contradicted", "inconclusive"):
-        m = led.verdict == v
+        m = decided.verdict == v
         if not m.any(): continue
-        sub = led[m]
+        sub = decided[m]
         fig.add_trace(go.Scatter(x=sub.effect, y=[labels[i] for i in sub.index], mode="markers", name=v,
                                  marker=dict(color=colour[v], size=8,
                                              symbol=["circle-open" if f else "circle" for f in fragile[m]]),
@@ -299,7 +304,7 @@ def forest_figure(ledger: pd.DataFrame):
     fig.add_vline(x=0, line=dict(color="#444"))
     fig.update_layout(title="Claims: effect A − B with the seed interval that decides it (thick), the evaluation bootstrap "
                             "(thin); open: fragile",
-                      height=max(300, 22 * len(led) + 120), width=1000, margin=dict(l=330, r=20, t=50, b=40),
+                      height=max(300, 22 * len(decided) + 120), width=1000, margin=dict(l=330, r=20, t=50, b=40),
                       yaxis=dict(autorange="reversed"))
     return fig
 
@@ -570,3 +575,24 @@ def render_report(results: pd.DataFrame, ledger: pd.DataFrame, meta: dict, runs:
             ("<h2>Training curves</h2>" + curves if curves else "") + pep_html +
             "<h2>The papers' tables beside ours</h2><p>Different data, models and scale: compare directions, not values "
             "(ours in %).</p>" + papers + "<h2>Plots</h2>" + bars + "</body></html>")
+
+# %% ../../nbs/ledger/05_report.ipynb #158b3138
+def write_report(out: str | Path, results: pd.DataFrame, ledger: pd.DataFrame, meta: dict, runs: list[dict],
+                 reproduction: dict) -> Path:
+    """The whole report of compare folder `out`, in one place: `report.html` (`render_report`; plotly.js loaded from
+    `out/plotly.min.js`, copied there), its figures as PNG images in `out/figures` when a browser can draw them, and at
+    its end the reproduction check (`hierbench.ledger.reproduction`) and where the static copies are."""
+    out = Path(out)
+    shutil.copy(Path(plotly.__file__).parent / "package_data" / "plotly.min.js", out / "plotly.min.js")
+    figures: dict = {}
+    page = render_report(results, ledger, meta, runs, plotlyjs="directory", run_root=out / "runs", figures=figures)
+    static = save_static_figures(figures, out / "figures")
+    if static["written"]:
+        note = f"{len(static['written'])} figures are also saved as PNG images in <code>figures/</code>."
+    else:
+        note = f"No static copies of the figures: {html.escape(static['skipped'] or 'none drawn')}."
+    if static["skipped"]:
+        warnings.warn(f"compare: static figures not written ({static['skipped']})")
+    end = f"{reproduction_html(reproduction)}<p>{note}</p></body>"
+    atomic_write_text(out / "report.html", page.replace("</body>", end))
+    return out / "report.html"

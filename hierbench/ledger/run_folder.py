@@ -6,7 +6,11 @@ Docs: https://hierbench.github.io/hierbench/ledger/run_folder.html.md"""
 
 # %% ../../nbs/ledger/01_run_folder.ipynb #bed51cf4
 from __future__ import annotations
-import hashlib, json, math
+import dataclasses
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 import numpy as np
@@ -19,8 +23,8 @@ from ..recipes.terms import term_fingerprint
 from ..world.scenes import WorldConfig
 
 # %% auto #0
-__all__ = ['json_safe', 'file_sha256', 'run_dir', 'run_fingerprint', 'settings_hash', 'check_finished', 'save_items',
-           'load_items', 'finished_run', 'results_rows']
+__all__ = ['EVAL_FILE', 'json_safe', 'file_sha256', 'run_dir', 'run_fingerprint', 'settings_hash', 'RunRow', 'check_finished',
+           'save_items', 'load_items', 'finished_run', 'results_rows']
 
 # %% ../../nbs/ledger/01_run_folder.ipynb #69687a1f
 def json_safe(x):
@@ -63,12 +67,69 @@ def settings_hash(run_key: Mapping, fingerprint: Mapping) -> str:
     text = json.dumps(dict(run_key=run_key, run_fingerprint=fingerprint), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
 
+# %% ../../nbs/ledger/01_run_folder.ipynb #0197fd37
+EVAL_FILE = "eval.json"  # a finished run's row, in its folder
+
+
+@dataclass
+class RunRow:
+    """A finished run's row — its folder's `eval.json`: what trained, for how long, and what it measured. `write` is
+    its one writer and `RunRow.read` its reader; the job passes rows on as plain dicts (`as_dict`), the form
+    results.json and the ledger's records keep."""
+
+    recipe: str | None = None  # None only in a hand-made or damaged file: the reuse check then says what is wrong
+    seed: int | None = None
+    budget_name: str | None = None
+    run_key: dict | None = None  # the budget fields the numbers depend on (`Budget.run_key`)
+    steps: int | None = None
+    batch_size: int | None = None
+    seed_group: list | None = None  # the seeds trained side by side in its process
+    train_seconds: float | None = None  # its share of the group's training time
+    eval_seconds: float | None = None
+    samples_per_second: float | None = None
+    final_loss: float | None = None
+    metrics: dict = field(default_factory=dict)  # every world metric
+    weights_sha256: str | None = None
+    run_fingerprint: dict | None = None  # the recipe's and world's fields (`run_fingerprint`)
+    # present only where they apply
+    plugins: list | None = None  # the plugin files its recipe and terms came from
+    stage: dict | None = None  # a fine-tune's stages (`compare._stage_summary`)
+    pep_analysis: dict | None = None  # a pre-training's PEP angles at its snapshots
+    recorded: dict | None = None  # restored from ledger records: where from, the model, where it was made
+    retrained: dict | None = None  # a recorded parent trained again on this machine
+    made: dict | None = None  # where it was trained (records)
+    settings_sha256: str | None = None  # records: `settings_hash` of run key and fingerprint
+    extra: dict = field(default_factory=dict)  # fields of rows of other versions, kept as they are
+
+    _OPTIONAL = ("plugins", "stage", "pep_analysis", "recorded", "retrained", "made", "settings_sha256")
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "RunRow":
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        return cls(**{k: v for k, v in d.items() if k in names}, extra={k: v for k, v in d.items() if k not in names})
+
+    def as_dict(self) -> dict:
+        "The row as eval.json holds it: the fields that apply (an optional one only when set), then `extra`."
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
+        return {**{k: v for k, v in d.items() if k not in self._OPTIONAL or v is not None}, **self.extra}
+
+    def write(self, folder: str | Path) -> dict:
+        "Write `folder/eval.json` atomically (NaN as null); returns the row as a dict."
+        row = self.as_dict()
+        atomic_write_text(Path(folder) / EVAL_FILE, json.dumps(json_safe(row), indent=1))
+        return row
+
+    @classmethod
+    def read(cls, folder: str | Path) -> "RunRow":
+        "The row of `folder/eval.json`."
+        return cls.from_dict(json.loads((Path(folder) / EVAL_FILE).read_text()))
+
 # %% ../../nbs/ledger/01_run_folder.ipynb #e4b3f509
 def check_finished(folder: Path, name: str, recipe, budget: Budget) -> dict:
     "The recorded row of the finished run in `folder`, after checking it belongs to `budget`, today's architecture and recipe."
-    row = json.loads((folder / "eval.json").read_text())
+    row = RunRow.read(folder).as_dict()
     if row.get("run_key") != budget.run_key():
-        recorded = row.get("budget_name", row.get("preset_name"))
+        recorded = row.get("budget_name") or row.get("preset_name")   # older rows named it preset_name
         raise SettingsError(f"{folder} holds a finished run of another budget ({recorded!r}, not "
                          f"{budget.name!r}, or an older version of it): use another --out folder, or delete that run")
     # the budget names its architecture; if that name now means another architecture (a newer hierbench), the old run
@@ -120,7 +181,7 @@ def finished_run(name: str, seed: int, budget: Budget, out: str | Path) -> dict 
     if row.get("weights_sha256") != file_sha256(weights): return None
     if row.get("run_fingerprint") is None:   # a run finished before fingerprints were recorded: record today's, once
         row["run_fingerprint"] = run_fingerprint(recipe)
-        atomic_write_text(eval_path, json.dumps(json_safe(row), indent=1))
+        RunRow.from_dict(row).write(folder)
     return row
 
 # %% ../../nbs/ledger/01_run_folder.ipynb #885e7408

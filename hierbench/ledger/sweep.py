@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 from .claims import SUMMARY_METRICS
 from ..config import SettingsError, atomic_write_text
-from .launch import launch_compare
+from .compare import launch_compare
 from ..plugins import load_plugin, load_plugins
 from .records import trained_elsewhere
 from ..recipes.registry import Recipe, get_recipe, recipe_diff, recipe_fields, recipe_variant
@@ -107,7 +107,7 @@ def run_sweep(recipe: str, grid: Sequence[str], out: str | Path, budget: str | N
               against: str | None = None, plugins: Sequence[str] = (), from_records: str | Path | None = None,
               quiet: bool = True, log: Callable = print, **launch) -> dict:
     """Train every point of `grid` (`--grid` specs) of `recipe` and the reference (`against`, default the recipe) over
-    `seeds` through `hierbench.ledger.launch.launch_compare` (`launch`: its launcher options); write sweep.json and sweep.html
+    `seeds` through `hierbench.ledger.compare.launch_compare` (`launch`: its launcher options); write sweep.json and sweep.html
     into `out` beside the compare outputs. Returns the document, the compare's result and the figure."""
     paths = [p.path for p in load_plugins(plugins)]   # the base recipe, a term swept, may be a plugin's
     base = get_recipe(recipe)

@@ -7,7 +7,7 @@ Docs: https://hierbench.github.io/hierbench/models/front_door.html.md"""
 # %% auto #0
 __all__ = []
 
-# %% ../../nbs/models/10_front_door.ipynb #9c008879
+# %% ../../nbs/models/10_front_door.ipynb #292e0e06
 from ..layout import wing_front_door
 
 __getattr__, __dir__ = wing_front_door(__name__, 'family', 'dual_encoder', 'heads', 'towers')

@@ -143,8 +143,8 @@ def build_open_clip(arch: dict) -> nn.Module:
                                           f"(open_clip's ModifiedResNet); this tower is {type(clip.visual).__name__}")
         clip.visual.attnpool = FlattenReadout(pool.k_proj.in_features, pool.positional_embedding.shape[0] - 1,
                                               pool.c_proj.out_features)
-    # convolutional towers run in channels-last layout: 1.6x faster on CPU for the world ResNet (BatchNorm and the
-    # thin stem are memory-bound in NCHW); `DualEncoder.image_features` feeds them channels-last images
+    # convolutional towers run in channels-last layout: faster on a CPU for the world ResNet, whose BatchNorm and thin
+    # stem are memory-bound in NCHW (`hierbench bench`); `DualEncoder.image_features` feeds them channels-last images
     if is_conv_tower(clip.visual): clip.visual.to(memory_format=torch.channels_last)
     matmul_patch_embedding_(clip.visual)   # a ViT's patch convolution trains as a matmul at 16 bits on a CPU
     return clip

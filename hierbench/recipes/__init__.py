@@ -7,7 +7,7 @@ Docs: https://hierbench.github.io/hierbench/recipes/front_door.html.md"""
 # %% auto #0
 __all__ = []
 
-# %% ../../nbs/recipes/05_front_door.ipynb #983e252f
+# %% ../../nbs/recipes/05_front_door.ipynb #577e05d0
 from ..layout import wing_front_door
 
 __getattr__, __dir__ = wing_front_door(__name__, 'registry')

@@ -7,7 +7,7 @@ Docs: https://hierbench.github.io/hierbench/world/front_door.html.md"""
 # %% auto #0
 __all__ = []
 
-# %% ../../nbs/world/03_front_door.ipynb #473e652a
+# %% ../../nbs/world/03_front_door.ipynb #796dd050
 from ..layout import wing_front_door
 
 __getattr__, __dir__ = wing_front_door(__name__, 'scenes')

@@ -8,7 +8,10 @@ Docs: https://hierbench.github.io/hierbench/world/hard_negatives.html.md"""
 from __future__ import annotations
 import itertools
 from dataclasses import replace
-from typing import Callable, Iterable, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, NamedTuple, Sequence
+
+if TYPE_CHECKING:  # the audit returns a DataFrame; pandas itself loads only when it runs
+    import pandas as pd
 
 from .language import COLOURS, NP, RELATIONS, SHAPES, SIZES, Clause, Meaning, meaning_holds, parse, render
 

@@ -11,7 +11,7 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
 def run(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "hierbench.cli.parser", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "hierbench.cli", *args], capture_output=True, text=True,
                           timeout=timeout, env=ENV)
 
 
@@ -81,7 +81,7 @@ def test_train_runs_under_torchrun_with_two_processes(tmp_path):
     tower has BatchNorm, which cannot be synchronised on CPU: the run says so."""
     out = tmp_path / "ddp"
     p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29517",
-                        "-m", "hierbench.cli.parser", "train", "clip", "--out", str(out), "--arch", "world-tiny",
+                        "-m", "hierbench.cli", "train", "clip", "--out", str(out), "--arch", "world-tiny",
                         "--steps", "2", "--n-train", "64", "--batch-size", "8"],
                        capture_output=True, text=True, timeout=600, env=ENV)
     assert p.returncode == 0, p.stderr[-3000:]

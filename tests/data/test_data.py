@@ -574,10 +574,3 @@ def test_world_dataset_matches_the_saved_items(case):
         for i, g, w in zip(idx, ds.__getitems__(idx), items["getitems"]): _same_item(g, w, f"{case} epoch {epoch} getitems {i}")
     got = [ds.batch_indices(s, 8, 2) for s in (0, 1, 5)]
     assert [None if b is None else [int(v) for v in b] for b in got] == want["batch_indices"]
-
-def test_moved_data_names_still_resolve_with_a_warning():
-    with pytest.warns(DeprecationWarning, match="hierbench.data.sources.WorldDataset"):
-        assert D.WorldDataset is S.WorldDataset
-    with pytest.warns(DeprecationWarning, match="hierbench.data.loaders.load_crepe"):
-        assert D.load_crepe is L.load_crepe
-    with pytest.raises(AttributeError, match="no_such"): D.no_such

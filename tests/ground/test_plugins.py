@@ -8,7 +8,7 @@ import pytest
 
 
 from hierbench.ledger import compare as C, records as R
-from hierbench.ledger.launch import launch_compare
+from hierbench.ledger.compare import launch_compare
 from hierbench.ledger.launchers import InProcess
 from hierbench.plugins import PluginError, load_plugin
 

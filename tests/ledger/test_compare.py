@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 import torch
 
+from hierbench.ledger.launchers import InProcess
 from hierbench.ledger import compare as C
 from hierbench.ledger.budgets import ALL_RECIPES, BUDGETS
 from hierbench.ledger.report import pep_analysis_table, pep_diagnosis
@@ -81,7 +82,7 @@ def test_a_finished_run_of_another_recipe_definition_or_world_is_not_silently_re
 def test_cli_compare_smoke_runs_every_recipe(tmp_path):
     "The main job end to end (all recipes, one seed) through the console script."
     out = tmp_path / "compare"   # no --out: the main job's folder, RUNS_DIR/compare (settings.ini / environment)
-    proc = subprocess.run([sys.executable, "-m", "hierbench.cli.parser", "compare", "--budget", "smoke", "--seeds", "1"],
+    proc = subprocess.run([sys.executable, "-m", "hierbench.cli", "compare", "--budget", "smoke", "--seeds", "1"],
                           capture_output=True, text=True, timeout=900, env={**os.environ, "HIERBENCH_RUNS_DIR": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "claims ledger" in proc.stdout
@@ -124,7 +125,7 @@ def test_a_launcher_is_one_replaceable_function(tmp_path):
         seen.update(tasks=list(tasks), deps=dict(deps))
         threads = torch.get_num_threads()
         torch.set_num_threads(1)                  # as the pool's workers: the same arithmetic, the same numbers
-        try: return C.InProcess()(tasks, deps, run)
+        try: return InProcess()(tasks, deps, run)
         finally: torch.set_num_threads(threads)
     a = C.run_compare("smoke", seeds=1, out=tmp_path / "a", recipes=["read"], launcher=launcher, log=lambda *_: None)
     assert seen["tasks"] == [C.DECODER_TASK, ((0,), "clip"), ((0,), "read")]

@@ -1,4 +1,4 @@
-"""hierbench.ledger.launch: one run per folder across independent processes, preemption → requeue → exact resume through
+"""hierbench.ledger.compare: one run per folder across independent processes, preemption → requeue → exact resume through
 submitit's local executor, and the compare graph dispatched as submitit jobs."""
 import json, os, signal, subprocess, sys, time
 from pathlib import Path
@@ -7,7 +7,7 @@ import pytest
 
 submitit = pytest.importorskip("submitit")
 
-from hierbench.ledger import launch as L
+from hierbench.ledger import launchers as L
 from hierbench.config import FolderLock
 from hierbench.data.sources import WorldData
 from hierbench.training.trainer import read_metrics, latest_checkpoint
@@ -142,9 +142,9 @@ def test_submitit_local_compare_equals_the_process_pool_skips_finished_runs_and_
     "clip + clip-ft, one seed, smoke budget: the same metrics as the process pool; a rerun submits nothing; --report-only."
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     kw = dict(seeds=1, recipes=["clip", "clip-ft"], jobs=2, log=lambda *a: None)
-    pool = L.launch_compare("smoke", out=tmp_path / "pool", launcher="processes", **kw)
+    pool = C.launch_compare("smoke", out=tmp_path / "pool", launcher="processes", **kw)
     logs = []
-    sub = L.launch_compare("smoke", out=tmp_path / "sub", launcher="submitit-local", **{**kw, "log": logs.append})
+    sub = C.launch_compare("smoke", out=tmp_path / "sub", launcher="submitit-local", **{**kw, "log": logs.append})
     assert sub["meta"]["launcher"] == "SubmititLauncher" and pool["meta"]["launcher"] == "ProcessPool"
     assert _metric_rows(tmp_path / "sub") == _metric_rows(tmp_path / "pool")      # every metric, exactly
     assert any("0 run(s) already finished" in m and "2 task(s) as local jobs" in m for m in logs), logs
@@ -152,13 +152,13 @@ def test_submitit_local_compare_equals_the_process_pool_skips_finished_runs_and_
     assert n_jobs == 2
     # a rerun into the same folder: both runs finished (same run key, weights and fingerprint): no job at all
     logs.clear()
-    again = L.launch_compare("smoke", out=tmp_path / "sub", launcher="submitit-local", **{**kw, "log": logs.append})
+    again = C.launch_compare("smoke", out=tmp_path / "sub", launcher="submitit-local", **{**kw, "log": logs.append})
     assert any("2 run(s) already finished" in m and "0 task(s)" in m for m in logs), logs
     assert len(list((tmp_path / "sub" / "submitit").glob("*_submitted.pkl"))) == n_jobs
     assert _metric_rows(tmp_path / "sub") == _metric_rows(tmp_path / "pool")
     # the outputs rebuilt from the folder alone
     for f in ("results.json", "claims.json", "report.html"): (tmp_path / "sub" / f).unlink()
-    rebuilt = L.launch_compare(out=tmp_path / "sub", report_only=True, log=lambda *a: None)
+    rebuilt = C.launch_compare(out=tmp_path / "sub", report_only=True, log=lambda *a: None)
     assert rebuilt["meta"]["launcher"] == "report-only" and (tmp_path / "sub" / "report.html").is_file()
     assert _metric_rows(tmp_path / "sub") == _metric_rows(tmp_path / "pool")
     claims = lambda out: [{k: v for k, v in c.items()} for c in json.loads((out / "claims.json").read_text())["claims"]]
@@ -166,11 +166,11 @@ def test_submitit_local_compare_equals_the_process_pool_skips_finished_runs_and_
 
 
 def test_report_only_names_unfinished_runs(tmp_path):
-    with pytest.raises(FileNotFoundError, match="not a compare folder"): L.rebuild_report(tmp_path)
+    with pytest.raises(FileNotFoundError, match="not a compare folder"): C.rebuild_report(tmp_path)
     (tmp_path / "plan.json").write_text(json.dumps(dict(budget=__import__("dataclasses").asdict(BUDGETS["smoke"]),
                                                         seeds=2, recipes=["clip", "negclip"])))
     with pytest.raises(RuntimeError, match=r"4 of 4 runs are not finished \(clip/seed0, negclip/seed0, clip/seed1"):
-        L.rebuild_report(tmp_path, log=lambda *a: None)
+        C.rebuild_report(tmp_path, log=lambda *a: None)
 
 
 FAKE_SBATCH = """#!/bin/bash
@@ -231,7 +231,7 @@ def test_slurm_user_dependency_is_kept(tmp_path, fake_slurm):
 
 
 def test_launcher_options_are_checked():
-    with pytest.raises(ValueError, match="launcher 'sge'"): L.launch_compare(launcher="sge", out="/nonexistent/x")
+    with pytest.raises(ValueError, match="launcher 'sge'"): C.launch_compare(launcher="sge", out="/nonexistent/x")
     with pytest.raises(ValueError, match="need --launcher submitit-local or slurm"):
-        L.launch_compare(launcher="processes", gpus_per_run=1, out="/nonexistent/x")
+        C.launch_compare(launcher="processes", gpus_per_run=1, out="/nonexistent/x")
     with pytest.raises(ValueError, match="'qos'"): L.parse_slurm_extra(["qos"])

@@ -57,7 +57,7 @@ def test_a_plan_continued_from_records_trains_only_new_seeds_and_ends_as_the_uni
     # continued on a "new machine": a folder with nothing but the records restored into it
     out = tmp_path / "continued"
     lines = []
-    from hierbench.ledger.launch import launch_compare
+    from hierbench.ledger.compare import launch_compare
     res = launch_compare("smoke", seeds=2, out=out, from_records=recs, recipes=["clip", "meru"], quiet=True,
                          log=lines.append, progress=True, until_decided=True, max_seeds=3, round_seeds=1, jobs=1)
     trained = sorted(p.parent.relative_to(out / "runs").as_posix() for p in (out / "runs").glob("*/seed*/model.safetensors"))
@@ -71,7 +71,7 @@ def test_a_plan_continued_from_records_trains_only_new_seeds_and_ends_as_the_uni
 
 
 def test_a_continuation_under_another_plan_is_refused(records, tmp_path):
-    from hierbench.ledger.launch import launch_compare
+    from hierbench.ledger.compare import launch_compare
     with pytest.raises(ValueError, match=r"looks at \[2, 3\] seeds .* this run plans \[2, 3, 4\]"):
         launch_compare("smoke", seeds=2, out=tmp_path, from_records=records, recipes=["clip", "meru"], log=lambda *a: None,
                        progress=False, until_decided=True, max_seeds=4, round_seeds=1, jobs=1)
@@ -130,7 +130,7 @@ def test_a_record_the_ledger_did_not_read_is_refused_not_a_silent_nan(records):
 
 
 def test_the_cli_reduces_recomputes_and_refuses_in_one_line(folder, tmp_path):
-    hb = [sys.executable, "-m", "hierbench.cli.parser", "claims"]
+    hb = [sys.executable, "-m", "hierbench.cli", "claims"]
     out = subprocess.run(hb + [str(folder), "--records", str(tmp_path / "r")], capture_output=True, text=True)
     assert out.returncode == 0 and "6 runs of 2 recipes" in out.stdout
     out = subprocess.run(hb + [str(tmp_path / "r"), "--json", str(tmp_path / "c.json")], capture_output=True, text=True)

@@ -103,7 +103,7 @@ def _recorder():
 
 def test_in_process_launcher_tells_the_parent_about_every_task():
     "(The process pool's hooks run in tests/test_until_decided.py's smoke run: two workers, every line said once.)"
-    from hierbench.ledger.compare import InProcess
+    from hierbench.ledger.launchers import InProcess
     progress, rec = _recorder()
     tasks = [(0, "a"), (0, "b")]
     assert InProcess()(tasks, {(0, "b"): [(0, "a")]}, len, progress=progress) == {t: 2 for t in tasks}
@@ -111,8 +111,8 @@ def test_in_process_launcher_tells_the_parent_about_every_task():
 
 
 def test_submitit_launcher_tells_the_parent_about_every_task_and_the_runs_already_finished(tmp_path, monkeypatch):
-    from hierbench.ledger import launch as L
-    from hierbench.ledger.compare import task_graph, task_runs
+    from hierbench.ledger import launchers as L
+    from hierbench.ledger.run_graph import task_graph, task_runs
     class Job:
         def __init__(self, value): self.value, self.job_id = value, "1"
         def done(self): return True
@@ -180,7 +180,7 @@ def test_a_crop_not_the_geometry_doubles_a_pretraining_step():
 def test_the_quick_plans_records_estimate_is_within_a_quarter_of_its_measured_wall_time():
     "Arithmetic on recorded numbers: the plan replayed on 2 workers at the records' costs against 23.8 min (AMD EPYC, the README)."
     from hierbench.ledger.budgets import plan_runs
-    from hierbench.ledger.compare import task_graph, task_runs
+    from hierbench.ledger.run_graph import task_graph, task_runs
     tasks, deps = task_graph(plan_runs(list(Q.recipes)), Q.seeds)
     p = CompareProgress(Q, task_runs, lambda r, s: Path("/nonexistent") / r / str(s), jobs=2, log=lambda *a: None, bar=False,
                         decoder_seconds=PG.prior_decoder_seconds(Q), calibrate_with=None)

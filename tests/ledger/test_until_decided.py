@@ -167,7 +167,7 @@ def test_until_decided_refuses_a_folder_of_another_budgets_runs_and_keeps_them(t
 
 def test_until_decided_at_the_smoke_budget_end_to_end(tmp_path):
     "Two worker processes, two rounds: every run trained once and said by the parent, the ledger and plan rebuildable."
-    from hierbench.ledger.launch import rebuild_report
+    from hierbench.ledger.compare import rebuild_report
     lines = []
     res = C.run_compare("smoke", seeds=2, out=tmp_path, recipes=["clip", "negclip"], jobs=2, log=lines.append,
                         until_decided=True, max_seeds=3, round_seeds=1)

@@ -8,6 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from hierbench.ledger.launchers import InProcess
 from hierbench.training import trainer as T
 from hierbench.recipes.recipe_run import DecoderSpec, Validation, train_recipe
 from hierbench.recipes.seed_batch import check_seeds, seed_dir, train_seeds
@@ -240,7 +241,7 @@ def test_a_folder_holding_a_run_is_refused_without_resume_and_nothing_is_touched
 def test_compare_groups_seeds_without_changing_a_number_and_reuses_across_group_sizes(tmp_path, monkeypatch):
     "K=2 and K=1 compares hold the same runs (weights hashes, results); a K=2 compare into K=1's folder trains nothing."
     from hierbench.ledger import compare as C
-    kw = dict(recipes=["clip", "negclip"], launcher=C.InProcess(), log=lambda *_: None, progress=False)
+    kw = dict(recipes=["clip", "negclip"], launcher=InProcess(), log=lambda *_: None, progress=False)
     one = C.run_compare("smoke", seeds=3, out=tmp_path / "one", seeds_per_process=1, **kw)
     two = C.run_compare("smoke", seeds=3, out=tmp_path / "two", seeds_per_process=2, **kw)
     assert (one["meta"]["seeds_per_process"], two["meta"]["seeds_per_process"]) == (1, 2)

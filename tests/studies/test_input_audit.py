@@ -31,7 +31,7 @@ def test_the_audit_sees_a_silent_acceptance(monkeypatch, audit):
     from hierbench.data import loaders as L
     from hierbench.evaluation.compositional import winoground as WG
     for module in (L, WG):   # the Winoground loader (hierbench.evaluation.compositional.winoground) imports the helper by name
-        monkeypatch.setattr(module, "_set_aside", lambda path, items, bad, why: list(items))
+        monkeypatch.setattr(module, "set_aside_items", lambda path, items, bad, why: list(items))
     again = audit_tool.run_audit()
     rows = again[again.cls.str.startswith("negative equal")]
     assert (rows.outcome == "silently accepted").all()

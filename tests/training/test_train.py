@@ -480,7 +480,7 @@ def test_gather_helpers_validate_layout():
     with pytest.raises(ValueError, match="sample-major"): T.gather_with_negatives(torch.zeros(3, 2), torch.zeros(4, 2))
     pos, neg = T.gather_with_negatives(torch.zeros(2, 2), torch.zeros(6, 2))   # single process: identity
     assert pos.shape == (2, 2) and neg.shape == (6, 2)
-    with pytest.raises(TypeError, match="nn.Module"): T._as_module(object())
+    with pytest.raises(TypeError, match="nn.Module"): T.as_module(object())
 
 
 def test_dataloader_workers_do_not_change_the_batches(tmp_path):
@@ -530,8 +530,8 @@ def test_stop_signals_empty_leaves_handlers_alone(tmp_path):
 
 
 def _hierbench_train(out, steps, *resume):
-    "`hierbench train` (as torchrun would start it: `python -m hierbench.cli.parser`) on the smallest world architecture."
-    return [sys.executable, "-m", "hierbench.cli.parser", "train", "clip", "--out", str(out), "--arch", "world-debug",
+    "`hierbench train` (as torchrun would start it: `python -m hierbench.cli`) on the smallest world architecture."
+    return [sys.executable, "-m", "hierbench.cli", "train", "clip", "--out", str(out), "--arch", "world-debug",
             "--steps", str(steps), "--n-train", "64", "--batch-size", "8", "--log-every", "1", "--ckpt-every", "10000", *resume]
 
 

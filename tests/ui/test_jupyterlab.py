@@ -21,7 +21,7 @@ def _saved_figures(nb: Path) -> int:
 
 def test_figure_notebooks_save_their_figures_as_data():
     "Saved outputs carry the figure (plotly's JSON mimetype), not a script that fetches plotly.js from a CDN."
-    for name in ("00_geometry", "12_viz"):
+    for name in ("ground/00_geometry", "viz/01_figures"):
         assert _saved_figures(ROOT / "nbs" / f"{name}.ipynb") > 0, name
 
 
