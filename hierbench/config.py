@@ -1,4 +1,5 @@
-"""Where datasets, runs and checkpoints live: `settings.ini` plus `HIERBENCH_*` environment variables.
+"""Where datasets, runs and checkpoints live: `settings.ini` plus `HIERBENCH_*` environment
+variables.
 
 Docs: https://hierbench.github.io/hierbench/ground/config.html.md"""
 
@@ -6,10 +7,42 @@ Docs: https://hierbench.github.io/hierbench/ground/config.html.md"""
 
 # %% ../nbs/ground/01_config.ipynb #a9af16c3
 from __future__ import annotations
-import configparser, contextlib, importlib, os, shutil, tempfile, time, warnings
-from dataclasses import dataclass, fields
+import configparser
+import contextlib
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
+
+# %% auto #0
+__all__ = [
+    "ENV_PREFIX",
+    "PRECISIONS",
+    "LAUNCHERS",
+    "BENCH_SECTIONS",
+    "BUDGET_NAMES",
+    "SUITE_NAMES",
+    "REPORT_TO_BACKENDS",
+    "Settings",
+    "HierbenchError",
+    "SettingsError",
+    "MissingFileError",
+    "RunExistsError",
+    "FolderStateError",
+    "UnknownNameError",
+    "MissingExtraError",
+    "find_settings_file",
+    "load_settings",
+    "atomic_write",
+    "atomic_write_text",
+    "sweep_temporary_files",
+    "FolderLock",
+    "run_once",
+    "atomic_folder",
+]
 
 # %% auto #0
 __all__ = ['ENV_PREFIX', 'PRECISIONS', 'LAUNCHERS', 'BENCH_SECTIONS', 'BUDGET_NAMES', 'SUITE_NAMES', 'REPORT_TO_BACKENDS',
@@ -20,57 +53,93 @@ __all__ = ['ENV_PREFIX', 'PRECISIONS', 'LAUNCHERS', 'BENCH_SECTIONS', 'BUDGET_NA
 # %% ../nbs/ground/01_config.ipynb #00ec37bf
 ENV_PREFIX = "HIERBENCH_"
 
+
 @dataclass(frozen=True)
 class Settings:
     "Resolved workbench settings (paths absolute, types converted)."
-    data_root: Path          # root of real datasets (COCO, HierarCaps, SugarCrepe, ...)
-    cache_dir: Path          # cache of generated world scenes
-    runs_dir: Path           # run directories of `train` / `compare`
-    checkpoints_dir: Path    # saved models
+
+    data_root: Path  # root of real datasets (COCO, HierarCaps, SugarCrepe, ...)
+    cache_dir: Path  # cache of generated world scenes
+    runs_dir: Path  # run directories of `train` / `compare`
+    checkpoints_dir: Path  # saved models
     openclip_checkpoint: Path | None  # default local open_clip weights for `hierbench eval`
-    device: str              # 'auto', 'cpu', 'cuda', 'cuda:1', ...
-    seed: int                # default seed
+    device: str  # 'auto', 'cpu', 'cuda', 'cuda:1', ...
+    seed: int  # default seed
     ledger_records: Path | None  # the committed claims ledger's records: what the main job checks this machine against
-    source: Path | None      # the settings.ini these came from (None: defaults only)
+    source: Path | None  # the settings.ini these came from (None: defaults only)
 
     def resolve_device(self) -> str:
         "The torch device string: `auto` becomes `cuda` when available, else `cpu`."
-        if self.device != "auto": return self.device
+        if self.device != "auto":
+            return self.device
         import torch
+
         return "cuda" if torch.cuda.is_available() else "cpu"
 
-_DEFAULTS = dict(data_root="data", cache_dir=".cache/hierbench", runs_dir="~/hierbench-runs", checkpoints_dir="checkpoints",
-                 openclip_checkpoint="", device="auto", seed="0", ledger_records="nbs/results/data/ledger-standard")
+
+_DEFAULTS = dict(
+    data_root="data",
+    cache_dir=".cache/hierbench",
+    runs_dir="~/hierbench-runs",
+    checkpoints_dir="checkpoints",
+    openclip_checkpoint="",
+    device="auto",
+    seed="0",
+    ledger_records="nbs/results/data/ledger-standard",
+)
 
 # %% ../nbs/ground/01_config.ipynb #cf2efdfa
-PRECISIONS = ("fp32", "bf16", "fp16", "amp_bf16", "amp_fp16")      # open_clip's names (hierbench.models.precision)
-LAUNCHERS = ("processes", "submitit-local", "slurm")                # where compare's runs go (hierbench.ledger.launchers)
-BENCH_SECTIONS = ("geometry", "world", "recipes", "compare", "pipeline", "real", "evals", "lora", "seeds", "view")  # hierbench.bench.suite's sections
-BUDGET_NAMES = ("smoke", "quick", "standard", "full")               # hierbench.ledger.budgets.BUDGETS, in size order
-SUITE_NAMES = ("argent", "degla", "read", "phyclip", "compositional")  # hierbench.evaluation.suites.SUITES: `eval --suite`
-REPORT_TO_BACKENDS = ("tensorboard", "wandb")                       # --report-to (hierbench.training.tracking), the [track] extra
-
+PRECISIONS = ("fp32", "bf16", "fp16", "amp_bf16", "amp_fp16")  # open_clip's names (hierbench.models.precision)
+LAUNCHERS = ("processes", "submitit-local", "slurm")  # where compare's runs go (hierbench.ledger.launchers)
+BENCH_SECTIONS = (
+    "geometry",
+    "world",
+    "recipes",
+    "compare",
+    "pipeline",
+    "real",
+    "evals",
+    "lora",
+    "seeds",
+    "view",
+)  # hierbench.bench.suite's sections
+BUDGET_NAMES = ("smoke", "quick", "standard", "full")  # hierbench.ledger.budgets.BUDGETS, in size order
+SUITE_NAMES = (
+    "argent",
+    "degla",
+    "read",
+    "phyclip",
+    "compositional",
+)  # hierbench.evaluation.suites.SUITES: `eval --suite`
+REPORT_TO_BACKENDS = ("tensorboard", "wandb")  # --report-to (hierbench.training.tracking), the [track] extra
 
 # %% ../nbs/ground/01_config.ipynb #cedbe59f
 class HierbenchError(Exception):
     """Base of every error hierbench raises on purpose; its message names the file, record, field, flag or value
     refused (the command line prints it as one line: `hierbench COMMAND: MESSAGE`)."""
 
+
 class SettingsError(HierbenchError, ValueError):
     "Settings, flags or arguments that cannot work, alone or together; the message names them and what would work."
+
 
 class MissingFileError(HierbenchError, FileNotFoundError):
     "A file or folder that was named, or that a run needs, is not there; the message names the path."
 
+
 class RunExistsError(HierbenchError, FileExistsError):
     "An output folder already holds a run that would be overwritten; the message says how to continue it instead."
+
 
 class FolderStateError(HierbenchError, RuntimeError):
     "A folder is not in the state an action needs: locked by another process, or its runs not finished."
 
+
 class UnknownNameError(HierbenchError, KeyError):
     "A name (recipe, architecture, ...) that is not known; the message lists the known ones."
-    __str__ = Exception.__str__   # a KeyError would print its message in quotes
+
+    __str__ = Exception.__str__  # a KeyError would print its message in quotes
+
 
 class MissingExtraError(HierbenchError, ImportError):
     "An optional library is missing; the message names the pip extra that installs it."
@@ -81,16 +150,20 @@ def find_settings_file(start: str | Path | None = None) -> Path | None:
     explicit = os.environ.get(ENV_PREFIX + "SETTINGS")
     if explicit:
         p = Path(explicit).expanduser()
-        if not p.is_file(): raise MissingFileError(f"HIERBENCH_SETTINGS points to {p}, which is not a file")
+        if not p.is_file():
+            raise MissingFileError(f"HIERBENCH_SETTINGS points to {p}, which is not a file")
         return p.resolve()
     here = Path(start or Path.cwd()).resolve()
     for d in [here, *here.parents]:
         p = d / "settings.ini"
         if p.is_file():
             cp = configparser.ConfigParser()
-            try: cp.read(p)
-            except configparser.Error: continue
-            if cp.has_section("hierbench"): return p
+            try:
+                cp.read(p)
+            except configparser.Error:
+                continue
+            if cp.has_section("hierbench"):
+                return p
     return None
 
 # %% ../nbs/ground/01_config.ipynb #a7abae86
@@ -101,22 +174,39 @@ def load_settings(path: str | Path | None = None, env: dict | None = None) -> Se
     vals = dict(_DEFAULTS)
     if src is not None:
         cp = configparser.ConfigParser()
-        try: cp.read(src)
-        except configparser.Error as e: raise SettingsError(f"{src}: not a valid ini file ({e})") from e
-        if not cp.has_section("hierbench"): raise SettingsError(f"{src}: no [hierbench] section")
+        try:
+            cp.read(src)
+        except configparser.Error as e:
+            raise SettingsError(f"{src}: not a valid ini file ({e})") from e
+        if not cp.has_section("hierbench"):
+            raise SettingsError(f"{src}: no [hierbench] section")
         unknown = set(cp["hierbench"]) - set(_DEFAULTS)
-        if unknown: raise SettingsError(f"{src}: unknown setting(s) {sorted(unknown)}; known: {sorted(_DEFAULTS)}")
+        if unknown:
+            raise SettingsError(f"{src}: unknown setting(s) {sorted(unknown)}; known: {sorted(_DEFAULTS)}")
         vals.update(cp["hierbench"])
     for k in _DEFAULTS:
-        if ENV_PREFIX + k.upper() in env: vals[k] = env[ENV_PREFIX + k.upper()]
+        if ENV_PREFIX + k.upper() in env:
+            vals[k] = env[ENV_PREFIX + k.upper()]
     base = src.resolve().parent if src is not None else Path.cwd()
-    def _path(v): return (base / Path(v).expanduser()).resolve() if v else None
-    try: seed = int(vals["seed"])
-    except ValueError: raise SettingsError(f"setting 'seed' must be an integer, got {vals['seed']!r}") from None
-    return Settings(data_root=_path(vals["data_root"]), cache_dir=_path(vals["cache_dir"]),
-                    runs_dir=_path(vals["runs_dir"]), checkpoints_dir=_path(vals["checkpoints_dir"]),
-                    openclip_checkpoint=_path(vals["openclip_checkpoint"]), device=vals["device"].strip(),
-                    seed=seed, ledger_records=_path(vals["ledger_records"]), source=src.resolve() if src is not None else None)
+
+    def _path(v):
+        return (base / Path(v).expanduser()).resolve() if v else None
+
+    try:
+        seed = int(vals["seed"])
+    except ValueError:
+        raise SettingsError(f"setting 'seed' must be an integer, got {vals['seed']!r}") from None
+    return Settings(
+        data_root=_path(vals["data_root"]),
+        cache_dir=_path(vals["cache_dir"]),
+        runs_dir=_path(vals["runs_dir"]),
+        checkpoints_dir=_path(vals["checkpoints_dir"]),
+        openclip_checkpoint=_path(vals["openclip_checkpoint"]),
+        device=vals["device"].strip(),
+        seed=seed,
+        ledger_records=_path(vals["ledger_records"]),
+        source=src.resolve() if src is not None else None,
+    )
 
 # %% ../nbs/ground/01_config.ipynb #47d838ac
 def atomic_write(path: str | Path, write_fn: Callable[[Path], Any]) -> Path:
@@ -128,86 +218,127 @@ def atomic_write(path: str | Path, write_fn: Callable[[Path], Any]) -> Path:
     tmp = Path(tmp)
     try:
         write_fn(tmp)
-        with open(tmp, "rb") as f: os.fsync(f.fileno())
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     return path
 
+
 def atomic_write_text(path: str | Path, text: str) -> Path:
     "`atomic_write` for a text file."
     return atomic_write(path, lambda p: p.write_text(text))
+
 
 def sweep_temporary_files(folder: str | Path) -> int:
     """Delete the temporary files `atomic_write` leaves behind when a process is killed mid-write (`.NAME.*.tmp`,
     anywhere under `folder`), except under a subfolder whose `FolderLock` another process holds (a run still writing,
     e.g. a cluster job of an earlier launcher). Returns how many were removed."""
     folder, n, held = Path(folder), 0, {}
-    if not folder.is_dir(): return 0
+    if not folder.is_dir():
+        return 0
+
     def busy(p: Path) -> bool:
         for d in p.parents:
-            if d == folder or folder not in d.parents: return False
-            if d not in held: held[d] = FolderLock.is_held(d)
-            if held[d]: return True
+            if d == folder or folder not in d.parents:
+                return False
+            if d not in held:
+                held[d] = FolderLock.is_held(d)
+            if held[d]:
+                return True
         return False
+
     for p in folder.rglob(".*.tmp"):
         if p.is_file() and not p.is_symlink() and not busy(p):
-            p.unlink(missing_ok=True); n += 1
+            p.unlink(missing_ok=True)
+            n += 1
     return n
+
 
 class FolderLock:
     """An exclusive lock on a folder (`fcntl.flock` on FOLDER/.lock, which records who holds it), between any processes:
-    a parent is not needed, and on NFS Linux turns it into a lock on the server. The OS releases it when the holder exits
+    a parent is not needed, and on NFS Linux turns it into a lock on the server. The OS releases it when the holder
+    exits
     or is killed, so a stale lock cannot block a later run. `timeout`: 0 fails at once naming the holder, None waits
     as long as it takes, a number of seconds waits that long."""
+
     def __init__(self, folder: str | Path, timeout: float | None = 0):
         self.path, self.fd, self.timeout = Path(folder) / ".lock", None, timeout
+
     def __enter__(self):
-        import fcntl, platform
+        import fcntl
+        import platform
+
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
         while True:
-            try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); break
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
             except BlockingIOError:
                 if deadline is not None and time.monotonic() >= deadline:
                     holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
                     os.close(fd)
-                    raise FolderStateError(f"{self.path.parent} is in use by {holder}: wait for it to finish or choose "
-                                       "another output folder") from None
+                    raise FolderStateError(
+                        f"{self.path.parent} is in use by {holder}: wait for it to finish or choose "
+                        "another output folder"
+                    ) from None
                 time.sleep(0.1)
             except OSError as e:
                 os.close(fd)
-                raise OSError(e.errno, f"cannot lock {self.path}: {e.strerror}; the folder's filesystem must support "
-                              "file locks (NFS with its lock service, Lustre mounted with -o flock)") from None
-        os.ftruncate(fd, 0); os.pwrite(fd, f"PID {os.getpid()} on {platform.node()}".encode(), 0)
+                raise OSError(
+                    e.errno,
+                    f"cannot lock {self.path}: {e.strerror}; the folder's filesystem must support "
+                    "file locks (NFS with its lock service, Lustre mounted with -o flock)",
+                ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"PID {os.getpid()} on {platform.node()}".encode(), 0)
         self.fd = fd
         return self
+
     def __exit__(self, *exc):
         import fcntl
-        fcntl.flock(self.fd, fcntl.LOCK_UN); os.close(self.fd); self.fd = None
+
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        os.close(self.fd)
+        self.fd = None
+
     @staticmethod
     def is_held(folder: str | Path) -> bool:
         "Does some process (this one included) hold `folder`'s lock right now?"
         import fcntl
-        try: fd = os.open(Path(folder) / ".lock", os.O_RDONLY)
-        except FileNotFoundError: return False
-        try: fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB); fcntl.flock(fd, fcntl.LOCK_UN); return False
-        except BlockingIOError: return True
-        finally: os.close(fd)
+
+        try:
+            fd = os.open(Path(folder) / ".lock", os.O_RDONLY)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return False
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
 
 # %% ../nbs/ground/01_config.ipynb #b8632af3
-def run_once(folder: str | Path,                      # the run's folder (its lock is FOLDER/.lock)
-             finished: Callable[[], Any],             # the finished run's record, or None when it still has to run
-             work: Callable[[], Any],                 # trains (or resumes) the run; returns its record
-             wait: float | None = None) -> tuple[Any, bool]:  # seconds to wait for another holder (None: as long as it takes)
+def run_once(
+    folder: str | Path,  # the run's folder (its lock is FOLDER/.lock)
+    finished: Callable[[], Any],  # the finished run's record, or None when it still has to run
+    work: Callable[[], Any],  # trains (or resumes) the run; returns its record
+    wait: float | None = None,
+) -> tuple[Any, bool]:  # seconds to wait for another holder (None: as long as it takes)
     "`(record, ran)`: the finished run's record without running it again, or `work()`'s under the run's lock."
     done = finished()
-    if done is not None: return done, False
+    if done is not None:
+        return done, False
     with FolderLock(folder, timeout=wait):
-        done = finished()     # another process may have finished it while we waited for the lock
-        if done is not None: return done, False
+        done = finished()  # another process may have finished it while we waited for the lock
+        if done is not None:
+            return done, False
         return work(), True
 
 # %% ../nbs/ground/01_config.ipynb #0d303455
@@ -218,17 +349,21 @@ def atomic_folder(path: str | Path, replaceable: Callable[[Path], bool] = lambda
     `replaceable(path)` says it is an earlier result of the same kind, which is then swapped out and deleted."""
     path = Path(path)
     if path.exists() and (not path.is_dir() or (any(path.iterdir()) and not replaceable(path))):
-        raise RunExistsError(f"{path} exists and is not an earlier result of this command: choose another folder or remove it")
+        raise RunExistsError(
+            f"{path} exists and is not an earlier result of this command: choose another folder or remove it"
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
         yield tmp
         old = None
-        if path.exists():   # renaming onto a non-empty folder fails: move the old one aside first
-            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old.", suffix=".tmp", dir=path.parent)); old.rmdir()
+        if path.exists():  # renaming onto a non-empty folder fails: move the old one aside first
+            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old.", suffix=".tmp", dir=path.parent))
+            old.rmdir()
             os.replace(path, old)
         os.replace(tmp, path)
-        if old is not None: shutil.rmtree(old, ignore_errors=True)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

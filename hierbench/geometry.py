@@ -1,4 +1,5 @@
-"""The hyperboloid model every hyperbolic head, loss and plot in hierbench shares: one convention, stable formulas.
+"""The hyperboloid model every hyperbolic head, loss and plot in hierbench shares: one convention,
+stable formulas.
 
 Docs: https://hierbench.github.io/hierbench/ground/geometry.html.md"""
 
@@ -6,7 +7,9 @@ Docs: https://hierbench.github.io/hierbench/ground/geometry.html.md"""
 
 # %% ../nbs/ground/00_geometry.ipynb #f2d9642c
 from __future__ import annotations
-import functools, math, time
+import functools
+import math
+import time
 import torch
 
 # %% auto #0
@@ -16,65 +19,87 @@ __all__ = ['EXP_MAP_MAX_R', 'HALF_APERTURE_EPS', 'lorentz_time', 'lorentz_inner'
 
 # %% ../nbs/ground/00_geometry.ipynb #d3b96018
 def _autocast_on(device_type: str) -> bool:
-    try: return torch.is_autocast_enabled(device_type)
-    except (RuntimeError, TypeError): return False  # device type autocast does not know: nothing to switch off
+    try:
+        return torch.is_autocast_enabled(device_type)
+    except (RuntimeError, TypeError):
+        return False  # device type autocast does not know: nothing to switch off
+
 
 def _full_precision(fn):
     "Run `fn` with autocast disabled on the device of its first tensor argument."
+
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         dev = next((a.device.type for a in args if isinstance(a, torch.Tensor)), "cpu")
         if _autocast_on(dev):
-            with torch.autocast(dev, enabled=False): return fn(*args, **kwargs)
+            with torch.autocast(dev, enabled=False):
+                return fn(*args, **kwargs)
         return fn(*args, **kwargs)
+
     return wrapper
+
 
 def _as_float(*ts):
     "Tensors promoted to one common dtype that is float32 or float64 (bf16/fp16/int -> float32)."
     ts = [t if isinstance(t, torch.Tensor) else torch.as_tensor(t) for t in ts]
     dtype = functools.reduce(torch.promote_types, [t.dtype for t in ts])
-    if dtype.is_complex: raise ValueError(f"Lorentz points must be real, got dtype {dtype}")
-    if dtype != torch.float64: dtype = torch.float32
+    if dtype.is_complex:
+        raise ValueError(f"Lorentz points must be real, got dtype {dtype}")
+    if dtype != torch.float64:
+        dtype = torch.float32
     return [t.to(dtype) for t in ts]
+
 
 def _curv(c, ref: torch.Tensor) -> torch.Tensor:
     """Curvature magnitude `c` as a tensor with `ref`'s dtype and device. A float must be finite and > 0 (else
-    ValueError); a tensor is checked without a device sync: where it is not finite and > 0, results are NaN (`_poison`)."""
-    if isinstance(c, torch.Tensor): return c.to(device=ref.device, dtype=ref.dtype)
+    ValueError); a tensor is checked without a device sync: where it is not finite and > 0, results are NaN
+    (`_poison`)."""
+    if isinstance(c, torch.Tensor):
+        return c.to(device=ref.device, dtype=ref.dtype)
     cf = float(c)
-    if not (math.isfinite(cf) and cf > 0): raise ValueError(f"curvature c must be a finite number > 0, got {c!r}")
+    if not (math.isfinite(cf) and cf > 0):
+        raise ValueError(f"curvature c must be a finite number > 0, got {c!r}")
     return torch.tensor(cf, dtype=ref.dtype, device=ref.device)
+
 
 def _poison(out: torch.Tensor, c: torch.Tensor, *points: torch.Tensor) -> torch.Tensor:
     """`out` (...) with NaN wherever a point (...,D) has a non-finite coordinate or the curvature is not finite and
-    > 0: the safe branches below (small norms, boundaries) would otherwise turn a NaN input into a plausible 0 or π/2."""
+    > 0: the safe branches below (small norms, boundaries) would otherwise turn a NaN input into a plausible 0 or
+    π/2."""
     bad = ~(torch.isfinite(c) & (c > 0))
-    for p in points: bad = bad | ~torch.isfinite(p).all(-1)
+    for p in points:
+        bad = bad | ~torch.isfinite(p).all(-1)
     return torch.where(bad, torch.full_like(out, float("nan")), out)
+
 
 def _nan_rows(x: torch.Tensor) -> torch.Tensor:
     "Points (...,D) with every coordinate NaN where any is not finite (O(B·D), before a pairwise matmul spreads it)."
     return torch.where(torch.isfinite(x).all(-1, keepdim=True), x, torch.full_like(x, float("nan")))
+
 
 def _is_pos(r: torch.Tensor) -> torch.Tensor:
     # "Not the origin" for norms: r > sqrt(smallest normal float). Below that, 1/r² (which gradients of 1/r need)
     # overflows, so such points are treated as the origin; their true distance to it is < 1e-19 (float32).
     return r > math.sqrt(torch.finfo(r.dtype).tiny)
 
+
 def _nonzero(r: torch.Tensor) -> torch.Tensor:
     # Denominator guard: replaces (near-)zero norms by 1. The caller masks those entries (or they multiply a zero),
     # so values stay exact and gradients stay finite; unlike a clamp to an epsilon it adds no 1/eps blow-up.
     return torch.where(_is_pos(r), r, torch.ones_like(r))
+
 
 def _is_small(r: torch.Tensor) -> torch.Tensor:
     # r < sqrt(eps): there sinh(r)/r and asinh(r)/r equal 1 to working precision (error r²/6 < eps), so they are
     # returned as exactly 1 with zero derivative, avoiding 0/0 and r² underflow in the derivative.
     return r < math.sqrt(torch.finfo(r.dtype).eps)
 
+
 def _safe_sqrt(z: torch.Tensor) -> torch.Tensor:
     # sqrt with value 0 and gradient 0 (not inf/nan) for z <= 0; z < 0 only arises from rounding of a true 0.
     pos = z > 0
     return torch.where(pos, torch.sqrt(torch.where(pos, z, torch.ones_like(z))), torch.zeros_like(z))
+
 
 def _norm(x: torch.Tensor) -> torch.Tensor:
     return torch.linalg.vector_norm(x, dim=-1)  # its gradient at x = 0 is 0 in torch, not nan
@@ -83,9 +108,11 @@ def _norm(x: torch.Tensor) -> torch.Tensor:
 @_full_precision
 def lorentz_time(x, c, keepdim: bool = False) -> torch.Tensor:
     "Time component $x_t=\\sqrt{1/c+\\lVert x\\rVert^2}$ of points `x` (...,D) -> (...) (or (...,1) with `keepdim`)."
-    (x,) = _as_float(x); c = _curv(c, x)
+    (x,) = _as_float(x)
+    c = _curv(c, x)
     t = torch.sqrt(1 / c + (x * x).sum(-1))
     return t.unsqueeze(-1) if keepdim else t
+
 
 @_full_precision
 def lorentz_inner(x, y, c, keepdim: bool = False) -> torch.Tensor:
@@ -95,12 +122,14 @@ def lorentz_inner(x, y, c, keepdim: bool = False) -> torch.Tensor:
     return out.unsqueeze(-1) if keepdim else out
 
 # %% ../nbs/ground/00_geometry.ipynb #b741f1ba
-EXP_MAP_MAX_R = math.asinh(2.0 ** 15)  # MERU's cap on sqrt(c)*||v|| in exp_map0: norms stay <= 2^15/sqrt(c)
+EXP_MAP_MAX_R = math.asinh(2.0**15)  # MERU's cap on sqrt(c)*||v|| in exp_map0: norms stay <= 2^15/sqrt(c)
+
 
 @_full_precision
 def exp_map0(v, c) -> torch.Tensor:
     "Exponential map at the origin: tangent vectors `v` (...,D) -> points (...,D) with $d(O,x)=\\lVert v\\rVert$."
-    (v,) = _as_float(v); c = _curv(c, v)
+    (v,) = _as_float(v)
+    c = _curv(c, v)
     r = torch.sqrt(c) * _norm(v)
     small, one = _is_small(r), torch.ones_like(r)
     r_ = torch.where(small, one, r)
@@ -108,31 +137,36 @@ def exp_map0(v, c) -> torch.Tensor:
     factor = torch.where(small, one, torch.sinh(r_.clamp(max=EXP_MAP_MAX_R)) / r_)
     return _poison(factor, c, v).unsqueeze(-1) * v
 
+
 @_full_precision
 def log_map0(x, c) -> torch.Tensor:
     "Logarithmic map at the origin (inverse of `exp_map0`): points `x` (...,D) -> tangent vectors (...,D)."
-    (x,) = _as_float(x); c = _curv(c, x)
+    (x,) = _as_float(x)
+    c = _curv(c, x)
     s = torch.sqrt(c) * _norm(x)
     small, one = _is_small(s), torch.ones_like(s)
     s_ = torch.where(small, one, s)
     factor = torch.where(small, one, torch.asinh(s_) / s_)  # acosh(sqrt(1 + s²)) = asinh(s), without cancellation
     return _poison(factor, c, x).unsqueeze(-1) * x
 
+
 @_full_precision
 def dist0(x, c) -> torch.Tensor:
     "Distance to the origin $\\operatorname{asinh}(\\sqrt c\\lVert x\\rVert)/\\sqrt c$: points (...,D) -> (...)."
-    (x,) = _as_float(x); c = _curv(c, x)
+    (x,) = _as_float(x)
+    c = _curv(c, x)
     return _poison(torch.asinh(torch.sqrt(c) * _norm(x)) / torch.sqrt(c), c, x)
 
 # %% ../nbs/ground/00_geometry.ipynb #9d927c33
 def _dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.einsum("...d,...d->...", a, b)  # one fused reduction, no (...,D) temporary (unlike (a*b).sum(-1))
 
+
 def _pair_polar(x: torch.Tensor, y: torch.Tensor, with_sum: bool = False):
     """Polar description of point pairs x, y (...,D) (broadcast): norms r_x, r_y, the difference r_x - r_y,
     ||x̂ - ŷ||² and (with_sum) ||x̂ + ŷ||², each (...) and accurate to the rounding of x - y (no cancellation).
     Without autograd it allocates one (...,D) temporary (two with_sum): on CPU, allocation dominates the cost."""
-    u = x - y                        # exact for close points (Sterbenz): everything below is built from it
+    u = x - y  # exact for close points (Sterbenz): everything below is built from it
     r_x, r_y = _norm(x), _norm(y)
     x_longer = r_x >= r_y
     r_long, r_short = torch.where(x_longer, r_x, r_y), torch.where(x_longer, r_y, r_x)
@@ -149,17 +183,19 @@ def _pair_polar(x: torch.Tensor, y: torch.Tensor, with_sum: bool = False):
     kx, ky = torch.where(x_longer, zero, k).unsqueeze(-1), torch.where(x_longer, k, zero).unsqueeze(-1)
     if torch.is_grad_enabled() and (x.requires_grad or y.requires_grad):
         e = torch.addcmul(torch.addcmul(u * inv_long.unsqueeze(-1), kx, x, value=-1), ky, y, value=-1)
-    else:                            # no graph to protect: reuse u's buffer
+    else:  # no graph to protect: reuse u's buffer
         e = u.mul_(inv_long.unsqueeze(-1)).addcmul_(kx, x, value=-1).addcmul_(ky, y, value=-1)
     diff_sq = _norm(e) ** 2
-    if not with_sum: return r_x, r_y, dr, diff_sq
+    if not with_sum:
+        return r_x, r_y, dr, diff_sq
     # x̂ + ŷ = (x̂ - ŷ) + 2ŷ: absolute error ~eps, which is what cos(θ/2) = |x̂ + ŷ|/2 needs near θ = π
     sum_sq = _norm(torch.addcmul(e, y, (2 / _nonzero(r_y)).unsqueeze(-1))) ** 2
     return r_x, r_y, dr, diff_sq, sum_sq
 
+
 def _sinh_radial_gap(r_x, r_y, dr, x_t, y_t):
     "sinh(a - b) for a = sqrt(c) d(O,x), b = sqrt(c) d(O,y), from norms without cancellation. (...) -> (...)"
-    den = r_x * y_t + r_y * x_t          # 0 only when both points are the origin, where the numerator is 0 too
+    den = r_x * y_t + r_y * x_t  # 0 only when both points are the origin, where the numerator is 0 too
     return dr * (r_x + r_y) / _nonzero(den)
 
 # %% ../nbs/ground/00_geometry.ipynb #54089967
@@ -167,69 +203,79 @@ def _sinh_radial_gap(r_x, r_y, dr, x_t, y_t):
 def dist(x, y, c) -> torch.Tensor:
     """Geodesic distance, row-wise: points (...,D), (...,D) (broadcast), `c` broadcastable to (...) -> (...).
     float32 relative error ~1e-7 (measured <= 5e-6 up to norms 1e3): no acosh of a rounded inner product."""
-    x, y = _as_float(x, y); c = _curv(c, x)
+    x, y = _as_float(x, y)
+    c = _curv(c, x)
     r_x, r_y, dr, diff_sq = _pair_polar(x, y)
     x_t, y_t = torch.sqrt(1 / c + r_x * r_x), torch.sqrt(1 / c + r_y * r_y)
     s = _sinh_radial_gap(r_x, r_y, dr, x_t, y_t)
-    sinh_half_gap = s / torch.sqrt(2 * (1 + torch.sqrt(1 + s * s)))   # sinh(g/2) = sinh g / sqrt(2(1 + cosh g))
-    z = sinh_half_gap ** 2 + c * r_x * r_y * diff_sq / 4                 # = sinh^2(sqrt(c) d / 2), a sum of squares
+    sinh_half_gap = s / torch.sqrt(2 * (1 + torch.sqrt(1 + s * s)))  # sinh(g/2) = sinh g / sqrt(2(1 + cosh g))
+    z = sinh_half_gap**2 + c * r_x * r_y * diff_sq / 4  # = sinh^2(sqrt(c) d / 2), a sum of squares
     return _poison(2 * torch.asinh(_safe_sqrt(z)) / torch.sqrt(c), c, x, y)
 
 # %% ../nbs/ground/00_geometry.ipynb #208f11f5
 class _AcoshFromOne(torch.autograd.Function):
     "acosh(max(z, 1)) whose gradient is 0 (not inf) where z <= 1, i.e. where rounding put the argument on the boundary."
+
     @staticmethod
     def forward(ctx, z):
-        out = torch.acosh(z.clamp(min=1))   # clamp: -c<x,y>_L >= 1 exactly; rounding can put it slightly below
+        out = torch.acosh(z.clamp(min=1))  # clamp: -c<x,y>_L >= 1 exactly; rounding can put it slightly below
         ctx.save_for_backward(out)
         return out
 
     @staticmethod
     def backward(ctx, grad):
         (out,) = ctx.saved_tensors
-        sh = torch.sinh(out)                  # d acosh(z)/dz = 1/sqrt(z²-1) = 1/sinh(acosh z)
+        sh = torch.sinh(out)  # d acosh(z)/dz = 1/sqrt(z²-1) = 1/sinh(acosh z)
         return torch.where(sh > 0, grad / _nonzero(sh), torch.zeros_like(grad))
+
 
 def _check_scalar_curv(c):
     if isinstance(c, torch.Tensor) and c.numel() != 1:
         raise ValueError(f"pairwise functions need a scalar curvature c, got a tensor of shape {tuple(c.shape)}")
 
+
 def _lorentz_augment(x, c, time_sign: float):
     "(...,B,D) -> (...,B,D+1): [x, time_sign*x_t], so one matmul gives x·y -/+ x_t y_t."
     return torch.cat([x, time_sign * lorentz_time(x, c, keepdim=True)], dim=-1)
+
 
 @_full_precision
 def pairwise_inner(x, y, c) -> torch.Tensor:
     "All Lorentz inner products: points (...,B1,D), (...,B2,D), scalar `c` -> (...,B1,B2). One matmul."
     _check_scalar_curv(c)
-    x, y = _as_float(x, y); c = _curv(c, x)
+    x, y = _as_float(x, y)
+    c = _curv(c, x)
     x, y = _nan_rows(x), _nan_rows(y)
     return _lorentz_augment(x, c, 1.0) @ _lorentz_augment(y, c, -1.0).mT
+
 
 @_full_precision
 def pairwise_dist(x, y, c) -> torch.Tensor:
     """All geodesic distances: points (...,B1,D), (...,B2,D), scalar `c` -> (...,B1,B2).
     Matmul formula: absolute error ~sqrt(2·eps·x_t·y_t) (about 5e-4 in float32); see the notes above."""
     _check_scalar_curv(c)
-    x, y = _as_float(x, y); c = _curv(c, x)
-    x, y = _nan_rows(x), _nan_rows(y)                   # an infinite coordinate is not a point: NaN, as in `dist`
-    a = _lorentz_augment(x, c, -1.0) * (-c)             # fold -c into the small (B1,D+1) operand, not the (B1,B2) output
-    z = a @ _lorentz_augment(y, c, 1.0).mT               # = -c<x,y>_L
+    x, y = _as_float(x, y)
+    c = _curv(c, x)
+    x, y = _nan_rows(x), _nan_rows(y)  # an infinite coordinate is not a point: NaN, as in `dist`
+    a = _lorentz_augment(x, c, -1.0) * (-c)  # fold -c into the small (B1,D+1) operand, not the (B1,B2) output
+    z = a @ _lorentz_augment(y, c, 1.0).mT  # = -c<x,y>_L
     if torch.is_grad_enabled() and z.requires_grad:
         return _AcoshFromOne.apply(z) / torch.sqrt(c)
     return z.clamp_(min=1).acosh_().div_(torch.sqrt(c))  # no graph: in place, saves two (B1,B2) buffers
 
 # %% ../nbs/ground/00_geometry.ipynb #0b747f8b
-HALF_APERTURE_EPS = 1e-8   # MERU's margin below 1 for the arcsin argument: keeps its derivative finite (<= 1/sqrt(2e-8))
+HALF_APERTURE_EPS = 1e-8  # MERU's margin below 1 for the arcsin argument: keeps its derivative finite (<= 1/sqrt(2e-8))
+
 
 @_full_precision
 def half_aperture(x, c, K: float = 0.1) -> torch.Tensor:
     "Half-aperture $\\omega(x)$ of the entailment cone at apex `x` (...,D) -> (...) in $[0,\\pi/2)$."
     (x,) = _as_float(x)
     r = _norm(x).double()
-    c64 = _curv(c, r); K64 = torch.as_tensor(K, dtype=torch.float64, device=r.device)
+    c64 = _curv(c, r)
+    K64 = torch.as_tensor(K, dtype=torch.float64, device=r.device)
     scaled, one = torch.sqrt(c64) * r, torch.ones_like(r)
-    saturated = scaled <= 2 * K64            # arcsin argument >= 1 (apex at or near O): no division needed there
+    saturated = scaled <= 2 * K64  # arcsin argument >= 1 (apex at or near O): no division needed there
     arg = torch.where(saturated, one, 2 * K64 / torch.where(saturated, one, scaled))
     # clamp: arg > 0 always, so only the upper bound matters; it is the saturation of the cone at small norms
     return _poison(torch.asin(arg.clamp(max=1 - HALF_APERTURE_EPS)), c64, x.double()).to(x.dtype)
@@ -239,13 +285,14 @@ def half_aperture(x, c, K: float = 0.1) -> torch.Tensor:
 def exterior_angle(parent, child, c) -> torch.Tensor:
     """Exterior angle $\\varphi\\in[0,\\pi]$ at `parent` of the triangle (O, parent, child) (MERU's `oxy_angle`):
     points (...,D), (...,D) (broadcast), `c` broadcastable to (...) -> (...)."""
-    x, y = _as_float(parent, child); c = _curv(c, x)
+    x, y = _as_float(parent, child)
+    c = _curv(c, x)
     r_x, r_y, dr, diff_sq, sum_sq = _pair_polar(x, y, with_sum=True)
     x_t, y_t = torch.sqrt(1 / c + r_x * r_x), torch.sqrt(1 / c + r_y * r_y)
     sinh_b_minus_a = -_sinh_radial_gap(r_x, r_y, dr, x_t, y_t)
-    sin_theta = _safe_sqrt(diff_sq) * _safe_sqrt(sum_sq) / 2      # 2 sin(θ/2) cos(θ/2)
-    num = torch.sqrt(c) * r_y * sin_theta                          # sinh b · sin θ
-    den = sinh_b_minus_a - c * x_t * r_y * diff_sq / 2             # sinh(b-a) - 2 cosh a sinh b sin²(θ/2)
+    sin_theta = _safe_sqrt(diff_sq) * _safe_sqrt(sum_sq) / 2  # 2 sin(θ/2) cos(θ/2)
+    num = torch.sqrt(c) * r_y * sin_theta  # sinh b · sin θ
+    den = sinh_b_minus_a - c * x_t * r_y * diff_sq / 2  # sinh(b-a) - 2 cosh a sinh b sin²(θ/2)
     # atan2 is scale invariant: divide by max(|num|, |den|) so its derivative den/(num²+den²) cannot overflow;
     # both ~0 means parent == child, where atan2(0, 0) has no gradient: use atan2(0, 1) = 0 there
     scale = torch.maximum(num.abs(), den.abs())
@@ -258,14 +305,17 @@ def exterior_angle(parent, child, c) -> torch.Tensor:
 @_full_precision
 def lorentz_to_poincare(x, c) -> torch.Tensor:
     "Points (...,D) -> unit-ball Poincaré coordinates (...,D) (curvature -1; distances scale by sqrt(c))."
-    (x,) = _as_float(x); c = _curv(c, x)
+    (x,) = _as_float(x)
+    c = _curv(c, x)
     sc = torch.sqrt(c)
     return (sc / (1 + sc * lorentz_time(x, c))).unsqueeze(-1) * x
+
 
 @_full_precision
 def poincare_to_lorentz(p, c) -> torch.Tensor:
     "Unit-ball Poincaré points `p` (...,D), $\\lVert p\\rVert<1$ -> Lorentz space components (...,D)."
-    (p,) = _as_float(p); c = _curv(c, p)
+    (p,) = _as_float(p)
+    c = _curv(c, p)
     n = _norm(p)
     if bool((n >= 1).any()):
         bad = (n >= 1).nonzero()[0].tolist()
@@ -290,50 +340,82 @@ def check_point(x, c, name: str = "x") -> torch.Tensor:
     sq = (x.double() ** 2).sum(-1)
     if x.dtype != torch.float64 and bool((sq > torch.finfo(torch.float32).max).any()):
         row = tuple((sq > torch.finfo(torch.float32).max).nonzero()[0].tolist())
-        raise ValueError(f"{name}{list(row)} has norm {sq[row].sqrt().item():.3g}: its squared norm overflows "
-                         f"{x.dtype}; use float64 or rescale")
+        raise ValueError(
+            f"{name}{list(row)} has norm {sq[row].sqrt().item():.3g}: its squared norm overflows "
+            f"{x.dtype}; use float64 or rescale"
+        )
     if isinstance(c, torch.Tensor):
-        if not c.is_floating_point(): raise ValueError(f"curvature c must be a floating tensor, got {c.dtype}")
+        if not c.is_floating_point():
+            raise ValueError(f"curvature c must be a floating tensor, got {c.dtype}")
         if not bool(torch.isfinite(c).all() & (c > 0).all()):
             raise ValueError(f"curvature c must be finite and > 0, got {c.detach().flatten()[:5].tolist()}")
-        try: torch.broadcast_shapes(c.shape, x.shape[:-1])
+        try:
+            torch.broadcast_shapes(c.shape, x.shape[:-1])
         except RuntimeError:
-            raise ValueError(f"curvature c of shape {tuple(c.shape)} does not broadcast to the batch shape "
-                             f"{tuple(x.shape[:-1])} of {name}") from None
+            raise ValueError(
+                f"curvature c of shape {tuple(c.shape)} does not broadcast to the batch shape "
+                f"{tuple(x.shape[:-1])} of {name}"
+            ) from None
     else:
-        try: cf = float(c)
-        except (TypeError, ValueError): raise ValueError(f"curvature c must be a number or tensor, got {c!r}") from None
-        if not (math.isfinite(cf) and cf > 0): raise ValueError(f"curvature c must be finite and > 0, got {c!r}")
+        try:
+            cf = float(c)
+        except (TypeError, ValueError):
+            raise ValueError(f"curvature c must be a number or tensor, got {c!r}") from None
+        if not (math.isfinite(cf) and cf > 0):
+            raise ValueError(f"curvature c must be finite and > 0, got {c!r}")
     return x
 
 # %% ../nbs/ground/00_geometry.ipynb #8de53337
-def geometry_speed_ratios(n: int = 4096, d: int = 512, pairs: int = 1_000_000, repeats: int = 5,
-                          pair_d: int = 64, device: str = "cpu", seed: int = 0) -> dict:
+def geometry_speed_ratios(
+    n: int = 4096,
+    d: int = 512,
+    pairs: int = 1_000_000,
+    repeats: int = 5,
+    pair_d: int = 64,
+    device: str = "cpu",
+    seed: int = 0,
+) -> dict:
     """Median times (s) and ratios, float32, no grad: `pairwise_dist` / cosine-similarity matmul (n×d vs n×d) and
     `exterior_angle` / `dist` (`pairs` pairs of dimension `pair_d`). On CPU it also reports process CPU time
     (`*_cpu_s`, `*_cpu_ratio`), which is robust to other processes sharing the machine."""
     g = torch.Generator(device="cpu").manual_seed(seed)
     cuda = device.startswith("cuda")
+
     def timed(fn):
-        fn()                                          # warm-up (allocator, kernels)
+        fn()  # warm-up (allocator, kernels)
         wall, cpu = [], []
         for _ in range(repeats):
-            if cuda: torch.cuda.synchronize()
+            if cuda:
+                torch.cuda.synchronize()
             t0, p0 = time.perf_counter(), time.process_time()
             fn()
-            if cuda: torch.cuda.synchronize()
-            wall.append(time.perf_counter() - t0); cpu.append(time.process_time() - p0)
+            if cuda:
+                torch.cuda.synchronize()
+            wall.append(time.perf_counter() - t0)
+            cpu.append(time.process_time() - p0)
         return sorted(wall)[len(wall) // 2], sorted(cpu)[len(cpu) // 2]
+
     x, y = (torch.randn(n, d, generator=g).mul_(0.3).to(device) for _ in range(2))
     px, py = (torch.randn(pairs, pair_d, generator=g).mul_(0.3).to(device) for _ in range(2))
     nx = torch.nn.functional.normalize
     with torch.no_grad():
-        t = dict(cosine=timed(lambda: nx(x, dim=-1) @ nx(y, dim=-1).T), pairwise=timed(lambda: pairwise_dist(x, y, 1.0)),
-                 dist=timed(lambda: dist(px, py, 1.0)), angle=timed(lambda: exterior_angle(px, py, 1.0)))
-    out = dict(cosine_matmul_s=t["cosine"][0], pairwise_dist_s=t["pairwise"][0],
-               pairwise_over_cosine=t["pairwise"][0] / t["cosine"][0], dist_s=t["dist"][0],
-               exterior_angle_s=t["angle"][0], angle_over_dist=t["angle"][0] / t["dist"][0])
+        t = dict(
+            cosine=timed(lambda: nx(x, dim=-1) @ nx(y, dim=-1).T),
+            pairwise=timed(lambda: pairwise_dist(x, y, 1.0)),
+            dist=timed(lambda: dist(px, py, 1.0)),
+            angle=timed(lambda: exterior_angle(px, py, 1.0)),
+        )
+    out = dict(
+        cosine_matmul_s=t["cosine"][0],
+        pairwise_dist_s=t["pairwise"][0],
+        pairwise_over_cosine=t["pairwise"][0] / t["cosine"][0],
+        dist_s=t["dist"][0],
+        exterior_angle_s=t["angle"][0],
+        angle_over_dist=t["angle"][0] / t["dist"][0],
+    )
     if not cuda:
-        out.update(pairwise_over_cosine_cpu_ratio=t["pairwise"][1] / t["cosine"][1],
-                   angle_over_dist_cpu_ratio=t["angle"][1] / t["dist"][1])
+        out.update(
+            pairwise_over_cosine_cpu_ratio=t["pairwise"][1] / t["cosine"][1],
+            angle_over_dist_cpu_ratio=t["angle"][1] / t["dist"][1],
+        )
     return out | dict(n=n, d=d, pairs=pairs, pair_d=pair_d, device=device, threads=torch.get_num_threads())

@@ -1,4 +1,5 @@
-"""A researcher's own loss terms, recipes and claims, in a Python file or module of theirs that hierbench loads by name (`--plugin`) in every process that needs it, and records by path and hash.
+"""A researcher's own loss terms, recipes and claims, in a Python file or module of theirs that
+hierbench loads by name (`--plugin`) in every process that needs it, and records by path and hash.
 
 Docs: https://hierbench.github.io/hierbench/ground/plugins.html.md"""
 
@@ -6,11 +7,26 @@ Docs: https://hierbench.github.io/hierbench/ground/plugins.html.md"""
 
 # %% ../nbs/ground/03_plugins.ipynb #52053f09
 from __future__ import annotations
-import contextlib, hashlib, importlib, importlib.util, sys
+import hashlib
+import importlib
+import importlib.util
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 from .config import HierbenchError
+
+# %% auto #0
+__all__ = [
+    "PluginError",
+    "Plugin",
+    "note_registration",
+    "loaded_plugins",
+    "plugins_providing",
+    "load_plugin",
+    "load_plugins",
+    "require_plugins",
+]
 
 # %% auto #0
 __all__ = ['PluginError', 'Plugin', 'note_registration', 'loaded_plugins', 'plugins_providing', 'load_plugin', 'load_plugins',
@@ -18,11 +34,14 @@ __all__ = ['PluginError', 'Plugin', 'note_registration', 'loaded_plugins', 'plug
 
 # %% ../nbs/ground/03_plugins.ipynb #5e4eaf5f
 class PluginError(HierbenchError, ValueError):
-    "A plugin, or something it registered, that cannot be used: the message names the plugin, the term, recipe or claim."
+    """A plugin, or something it registered, that cannot be used: the message names the plugin, the term, recipe or
+    claim."""
+
 
 @dataclass
 class Plugin:
     "A loaded plugin: how it was named, the file it was read from, that file's SHA-256 and what it registered."
+
     spec: str
     path: str
     sha256: str
@@ -30,20 +49,28 @@ class Plugin:
 
     def record(self) -> dict:
         "What a run folder or a ledger's records keep of it."
-        return dict(plugin=self.spec, path=self.path, sha256=self.sha256,
-                    **{f"{k}s": list(v) for k, v in self.registered.items()})
+        return dict(
+            plugin=self.spec,
+            path=self.path,
+            sha256=self.sha256,
+            **{f"{k}s": list(v) for k, v in self.registered.items()},
+        )
 
 # %% ../nbs/ground/03_plugins.ipynb #575140c5
-_LOADING: list[Plugin] = []        # the plugin being imported (a stack: a plugin may load another)
-_LOADED: dict[str, Plugin] = {}    # resolved path -> the plugin loaded from it, in load order
+_LOADING: list[Plugin] = []  # the plugin being imported (a stack: a plugin may load another)
+_LOADED: dict[str, Plugin] = {}  # resolved path -> the plugin loaded from it, in load order
+
 
 def note_registration(kind: str, name: str):
     "Called by the registries (`term`, `recipe`, `claim`): attribute `name` to the plugin being imported, if any."
-    if _LOADING and name not in _LOADING[-1].registered[kind]: _LOADING[-1].registered[kind].append(name)
+    if _LOADING and name not in _LOADING[-1].registered[kind]:
+        _LOADING[-1].registered[kind].append(name)
+
 
 def loaded_plugins() -> list[dict]:
     "The records (`Plugin.record`) of every plugin this process has loaded, in load order."
     return [p.record() for p in _LOADED.values()]
+
 
 def plugins_providing(recipes=(), terms=(), claims=(), given=()) -> list[dict]:
     """The records of the loaded plugins a run or plan depends on: those named in `given` (paths), and those that
@@ -51,23 +78,32 @@ def plugins_providing(recipes=(), terms=(), claims=(), given=()) -> list[dict]:
     plugin this process happens to have loaded."""
     want = {"recipe": set(recipes), "term": set(terms), "claim": set(claims)}
     named = {str(Path(g).expanduser().resolve()) for g in given}
-    return [p.record() for p in _LOADED.values()
-            if p.path in named or any(want[k] & set(v) for k, v in p.registered.items())]
+    return [
+        p.record()
+        for p in _LOADED.values()
+        if p.path in named or any(want[k] & set(v) for k, v in p.registered.items())
+    ]
 
 # %% ../nbs/ground/03_plugins.ipynb #b7c6fabb
-def _file_sha256(path: Path) -> str: return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+def _file_sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
 
 def _locate(spec: str) -> Path:
     "The file of plugin `spec`: a path, or the file an importable module lives in (not imported yet)."
     p = Path(spec).expanduser()
     if spec.endswith(".py") or p.exists() or "/" in spec:
-        if not p.is_file(): raise PluginError(f"plugin {spec}: no such file")
+        if not p.is_file():
+            raise PluginError(f"plugin {spec}: no such file")
         return p.resolve()
-    try: found = importlib.util.find_spec(spec)
-    except (ImportError, ValueError) as e: found = None
+    try:
+        found = importlib.util.find_spec(spec)
+    except (ImportError, ValueError):
+        found = None
     if found is None or not found.origin or not Path(found.origin).is_file():
         raise PluginError(f"plugin {spec}: neither a file nor an importable module")
     return Path(found.origin).resolve()
+
 
 def _import(spec: str, path: Path):
     "Execute the plugin's code: a file as a module of its own name, a module by its name."
@@ -75,12 +111,17 @@ def _import(spec: str, path: Path):
         name = f"hierbench_plugin_{path.stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
         mod_spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(mod_spec)
-        sys.modules[name] = module          # its functions pickle and inspect like any module's
-        try: mod_spec.loader.exec_module(module)
-        except BaseException: sys.modules.pop(name, None); raise
+        sys.modules[name] = module  # its functions pickle and inspect like any module's
+        try:
+            mod_spec.loader.exec_module(module)
+        except BaseException:
+            sys.modules.pop(name, None)
+            raise
     else:
-        if spec in sys.modules: importlib.reload(sys.modules[spec])
-        else: importlib.import_module(spec)
+        if spec in sys.modules:
+            importlib.reload(sys.modules[spec])
+        else:
+            importlib.import_module(spec)
 
 # %% ../nbs/ground/03_plugins.ipynb #d1ccc083
 def load_plugin(spec: str | Path) -> Plugin:
@@ -89,19 +130,26 @@ def load_plugin(spec: str | Path) -> Plugin:
     spec = str(spec)
     path = _locate(spec)
     sha = _file_sha256(path)
-    if str(path) in _LOADED and _LOADED[str(path)].sha256 == sha: return _LOADED[str(path)]
+    if str(path) in _LOADED and _LOADED[str(path)].sha256 == sha:
+        return _LOADED[str(path)]
     plugin = Plugin(spec, str(path), sha)
     _LOADING.append(plugin)
-    try: _import(spec, path)
-    except HierbenchError as e: raise PluginError(f"plugin {spec}: {e}") from None
+    try:
+        _import(spec, path)
+    except HierbenchError as e:
+        raise PluginError(f"plugin {spec}: {e}") from None
     except (Exception, SystemExit) as e:
         raise PluginError(f"plugin {spec} failed to import: {type(e).__name__}: {e}") from None
-    finally: _LOADING.pop()
+    finally:
+        _LOADING.pop()
     if not any(plugin.registered.values()):
-        raise PluginError(f"plugin {spec} registered nothing: it should call hierbench.register_term, "
-                          "hierbench.register_recipe or hierbench.ledger.claims.register_claim when it is imported")
+        raise PluginError(
+            f"plugin {spec} registered nothing: it should call hierbench.register_term, "
+            "hierbench.register_recipe or hierbench.ledger.claims.register_claim when it is imported"
+        )
     _LOADED[str(path)] = plugin
     return plugin
+
 
 def load_plugins(specs: Sequence[str | Path] | None) -> list[Plugin]:
     "`load_plugin` for each of `specs` in order (None or empty: nothing)."
@@ -112,8 +160,15 @@ def require_plugins(recorded, where) -> None:
     "A `PluginError` unless every plugin `recorded` (their `Plugin.record`s) is loaded with the same SHA-256."
     have = {p["sha256"]: p for p in loaded_plugins()}
     for rec in recorded or ():
-        if rec.get("sha256") in have: continue
+        if rec.get("sha256") in have:
+            continue
         same_path = [p for p in loaded_plugins() if p["path"] == rec.get("path")]
-        why = (f"{rec.get('path')} is loaded but has changed since (sha256 {rec.get('sha256', '')[:12]}… then)" if same_path
-               else f"it is not loaded: pass --plugin {rec.get('path') or rec.get('plugin')}")
-        raise PluginError(f"{where} was made with plugin {rec.get('plugin')} ({', '.join(rec.get('recipes', []) + rec.get('terms', []) + rec.get('claims', []))}); {why}")
+        why = (
+            f"{rec.get('path')} is loaded but has changed since (sha256 {rec.get('sha256', '')[:12]}… then)"
+            if same_path
+            else f"it is not loaded: pass --plugin {rec.get('path') or rec.get('plugin')}"
+        )
+        raise PluginError(
+            f"{where} was made with plugin {rec.get('plugin')} "
+            f"({', '.join(rec.get('recipes', []) + rec.get('terms', []) + rec.get('claims', []))}); {why}"
+        )

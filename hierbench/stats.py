@@ -1,4 +1,8 @@
-"""One implementation of each interval, effect, power and verdict rule the workbench reports: paired effects over training seeds with t-intervals, the smallest effect a design detects, the seeds a target half-width needs, the verdict rule of the claims ledger (a t-interval guarded against skewed seed noise), its group-sequential form for seeds added until a claim is decided, and fragile verdicts (leave one seed out).
+"""One implementation of each interval, effect, power and verdict rule the workbench reports: paired
+effects over training seeds with t-intervals, the smallest effect a design detects, the seeds a
+target half-width needs, the verdict rule of the claims ledger (a t-interval guarded against
+skewed seed noise), its group-sequential form for seeds added until a claim is decided, and
+fragile verdicts (leave one seed out).
 
 Docs: https://hierbench.github.io/hierbench/ground/stats.html.md"""
 
@@ -6,7 +10,9 @@ Docs: https://hierbench.github.io/hierbench/ground/stats.html.md"""
 
 # %% ../nbs/ground/02_stats.ipynb #db82167f
 from __future__ import annotations
-import functools, math, re
+import functools
+import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 import numpy as np
@@ -24,25 +30,31 @@ __all__ = ['SKEW_ALLOWANCE', 'SKEW_ALLOWANCE_INTERIM', 'SKEW_ALLOWANCE_LAST', 'S
 
 # %% ../nbs/ground/02_stats.ipynb #23a6a9b6
 def t_half_width(sd: float, n: int, level: float = 0.95) -> float:
-    "Half-width `t_{(1+level)/2, n−1} · sd / √n` of the t-interval of a mean over `n` values with sample sd `sd` (inf below 2)."
-    if n < 2: return float("inf")
+    """Half-width `t_{(1+level)/2, n−1} · sd / √n` of the t-interval of a mean over `n` values with sample sd `sd` (inf
+    below 2)."""
+    if n < 2:
+        return float("inf")
     return float(sps.t.ppf(0.5 + level / 2, n - 1) * sd / np.sqrt(n))
 
 # %% ../nbs/ground/02_stats.ipynb #a55c9655
 def mean_interval(values, level: float = 0.95) -> tuple[float, float, float, int]:
-    "Mean of the finite `values` and its t-interval: (mean, low, high, n). n < 2 gives an infinite interval, n = 0 a NaN mean."
+    """Mean of the finite `values` and its t-interval: (mean, low, high, n). n < 2 gives an infinite interval, n = 0 a
+    NaN mean."""
     v = np.asarray(values, float)
     v = v[np.isfinite(v)]
     n = len(v)
-    if n == 0: return float("nan"), float("-inf"), float("inf"), 0
+    if n == 0:
+        return float("nan"), float("-inf"), float("inf"), 0
     m = float(v.mean())
-    if n < 2: return m, float("-inf"), float("inf"), n
+    if n < 2:
+        return m, float("-inf"), float("inf"), n
     half = t_half_width(v.std(ddof=1), n, level)
     return m, m - half, m + half, n
 
 # %% ../nbs/ground/02_stats.ipynb #c6f42217
 def paired_effect(a: np.ndarray, b: np.ndarray, level: float = 0.95) -> tuple[float, float, float, int]:
-    "Mean of the paired difference `a - b` and its t-interval: (effect, low, high, n). n < 2 gives an infinite interval."
+    """Mean of the paired difference `a - b` and its t-interval: (effect, low, high, n). n < 2 gives an infinite
+    interval."""
     return mean_interval(np.asarray(a, float) - np.asarray(b, float), level)
 
 # %% ../nbs/ground/02_stats.ipynb #52796b10
@@ -50,7 +62,8 @@ def min_detectable_effect(sd: float, n: int, level: float = 0.95, power: float =
     """The smallest true mean difference a paired t-test over `n` seeds detects with probability `power` at `level`:
     (t_{(1+level)/2, n−1} + t_{power, n−1}) · sd / √n (infinite below 2 seeds). Normal theory, the plain t-rule:
     the ledger's skew-guarded verdicts need somewhat more (`guarded_interval`)."""
-    if n < 2 or not np.isfinite(sd): return float("inf")
+    if n < 2 or not np.isfinite(sd):
+        return float("inf")
     return float((sps.t.ppf(0.5 + level / 2, n - 1) + sps.t.ppf(power, n - 1)) * sd / np.sqrt(n))
 
 # %% ../nbs/ground/02_stats.ipynb #5c00f159
@@ -58,18 +71,24 @@ def seeds_for_half_width(sd: float, target: float, level: float = 0.95, max_seed
     """The fewest seeds `n` whose paired t-interval half-width t_{(1+level)/2, n−1} · sd / √n is at most `target`, for
     a seed-to-seed sd of the difference `sd` (an estimate: planning, not a promise); inf beyond `max_seeds`. The plain
     t-interval's half-width: a skew-guarded interval of skewed differences is wider on its short side."""
-    if not (np.isfinite(sd) and sd >= 0) or not target > 0: return float("nan")
+    if not (np.isfinite(sd) and sd >= 0) or not target > 0:
+        return float("nan")
     for n in range(2, max_seeds + 1):
-        if t_half_width(sd, n, level) <= target: return float(n)
+        if t_half_width(sd, n, level) <= target:
+            return float(n)
     return float("inf")
 
 # %% ../nbs/ground/02_stats.ipynb #300aee39
 def verdict(low: float, high: float, direction: str, margin: float = 0.02) -> str:
     "supported / contradicted / inconclusive for an interval [low, high] of A−B and the claimed direction."
-    if not (np.isfinite(low) and np.isfinite(high)): return "inconclusive"
-    if direction == "higher": return "supported" if low > 0 else "contradicted" if high < 0 else "inconclusive"
-    if direction == "lower": return "supported" if high < 0 else "contradicted" if low > 0 else "inconclusive"
-    if direction == "no_worse": return "supported" if low > -margin else "contradicted" if high < -margin else "inconclusive"
+    if not (np.isfinite(low) and np.isfinite(high)):
+        return "inconclusive"
+    if direction == "higher":
+        return "supported" if low > 0 else "contradicted" if high < 0 else "inconclusive"
+    if direction == "lower":
+        return "supported" if high < 0 else "contradicted" if low > 0 else "inconclusive"
+    if direction == "no_worse":
+        return "supported" if low > -margin else "contradicted" if high < -margin else "inconclusive"
     raise ValueError(f"unknown direction {direction!r}; use 'higher', 'lower' or 'no_worse'")
 
 # %% ../nbs/ground/02_stats.ipynb #46093223
@@ -79,10 +98,11 @@ def _skewness_rows(x: np.ndarray) -> np.ndarray:
     c = x - x.mean(1, keepdims=True)
     m2, m3 = (c * c).mean(1), (c * c * c).mean(1)
     tiny = 1e-10 * np.abs(x).max(1)
-    spread = m2 > tiny * tiny                             # rounding alone leaves m2 ~ 1e-34: no skewness in it
+    spread = m2 > tiny * tiny  # rounding alone leaves m2 ~ 1e-34: no skewness in it
     m2 = np.where(spread, m2, 1.0)
-    g1 = np.divide(m3, m2 * np.sqrt(m2), out=np.zeros_like(m2), where=spread)   # m2^1.5 without pow: see `_cbrt`
+    g1 = np.divide(m3, m2 * np.sqrt(m2), out=np.zeros_like(m2), where=spread)  # m2^1.5 without pow: see `_cbrt`
     return g1 * math.sqrt(n * (n - 1)) / (n - 2)
+
 
 def sample_skewness(values) -> float:
     """Adjusted Fisher–Pearson skewness G1 = g1·√(n(n−1))/(n−2), g1 = m3/m2^1.5, of the finite `values` (scipy's
@@ -91,9 +111,11 @@ def sample_skewness(values) -> float:
     v = v[np.isfinite(v)]
     return float(_skewness_rows(v[None, :])[0]) if len(v) >= 3 else float("nan")
 
+
 def skew_se(n: int) -> float:
     "The standard error of G1 over `n` normal values, √(6n(n−1)/((n−2)(n+1)(n+3))); NaN below 3."
     return math.sqrt(6 * n * (n - 1) / ((n - 2) * (n + 1) * (n + 3))) if n >= 3 else float("nan")
+
 
 def normality(values) -> dict:
     """`{skewness, shapiro_p}` of the finite `values`: G1 and the Shapiro–Wilk p-value (NaN below 3 values or
@@ -104,13 +126,14 @@ def normality(values) -> dict:
     return dict(skewness=sample_skewness(v), shapiro_p=float(sps.shapiro(v).pvalue) if ok else float("nan"))
 
 # %% ../nbs/ground/02_stats.ipynb #ab8534a9
-SKEW_ALLOWANCE = 0.35          # the skewness a guarded boundary allows beyond the sample's own, in standard errors of
-                               # G1: one interval read on its own (or a plan of one look)
-SKEW_ALLOWANCE_INTERIM = 1.0   # a sequential plan's looks before its last: a row stopped there is decided on fewer
-                               # seeds and at far-out levels, where the skew term is largest and a missed tail likeliest
-SKEW_ALLOWANCE_LAST = 0.0      # a sequential plan's last look: Hall's boundary for the sample's own G1 (never inside t);
-                               # it spends most of the error and decides most rows, so a guard there costs most power
-SKEW_REACH = 2.0        # the largest skew term b²/(3√n) (boundary moved per unit of skewness) at which a look decides
+SKEW_ALLOWANCE = 0.35  # the skewness a guarded boundary allows beyond the sample's own, in standard errors of
+# G1: one interval read on its own (or a plan of one look)
+SKEW_ALLOWANCE_INTERIM = 1.0  # a sequential plan's looks before its last: a row stopped there is decided on fewer
+# seeds and at far-out levels, where the skew term is largest and a missed tail likeliest
+SKEW_ALLOWANCE_LAST = 0.0  # a sequential plan's last look: Hall's boundary for the sample's own G1 (never inside t);
+# it spends most of the error and decides most rows, so a guard there costs most power
+SKEW_REACH = 2.0  # the largest skew term b²/(3√n) (boundary moved per unit of skewness) at which a look decides
+
 
 def _cbrt(y):
     """The real cube root by Newton's iteration from above in + − × ÷ alone, a fixed number of steps: the same bits on
@@ -118,22 +141,27 @@ def _cbrt(y):
     which `hierbench claims` would see as a changed ledger)."""
     y = np.asarray(y, float)
     a = np.abs(y)
-    c = 1.0 + a / 3.0                                       # (1 + a/3)³ >= 1 + a > a: the iteration falls to ∛a
-    for _ in range(60): c = c - (c * c * c - a) / (3.0 * c * c)
+    c = 1.0 + a / 3.0  # (1 + a/3)³ >= 1 + a > a: the iteration falls to ∛a
+    for _ in range(60):
+        c = c - (c * c * c - a) / (3.0 * c * c)
     return np.where(y < 0, -c, c)
+
 
 def hall_inverse(g, skew, n: int):
     """The t at which Hall's cubic t + a·t² + a²·t³/3 + b equals `g` (a = skew/(3√n), b = skew/(6√n)). The cubic is
-    monotone, so the root is unique: t = 3(g − b)/(c² + c + 1) with c = ∛(1 + 3a(g − b)), stable at a = 0. Vectorised."""
+    monotone, so the root is unique: t = 3(g − b)/(c² + c + 1) with c = ∛(1 + 3a(g − b)), stable at a = 0.
+    Vectorised."""
     skew = np.asarray(skew, float)
     a, u = skew / (3 * math.sqrt(n)), np.asarray(g, float) - skew / (6 * math.sqrt(n))
     c = _cbrt(1 + 3 * a * u)
     return 3 * u / (c * c + c + 1)
 
+
 def skew_term(level: float, n: int) -> float:
     "How far one unit of skewness moves the boundary b of a two-sided `level` t-interval of `n` values: b²/(3√n)."
     b = float(sps.t.ppf(0.5 + level / 2, n - 1)) if n >= 2 else float("inf")
     return b * b / (3 * math.sqrt(n))
+
 
 def hall_peak(b: float, n: int) -> float:
     """The skewness (< 0) at which Hall's boundary `hall_inverse(b, ·, n)` for b > 0 is farthest out. Beyond it the
@@ -142,16 +170,21 @@ def hall_peak(b: float, n: int) -> float:
     1 + x(b − x/6) = −1/8, so x = 3b − √(9b² + 27/4)."""
     return math.sqrt(n) * (3 * b - math.sqrt(9 * b * b + 6.75))
 
+
 def guarded_bounds(b, skew, n: int, allowance: float = SKEW_ALLOWANCE):
-    """The guarded boundaries (upper, lower) of the t-statistic at t-boundary `b` for samples of skewness `skew`: Hall's,
+    """The guarded boundaries (upper, lower) of the t-statistic at t-boundary `b` for samples of skewness `skew`:
+    Hall's,
     with `allowance` standard errors of G1 more skewness on the side it makes heavy, never inside (−b, b), and monotone
     in the skewness (beyond `hall_peak` the boundary stays at its farthest). Vectorised."""
     pad, skew, peak = allowance * skew_se(n), np.asarray(skew, float), hall_peak(float(b), n)
-    return (np.maximum(b, hall_inverse(b, np.maximum(skew - pad, peak), n)),
-            np.minimum(-b, hall_inverse(-b, np.minimum(skew + pad, -peak), n)))
+    return (
+        np.maximum(b, hall_inverse(b, np.maximum(skew - pad, peak), n)),
+        np.minimum(-b, hall_inverse(-b, np.minimum(skew + pad, -peak), n)),
+    )
 
 # %% ../nbs/ground/02_stats.ipynb #fb6fde43
 INTERVALS = ("guarded", "t")
+
 
 def guarded_interval(values, level: float = 0.95, allowance: float = SKEW_ALLOWANCE) -> tuple[float, float, float, int]:
     """The skew-guarded interval of the mean of the finite `values` at two-sided `level`: (mean, low, high, n). Infinite
@@ -159,33 +192,54 @@ def guarded_interval(values, level: float = 0.95, allowance: float = SKEW_ALLOWA
     v = np.asarray(values, float)
     v = v[np.isfinite(v)]
     n = len(v)
-    if n == 0: return float("nan"), float("-inf"), float("inf"), 0
+    if n == 0:
+        return float("nan"), float("-inf"), float("inf"), 0
     m = float(v.mean())
-    if n < 3 or not skew_term(level, n) <= SKEW_REACH: return m, float("-inf"), float("inf"), n
+    if n < 3 or not skew_term(level, n) <= SKEW_REACH:
+        return m, float("-inf"), float("inf"), n
     up, down = guarded_bounds(sps.t.ppf(0.5 + level / 2, n - 1), sample_skewness(v), n, allowance)
     se = float(v.std(ddof=1)) / math.sqrt(n)
     return m, float(m - up * se), float(m - down * se), n
 
-def read_interval(values, level: float = 0.95, interval: str = "guarded",
-                  allowance: float = SKEW_ALLOWANCE) -> tuple[float, float, float, int]:
+
+def read_interval(
+    values, level: float = 0.95, interval: str = "guarded", allowance: float = SKEW_ALLOWANCE
+) -> tuple[float, float, float, int]:
     """The interval a verdict reads: `guarded_interval` ('guarded', the ledger's; `allowance` standard errors of G1) or
     `mean_interval` ('t')."""
-    if interval == "guarded": return guarded_interval(values, level, allowance)
-    if interval == "t": return mean_interval(values, level)
+    if interval == "guarded":
+        return guarded_interval(values, level, allowance)
+    if interval == "t":
+        return mean_interval(values, level)
     raise ValueError(f"unknown interval {interval!r}; use one of {INTERVALS}")
 
 # %% ../nbs/ground/02_stats.ipynb #17331388
-def leave_one_out_verdicts(diffs, direction: str, margin: float = 0.02, level: float = 0.95,
-                           interval: str = "guarded", allowance: float = SKEW_ALLOWANCE) -> list[str]:
+def leave_one_out_verdicts(
+    diffs,
+    direction: str,
+    margin: float = 0.02,
+    level: float = 0.95,
+    interval: str = "guarded",
+    allowance: float = SKEW_ALLOWANCE,
+) -> list[str]:
     """The verdict of the paired differences `diffs` (n,) without each seed in turn (n verdicts, at `level`, by
     `interval` with its `allowance`); NaN seeds are left out first."""
     d = np.asarray(diffs, float)
     d = d[np.isfinite(d)]
-    return [verdict(*read_interval(np.delete(d, i), level, interval, allowance)[1:3], direction, margin)
-            for i in range(len(d))]
+    return [
+        verdict(*read_interval(np.delete(d, i), level, interval, allowance)[1:3], direction, margin)
+        for i in range(len(d))
+    ]
 
-def fragility(diffs, direction: str, margin: float = 0.02, level: float = 0.95, interval: str = "guarded",
-              allowance: float = SKEW_ALLOWANCE) -> dict:
+
+def fragility(
+    diffs,
+    direction: str,
+    margin: float = 0.02,
+    level: float = 0.95,
+    interval: str = "guarded",
+    allowance: float = SKEW_ALLOWANCE,
+) -> dict:
     """`{verdict, kept, n, fragile}`: the verdict of all seeds, how many of the n leave-one-seed-out intervals keep it,
     and whether any single seed overturns it (fragile); every interval by `interval` ('guarded' or 't'; the guard's
     `allowance` that of the look the verdict was read at: `SequentialPlan.allowances`)."""
@@ -198,58 +252,80 @@ def fragility(diffs, direction: str, margin: float = 0.02, level: float = 0.95, 
 # %% ../nbs/ground/02_stats.ipynb #83e92bac
 SPENDING = ("obf", "pocock")
 
+
 def alpha_spent(t, alpha: float = 0.05, spending: str = "obf") -> np.ndarray:
     """The two-sided error a Lan–DeMets spending function allows by information fraction `t` ∈ [0, 1] (seeds so far /
     max seeds): 'obf' 4 − 4Φ(z_{1−α/4}/√t) (O'Brien–Fleming type, α/2 per side), 'pocock' α·ln(1 + (e − 1)t)."""
     t = np.clip(np.asarray(t, float), 0.0, 1.0)
     if spending == "obf":
-        safe = np.where(t > 0, t, 1.0)   # f(0) = 0; the placeholder 1.0 only keeps √t away from a division by zero
+        safe = np.where(t > 0, t, 1.0)  # f(0) = 0; the placeholder 1.0 only keeps √t away from a division by zero
         return np.where(t > 0, 4 - 4 * sps.norm.cdf(sps.norm.isf(alpha / 4) / np.sqrt(safe)), 0.0)
-    if spending == "pocock": return alpha * np.log1p((np.e - 1) * t)
+    if spending == "pocock":
+        return alpha * np.log1p((np.e - 1) * t)
     raise ValueError(f"unknown spending function {spending!r}; use one of {SPENDING}")
 
+
 def look_schedule(first: int, max_seeds: int, step: int = 2) -> tuple[int, ...]:
-    "The seed counts at which the ledger looks: `first`, `first + step`, ..., `max_seeds` (the last round may add fewer)."
-    if first < 1 or step < 1: raise ValueError(f"looks: the first look ({first}) and the round size ({step}) must be >= 1")
-    if max_seeds < first: raise ValueError(f"looks: the most seeds ({max_seeds}) is below the first look's {first}")
+    """The seed counts at which the ledger looks: `first`, `first + step`, ..., `max_seeds` (the last round may add
+    fewer)."""
+    if first < 1 or step < 1:
+        raise ValueError(f"looks: the first look ({first}) and the round size ({step}) must be >= 1")
+    if max_seeds < first:
+        raise ValueError(f"looks: the most seeds ({max_seeds}) is below the first look's {first}")
     return tuple(range(first, max_seeds, step)) + (max_seeds,)
 
 # %% ../nbs/ground/02_stats.ipynb #83240e70
 def _t_stat(total, squares, n: int):
     "Paired t-statistics √n·mean/sd from running sums `total` and sums of squares `squares` of n values (NaN below 2)."
-    if n < 2: return np.full(np.shape(total), np.nan)
+    if n < 2:
+        return np.full(np.shape(total), np.nan)
     mean = total / n
-    var = np.maximum(squares - n * mean * mean, 0.0) / (n - 1)   # clamp: rounding can make a zero spread slightly negative
-    with np.errstate(divide="ignore", invalid="ignore"): return mean / np.sqrt(var / n)
+    var = np.maximum(squares - n * mean * mean, 0.0) / (
+        n - 1
+    )  # clamp: rounding can make a zero spread slightly negative
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return mean / np.sqrt(var / n)
+
 
 def _null_t_paths(looks: tuple, reps: int, rng):
     "Per look, the t-statistics (reps,) of null paths (seed differences iid N(0, 1)): two draws per round and path."
     total = squares = 0.0
     for prev, n in zip((0,) + looks[:-1], looks):
-        m = n - prev                                          # the seeds this round adds
-        s = rng.standard_normal(reps) * math.sqrt(m)          # the round's sum ~ N(0, m)
+        m = n - prev  # the seeds this round adds
+        s = rng.standard_normal(reps) * math.sqrt(m)  # the round's sum ~ N(0, m)
         within = rng.chisquare(m - 1, reps) if m > 1 else 0.0  # its spread about its own mean ~ χ²(m − 1)
         total, squares = total + s, squares + within + s * s / m
         yield _t_stat(total, squares, n)
 
+
 @functools.lru_cache(maxsize=64)
 def _levels(looks: tuple, alpha: float, spending: str, reps: int, seed: int) -> tuple:
-    spend = np.diff(np.r_[0.0, alpha_spent(np.asarray(looks) / looks[-1], alpha, spending)])   # α_k per look
-    if len(looks) == 1: return (float(1 - spend[0]) if looks[0] >= 2 else float("nan"),)   # one look: exact, no paths
+    spend = np.diff(np.r_[0.0, alpha_spent(np.asarray(looks) / looks[-1], alpha, spending)])  # α_k per look
+    if len(looks) == 1:
+        return (float(1 - spend[0]) if looks[0] >= 2 else float("nan"),)  # one look: exact, no paths
     alive, out = np.ones(reps, bool), []
     for k, (n, t) in enumerate(zip(looks, _null_t_paths(looks, reps, np.random.default_rng(seed)))):
-        if n < 2: out.append(float("nan")); continue          # one seed: no interval, nothing decided
-        if k == 0: b = float(sps.t.isf(spend[0] / 2, n - 1)) if spend[0] > 0 else float("inf")
-        elif spend[k] * reps < 1: b = float("inf")            # less error than one path: spend none
-        else: b = float(np.quantile(np.where(alive, np.abs(t), 0.0), 1 - spend[k]))   # stopped paths cannot exit again
+        if n < 2:
+            out.append(float("nan"))
+            continue  # one seed: no interval, nothing decided
+        if k == 0:
+            b = float(sps.t.isf(spend[0] / 2, n - 1)) if spend[0] > 0 else float("inf")
+        elif spend[k] * reps < 1:
+            b = float("inf")  # less error than one path: spend none
+        else:
+            b = float(np.quantile(np.where(alive, np.abs(t), 0.0), 1 - spend[k]))  # stopped paths cannot exit again
         alive &= ~(np.abs(t) >= b)
         out.append(float(1 - 2 * sps.t.sf(b, n - 1)))
     return tuple(out)
 
-def sequential_levels(looks, alpha: float = 0.05, spending: str = "obf", reps: int = 400_000, seed: int = 0) -> np.ndarray:
+
+def sequential_levels(
+    looks, alpha: float = 0.05, spending: str = "obf", reps: int = 400_000, seed: int = 0
+) -> np.ndarray:
     """The nominal two-sided level ℓ_k of the t-interval read at each look `looks` (increasing seed counts) so that
     look k spends α_k of `alpha` (`alpha_spent`) under the null with normal seed noise; NaN where a look has one seed.
-    Boundaries after the first come from `reps` simulated null paths (fixed `seed`: a plan always gives the same levels)."""
+    Boundaries after the first come from `reps` simulated null paths (fixed `seed`: a plan always gives the same
+    levels)."""
     looks = tuple(int(n) for n in looks)
     if not looks or looks[0] < 1 or any(b <= a for a, b in zip(looks, looks[1:])):
         raise ValueError(f"looks {looks}: expected increasing seed counts >= 1")
@@ -262,8 +338,11 @@ def guarded_levels(looks, alpha: float = 0.05, spending: str = "obf") -> np.ndar
     plan that starts there (the error of the looks skipped is spent at the first look read: f is cumulative)."""
     looks = tuple(int(n) for n in looks)
     full = sequential_levels(looks, alpha, spending)
-    first = next((k for k, (n, l) in enumerate(zip(looks, full)) if np.isfinite(l) and skew_term(l, n) <= SKEW_REACH), None)
-    if first is None: return np.full(len(looks), np.nan)
+    first = next(
+        (k for k, (n, l) in enumerate(zip(looks, full)) if np.isfinite(l) and skew_term(l, n) <= SKEW_REACH), None
+    )
+    if first is None:
+        return np.full(len(looks), np.nan)
     return np.r_[np.full(first, np.nan), sequential_levels(looks[first:], alpha, spending)]
 
 # %% ../nbs/ground/02_stats.ipynb #09bd4ef5
@@ -271,6 +350,7 @@ def guarded_levels(looks, alpha: float = 0.05, spending: str = "obf") -> np.ndar
 class SequentialPlan:
     """The looks of a seeds-until-decided run (seed counts, planned before any seed), its two-sided error and spending,
     and the interval each look reads: 'guarded' (the skew-guarded t-interval, the ledger's) or 't' (the plain one)."""
+
     looks: tuple
     alpha: float = 0.05
     spending: str = "obf"
@@ -278,43 +358,67 @@ class SequentialPlan:
 
     def levels(self) -> np.ndarray:
         "Per look, the two-sided level its interval is read at (NaN: the look decides nothing)."
-        if self.interval == "guarded": return guarded_levels(self.looks, self.alpha, self.spending)
-        if self.interval == "t": return sequential_levels(self.looks, self.alpha, self.spending)
+        if self.interval == "guarded":
+            return guarded_levels(self.looks, self.alpha, self.spending)
+        if self.interval == "t":
+            return sequential_levels(self.looks, self.alpha, self.spending)
         raise ValueError(f"unknown interval {self.interval!r}; use one of {INTERVALS}")
 
     def allowances(self) -> tuple:
         """Per look, the guard's allowance (standard errors of G1): `SKEW_ALLOWANCE_INTERIM` before the last look,
         `SKEW_ALLOWANCE_LAST` at it; a plan of one look reads one interval on its own (`SKEW_ALLOWANCE`)."""
-        if len(self.looks) == 1: return (SKEW_ALLOWANCE,)
+        if len(self.looks) == 1:
+            return (SKEW_ALLOWANCE,)
         return (SKEW_ALLOWANCE_INTERIM,) * (len(self.looks) - 1) + (SKEW_ALLOWANCE_LAST,)
 
     @property
     def rule(self) -> str:
         "How its verdicts are decided, in words (the ledger's `rule` column)."
         kind = "skew-guarded t-interval" if self.interval == "guarded" else "t-interval"
-        if len(self.looks) == 1: return f"{kind} {100 * (1 - self.alpha):g}%"
-        return (f"group-sequential ({self.spending} spending of {self.alpha:g}, looks at {','.join(map(str, self.looks))} "
-                f"seeds; {kind}s)")
+        if len(self.looks) == 1:
+            return f"{kind} {100 * (1 - self.alpha):g}%"
+        return (
+            f"group-sequential ({self.spending} spending of {self.alpha:g}, looks at {','.join(map(str, self.looks))} "
+            f"seeds; {kind}s)"
+        )
 
 # %% ../nbs/ground/02_stats.ipynb #00faf19d
 def _read_looks(d: np.ndarray, plan: SequentialPlan, direction: str, margin: float) -> list[dict]:
     "The looks of `plan` that the finite differences `d` reach, read in order up to the first decided one."
     history = []
     for k, (n, level, allowance) in enumerate(zip(plan.looks, plan.levels(), plan.allowances()), 1):
-        if n > len(d): break
+        if n > len(d):
+            break
         x = d[:n]
-        effect, low, high, _ = (read_interval(x, level, plan.interval, allowance) if np.isfinite(level)
-                                else (float(x.mean()), -np.inf, np.inf, n))
-        history.append(dict(look=k, n=n, level=float(level), allowance=allowance, effect=effect, low=low, high=high,
-                            verdict=verdict(low, high, direction, margin), skew=sample_skewness(x),
-                            fixed_verdict=verdict(*mean_interval(x)[1:3], direction, margin)))
-        if history[-1]["verdict"] != "inconclusive": break
+        effect, low, high, _ = (
+            read_interval(x, level, plan.interval, allowance)
+            if np.isfinite(level)
+            else (float(x.mean()), -np.inf, np.inf, n)
+        )
+        history.append(
+            dict(
+                look=k,
+                n=n,
+                level=float(level),
+                allowance=allowance,
+                effect=effect,
+                low=low,
+                high=high,
+                verdict=verdict(low, high, direction, margin),
+                skew=sample_skewness(x),
+                fixed_verdict=verdict(*mean_interval(x)[1:3], direction, margin),
+            )
+        )
+        if history[-1]["verdict"] != "inconclusive":
+            break
     return history
+
 
 def sequential_verdict(diffs, plan: SequentialPlan, direction: str, margin: float = 0.02) -> dict:
     """Read the paired differences `diffs` (in seed order; NaN left out) at each look of `plan` the data reach, by the
     plan's interval (skew-guarded unless `plan.interval == 't'`), stopping at the first decided one. Returns the
-    deciding (or last) look's `{verdict, look, n, level, allowance, effect, low, high, skew, fixed_verdict}`, `history` (one such
+    deciding (or last) look's `{verdict, look, n, level, allowance, effect, low, high, skew, fixed_verdict}`, `history`
+    (one such
     dict per look read) and the plain t-rule's reading of the same seeds under the same plan (its own deciding or last
     look): `t_verdict, t_look, t_n, t_low, t_high`. `fixed_verdict` is one 95% t-interval on the look's seeds. Below the
     first look: inconclusive, look 0, over all seeds at 95%."""
@@ -325,73 +429,127 @@ def sequential_verdict(diffs, plan: SequentialPlan, direction: str, margin: floa
     if not history:
         effect, low, high, n = read_interval(d, 0.95, plan.interval)
         t_low, t_high = mean_interval(d)[1:3]
-        return dict(verdict="inconclusive", look=0, n=n, level=0.95, allowance=SKEW_ALLOWANCE, effect=effect, low=low, high=high,
-                    skew=sample_skewness(d), fixed_verdict=verdict(t_low, t_high, direction, margin), history=[],
-                    t_verdict="inconclusive", t_look=0, t_n=n, t_low=t_low, t_high=t_high)
+        return dict(
+            verdict="inconclusive",
+            look=0,
+            n=n,
+            level=0.95,
+            allowance=SKEW_ALLOWANCE,
+            effect=effect,
+            low=low,
+            high=high,
+            skew=sample_skewness(d),
+            fixed_verdict=verdict(t_low, t_high, direction, margin),
+            history=[],
+            t_verdict="inconclusive",
+            t_look=0,
+            t_n=n,
+            t_low=t_low,
+            t_high=t_high,
+        )
     t = t_history[-1]
-    return {**history[-1], "history": history, "t_verdict": t["verdict"], "t_look": t["look"], "t_n": t["n"],
-            "t_low": t["low"], "t_high": t["high"]}
+    return {
+        **history[-1],
+        "history": history,
+        "t_verdict": t["verdict"],
+        "t_look": t["look"],
+        "t_n": t["n"],
+        "t_low": t["low"],
+        "t_high": t["high"],
+    }
 
 # %% ../nbs/ground/02_stats.ipynb #0d145c34
 def _seed_noise(rng, noise: str, shape) -> np.ndarray:
     """Unit-variance seed noise: 'normal'; 'tDF' (Student t, DF > 2, scaled to variance 1); 'gammaS' or 'lognormalS'
     (centred gamma or lognormal of skewness S ≠ 0, the sign the long tail's side: 'gamma-1.5' has a long left tail)."""
-    if noise == "normal": return rng.standard_normal(shape)
+    if noise == "normal":
+        return rng.standard_normal(shape)
     skewed = re.fullmatch(r"(gamma|lognormal)([+-]?\d+(?:\.\d+)?)", noise)
     if skewed and float(skewed[2]) != 0:
         s = float(skewed[2])
         if skewed[1] == "gamma":
-            k = 4 / s ** 2                                  # a gamma of shape k has skewness 2/√k
+            k = 4 / s**2  # a gamma of shape k has skewness 2/√k
             return math.copysign(1, s) * (rng.gamma(k, 1.0, shape) - k) / math.sqrt(k)
-        r = math.sqrt(s * s / 4 + 1)                        # lognormal: skewness (w + 2)√(w − 1), w = exp(σ²)
+        r = math.sqrt(s * s / 4 + 1)  # lognormal: skewness (w + 2)√(w − 1), w = exp(σ²)
         w = 1 + (math.cbrt(abs(s) / 2 + r) + math.cbrt(abs(s) / 2 - r)) ** 2
         y = np.exp(math.sqrt(math.log(w)) * rng.standard_normal(shape))
         return math.copysign(1, s) * (y - math.sqrt(w)) / math.sqrt((w - 1) * w)
     df = float(noise[1:]) if noise.startswith("t") and noise[1:].replace(".", "", 1).isdigit() else 0.0
-    if df <= 2: raise ValueError(f"noise {noise!r}: use 'normal', 'tDF' with DF > 2 (finite variance), e.g. 't3', or "
-                                 "'gammaS' / 'lognormalS' with a skewness S ≠ 0, e.g. 'gamma-1.5'")
+    if df <= 2:
+        raise ValueError(
+            f"noise {noise!r}: use 'normal', 'tDF' with DF > 2 (finite variance), e.g. 't3', or "
+            "'gammaS' / 'lognormalS' with a skewness S ≠ 0, e.g. 'gamma-1.5'"
+        )
     return rng.standard_t(df, shape) / math.sqrt(df / (df - 2))
+
 
 def sequential_rates(x: np.ndarray, plan: SequentialPlan, direction: str = "higher", margin: float = 0.02) -> dict:
     """`sequential_verdict` on every row of `x` (reps, N >= the last look) of seed differences at once, by the plan's
     interval: the rates of the three verdicts, `mean_seeds` (a row stops at its deciding look) and `decided_at` (K,):
     the share of rows first decided at each look."""
-    if direction == "no_worse": x = x + margin          # no_worse reads A − B against −margin
-    elif direction == "lower": x = -x                   # lower is higher with the sign turned
-    elif direction != "higher": raise ValueError(f"unknown direction {direction!r}; use 'higher', 'lower' or 'no_worse'")
+    if direction == "no_worse":
+        x = x + margin  # no_worse reads A − B against −margin
+    elif direction == "lower":
+        x = -x  # lower is higher with the sign turned
+    elif direction != "higher":
+        raise ValueError(f"unknown direction {direction!r}; use 'higher', 'lower' or 'no_worse'")
     reps, guarded = len(x), plan.interval == "guarded"
     total, squares = np.cumsum(x, 1), np.cumsum(x * x, 1)
     open_, up, down = np.ones(reps, bool), np.zeros(reps, bool), np.zeros(reps, bool)
     used, decided_at = np.full(reps, plan.looks[-1]), []
     for n, level, allowance in zip(plan.looks, plan.levels(), plan.allowances()):
         hi = lo = np.zeros(reps, bool)
-        if np.isfinite(level) and not (guarded and (n < 3 or skew_term(level, n) > SKEW_REACH)):   # guarded_interval's
+        if np.isfinite(level) and not (guarded and (n < 3 or skew_term(level, n) > SKEW_REACH)):  # guarded_interval's
             t, b = _t_stat(total[:, n - 1], squares[:, n - 1], n), sps.t.ppf(0.5 + level / 2, n - 1)
             upper, lower = guarded_bounds(b, _skewness_rows(x[:, :n]), n, allowance) if guarded else (b, -b)
             hi, lo = open_ & (t > upper), open_ & (t < lower)
-        up |= hi; down |= lo; used[hi | lo] = n; open_ &= ~(hi | lo)
+        up |= hi
+        down |= lo
+        used[hi | lo] = n
+        open_ &= ~(hi | lo)
         decided_at.append(float((hi | lo).mean()))
-    return dict(supported=float(up.mean()), contradicted=float(down.mean()), inconclusive=float(open_.mean()),
-                mean_seeds=float(used.mean()), decided_at=np.array(decided_at))
+    return dict(
+        supported=float(up.mean()),
+        contradicted=float(down.mean()),
+        inconclusive=float(open_.mean()),
+        mean_seeds=float(used.mean()),
+        decided_at=np.array(decided_at),
+    )
 
-def simulate_sequential(effect: float, plan: SequentialPlan, direction: str = "higher", margin: float = 0.02,
-                        noise: str = "normal", reps: int = 20_000, seed: int = 0) -> dict:
+
+def simulate_sequential(
+    effect: float,
+    plan: SequentialPlan,
+    direction: str = "higher",
+    margin: float = 0.02,
+    noise: str = "normal",
+    reps: int = 20_000,
+    seed: int = 0,
+) -> dict:
     """`sequential_rates` of `reps` simulated claims whose seed differences have mean `effect` and unit sd (`noise`:
     'normal', 'tDF', 'gammaS' or 'lognormalS'), drawn as one (reps, N) array."""
     x = _seed_noise(np.random.default_rng(seed), noise, (reps, plan.looks[-1])) + effect
     return sequential_rates(x, plan, direction, margin)
 
 # %% ../nbs/ground/02_stats.ipynb #3d20334e
-def power_curve(effects, plan: SequentialPlan, noise: str = "normal", reps: int = 20_000, seed: int = 0) -> pd.DataFrame:
+def power_curve(
+    effects, plan: SequentialPlan, noise: str = "normal", reps: int = 20_000, seed: int = 0
+) -> pd.DataFrame:
     """Per true effect in `effects` (seed-sd units): P(supported) and mean seeds of `plan`, beside P(supported) of one
     95% interval (the plan's kind) at the first look's seeds (`fixed_first`) and at the most seeds (`fixed_max`)."""
     first, most = replace(plan, looks=plan.looks[:1]), replace(plan, looks=plan.looks[-1:])
     rows = []
     for e in effects:
         s = simulate_sequential(e, plan, noise=noise, reps=reps, seed=seed)
-        rows.append(dict(effect=e, power=s["supported"], mean_seeds=s["mean_seeds"],
-                         fixed_first=simulate_sequential(e, first, noise=noise, reps=reps, seed=seed)["supported"],
-                         fixed_max=simulate_sequential(e, most, noise=noise, reps=reps, seed=seed)["supported"]))
+        rows.append(
+            dict(
+                effect=e,
+                power=s["supported"],
+                mean_seeds=s["mean_seeds"],
+                fixed_first=simulate_sequential(e, first, noise=noise, reps=reps, seed=seed)["supported"],
+                fixed_max=simulate_sequential(e, most, noise=noise, reps=reps, seed=seed)["supported"],
+            )
+        )
     return pd.DataFrame(rows).set_index("effect")
 
 # %% ../nbs/ground/02_stats.ipynb #34554379
@@ -407,7 +565,8 @@ def ratio_replicates(W: np.ndarray, group: np.ndarray, values: np.ndarray) -> np
     n = W.shape[1]
     s = np.bincount(group, weights=values.astype(float), minlength=n)
     c = np.bincount(group, minlength=n).astype(float)
-    with np.errstate(invalid="ignore", divide="ignore"): return (W @ s) / (W @ c)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (W @ s) / (W @ c)
 
 # %% ../nbs/ground/02_stats.ipynb #3c0d19ec
 def _score_blocks(pos, pos_g, neg, neg_g, n_scenes: int, descending: bool = False):
@@ -417,64 +576,88 @@ def _score_blocks(pos, pos_g, neg, neg_g, n_scenes: int, descending: bool = Fals
     order = np.argsort(-s if descending else s, kind="stable")
     s, g = s[order], np.r_[neg_g, pos_g][order]
     is_pos = np.r_[np.zeros(len(neg), bool), np.ones(len(pos), bool)][order]
-    block = np.cumsum(np.r_[True, s[1:] != s[:-1]]) - 1      # ties: each run of equal scores is one block
-    if len(block):   # a run of blocks with no positive only ever counts as its sum (AUC, AP): one block (30x fewer for PEP)
+    block = np.cumsum(np.r_[True, s[1:] != s[:-1]]) - 1  # ties: each run of equal scores is one block
+    if len(
+        block
+    ):  # a run of blocks with no positive only ever counts as its sum (AUC, AP): one block (30x fewer for PEP)
         has_pos = np.bincount(block, weights=is_pos) > 0
         block = np.cumsum(np.r_[False, has_pos[1:] | has_pos[:-1]])[block]
     nb = int(block[-1]) + 1 if len(block) else 0
     count = lambda m: sparse.csr_matrix((np.ones(int(m.sum())), (g[m], block[m])), shape=(n_scenes, nb))
     return count(is_pos), count(~is_pos)
 
+
 def _block_sums(W: np.ndarray, counts, a: int, chunk: int) -> np.ndarray:
     "(r, blocks) weight sums of replicates a..a+chunk. Bootstrap weights are counts: the sums are exact in any order."
-    return np.asarray((counts.T @ W[a:a + chunk].T).T)
+    return np.asarray((counts.T @ W[a : a + chunk].T).T)
 
-def auc_replicates(W: np.ndarray, pos: np.ndarray, pos_g: np.ndarray, neg: np.ndarray, neg_g: np.ndarray,
-                   chunk: int = 64) -> np.ndarray:
-    "Replicates (R,) of the AUC of scores `pos` over `neg` (scenes `pos_g`, `neg_g`) for scene counts `W` (R × scenes); ties count half."
+
+def auc_replicates(
+    W: np.ndarray, pos: np.ndarray, pos_g: np.ndarray, neg: np.ndarray, neg_g: np.ndarray, chunk: int = 64
+) -> np.ndarray:
+    """Replicates (R,) of the AUC of scores `pos` over `neg` (scenes `pos_g`, `neg_g`) for scene counts `W` (R ×
+    scenes); ties count half."""
     cp, cn = _score_blocks(pos, pos_g, neg, neg_g, W.shape[1])
     out = []
     for a in range(0, len(W), chunk):
         pos_b, neg_b = _block_sums(W, cp, a, chunk), _block_sums(W, cn, a, chunk)
-        below = np.cumsum(neg_b, 1) - neg_b                    # negatives strictly below each block
+        below = np.cumsum(neg_b, 1) - neg_b  # negatives strictly below each block
         num = (pos_b * (below + 0.5 * neg_b)).sum(1)
-        with np.errstate(invalid="ignore", divide="ignore"): out.append(num / (pos_b.sum(1) * neg_b.sum(1)))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out.append(num / (pos_b.sum(1) * neg_b.sum(1)))
     return np.concatenate(out)
 
 # %% ../nbs/ground/02_stats.ipynb #ac868304
-def ap_replicates(W: np.ndarray, pos: np.ndarray, pos_g: np.ndarray, neg: np.ndarray, neg_g: np.ndarray,
-                  chunk: int = 64) -> np.ndarray:
-    "Replicates (R,) of the average precision of scores `pos` against `neg` (scenes `pos_g`, `neg_g`) for scene counts `W`."
+def ap_replicates(
+    W: np.ndarray, pos: np.ndarray, pos_g: np.ndarray, neg: np.ndarray, neg_g: np.ndarray, chunk: int = 64
+) -> np.ndarray:
+    """Replicates (R,) of the average precision of scores `pos` against `neg` (scenes `pos_g`, `neg_g`) for scene counts
+    `W`."""
     cp, cn = _score_blocks(pos, pos_g, neg, neg_g, W.shape[1], descending=True)
     out = []
     for a in range(0, len(W), chunk):
         tps, fps = np.cumsum(_block_sums(W, cp, a, chunk), 1), np.cumsum(_block_sums(W, cn, a, chunk), 1)
         ps = tps + fps
-        precision = np.divide(tps, ps, out=np.zeros_like(tps), where=ps != 0)   # scikit-learn's: 0 before any weight
-        with np.errstate(invalid="ignore", divide="ignore"): recall = tps / tps[:, -1:]
-        recall = np.c_[recall[:, ::-1], np.zeros(len(tps))]            # recall falling to 0, as scikit-learn lays it out
+        precision = np.divide(tps, ps, out=np.zeros_like(tps), where=ps != 0)  # scikit-learn's: 0 before any weight
+        with np.errstate(invalid="ignore", divide="ignore"):
+            recall = tps / tps[:, -1:]
+        recall = np.c_[recall[:, ::-1], np.zeros(len(tps))]  # recall falling to 0, as scikit-learn lays it out
         precision = np.c_[precision[:, ::-1], np.ones(len(tps))]
         out.append(-np.sum(np.diff(recall, axis=1) * precision[:, :-1], axis=1))
     return np.concatenate(out)
 
 # %% ../nbs/ground/02_stats.ipynb #c4cbdd7b
-def paired_item_differences(a: pd.DataFrame, b: pd.DataFrame, n_boot: int = 2000, seed: int = 0,
-                            level: float = 0.95) -> pd.DataFrame:
-    """Per benchmark: items in common, accuracy of a and b, a − b with its paired item-bootstrap interval (percentile). An item is
+def paired_item_differences(
+    a: pd.DataFrame, b: pd.DataFrame, n_boot: int = 2000, seed: int = 0, level: float = 0.95
+) -> pd.DataFrame:
+    """Per benchmark: items in common, accuracy of a and b, a − b with its paired item-bootstrap interval (percentile).
+    An item is
     (benchmark, subset, id) when both tables have a `subset` column (ids restart in each SugarCrepe file)."""
     key = ["benchmark", "subset", "id"] if "subset" in a.columns and "subset" in b.columns else ["benchmark", "id"]
     for name, t in (("a", a), ("b", b)):
         missing = {*key, "ok"} - set(t.columns)
-        if missing: raise ValueError(f"per-item table {name} lacks column(s) {sorted(missing)}")
+        if missing:
+            raise ValueError(f"per-item table {name} lacks column(s) {sorted(missing)}")
         dup = t.duplicated(key)
-        if dup.any(): raise ValueError(f"per-item table {name}: duplicate item {tuple(t[dup].iloc[0][key])}")
+        if dup.any():
+            raise ValueError(f"per-item table {name}: duplicate item {tuple(t[dup].iloc[0][key])}")
     m = a[[*key, "ok"]].merge(b[[*key, "ok"]], on=key, suffixes=("_a", "_b"))
     rng, rows = np.random.default_rng(seed), []
     for bench, g in m.groupby("benchmark", sort=True):
         d = g.ok_a.to_numpy(float) - g.ok_b.to_numpy(float)
         boots = d[rng.integers(0, len(d), (n_boot, len(d)))].mean(1)
         lo, hi = np.quantile(boots, [(1 - level) / 2, (1 + level) / 2])
-        rows.append(dict(benchmark=bench, n=len(d), acc_a=float(g.ok_a.mean()), acc_b=float(g.ok_b.mean()),
-                         diff=float(d.mean()), ci_low=float(lo), ci_high=float(hi),
-                         only_a=int((a.benchmark == bench).sum() - len(d)), only_b=int((b.benchmark == bench).sum() - len(d))))
+        rows.append(
+            dict(
+                benchmark=bench,
+                n=len(d),
+                acc_a=float(g.ok_a.mean()),
+                acc_b=float(g.ok_b.mean()),
+                diff=float(d.mean()),
+                ci_low=float(lo),
+                ci_high=float(hi),
+                only_a=int((a.benchmark == bench).sum() - len(d)),
+                only_b=int((b.benchmark == bench).sum() - len(d)),
+            )
+        )
     return pd.DataFrame(rows)

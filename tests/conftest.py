@@ -2,6 +2,7 @@
 
 The helper modules beside this file (`eval_models`, `hf_fixtures`) import by name: pyproject's
 `[tool.pytest.ini_options] pythonpath` puts this folder on the path."""
+
 import pytest
 
 

@@ -1,4 +1,5 @@
 "Tiny table-driven models shared by the evaluation tests (test_benchmarks, test_evaluate)."
+
 import hashlib
 from pathlib import Path
 
@@ -10,17 +11,23 @@ SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 
 
 class TableModel(torch.nn.Module):
-    "Texts → fixed vectors from a table (unknown texts: a seeded random vector of the whole string); images are pre-embedded (N, D)."
+    """Texts → fixed vectors from a table (unknown texts: a seeded random vector of the whole string); images are
+    pre-embedded (N, D)."""
+
     def __init__(self, table=None, dim=16, geometry="euclidean"):
         super().__init__()
         self.table, self.dim, self.head = dict(table or {}), dim, _WordHashHead(geometry, 1.0)
         self.image_calls = 0
+
     def vec(self, t):
         if t not in self.table:
             g = torch.Generator().manual_seed(int.from_bytes(hashlib.sha256(t.encode()).digest()[:8], "little"))
             self.table[t] = torch.nn.functional.normalize(torch.randn(self.dim, generator=g), dim=0)
         return self.table[t]
-    def encode_text(self, texts): return torch.stack([self.vec(t) for t in texts])
+
+    def encode_text(self, texts):
+        return torch.stack([self.vec(t) for t in texts])
+
     def encode_image(self, x):
         self.image_calls += len(x)
         return x.flatten(1).float()
@@ -32,6 +39,8 @@ def lorentz_chain_table():
     table, chains, images = {}, [], []
     for j in range(2):
         ch = [f"chain{j} level{l}" for l in range(4)]
-        for l, t in enumerate(ch): table[t] = e[j] * (0.5 + 0.5 * l)
-        chains.append(ch); images.append(e[j] * 3.0)
+        for l, t in enumerate(ch):
+            table[t] = e[j] * (0.5 + 0.5 * l)
+        chains.append(ch)
+        images.append(e[j] * 3.0)
     return table, chains, torch.stack(images)

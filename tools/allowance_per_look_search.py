@@ -8,7 +8,9 @@ effect (normal noise). Prints the most powerful rules among those that meet the 
 About 20 s on two cores. The boundaries are hierbench.stats.guarded_bounds (monotone in the skewness) at the guarded
 plan's levels; each look's boundary is computed once per allowance and the sequential reading combines them.
 """
-import argparse, itertools
+
+import argparse
+import itertools
 
 import numpy as np
 from scipy import stats as sps
@@ -28,7 +30,7 @@ def main(argv=None):
     ap.add_argument("--top", type=int, default=25)
     a = ap.parse_args(argv)
     read = [(n, l) for n, l in zip(PLAN.looks, PLAN.levels()) if np.isfinite(l)]
-    up, down = {}, {}                   # per cell, look and allowance: which claims leave each boundary
+    up, down = {}, {}  # per cell, look and allowance: which claims leave each boundary
     for fam, eff in CELLS:
         x = _seed_noise(np.random.default_rng(a.seed), fam, (a.reps, PLAN.looks[-1])) + eff
         total, squares = np.cumsum(x, 1), np.cumsum(x * x, 1)
@@ -45,18 +47,32 @@ def main(argv=None):
             open_, supported = np.ones(a.reps, bool), np.zeros(a.reps, bool)
             for (n, _), al in zip(read, combo):
                 h, l = open_ & up[fam, eff, n, al], open_ & down[fam, eff, n, al]
-                supported |= h; open_ &= ~(h | l)
+                supported |= h
+                open_ &= ~(h | l)
             rates.append(float(supported.mean()))
         rows.append((combo, rates))
     ok = [r for r in rows if all(r[1][CELLS.index(c)] <= g for c, g in GOALS.items())]
     ok.sort(key=lambda r: -r[1][-1])
-    print(f"{len(ok)} of {len(rows)} rules meet the error goals with the margin ({a.reps:,} claims a cell, seed {a.seed})\n")
-    print("| allowance at " + " | ".join(f"{n} seeds" for n, _ in read) + " | normal (%) | gamma −1.5 (%) | gamma −2.3 (%) "
-          "| lognormal −1.5 (%) | power at 1 sd |")
+    print(
+        f"{len(ok)} of {len(rows)} rules meet the error goals with the margin ({a.reps:,} claims a cell, seed "
+        f"{a.seed})\n"
+    )
+    print(
+        "| allowance at "
+        + " | ".join(f"{n} seeds" for n, _ in read)
+        + " | normal (%) | gamma −1.5 (%) | gamma −2.3 (%) "
+        "| lognormal −1.5 (%) | power at 1 sd |"
+    )
     print("|" + "---|" * (len(read) + 5))
-    for combo, r in ok[:a.top]:
-        print("| " + " | ".join(f"{c:g}" for c in combo) + " | " + " | ".join(f"{100 * v:.2f}" for v in r[:4]) + f" | {r[4]:.4f} |")
-    last = [r for r in ok[:a.top] if r[0][-1] == 0.0]
+    for combo, r in ok[: a.top]:
+        print(
+            "| "
+            + " | ".join(f"{c:g}" for c in combo)
+            + " | "
+            + " | ".join(f"{100 * v:.2f}" for v in r[:4])
+            + f" | {r[4]:.4f} |"
+        )
+    last = [r for r in ok[: a.top] if r[0][-1] == 0.0]
     print(f"\n{len(last)} of the {min(a.top, len(ok))} most powerful give the last look no allowance")
 
 

@@ -7,7 +7,11 @@ Cells flagged `#| slow` run too (set IN_TEST=1 to shrink lesson work the way nbd
 `#| eval: false` are skipped and keep their saved output, as nbdev-test skips them. Commit the notebooks afterwards;
 CI checks that nbdev-clean leaves them unchanged.
 """
-import re, subprocess, sys, time
+
+import re
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import nbformat
@@ -18,8 +22,13 @@ def save_outputs(path: Path, timeout: int = 900) -> float:
     "Execute `path` in its own folder, store outputs and widget state, write it back; returns seconds taken."
     nb = nbformat.read(path, as_version=4)
     t0 = time.perf_counter()
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", store_widget_state=True,
-                            resources={"metadata": {"path": str(path.parent)}})
+    client = NotebookClient(
+        nb,
+        timeout=timeout,
+        kernel_name="python3",
+        store_widget_state=True,
+        resources={"metadata": {"path": str(path.parent)}},
+    )
     with client.setup_kernel():
         for i, cell in enumerate(nb.cells):
             if cell.cell_type == "code" and not re.search(r"^\s*#\|\s*eval:\s*false", cell.source, re.M):
@@ -31,6 +40,8 @@ def save_outputs(path: Path, timeout: int = 900) -> float:
 
 if __name__ == "__main__":
     paths = [Path(p) for p in sys.argv[1:]]
-    if not paths: sys.exit(__doc__)
-    for p in paths: print(f"{p}: {save_outputs(p):.0f} s")
+    if not paths:
+        sys.exit(__doc__)
+    for p in paths:
+        print(f"{p}: {save_outputs(p):.0f} s")
     subprocess.run([str(Path(sys.executable).with_name("nbdev-clean"))], check=True)

@@ -1,4 +1,5 @@
-"""The bench's sections and report answer at the wing (`hierbench.bench.run_benchmarks`), as before the wings.
+"""The bench's sections and report answer at the wing (`hierbench.bench.run_benchmarks`), as before
+the wings.
 
 Docs: https://hierbench.github.io/hierbench/bench/front_door.html.md"""
 
@@ -7,7 +8,7 @@ Docs: https://hierbench.github.io/hierbench/bench/front_door.html.md"""
 # %% auto #0
 __all__ = []
 
-# %% ../../nbs/bench/06_front_door.ipynb #6b65a719
+# %% ../../nbs/bench/06_front_door.ipynb #8dd0d8092fe74a7c96281538738b07e2
 from ..layout import wing_front_door
 
-__getattr__, __dir__ = wing_front_door(__name__, 'suite')
+__getattr__, __dir__ = wing_front_door(__name__, "suite")

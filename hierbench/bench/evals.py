@@ -1,4 +1,7 @@
-"""Section `evals` of `hierbench bench`: zero-shot classification, image–text retrieval and the compositional families as hierbench runs them, timed against the plain per-batch open_clip loop CLIP_benchmark runs, on the same model, files, workers and threads — and the two must give the same numbers.
+"""Section `evals` of `hierbench bench`: zero-shot classification, image–text retrieval and the
+compositional families as hierbench runs them, timed against the plain per-batch open_clip loop
+CLIP_benchmark runs, on the same model, files, workers and threads — and the two must give the
+same numbers.
 
 Docs: https://hierbench.github.io/hierbench/bench/evals.html.md"""
 
@@ -6,16 +9,16 @@ Docs: https://hierbench.github.io/hierbench/bench/evals.html.md"""
 
 # %% ../../nbs/bench/03_evals.ipynb #0573c931
 from __future__ import annotations
-import math, tempfile, time
+import math
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from sklearn.metrics import balanced_accuracy_score
 
-from .compositional import COMP_GOAL, bench_compositional, format_compositional
+from .compositional import bench_compositional, format_compositional
 from .real import clock_now, pipeline_image_files
 from ..config import load_settings
 from ..data.loaders import load_hierarcaps
@@ -25,6 +28,19 @@ from ..evaluation.suites import evaluate_classification
 from ..evaluation.zeroshot import fill_template, imagenet_metadata
 
 # %% auto #0
+__all__ = [
+    "EVAL_FULL",
+    "EVAL_QUICK",
+    "EVAL_GOAL",
+    "EvalBenchSizes",
+    "bench_folders",
+    "plain_zeroshot",
+    "plain_retrieval",
+    "bench_evals",
+    "format_evals",
+]
+
+# %% auto #0
 __all__ = ['EVAL_FULL', 'EVAL_QUICK', 'EVAL_GOAL', 'EvalBenchSizes', 'bench_folders', 'plain_zeroshot', 'plain_retrieval',
            'bench_evals', 'format_evals']
 
@@ -32,39 +48,59 @@ __all__ = ['EVAL_FULL', 'EVAL_QUICK', 'EVAL_GOAL', 'EvalBenchSizes', 'bench_fold
 @dataclass(frozen=True)
 class EvalBenchSizes:
     "Problem sizes of the `evals` bench."
-    model: str = "ViT-B-32"          # open_clip architecture, random weights (the cost, not the accuracy, matters)
-    images: int = 1000               # zero-shot test images (the shipped COCO images)
-    classes: int = 20                # ImageNet classes (OpenAI's names) ...
-    templates: int = 80              # ... × OpenAI's templates: 1,600 texts for 1,000 images, ImageNet's proportion
-    retrieval_images: int = 1000     # retrieval images, four captions each
-    batch_size: int = 64             # images per batch on both sides (CLIP_benchmark's default)
-    num_workers: int = 1             # decoding workers on both sides
-    shards: int = 8                  # shards per folder (webdataset splits them between workers)
-    comp_images: int = 120           # compositional row: distinct COCO images behind the seven families ...
-    comp_items: int = 60             # ... and items per family (hierbench.bench.compositional)
+
+    model: str = "ViT-B-32"  # open_clip architecture, random weights (the cost, not the accuracy, matters)
+    images: int = 1000  # zero-shot test images (the shipped COCO images)
+    classes: int = 20  # ImageNet classes (OpenAI's names) ...
+    templates: int = 80  # ... × OpenAI's templates: 1,600 texts for 1,000 images, ImageNet's proportion
+    retrieval_images: int = 1000  # retrieval images, four captions each
+    batch_size: int = 64  # images per batch on both sides (CLIP_benchmark's default)
+    num_workers: int = 1  # decoding workers on both sides
+    shards: int = 8  # shards per folder (webdataset splits them between workers)
+    comp_images: int = 120  # compositional row: distinct COCO images behind the seven families ...
+    comp_items: int = 60  # ... and items per family (hierbench.bench.compositional)
+
 
 EVAL_FULL = EvalBenchSizes()
-EVAL_QUICK = EvalBenchSizes(model="real-tiny", images=24, classes=5, templates=6, retrieval_images=16, batch_size=8, num_workers=0, shards=2,
-                            comp_images=8, comp_items=4)
-EVAL_GOAL = 1.5   # hierbench's zero-shot and retrieval >= 1.5x the plain loop's throughput, same numbers
+EVAL_QUICK = EvalBenchSizes(
+    model="real-tiny",
+    images=24,
+    classes=5,
+    templates=6,
+    retrieval_images=16,
+    batch_size=8,
+    num_workers=0,
+    shards=2,
+    comp_images=8,
+    comp_items=4,
+)
+EVAL_GOAL = 1.5  # hierbench's zero-shot and retrieval >= 1.5x the plain loop's throughput, same numbers
+
 
 def _shipped_hierarcaps() -> Path | None:
-    "HierarCaps' CSV beside its 1,000 COCO images: under the data root, else in ../shared/data (a development checkout)."
+    """HierarCaps' CSV beside its 1,000 COCO images: under the data root, else in ../shared/data (a development
+    checkout)."""
     import hierbench
+
     for root in (load_settings().data_root, Path(hierbench.__file__).resolve().parents[1].parent / "shared" / "data"):
         csv = root / "hierarcaps" / "hierarcaps_test.csv"
-        if csv.is_file() and (root / "hierarcaps" / "test_imgs").is_dir(): return csv
+        if csv.is_file() and (root / "hierarcaps" / "test_imgs").is_dir():
+            return csv
     return None
+
 
 def _write_wds(folder: Path, split: str, samples: list[dict], shards: int):
     import webdataset as wds
+
     (folder / split).mkdir(parents=True, exist_ok=True)
     per = -(-len(samples) // shards)
-    parts = [samples[i:i + per] for i in range(0, len(samples), per)]
+    parts = [samples[i : i + per] for i in range(0, len(samples), per)]
     for j, part in enumerate(parts):
         with wds.TarWriter(str(folder / split / f"{j}.tar")) as w:
-            for s in part: w.write(s)
+            for s in part:
+                w.write(s)
     (folder / split / "nshards.txt").write_text(str(len(parts)))
+
 
 def bench_folders(sizes: EvalBenchSizes, folder: Path) -> tuple[Path, Path, str]:
     "(a zero-shot WebDataset folder, a retrieval WebDataset folder, what their images are) under `folder`."
@@ -74,64 +110,109 @@ def bench_folders(sizes: EvalBenchSizes, folder: Path) -> tuple[Path, Path, str]
         paths, source = [c.image_path for c in chains], f"the shipped COCO images ({csv.parent})"
         captions = [list(c.chain) for c in chains]
     else:
-        paths, source = pipeline_image_files(max(sizes.images, sizes.retrieval_images), folder), "random JPEGs (no shipped COCO images found)"
-        captions = [[f"a photo number {i}", f"picture {i} of a scene", f"an image, id {i}", f"scene {i}"] for i in range(len(paths))]
+        paths, source = (
+            pipeline_image_files(max(sizes.images, sizes.retrieval_images), folder),
+            "random JPEGs (no shipped COCO images found)",
+        )
+        captions = [
+            [f"a photo number {i}", f"picture {i} of a scene", f"an image, id {i}", f"scene {i}"]
+            for i in range(len(paths))
+        ]
     names, templates = imagenet_metadata()
     zs, rt = folder / "zeroshot", folder / "retrieval"
     n = min(sizes.images, len(paths))
-    _write_wds(zs, "test", [{"__key__": f"{i:05d}", "jpg": Path(p).read_bytes(), "cls": i % sizes.classes} for i, p in enumerate(paths[:n])], sizes.shards)
-    (zs / "classnames.txt").write_text("\n".join(names[:sizes.classes]) + "\n")
-    (zs / "zeroshot_classification_templates.txt").write_text("\n".join(fill_template(t, "{c}") for t in templates[:sizes.templates]) + "\n")
+    _write_wds(
+        zs,
+        "test",
+        [
+            {"__key__": f"{i:05d}", "jpg": Path(p).read_bytes(), "cls": i % sizes.classes}
+            for i, p in enumerate(paths[:n])
+        ],
+        sizes.shards,
+    )
+    (zs / "classnames.txt").write_text("\n".join(names[: sizes.classes]) + "\n")
+    (zs / "zeroshot_classification_templates.txt").write_text(
+        "\n".join(fill_template(t, "{c}") for t in templates[: sizes.templates]) + "\n"
+    )
     m = min(sizes.retrieval_images, len(paths))
-    _write_wds(rt, "test", [{"__key__": f"{i:05d}", "jpg": Path(p).read_bytes(), "txt": "\n".join(captions[i])} for i, p in enumerate(paths[:m])], sizes.shards)
+    _write_wds(
+        rt,
+        "test",
+        [
+            {"__key__": f"{i:05d}", "jpg": Path(p).read_bytes(), "txt": "\n".join(captions[i])}
+            for i, p in enumerate(paths[:m])
+        ],
+        sizes.shards,
+    )
     (rt / "dataset_type.txt").write_text("retrieval\n")
     return zs, rt, source
 
 # %% ../../nbs/bench/03_evals.ipynb #a10b86ad
 def _wds_loader(folder: Path, second: str, transform, batch_size: int, num_workers: int, limit: int | None = None):
-    "CLIP_benchmark's reader: webdataset's pipeline, PIL decoding, (image, label-or-captions) batches, DataLoader workers."
+    """CLIP_benchmark's reader: webdataset's pipeline, PIL decoding, (image, label-or-captions) batches, DataLoader
+    workers."""
     import webdataset as wds
+
     n = int((folder / "test" / "nshards.txt").read_text())
-    ds = (wds.WebDataset(str(folder / "test" / f"{{0..{n - 1}}}.tar"), shardshuffle=False, nodesplitter=lambda src: src)
-          .decode(wds.autodecode.ImageHandler("pil", extensions=["webp", "png", "jpg", "jpeg"]))
-          .to_tuple("__key__", "webp;png;jpg;jpeg", second)
-          .map_tuple(None, transform, str.splitlines if second == "txt" else None))
-    if limit: ds = ds.slice(limit)
+    ds = (
+        wds.WebDataset(str(folder / "test" / f"{{0..{n - 1}}}.tar"), shardshuffle=False, nodesplitter=lambda src: src)
+        .decode(wds.autodecode.ImageHandler("pil", extensions=["webp", "png", "jpg", "jpeg"]))
+        .to_tuple("__key__", "webp;png;jpg;jpeg", second)
+        .map_tuple(None, transform, str.splitlines if second == "txt" else None)
+    )
+    if limit:
+        ds = ds.slice(limit)
     ds = ds.batched(batch_size, collation_fn=_collate)
     return torch.utils.data.DataLoader(ds, batch_size=None, shuffle=False, num_workers=num_workers)
 
-def _collate(batch): return [k for k, _, _ in batch], torch.stack([x for _, x, _ in batch]), [t for _, _, t in batch]
+
+def _collate(batch):
+    return [k for k, _, _ in batch], torch.stack([x for _, x, _ in batch]), [t for _, _, t in batch]
+
 
 def _transform(model):
     import open_clip
+
     return open_clip.image_transform(int(model.image_size), is_train=False, mean=model.image_mean, std=model.image_std)
+
 
 @torch.no_grad()
 def plain_zeroshot(model, folder: Path, batch_size: int = 64, num_workers: int = 1, limit: int | None = None) -> dict:
-    "CLIP_benchmark's zero-shot classification of a WebDataset folder: acc1, acc5, mean_per_class_recall and the predictions."
+    """CLIP_benchmark's zero-shot classification of a WebDataset folder: acc1, acc5, mean_per_class_recall and the
+    predictions."""
     clip, dev = model.clip.eval(), model.device
     classes = (folder / "classnames.txt").read_text().splitlines()
     templates = (folder / "zeroshot_classification_templates.txt").read_text().splitlines()
     weights = []
-    for c in classes:   # zero_shot_classifier: one class at a time, its templates padded to the full context
+    for c in classes:  # zero_shot_classifier: one class at a time, its templates padded to the full context
         e = F.normalize(clip.encode_text(model.tokenize([t.format(c=c) for t in templates]).to(dev)), dim=-1).mean(0)
         weights.append(e / e.norm())
     W = torch.stack(weights, dim=1)
     logits, labels, keys = [], [], []
-    for key, images, target in _wds_loader(folder, "cls", _transform(model), batch_size, num_workers, limit):   # run_classification
+    for key, images, target in _wds_loader(
+        folder, "cls", _transform(model), batch_size, num_workers, limit
+    ):  # run_classification
         logits.append((100.0 * F.normalize(clip.encode_image(images.to(dev)), dim=-1) @ W).float().cpu())
-        labels.append(torch.as_tensor(target)); keys += key
+        labels.append(torch.as_tensor(target))
+        keys += key
     logits, labels = torch.cat(logits), torch.cat(labels)
     top = logits.topk(min(5, len(classes)), dim=1).indices
     pred = top[:, 0]
-    acc5 = float((top == labels[:, None]).any(1).double().mean()) if len(classes) >= 5 else float("nan")   # CLIP_benchmark: NaN below 5 classes
-    return dict(acc1=float((pred == labels).double().mean()), acc5=acc5,
-                mean_per_class_recall=float(balanced_accuracy_score(labels.numpy(), pred.numpy())),
-                pred=dict(zip(keys, pred.tolist())))
+    acc5 = (
+        float((top == labels[:, None]).any(1).double().mean()) if len(classes) >= 5 else float("nan")
+    )  # CLIP_benchmark: NaN below 5 classes
+    return dict(
+        acc1=float((pred == labels).double().mean()),
+        acc5=acc5,
+        mean_per_class_recall=float(balanced_accuracy_score(labels.numpy(), pred.numpy())),
+        pred=dict(zip(keys, pred.tolist())),
+    )
+
 
 @torch.no_grad()
 def plain_retrieval(model, folder: Path, batch_size: int = 64, num_workers: int = 1, ks=(1, 5, 10)) -> dict:
-    "CLIP_benchmark's zero-shot retrieval of a WebDataset folder: image_retrieval_recall@K (text→image), text_retrieval_recall@K."
+    """CLIP_benchmark's zero-shot retrieval of a WebDataset folder: image_retrieval_recall@K (text→image),
+    text_retrieval_recall@K."""
     clip, dev = model.clip.eval(), model.device
     img_emb, txt_emb, owner = [], [], []
     for _, images, captions in _wds_loader(folder, "txt", _transform(model), batch_size, num_workers):
@@ -141,10 +222,10 @@ def plain_retrieval(model, folder: Path, batch_size: int = 64, num_workers: int 
         base = sum(len(e) for e in img_emb[:-1])
         owner += [base + i for i, caps in enumerate(captions) for _ in caps]
     img, txt, owner = torch.cat(img_emb), torch.cat(txt_emb), torch.as_tensor(owner, device=dev)
-    scores = txt @ img.T                                     # (texts, images)
+    scores = txt @ img.T  # (texts, images)
     positive = owner[:, None] == torch.arange(len(img), device=dev)[None, :]
     out = {}
-    for k in ks:   # a query counts when any of its matches is in its top k
+    for k in ks:  # a query counts when any of its matches is in its top k
         top_i = scores.topk(min(k, scores.shape[1]), dim=1).indices
         out[f"image_retrieval_recall@{k}"] = float(positive.gather(1, top_i).any(1).double().mean())
         top_t = scores.T.topk(min(k, scores.shape[0]), dim=1).indices
@@ -157,49 +238,92 @@ def _timed(fn):
     out = fn()
     w1, _ = clock_now(_timed.device)
     return out, w1 - w0
+
+
 _timed.device = "cpu"
 
+
 def bench_evals(sizes: EvalBenchSizes = EVAL_FULL, device: str = "cpu", folder: Path | None = None) -> dict:
-    "Zero-shot and retrieval: hierbench's protocols against the plain loops, seconds, ratios, and whether the numbers agree."
+    """Zero-shot and retrieval: hierbench's protocols against the plain loops, seconds, ratios, and whether the numbers
+    agree."""
     torch.manual_seed(0)
     model = create_model(sizes.model).to(device).eval()
     _timed.device = device
     with tempfile.TemporaryDirectory() as d:
         zs, rt, source = bench_folders(sizes, Path(folder or d))
         kw = dict(batch_size=sizes.batch_size, num_workers=sizes.num_workers)
-        plain_zeroshot(model, zs, limit=2 * sizes.batch_size, **kw)                                   # warm-up, both sides
+        plain_zeroshot(model, zs, limit=2 * sizes.batch_size, **kw)  # warm-up, both sides
         evaluate_classification(model, zs, limit=2 * sizes.batch_size, log=None, **kw)
         plain, t_plain = _timed(lambda: plain_zeroshot(model, zs, **kw))
         (ours, rows), t_ours = _timed(lambda: evaluate_classification(model, zs, log=None, **kw))
         # a metric hierbench does not report (acc5 below 5 classes) must be one CLIP_benchmark reports as NaN
-        zs_equal = {k: ours[f"zeroshot/zeroshot/{k}"] == plain[k] if f"zeroshot/zeroshot/{k}" in ours else math.isnan(plain[k])
-                    for k in ("acc1", "acc5", "mean_per_class_recall")}
-        same_pred = sum(int(plain["pred"].get(i.partition(":")[2]) == p) for i, p in zip(rows.id, rows.pred))   # ids: SHARD:KEY
+        zs_equal = {
+            k: ours[f"zeroshot/zeroshot/{k}"] == plain[k] if f"zeroshot/zeroshot/{k}" in ours else math.isnan(plain[k])
+            for k in ("acc1", "acc5", "mean_per_class_recall")
+        }
+        same_pred = sum(
+            int(plain["pred"].get(i.partition(":")[2]) == p) for i, p in zip(rows.id, rows.pred)
+        )  # ids: SHARD:KEY
         r_plain, t_rplain = _timed(lambda: plain_retrieval(model, rt, **kw))
         (r_ours, _), t_rours = _timed(lambda: evaluate_retrieval(model, f"wds:{rt}", log=None, **kw))
         rt_equal = {k: r_ours[f"retrieval/retrieval/{k}"] == v for k, v in r_plain.items()}
         n_img = int(ours["zeroshot/zeroshot/n_images"])
-        comp = bench_compositional(sizes.model, sizes.comp_images, sizes.comp_items, sizes.batch_size, sizes.num_workers, device,
-                                   Path(folder or d) / "compositional")
-        return dict(model=sizes.model, device=device, source=source, threads=torch.get_num_threads(), goal=EVAL_GOAL,
-                    batch_size=sizes.batch_size, num_workers=sizes.num_workers,
-                    zeroshot=dict(images=n_img, classes=sizes.classes, templates=sizes.templates, plain_s=t_plain, hierbench_s=t_ours,
-                                  ratio=t_plain / t_ours, meets_goal=bool(t_plain / t_ours >= EVAL_GOAL), metrics_equal=zs_equal,
-                                  same_predictions=same_pred, hierbench=dict(acc1=ours["zeroshot/zeroshot/acc1"])),
-                    retrieval=dict(images=int(r_ours["retrieval/retrieval/n_images"]), texts=int(r_ours["retrieval/retrieval/n_texts"]),
-                                   plain_s=t_rplain, hierbench_s=t_rours, ratio=t_rplain / t_rours,
-                                   meets_goal=bool(t_rplain / t_rours >= EVAL_GOAL), metrics_equal=rt_equal),
-                    compositional=comp)
+        comp = bench_compositional(
+            sizes.model,
+            sizes.comp_images,
+            sizes.comp_items,
+            sizes.batch_size,
+            sizes.num_workers,
+            device,
+            Path(folder or d) / "compositional",
+        )
+        return dict(
+            model=sizes.model,
+            device=device,
+            source=source,
+            threads=torch.get_num_threads(),
+            goal=EVAL_GOAL,
+            batch_size=sizes.batch_size,
+            num_workers=sizes.num_workers,
+            zeroshot=dict(
+                images=n_img,
+                classes=sizes.classes,
+                templates=sizes.templates,
+                plain_s=t_plain,
+                hierbench_s=t_ours,
+                ratio=t_plain / t_ours,
+                meets_goal=bool(t_plain / t_ours >= EVAL_GOAL),
+                metrics_equal=zs_equal,
+                same_predictions=same_pred,
+                hierbench=dict(acc1=ours["zeroshot/zeroshot/acc1"]),
+            ),
+            retrieval=dict(
+                images=int(r_ours["retrieval/retrieval/n_images"]),
+                texts=int(r_ours["retrieval/retrieval/n_texts"]),
+                plain_s=t_rplain,
+                hierbench_s=t_rours,
+                ratio=t_rplain / t_rours,
+                meets_goal=bool(t_rplain / t_rours >= EVAL_GOAL),
+                metrics_equal=rt_equal,
+            ),
+            compositional=comp,
+        )
+
 
 def format_evals(r: dict) -> list[str]:
     "The report lines of section `evals`."
     goal = lambda ok: "  ✓ goal met" if ok else "  ✗ goal missed"
     z, t = r["zeroshot"], r["retrieval"]
-    return (["", f"== evals: zero-shot and retrieval vs CLIP_benchmark's plain loop: {r['model']} (random init), {r['device']}, "
-                f"{r['threads']} thread(s), batch {r['batch_size']}, {r['num_workers']} worker(s); {r['source']} ==",
-            f"zero-shot ({z['images']} images, {z['classes']} classes x {z['templates']} templates): plain {z['plain_s']:.1f} s, "
-            f"hierbench {z['hierbench_s']:.1f} s: {z['ratio']:.2f}x  [goal >= {r['goal']}x]{goal(z['meets_goal'])}; "
-            f"metrics equal: {all(z['metrics_equal'].values())}, same predictions {z['same_predictions']}/{z['images']}",
-            f"retrieval ({t['images']} images, {t['texts']} texts): plain {t['plain_s']:.1f} s, hierbench {t['hierbench_s']:.1f} s: "
-            f"{t['ratio']:.2f}x  [goal >= {r['goal']}x]{goal(t['meets_goal'])}; recalls equal: {all(t['metrics_equal'].values())}"]
-            + ([format_compositional(r["compositional"])] if "compositional" in r else []))
+    return [
+        "",
+        f"== evals: zero-shot and retrieval vs CLIP_benchmark's plain loop: {r['model']} (random init), {r['device']}, "
+        f"{r['threads']} thread(s), batch {r['batch_size']}, {r['num_workers']} worker(s); {r['source']} ==",
+        f"zero-shot ({z['images']} images, {z['classes']} classes x {z['templates']} templates): plain "
+        f"{z['plain_s']:.1f} s, "
+        f"hierbench {z['hierbench_s']:.1f} s: {z['ratio']:.2f}x  [goal >= {r['goal']}x]{goal(z['meets_goal'])}; "
+        f"metrics equal: {all(z['metrics_equal'].values())}, same predictions {z['same_predictions']}/{z['images']}",
+        f"retrieval ({t['images']} images, {t['texts']} texts): plain {t['plain_s']:.1f} s, hierbench "
+        f"{t['hierbench_s']:.1f} s: "
+        f"{t['ratio']:.2f}x  [goal >= {r['goal']}x]{goal(t['meets_goal'])}; recalls equal: "
+        f"{all(t['metrics_equal'].values())}",
+    ] + ([format_compositional(r["compositional"])] if "compositional" in r else [])

@@ -1,4 +1,6 @@
-"""hierbench's training step against open_clip_train's and SugarCrepe scoring against a per-item loop (section `real` of `hierbench bench`), and the sizes, clocks and training step every bench section shares.
+"""hierbench's training step against open_clip_train's and SugarCrepe scoring against a per-item loop
+(section `real` of `hierbench bench`), and the sizes, clocks and training step every bench section
+shares.
 
 Docs: https://hierbench.github.io/hierbench/bench/real.html.md"""
 
@@ -6,7 +8,12 @@ Docs: https://hierbench.github.io/hierbench/bench/real.html.md"""
 
 # %% ../../nbs/bench/00_real.ipynb #245de8ae
 from __future__ import annotations
-import contextlib, json, math, resource, statistics, time
+import contextlib
+import json
+import math
+import resource
+import statistics
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -32,72 +39,107 @@ __all__ = ['FULL', 'QUICK', 'REAL_TRAIN_GOAL', 'REAL_BF16_GOAL', 'REAL_EVAL_GOAL
 @dataclass(frozen=True)
 class BenchSizes:
     "Problem sizes of one benchmark run."
-    geometry_n: int = 4096          # rows of each pairwise_dist / cosine operand (a contrastive batch of 4096)
-    geometry_d: int = 512           # embedding width: CLIP ViT-B's 512
-    geometry_pairs: int = 1_000_000 # pairs for exterior_angle vs dist (an entailment loss over a large batch)
-    geometry_pair_d: int = 64       # width of those pairs (world-tiny's embedding width)
-    geometry_repeats: int = 5       # timed repeats (median) after one warm-up
-    world_scenes: int = 20_000      # the training-set size of the world goal (about 225 MB on disk)
+
+    geometry_n: int = 4096  # rows of each pairwise_dist / cosine operand (a contrastive batch of 4096)
+    geometry_d: int = 512  # embedding width: CLIP ViT-B's 512
+    geometry_pairs: int = 1_000_000  # pairs for exterior_angle vs dist (an entailment loss over a large batch)
+    geometry_pair_d: int = 64  # width of those pairs (world-tiny's embedding width)
+    geometry_repeats: int = 5  # timed repeats (median) after one warm-up
+    world_scenes: int = 20_000  # the training-set size of the world goal (about 225 MB on disk)
     recipe_preset: str = "world-tiny"  # the default world model (`--model-preset` benches another)
-    recipe_batch: int = 64          # the batch `compare --preset quick/standard` pre-trains at (2,000 x 64): the
-                                    # step the goals are about (`--batch-size` benches another)
-    recipe_warmup: int = 2          # untimed steps per recipe (allocator, autograd graph caches, AdamW state)
-    recipe_steps: int = 7           # timed steps per recipe (median)
-    decoder_steps: int = 20         # READ: decoder pre-training steps (its architecture, not its quality, sets the cost)
+    recipe_batch: int = 64  # the batch `compare --preset quick/standard` pre-trains at (2,000 x 64): the
+    # step the goals are about (`--batch-size` benches another)
+    recipe_warmup: int = 2  # untimed steps per recipe (allocator, autograd graph caches, AdamW state)
+    recipe_steps: int = 7  # timed steps per recipe (median)
+    decoder_steps: int = 20  # READ: decoder pre-training steps (its architecture, not its quality, sets the cost)
     compare_recipes: tuple = ("clip", "meru", "negclip")  # subset for the smoke compare when no compare dir is given
-    peak_n: int = 2048              # side of the square fp32 matmul that measures the machine's peak
-    pipeline_images: int = 64       # real JPEGs decoded + transformed (per-worker rate of the real-data pipeline)
+    peak_n: int = 2048  # side of the square fp32 matmul that measures the machine's peak
+    pipeline_images: int = 64  # real JPEGs decoded + transformed (per-worker rate of the real-data pipeline)
     pipeline_model: str = "real-tiny"  # whose training step consumes them (run `--device cuda` with ViT-B-32 on a GPU)
-    pipeline_batch: int = 64        # that step's batch
-    real_model: str = "ViT-B-32"    # section `real`: the open_clip architecture both trainers step (random init)
-    real_batch: int = 16            # its batch (CPU-sized; a GPU run takes --batch-size 256)
-    real_steps: int = 4             # timed steps per trainer and precision, in each of `real_repeats` rounds
-    real_repeats: int = 3           # interleaved rounds (hierbench, open_clip_train, ...): medians over rounds
-    real_eval_items: int = 300      # SugarCrepe-style items scored by hierbench and by a plain per-item loop
-    lora_rank: int = 8              # section `lora`: the adapters' rank (on `real_model`, `real_batch`, `real_steps`)
-    seeds_recipe: str = "clip"      # section `seeds`: the recipe trained K seeds to a process (`hierbench.bench.seeds`)
-    seeds_ks: tuple = (2, 4)        # the seeds per process timed against the baseline of one
-    seeds_n_train: int = 4000       # its world scenes (the quick and standard budgets')
-    seeds_steps: int = 40           # steps each process trains, of which
-    seeds_warmup: int = 5           # the first are not timed
-    seeds_rounds: int = 2           # interleaved rounds of every layout: medians over rounds
+    pipeline_batch: int = 64  # that step's batch
+    real_model: str = "ViT-B-32"  # section `real`: the open_clip architecture both trainers step (random init)
+    real_batch: int = 16  # its batch (CPU-sized; a GPU run takes --batch-size 256)
+    real_steps: int = 4  # timed steps per trainer and precision, in each of `real_repeats` rounds
+    real_repeats: int = 3  # interleaved rounds (hierbench, open_clip_train, ...): medians over rounds
+    real_eval_items: int = 300  # SugarCrepe-style items scored by hierbench and by a plain per-item loop
+    lora_rank: int = 8  # section `lora`: the adapters' rank (on `real_model`, `real_batch`, `real_steps`)
+    seeds_recipe: str = "clip"  # section `seeds`: the recipe trained K seeds to a process (`hierbench.bench.seeds`)
+    seeds_ks: tuple = (2, 4)  # the seeds per process timed against the baseline of one
+    seeds_n_train: int = 4000  # its world scenes (the quick and standard budgets')
+    seeds_steps: int = 40  # steps each process trains, of which
+    seeds_warmup: int = 5  # the first are not timed
+    seeds_rounds: int = 2  # interleaved rounds of every layout: medians over rounds
+
 
 FULL = BenchSizes()
-QUICK = BenchSizes(geometry_n=128, geometry_d=32, geometry_pairs=2000, geometry_pair_d=8, geometry_repeats=2,
-                   world_scenes=40, recipe_preset="world-debug", recipe_batch=8, recipe_warmup=1, recipe_steps=2,
-                   decoder_steps=2, compare_recipes=("clip",), peak_n=256, pipeline_images=4, pipeline_batch=4,
-                   real_model="real-tiny", real_batch=4, real_steps=1, real_repeats=1, real_eval_items=6,
-                   seeds_ks=(2,), seeds_n_train=32, seeds_steps=3, seeds_warmup=1, seeds_rounds=1)
+QUICK = BenchSizes(
+    geometry_n=128,
+    geometry_d=32,
+    geometry_pairs=2000,
+    geometry_pair_d=8,
+    geometry_repeats=2,
+    world_scenes=40,
+    recipe_preset="world-debug",
+    recipe_batch=8,
+    recipe_warmup=1,
+    recipe_steps=2,
+    decoder_steps=2,
+    compare_recipes=("clip",),
+    peak_n=256,
+    pipeline_images=4,
+    pipeline_batch=4,
+    real_model="real-tiny",
+    real_batch=4,
+    real_steps=1,
+    real_repeats=1,
+    real_eval_items=6,
+    seeds_ks=(2,),
+    seeds_n_train=32,
+    seeds_steps=3,
+    seeds_warmup=1,
+    seeds_rounds=1,
+)
 
 # %% ../../nbs/bench/00_real.ipynb #59320fe7
 def sync_device(device) -> None:
-    if torch.device(device).type == "cuda": torch.cuda.synchronize()
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
 
 def clock_now(device="cpu") -> tuple[float, float]:
     "(wall, process CPU) seconds, after the device has finished its queued work."
     sync_device(device)
     return time.perf_counter(), time.process_time()
 
-def median_of(xs) -> float: return float(statistics.median(xs))
+
+def median_of(xs) -> float:
+    return float(statistics.median(xs))
+
 
 def peak_rss_mb() -> float:
     "Peak resident memory of this process so far, in MB (Linux reports `ru_maxrss` in KiB)."
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
 
 @contextlib.contextmanager
 def torch_threads(n: int | None):
     "Run the block with `torch.set_num_threads(n)` (None: leave it), restoring the previous value afterwards."
     before = torch.get_num_threads()
     if n is not None:
-        if n < 1: raise ValueError(f"threads must be >= 1, got {n}")
+        if n < 1:
+            raise ValueError(f"threads must be >= 1, got {n}")
         torch.set_num_threads(n)
-    try: yield torch.get_num_threads()
-    finally: torch.set_num_threads(before)
+    try:
+        yield torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
 
 # %% ../../nbs/bench/00_real.ipynb #65db62ac
 def recipe_forward(s: dict) -> Callable:
-    "The recipe's real training forward for a `recipe_setup` dict: `() -> loss`, as the trainer calls the loss function."
+    """The recipe's real training forward for a `recipe_setup` dict: `() -> loss`, as the trainer calls the loss
+    function."""
     return lambda: s["loss_fn"](s["model"], s["batch"], s["teacher"])[0]
+
 
 def time_train_step(s: dict, forward) -> dict:
     "One trainer step with `forward() -> loss`; wall and CPU seconds of forward, backward, optimizer and the total."
@@ -105,18 +147,25 @@ def time_train_step(s: dict, forward) -> dict:
     dev = s["device"]
     w0, c0 = clock_now(dev)
     s["optimizer"].zero_grad(set_to_none=True)
-    with training_forward(torch.device(dev), s["cfg"].precision): loss = forward()
+    with training_forward(torch.device(dev), s["cfg"].precision):
+        loss = forward()
     w1, c1 = clock_now(dev)
     scaler = s.get("scaler")
     (loss if scaler is None else scaler.scale(loss)).backward()
     w2, c2 = clock_now(dev)
     clip = s["cfg"].grad_clip if s["cfg"].grad_clip > 0 else math.inf
-    if scaler is not None: scaler.unscale_(s["optimizer"])
+    if scaler is not None:
+        scaler.unscale_(s["optimizer"])
     torch.nn.utils.clip_grad_norm_(s["params"], clip)
-    if scaler is None: s["optimizer"].step()
-    else: scaler.step(s["optimizer"]); scaler.update()
-    for clamp in s["clamps"]: clamp()
-    if s["teacher"] is not None: s["teacher"].update(s["model"])
+    if scaler is None:
+        s["optimizer"].step()
+    else:
+        scaler.step(s["optimizer"])
+        scaler.update()
+    for clamp in s["clamps"]:
+        clamp()
+    if s["teacher"] is not None:
+        s["teacher"].update(s["model"])
     w3, c3 = clock_now(dev)
     return dict(forward=w1 - w0, backward=w2 - w1, optim=w3 - w2, total=w3 - w0, total_cpu=c3 - c0)
 
@@ -124,9 +173,11 @@ def time_train_step(s: dict, forward) -> dict:
 def pipeline_image_files(n: int, folder: Path) -> list[Path]:
     "`n` of the shipped COCO images, or where they are absent `n` random 640×480 JPEGs written into `folder` (created)."
     real = sorted((load_settings().data_root / "hierarcaps" / "test_imgs").glob("*.jpg"))[:n]
-    if len(real) == n: return real
+    if len(real) == n:
+        return real
     import numpy as np
     from PIL import Image
+
     rng = np.random.default_rng(0)
     folder.mkdir(parents=True, exist_ok=True)
     out = []
@@ -137,70 +188,125 @@ def pipeline_image_files(n: int, folder: Path) -> list[Path]:
     return out
 
 # %% ../../nbs/bench/00_real.ipynb #815d27bb
-REAL_TRAIN_GOAL = 1.5   # hierbench's clip step >= 1.5x open_clip_train's samples/s (same model, batch, precision)
-REAL_BF16_GOAL = 1.5    # amp_bf16 >= 1.5x fp32 samples/s, where bf16 is native (AMX CPU or GPU)
-REAL_EVAL_GOAL = 2.0    # SugarCrepe scoring >= 2x the items/s of a plain per-item open_clip loop
+REAL_TRAIN_GOAL = 1.5  # hierbench's clip step >= 1.5x open_clip_train's samples/s (same model, batch, precision)
+REAL_BF16_GOAL = 1.5  # amp_bf16 >= 1.5x fp32 samples/s, where bf16 is native (AMX CPU or GPU)
+REAL_EVAL_GOAL = 2.0  # SugarCrepe scoring >= 2x the items/s of a plain per-item open_clip loop
 _OPEN_CLIP_PRECISION = {"fp32": "fp32", "amp_bf16": "amp_bf16", "amp_fp16": "amp", "bf16": "bf16", "fp16": "fp16"}
+
 
 def bf16_native(device: str = "cpu") -> bool:
     "Whether bf16 matmuls are native here: a CUDA device, or a CPU that reports AMX (`amx_bf16` in /proc/cpuinfo)."
-    if torch.device(device).type == "cuda": return True
-    try: return "amx_bf16" in Path("/proc/cpuinfo").read_text()
-    except OSError: return False
+    if torch.device(device).type == "cuda":
+        return True
+    try:
+        return "amx_bf16" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+
 
 def _real_train_batch(n: int, size: int, mean, std, folder: Path) -> tuple[torch.Tensor, list[str]]:
     "`n` preprocessed images (the pipeline's JPEGs) and captions for them."
 
-    caps = ["a man riding a horse on a beach", "two dogs playing with a red ball", "a small cat on a wooden table",
-            "a bus next to a white car on the street", "a plate of food with a fork", "a woman holding an umbrella"]
+    caps = [
+        "a man riding a horse on a beach",
+        "two dogs playing with a red ball",
+        "a small cat on a wooden table",
+        "a bus next to a white car on the street",
+        "a plate of food with a fork",
+        "a woman holding an umbrella",
+    ]
     ims = torch.stack([image_to_tensor(load_image(p), size, mean, std) for p in pipeline_image_files(n, folder)])
     return ims, [caps[i % len(caps)] + ("" if i < len(caps) else f" number {i}") for i in range(n)]
 
 # %% ../../nbs/bench/00_real.ipynb #e1d5d842
 class _Epoch:
     "What open_clip_train's `train_one_epoch` reads from `data['train']`: a dataloader of `k` copies of one batch."
+
     def __init__(self, images, tokens, k):
         self.batches, self.num_batches, self.num_samples = [(images, tokens)] * k, k, k * len(images)
-    def __iter__(self): return iter(self.batches)
-    def set_epoch(self, epoch): pass
-    @property
-    def dataloader(self): return self
 
-def open_clip_train_stepper(clip, images, tokens, precision: str, device: str = "cpu", lr: float = 5e-4,
-                            wd: float = 0.2, grad_clip: float = 0.0) -> Callable[[int], float]:
+    def __iter__(self):
+        return iter(self.batches)
+
+    def set_epoch(self, epoch):
+        pass
+
+    @property
+    def dataloader(self):
+        return self
+
+
+def open_clip_train_stepper(
+    clip, images, tokens, precision: str, device: str = "cpu", lr: float = 5e-4, wd: float = 0.2, grad_clip: float = 0.0
+) -> Callable[[int], float]:
     """`run(k) -> seconds per step` of k steps of open_clip_train's `train_one_epoch` on `clip` (an open_clip `CLIP`,
     trained in place), set up as its `main` does: AdamW groups (no decay on gains, biases, logit scale), `ClipLoss`,
     `cosine_lr`, a `GradScaler` for `amp` only, its autocast and input dtype for `precision`."""
-    import open_clip, logging
+    import open_clip
+    import logging
     from types import SimpleNamespace
     from open_clip_train.scheduler import cosine_lr
     from open_clip_train.train import train_one_epoch
+
     oc_precision = _OPEN_CLIP_PRECISION[precision]
-    if oc_precision in ("bf16", "fp16"): open_clip.model.convert_weights_to_lp(clip, torch.bfloat16 if oc_precision == "bf16" else torch.float16)
+    if oc_precision in ("bf16", "fp16"):
+        open_clip.model.convert_weights_to_lp(clip, torch.bfloat16 if oc_precision == "bf16" else torch.float16)
     clip.output_dict = True
     clip.to(device).train()
     exclude = lambda n, p: p.ndim < 2 or "bn" in n or "ln" in n or "bias" in n or "logit_scale" in n
     named = [(n, p) for n, p in clip.named_parameters() if p.requires_grad]
-    opt = torch.optim.AdamW([{"params": [p for n, p in named if exclude(n, p)], "weight_decay": 0.0},
-                             {"params": [p for n, p in named if not exclude(n, p)], "weight_decay": wd}],
-                            lr=lr, betas=(0.9, 0.98), eps=1e-6)
+    opt = torch.optim.AdamW(
+        [
+            {"params": [p for n, p in named if exclude(n, p)], "weight_decay": 0.0},
+            {"params": [p for n, p in named if not exclude(n, p)], "weight_decay": wd},
+        ],
+        lr=lr,
+        betas=(0.9, 0.98),
+        eps=1e-6,
+    )
     scaler = torch.amp.GradScaler(torch.device(device).type) if oc_precision == "amp" else None
-    args = SimpleNamespace(device=device, precision=oc_precision, distill=False, accum_freq=1, skip_scheduler=False,
-                           horovod=False, grad_clip_norm=grad_clip or None, log_every_n_steps=10**9,
-                           batch_size=len(images), world_size=1, rank=0, local_rank=0, wandb=False)
+    args = SimpleNamespace(
+        device=device,
+        precision=oc_precision,
+        distill=False,
+        accum_freq=1,
+        skip_scheduler=False,
+        horovod=False,
+        grad_clip_norm=grad_clip or None,
+        log_every_n_steps=10**9,
+        batch_size=len(images),
+        world_size=1,
+        rank=0,
+        local_rank=0,
+        wandb=False,
+    )
     sched, epoch = cosine_lr(opt, lr, 0, 10**6), [0]
     images, tokens = images.to(device), tokens.to(device)
+
     def run(k: int) -> float:
         level = logging.getLogger().level
-        logging.getLogger().setLevel(logging.WARNING)   # its per-step log line (step 0 of each epoch) is not timed output
+        logging.getLogger().setLevel(
+            logging.WARNING
+        )  # its per-step log line (step 0 of each epoch) is not timed output
         try:
             w0, _ = clock_now(device)
-            train_one_epoch(clip, {"train": _Epoch(images, tokens, k)}, open_clip.ClipLoss(), epoch[0], opt, scaler,
-                            sched, None, args)
+            train_one_epoch(
+                clip,
+                {"train": _Epoch(images, tokens, k)},
+                open_clip.ClipLoss(),
+                epoch[0],
+                opt,
+                scaler,
+                sched,
+                None,
+                args,
+            )
             w1, _ = clock_now(device)
-        finally: logging.getLogger().setLevel(level)
+        finally:
+            logging.getLogger().setLevel(level)
         epoch[0] += 1
         return (w1 - w0) / k
+
     return run
 
 # %% ../../nbs/bench/00_real.ipynb #eea04d33
@@ -214,44 +320,85 @@ def _hierbench_real_setup(arch: str, images, captions, precision: str, device: s
     cfg = T.TrainConfig(**{**recipe.paper.train_overrides(), "batch_size": len(captions), "precision": precision})
     cast_towers_(model, precision)
     named = list(model.named_parameters())
-    return dict(recipe=recipe, model=model, teacher=None, batch=batch_to_device(dict(images=images, captions=list(captions)), device),
-                loss_fn=R.make_loss_fn(recipe, None), optimizer=T.make_optimizer(named, cfg),
-                params=[p for _, p in named if p.requires_grad], clamps=[model.clamp_parameters_], cfg=cfg,
-                device=device, scaler=grad_scaler(device, precision))
+    return dict(
+        recipe=recipe,
+        model=model,
+        teacher=None,
+        batch=batch_to_device(dict(images=images, captions=list(captions)), device),
+        loss_fn=R.make_loss_fn(recipe, None),
+        optimizer=T.make_optimizer(named, cfg),
+        params=[p for _, p in named if p.requires_grad],
+        clamps=[model.clamp_parameters_],
+        cfg=cfg,
+        device=device,
+        scaler=grad_scaler(device, precision),
+    )
 
-def bench_real_train(sizes: BenchSizes = FULL, device: str = "cpu", precisions=("fp32", "amp_bf16"), folder: Path | None = None) -> dict:
+
+def bench_real_train(
+    sizes: BenchSizes = FULL, device: str = "cpu", precisions=("fp32", "amp_bf16"), folder: Path | None = None
+) -> dict:
     """Samples/s of hierbench's clip step and of open_clip_train's step, same architecture, weights, batch and
     precision, rounds interleaved; ratios hierbench / open_clip_train (median of per-round ratios) and amp_bf16 /
     fp32 (ratio of medians)."""
-    import copy, tempfile
+    import copy
+    import tempfile
 
     torch.manual_seed(0)
     ref = create_model(sizes.real_model)
     state = copy.deepcopy(ref.state_dict())
     with tempfile.TemporaryDirectory() as d:
-        images, caps = _real_train_batch(sizes.real_batch, int(ref.image_size), ref.image_mean, ref.image_std, Path(folder or d))
+        images, caps = _real_train_batch(
+            sizes.real_batch, int(ref.image_size), ref.image_mean, ref.image_std, Path(folder or d)
+        )
     tokens = ref.tokenize(caps)
     t_hb, t_oc = {p: [] for p in precisions}, {p: [] for p in precisions}
-    for p in precisions:   # one precision at a time: two models and their optimizers in memory, not four
+    for p in precisions:  # one precision at a time: two models and their optimizers in memory, not four
         hb = _hierbench_real_setup(sizes.real_model, images, caps, p, device, state)
-        oc_clip = copy.deepcopy(ref.clip); oc_clip.load_state_dict(ref.clip.state_dict())
+        oc_clip = copy.deepcopy(ref.clip)
+        oc_clip.load_state_dict(ref.clip.state_dict())
         cfg = hb["cfg"]
-        oc = open_clip_train_stepper(oc_clip, images, tokens, p, device, lr=cfg.lr, wd=cfg.weight_decay, grad_clip=cfg.grad_clip)
-        time_train_step(hb, recipe_forward(hb)); oc(1)   # warm-up: allocator, AdamW state
-        for _ in range(sizes.real_repeats):          # rounds interleaved: hierbench, open_clip_train, hierbench, ...
+        oc = open_clip_train_stepper(
+            oc_clip, images, tokens, p, device, lr=cfg.lr, wd=cfg.weight_decay, grad_clip=cfg.grad_clip
+        )
+        time_train_step(hb, recipe_forward(hb))
+        oc(1)  # warm-up: allocator, AdamW state
+        for _ in range(sizes.real_repeats):  # rounds interleaved: hierbench, open_clip_train, hierbench, ...
             # a round's time per step is the mean of its steps on both sides (open_clip_train times a whole epoch)
-            t_hb[p].append(sum(time_train_step(hb, recipe_forward(hb))["total"] for _ in range(sizes.real_steps)) / sizes.real_steps)
+            t_hb[p].append(
+                sum(time_train_step(hb, recipe_forward(hb))["total"] for _ in range(sizes.real_steps))
+                / sizes.real_steps
+            )
             t_oc[p].append(oc(sizes.real_steps))
         del hb, oc, oc_clip
     B = sizes.real_batch
-    rows = [dict(precision=p, hierbench_samples_per_s=B / median_of(t_hb[p]), open_clip_train_samples_per_s=B / median_of(t_oc[p]),
-                 ratio=median_of([b / a for a, b in zip(t_hb[p], t_oc[p])]),
-                 meets_goal=bool(median_of([b / a for a, b in zip(t_hb[p], t_oc[p])]) >= REAL_TRAIN_GOAL)) for p in precisions]
-    out = dict(model=sizes.real_model, batch=B, device=device, steps=sizes.real_steps, repeats=sizes.real_repeats,
-               goal=REAL_TRAIN_GOAL, rows=rows, bf16_native=bf16_native(device))
+    rows = [
+        dict(
+            precision=p,
+            hierbench_samples_per_s=B / median_of(t_hb[p]),
+            open_clip_train_samples_per_s=B / median_of(t_oc[p]),
+            ratio=median_of([b / a for a, b in zip(t_hb[p], t_oc[p])]),
+            meets_goal=bool(median_of([b / a for a, b in zip(t_hb[p], t_oc[p])]) >= REAL_TRAIN_GOAL),
+        )
+        for p in precisions
+    ]
+    out = dict(
+        model=sizes.real_model,
+        batch=B,
+        device=device,
+        steps=sizes.real_steps,
+        repeats=sizes.real_repeats,
+        goal=REAL_TRAIN_GOAL,
+        rows=rows,
+        bf16_native=bf16_native(device),
+    )
     if "fp32" in precisions and "amp_bf16" in precisions:
-        r = median_of(t_hb["fp32"]) / median_of(t_hb["amp_bf16"])   # the two precisions ran one after the other
-        out.update(bf16_over_fp32=r, bf16_goal=REAL_BF16_GOAL, bf16_meets_goal=bool(r >= REAL_BF16_GOAL) if out["bf16_native"] else None)
+        r = median_of(t_hb["fp32"]) / median_of(t_hb["amp_bf16"])  # the two precisions ran one after the other
+        out.update(
+            bf16_over_fp32=r,
+            bf16_goal=REAL_BF16_GOAL,
+            bf16_meets_goal=bool(r >= REAL_BF16_GOAL) if out["bf16_native"] else None,
+        )
     return out
 
 # %% ../../nbs/bench/00_real.ipynb #87f9f5e7
@@ -268,22 +415,37 @@ def _real_eval_items(n: int, folder: Path) -> tuple[list, str]:
             for key, rec in json.loads(f.read_text()).items():
                 m = re.search(r"(\d+)\.jpg$", str(rec.get("filename", "")))
                 if m and int(m.group(1)) in by_id:
-                    items.append(ChoiceItem(by_id[int(m.group(1))], (rec["caption"], rec["negative_caption"]), 0,
-                                            subset=f.stem, key=f"{f.stem}/{key}"))
-        if len(items) >= n: return items[:n], f"SugarCrepe items on the HierarCaps COCO images ({root})"
+                    items.append(
+                        ChoiceItem(
+                            by_id[int(m.group(1))],
+                            (rec["caption"], rec["negative_caption"]),
+                            0,
+                            subset=f.stem,
+                            key=f"{f.stem}/{key}",
+                        )
+                    )
+        if len(items) >= n:
+            return items[:n], f"SugarCrepe items on the HierarCaps COCO images ({root})"
     caps = ["a dog chasing a cat on the grass", "a man riding a horse near a car", "a cup on a table next to a plate"]
     swaps = ["a cat chasing a dog on the grass", "a horse riding a man near a car", "a plate on a table next to a cup"]
     paths = pipeline_image_files(n, folder)
-    return [ChoiceItem(p, (caps[i % 3], swaps[i % 3]), 0, key=str(i)) for i, p in enumerate(paths)], "caption vs noun swap on the pipeline's images"
+    return [
+        ChoiceItem(p, (caps[i % 3], swaps[i % 3]), 0, key=str(i)) for i, p in enumerate(paths)
+    ], "caption vs noun swap on the pipeline's images"
+
 
 def bench_real_eval(sizes: BenchSizes = FULL, device: str = "cpu", folder: Path | None = None) -> dict:
-    "Items/s of `score_choice_items` and of a plain per-item open_clip loop on the same items and model; verdicts compared."
-    import open_clip, tempfile
+    """Items/s of `score_choice_items` and of a plain per-item open_clip loop on the same items and model; verdicts
+    compared."""
+    import open_clip
+    import tempfile
     from PIL import Image
 
     torch.manual_seed(0)
     model = create_model(sizes.real_model).to(device).eval()
-    preprocess = open_clip.image_transform(int(model.image_size), is_train=False, mean=model.image_mean, std=model.image_std)
+    preprocess = open_clip.image_transform(
+        int(model.image_size), is_train=False, mean=model.image_mean, std=model.image_std
+    )
     with tempfile.TemporaryDirectory() as d:
         items, source = _real_eval_items(sizes.real_eval_items, Path(folder or d))
         w0, _ = clock_now(device)
@@ -291,16 +453,29 @@ def bench_real_eval(sizes: BenchSizes = FULL, device: str = "cpu", folder: Path 
         w1, _ = clock_now(device)
         plain = []
         with torch.no_grad():
-            for it in items:   # the loop a user writes: one image, its two captions, compare
+            for it in items:  # the loop a user writes: one image, its two captions, compare
                 x = preprocess(Image.open(it.image_path).convert("RGB"))[None].to(device)
-                s = (model.clip.encode_image(x, normalize=True) @ model.clip.encode_text(model.tokenize(list(it.options)).to(device), normalize=True).T)[0]
+                s = (
+                    model.clip.encode_image(x, normalize=True)
+                    @ model.clip.encode_text(model.tokenize(list(it.options)).to(device), normalize=True).T
+                )[0]
                 plain.append(bool(s[0] > s[1]))
         w2, _ = clock_now(device)
     n = len(items)
     ratio = (w2 - w1) / (w1 - w0)
-    return dict(model=sizes.real_model, items=n, source=source, device=device, hierbench_items_per_s=n / (w1 - w0),
-                plain_loop_items_per_s=n / (w2 - w1), ratio=ratio, goal=REAL_EVAL_GOAL, meets_goal=bool(ratio >= REAL_EVAL_GOAL),
-                verdicts_equal=int(sum(a == b for a, b in zip(df.ok.tolist(), plain))))
+    return dict(
+        model=sizes.real_model,
+        items=n,
+        source=source,
+        device=device,
+        hierbench_items_per_s=n / (w1 - w0),
+        plain_loop_items_per_s=n / (w2 - w1),
+        ratio=ratio,
+        goal=REAL_EVAL_GOAL,
+        meets_goal=bool(ratio >= REAL_EVAL_GOAL),
+        verdicts_equal=int(sum(a == b for a, b in zip(df.ok.tolist(), plain))),
+    )
+
 
 def bench_real(sizes: BenchSizes = FULL, device: str = "cpu") -> dict:
     "Section `real`: `bench_real_train` at fp32 and amp_bf16 (amp_fp16 on CUDA too) and `bench_real_eval`."
@@ -308,125 +483,209 @@ def bench_real(sizes: BenchSizes = FULL, device: str = "cpu") -> dict:
     return dict(train=bench_real_train(sizes, device, precisions), eval=bench_real_eval(sizes, device))
 
 # %% ../../nbs/bench/00_real.ipynb #d27f1844
-def goal_mark(ok) -> str: return "" if ok is None else ("  ✓ goal met" if ok else "  ✗ goal missed")
+def goal_mark(ok) -> str:
+    return "" if ok is None else ("  ✓ goal met" if ok else "  ✗ goal missed")
+
 
 def format_real(real: dict) -> list[str]:
     "The report lines of section `real` (`bench_real`'s result) for `bench.format_report`."
     lines = []
     t, e = real["train"], real["eval"]
-    lines += ["", f"== real data vs the peer: {t['model']}, batch {t['batch']}, device {t['device']} "
-                  f"(median of {t['repeats']} interleaved round(s) of {t['steps']} step(s)) =="]
+    lines += [
+        "",
+        f"== real data vs the peer: {t['model']}, batch {t['batch']}, device {t['device']} "
+        f"(median of {t['repeats']} interleaved round(s) of {t['steps']} step(s)) ==",
+    ]
     for r in t["rows"]:
-        lines.append(f"train {r['precision']:8s}: hierbench {r['hierbench_samples_per_s']:.1f} samples/s, open_clip_train "
-                     f"{r['open_clip_train_samples_per_s']:.1f} samples/s: {r['ratio']:.2f}x  [goal >= {t['goal']}x]{goal_mark(r['meets_goal'])}")
+        lines.append(
+            f"train {r['precision']:8s}: hierbench {r['hierbench_samples_per_s']:.1f} samples/s, open_clip_train "
+            f"{r['open_clip_train_samples_per_s']:.1f} samples/s: {r['ratio']:.2f}x  [goal >= "
+            f"{t['goal']}x]{goal_mark(r['meets_goal'])}"
+        )
     if "bf16_over_fp32" in t:
-        lines.append(f"hierbench amp_bf16 / fp32: {t['bf16_over_fp32']:.2f}x  [goal >= {t['bf16_goal']}x where bf16 is native"
-                     f"{'' if t['bf16_native'] else ': not here, no AMX/GPU'}]{goal_mark(t['bf16_meets_goal'])}")
-    lines.append(f"eval ({e['items']} {e['source']}): hierbench {e['hierbench_items_per_s']:.1f} items/s, plain loop "
-                 f"{e['plain_loop_items_per_s']:.1f} items/s: {e['ratio']:.2f}x  [goal >= {e['goal']}x]{goal_mark(e['meets_goal'])}; "
-                 f"verdicts equal {e['verdicts_equal']}/{e['items']}")
+        lines.append(
+            f"hierbench amp_bf16 / fp32: {t['bf16_over_fp32']:.2f}x  [goal >= {t['bf16_goal']}x where bf16 is native"
+            f"{'' if t['bf16_native'] else ': not here, no AMX/GPU'}]{goal_mark(t['bf16_meets_goal'])}"
+        )
+    lines.append(
+        f"eval ({e['items']} {e['source']}): hierbench {e['hierbench_items_per_s']:.1f} items/s, plain loop "
+        f"{e['plain_loop_items_per_s']:.1f} items/s: {e['ratio']:.2f}x  [goal >= "
+        f"{e['goal']}x]{goal_mark(e['meets_goal'])}; "
+        f"verdicts equal {e['verdicts_equal']}/{e['items']}"
+    )
     return lines
 
 # %% ../../nbs/bench/00_real.ipynb #49f4ca98
-LORA_MEMORY_GOAL = 0.40   # a LoRA fine-tune's peak memory at least 40 % below the full fine-tune's (same model, batch)
-LORA_SPEED_GOAL = 1.3     # and its step at least 1.3x as fast
+LORA_MEMORY_GOAL = 0.40  # a LoRA fine-tune's peak memory at least 40 % below the full fine-tune's (same model, batch)
+LORA_SPEED_GOAL = 1.3  # and its step at least 1.3x as fast
+
 
 def _rss_now_mb() -> float:
     "Resident memory of this process now, in MB (Linux: the second field of /proc/self/statm, in pages); NaN elsewhere."
     import os
-    try: return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-    except (OSError, ValueError, IndexError): return float("nan")
+
+    try:
+        return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
 
 def _restart_peak_rss() -> bool:
     """Make the process's peak resident memory start again from now (Linux: free heap handed back with `malloc_trim`,
     then '5' written to /proc/self/clear_refs resets VmHWM), so that building the model does not count; False where
     it cannot (the peak then covers the whole process)."""
-    import ctypes, gc
+    import ctypes
+    import gc
+
     gc.collect()
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
         Path("/proc/self/clear_refs").write_text("5")
         return True
-    except (OSError, AttributeError): return False
+    except (OSError, AttributeError):
+        return False
+
 
 def _peak_rss_since_restart_mb() -> float:
     "VmHWM of /proc/self/status (the peak since `_restart_peak_rss`) in MB; `peak_rss_mb()` where there is none."
     import re
-    try: return int(re.search(r"VmHWM:\s+(\d+) kB", Path("/proc/self/status").read_text()).group(1)) / 1024
-    except (OSError, AttributeError): return peak_rss_mb()
+
+    try:
+        return int(re.search(r"VmHWM:\s+(\d+) kB", Path("/proc/self/status").read_text()).group(1)) / 1024
+    except (OSError, AttributeError):
+        return peak_rss_mb()
 
 # %% ../../nbs/bench/00_real.ipynb #7fd6cab7
-def _lora_child(variant: str, arch: str, batch: int, steps: int, rank: int, threads: int, device: str, precision: str) -> dict:
-    """One variant of section `lora` in this (fresh) process: `clip-ft`'s step on `arch` (random init, seed 0) with every
+def _lora_child(
+    variant: str, arch: str, batch: int, steps: int, rank: int, threads: int, device: str, precision: str
+) -> dict:
+    """One variant of section `lora` in this (fresh) process: `clip-ft`'s step on `arch` (random init, seed 0) with
+    every
     weight training ('full') or LoRA adapters of `rank` ('lora'); one warm-up step, then `steps` timed ones."""
     import tempfile
     from hierbench.models.lora import LoraSpec, apply_lora, lora_parameter_count
-    torch.set_num_threads(threads); torch.manual_seed(0)
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
     recipe = R.get_recipe("clip-ft")
     model = M.create_model(arch, **recipe.model_kwargs())
     with tempfile.TemporaryDirectory() as d:
         images, caps = _real_train_batch(batch, int(model.image_size), model.image_mean, model.image_std, Path(d))
-    if variant == "lora": apply_lora(model, LoraSpec(rank))
+    if variant == "lora":
+        apply_lora(model, LoraSpec(rank))
     model.to(device).train()
     cfg = T.TrainConfig(**{**recipe.paper.train_overrides(), "batch_size": batch, "precision": precision})
     cast_towers_(model, precision)
     named = list(model.named_parameters())
-    s = dict(model=model, teacher=None, batch=batch_to_device(dict(images=images, captions=list(caps)), device),
-             loss_fn=R.make_loss_fn(recipe, None), optimizer=T.make_optimizer(named, cfg), cfg=cfg, device=device,
-             params=[p for _, p in named if p.requires_grad], clamps=[model.clamp_parameters_], scaler=grad_scaler(device, precision))
+    s = dict(
+        model=model,
+        teacher=None,
+        batch=batch_to_device(dict(images=images, captions=list(caps)), device),
+        loss_fn=R.make_loss_fn(recipe, None),
+        optimizer=T.make_optimizer(named, cfg),
+        cfg=cfg,
+        device=device,
+        params=[p for _, p in named if p.requires_grad],
+        clamps=[model.clamp_parameters_],
+        scaler=grad_scaler(device, precision),
+    )
     cuda = torch.device(device).type == "cuda"
-    if cuda: torch.cuda.reset_peak_memory_stats(device)
-    restarted = _restart_peak_rss()   # the model's construction (a transient copy of the weights) is not training's peak
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(device)
+    restarted = _restart_peak_rss()  # the model's construction (a transient copy of the weights) is not training's peak
     before = _rss_now_mb()
-    time_train_step(s, recipe_forward(s))   # warm-up: AdamW's state, the allocator
+    time_train_step(s, recipe_forward(s))  # warm-up: AdamW's state, the allocator
     timed = [time_train_step(s, recipe_forward(s)) for _ in range(steps)]
     trainable, total = lora_parameter_count(model)
-    return dict(variant=variant, step_s=sum(t["total"] for t in timed) / steps, step_cpu_s=sum(t["total_cpu"] for t in timed) / steps,
-                peak_rss_mb=_peak_rss_since_restart_mb(),
-                process_peak_rss_mb=peak_rss_mb(), rss_before_mb=before, peak_restarted=restarted, trainable=trainable,
-                total=total, **({"cuda_peak_mb": torch.cuda.max_memory_allocated(device) / 2**20} if cuda else {}))
+    return dict(
+        variant=variant,
+        step_s=sum(t["total"] for t in timed) / steps,
+        step_cpu_s=sum(t["total_cpu"] for t in timed) / steps,
+        peak_rss_mb=_peak_rss_since_restart_mb(),
+        process_peak_rss_mb=peak_rss_mb(),
+        rss_before_mb=before,
+        peak_restarted=restarted,
+        trainable=trainable,
+        total=total,
+        **({"cuda_peak_mb": torch.cuda.max_memory_allocated(device) / 2**20} if cuda else {}),
+    )
 
 # %% ../../nbs/bench/00_real.ipynb #da22b3a5
 def bench_lora(sizes: BenchSizes = FULL, device: str = "cpu", precision: str = "fp32") -> dict:
     """Section `lora`: a LoRA fine-tune's step against the full fine-tune's (same model, weights, batch, precision,
     threads), each variant in a fresh process, rounds interleaved in alternating order; medians over rounds of the
     per-round ratios of peak memory and step time."""
-    import multiprocessing as mp, os
+    import multiprocessing as mp
+    import os
     from concurrent.futures import ProcessPoolExecutor
-    from hierbench.bench import real as this   # the pool pickles the child function by its module's name
+    from hierbench.bench import real as this  # the pool pickles the child function by its module's name
+
     threads, rounds = torch.get_num_threads(), []
     load = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
     for r in range(sizes.real_repeats):
         res = {}
-        for variant in (("full", "lora") if r % 2 == 0 else ("lora", "full")):
-            with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as ex:   # a fresh process: its own peak
-                res[variant] = ex.submit(this._lora_child, variant, sizes.real_model, sizes.real_batch, sizes.real_steps,
-                                         sizes.lora_rank, threads, device, precision).result()
+        for variant in ("full", "lora") if r % 2 == 0 else ("lora", "full"):
+            with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as ex:  # a fresh process: its own peak
+                res[variant] = ex.submit(
+                    this._lora_child,
+                    variant,
+                    sizes.real_model,
+                    sizes.real_batch,
+                    sizes.real_steps,
+                    sizes.lora_rank,
+                    threads,
+                    device,
+                    precision,
+                ).result()
         rounds.append(res)
     mem = "cuda_peak_mb" if torch.device(device).type == "cuda" else "peak_rss_mb"
     med = lambda f: median_of([f(r["full"], r["lora"]) for r in rounds])
     saving, speedup = med(lambda f, l: 1 - l[mem] / f[mem]), med(lambda f, l: f["step_s"] / l["step_s"])
-    speedup_cpu = med(lambda f, l: f["step_cpu_s"] / l["step_cpu_s"])   # process CPU time: less moved by a busy machine
+    speedup_cpu = med(lambda f, l: f["step_cpu_s"] / l["step_cpu_s"])  # process CPU time: less moved by a busy machine
     added = med(lambda f, l: 1 - (l["peak_rss_mb"] - l["rss_before_mb"]) / (f["peak_rss_mb"] - f["rss_before_mb"]))
-    return dict(model=sizes.real_model, batch=sizes.real_batch, device=device, precision=precision, threads=threads,
-                steps=sizes.real_steps, repeats=sizes.real_repeats, rank=sizes.lora_rank, memory=mem, rounds=rounds,
-                trainable=rounds[0]["lora"]["trainable"], total=rounds[0]["lora"]["total"],
-                full_step_s=median_of([r["full"]["step_s"] for r in rounds]), lora_step_s=median_of([r["lora"]["step_s"] for r in rounds]),
-                full_peak_mb=median_of([r["full"][mem] for r in rounds]), lora_peak_mb=median_of([r["lora"][mem] for r in rounds]),
-                memory_saving=saving, memory_saving_above_model=added, speedup=speedup, speedup_cpu=speedup_cpu, load_avg_before=load,
-                memory_goal=LORA_MEMORY_GOAL, speed_goal=LORA_SPEED_GOAL, memory_meets_goal=bool(saving >= LORA_MEMORY_GOAL),
-                speed_meets_goal=bool(speedup >= LORA_SPEED_GOAL))
+    return dict(
+        model=sizes.real_model,
+        batch=sizes.real_batch,
+        device=device,
+        precision=precision,
+        threads=threads,
+        steps=sizes.real_steps,
+        repeats=sizes.real_repeats,
+        rank=sizes.lora_rank,
+        memory=mem,
+        rounds=rounds,
+        trainable=rounds[0]["lora"]["trainable"],
+        total=rounds[0]["lora"]["total"],
+        full_step_s=median_of([r["full"]["step_s"] for r in rounds]),
+        lora_step_s=median_of([r["lora"]["step_s"] for r in rounds]),
+        full_peak_mb=median_of([r["full"][mem] for r in rounds]),
+        lora_peak_mb=median_of([r["lora"][mem] for r in rounds]),
+        memory_saving=saving,
+        memory_saving_above_model=added,
+        speedup=speedup,
+        speedup_cpu=speedup_cpu,
+        load_avg_before=load,
+        memory_goal=LORA_MEMORY_GOAL,
+        speed_goal=LORA_SPEED_GOAL,
+        memory_meets_goal=bool(saving >= LORA_MEMORY_GOAL),
+        speed_meets_goal=bool(speedup >= LORA_SPEED_GOAL),
+    )
 
 # %% ../../nbs/bench/00_real.ipynb #b566c461
 def format_lora(lo: dict) -> list[str]:
     "The report lines of section `lora` (`bench_lora`'s result) for `bench.format_report`."
     what = "CUDA peak allocation" if lo["memory"] == "cuda_peak_mb" else "peak RSS of the training steps"
-    return ["", f"== LoRA vs the full fine-tune: {lo['model']}, batch {lo['batch']}, {lo['precision']}, device {lo['device']}, "
-                f"{lo['threads']} thread(s), rank {lo['rank']} on the default targets (median of {lo['repeats']} interleaved "
-                f"round(s), each variant in a fresh process; load average before {lo['load_avg_before']}) ==",
-            f"trainable: {lo['trainable']:,} of {lo['total']:,} weights ({100 * lo['trainable'] / lo['total']:.2f} %)",
-            f"memory ({what}): full {lo['full_peak_mb']:,.0f} MB, LoRA {lo['lora_peak_mb']:,.0f} MB: "
-            f"{100 * lo['memory_saving']:.0f} % less  [goal >= {100 * lo['memory_goal']:.0f} %]{goal_mark(lo['memory_meets_goal'])}"
-            f"; above the built model: {100 * lo['memory_saving_above_model']:.0f} % less",
-            f"step: full {lo['full_step_s']:.3f} s, LoRA {lo['lora_step_s']:.3f} s: {lo['speedup']:.2f}x as fast  "
-            f"[goal >= {lo['speed_goal']}x]{goal_mark(lo['speed_meets_goal'])}; in process CPU time {lo['speedup_cpu']:.2f}x"]
+    return [
+        "",
+        f"== LoRA vs the full fine-tune: {lo['model']}, batch {lo['batch']}, {lo['precision']}, device {lo['device']}, "
+        f"{lo['threads']} thread(s), rank {lo['rank']} on the default targets (median of {lo['repeats']} interleaved "
+        f"round(s), each variant in a fresh process; load average before {lo['load_avg_before']}) ==",
+        f"trainable: {lo['trainable']:,} of {lo['total']:,} weights ({100 * lo['trainable'] / lo['total']:.2f} %)",
+        f"memory ({what}): full {lo['full_peak_mb']:,.0f} MB, LoRA {lo['lora_peak_mb']:,.0f} MB: "
+        f"{100 * lo['memory_saving']:.0f} % less  [goal >= {100 * lo['memory_goal']:.0f} "
+        f"%]{goal_mark(lo['memory_meets_goal'])}"
+        f"; above the built model: {100 * lo['memory_saving_above_model']:.0f} % less",
+        f"step: full {lo['full_step_s']:.3f} s, LoRA {lo['lora_step_s']:.3f} s: {lo['speedup']:.2f}x as fast  "
+        f"[goal >= {lo['speed_goal']}x]{goal_mark(lo['speed_meets_goal'])}; in process CPU time "
+        f"{lo['speedup_cpu']:.2f}x",
+    ]

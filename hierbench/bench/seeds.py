@@ -1,4 +1,6 @@
-"""Section `seeds` of `hierbench bench`: world-tiny seeds per hour trained K to a process (`hierbench.recipes.seed_batch`) against today's one seed per process and core, timed in the same run; and the stacked-parameter step that was not chosen.
+"""Section `seeds` of `hierbench bench`: world-tiny seeds per hour trained K to a process
+(`hierbench.recipes.seed_batch`) against today's one seed per process and core, timed in the same
+run; and the stacked-parameter step that was not chosen.
 
 Docs: https://hierbench.github.io/hierbench/bench/seeds.html.md"""
 
@@ -6,12 +8,32 @@ Docs: https://hierbench.github.io/hierbench/bench/seeds.html.md"""
 
 # %% ../../nbs/bench/01_seeds.ipynb #10719f4d
 from __future__ import annotations
-import copy, json, os, subprocess, sys, tempfile, time, warnings
+import copy
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
 from pathlib import Path
 
 import torch
 
-from .real import FULL, QUICK, BenchSizes, median_of
+from .real import FULL, QUICK, BenchSizes, median_of  # noqa: F401 (re-exported here)
+
+# %% auto #0
+__all__ = [
+    "STEPS_PER_SEED",
+    "SEEDS_GOAL",
+    "seed_layouts",
+    "seed_worker",
+    "run_layout",
+    "stacked_step_ratio",
+    "cpu_model",
+    "bench_seeds",
+    "format_seeds",
+]
 
 # %% auto #0
 __all__ = ['STEPS_PER_SEED', 'SEEDS_GOAL', 'seed_layouts', 'seed_worker', 'run_layout', 'stacked_step_ratio', 'cpu_model',
@@ -23,9 +45,11 @@ def seed_layouts(ks=(2, 4), cores: int | None = None) -> list[dict]:
     cores = cores or os.cpu_count() or 1
     out = [dict(name="baseline: 1 seed/process", processes=cores, threads=1, seeds=1)]
     for k in ks:
-        if k < 1: raise ValueError(f"seeds per process must be >= 1, got {k}")
+        if k < 1:
+            raise ValueError(f"seeds per process must be >= 1, got {k}")
         out.append(dict(name=f"{k} seeds/process", processes=cores, threads=1, seeds=k))
-        if cores > 1: out.append(dict(name=f"{k} seeds, 1 process x {cores} threads", processes=1, threads=cores, seeds=k))
+        if cores > 1:
+            out.append(dict(name=f"{k} seeds, 1 process x {cores} threads", processes=1, threads=cores, seeds=k))
     return out
 
 # %% ../../nbs/bench/01_seeds.ipynb #6cdc5427
@@ -35,53 +59,96 @@ def seed_worker(spec: dict) -> dict:
     from hierbench.recipes.recipe_run import train_recipe
     from hierbench.recipes.seed_batch import train_seeds
     from hierbench.data.sources import WorldData
+
     marks: dict[int, tuple[float, float]] = {}
-    def clock(event, state):   # the last seed's end of each step: wall and this process's CPU seconds
-        if event == "step_end": marks[state["step"]] = (time.perf_counter(), time.process_time())
+
+    def clock(event, state):  # the last seed's end of each step: wall and this process's CPU seconds
+        if event == "step_end":
+            marks[state["step"]] = (time.perf_counter(), time.process_time())
+
     seeds = list(range(int(spec["first_seed"]), int(spec["first_seed"]) + int(spec["seeds"])))
-    kw = dict(data=WorldData(n_train=int(spec["n_train"])), arch=spec["arch"], steps=int(spec["steps"]),
-              batch_size=int(spec["batch"]), callbacks=[clock], quiet=True, ckpt_every=10**9)
+    kw = dict(
+        data=WorldData(n_train=int(spec["n_train"])),
+        arch=spec["arch"],
+        steps=int(spec["steps"]),
+        batch_size=int(spec["batch"]),
+        callbacks=[clock],
+        quiet=True,
+        ckpt_every=10**9,
+    )
     with tempfile.TemporaryDirectory() as d, warnings.catch_warnings():
-        warnings.simplefilter("ignore")   # a fine-tune recipe without its parent: the timing does not care
-        if len(seeds) == 1: train_recipe(spec["recipe"], Path(d) / "run", seed=seeds[0], **kw)
-        else: train_seeds(spec["recipe"], d, seeds, **kw)
+        warnings.simplefilter("ignore")  # a fine-tune recipe without its parent: the timing does not care
+        if len(seeds) == 1:
+            train_recipe(spec["recipe"], Path(d) / "run", seed=seeds[0], **kw)
+        else:
+            train_seeds(spec["recipe"], d, seeds, **kw)
     w, n = int(spec["warmup"]), int(spec["steps"])
-    return dict(step_s=(marks[n][0] - marks[w][0]) / (n - w), step_cpu_s=(marks[n][1] - marks[w][1]) / (n - w),
-                seeds=len(seeds), threads=int(spec["threads"]))
+    return dict(
+        step_s=(marks[n][0] - marks[w][0]) / (n - w),
+        step_cpu_s=(marks[n][1] - marks[w][1]) / (n - w),
+        seeds=len(seeds),
+        threads=int(spec["threads"]),
+    )
 
 # %% ../../nbs/bench/01_seeds.ipynb #d8fe357b
 def _env(threads: int) -> dict:
     "The environment of a worker: its OpenMP pool sized to its threads, this interpreter's import path."
     return {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
 
+
 def run_layout(layout: dict, recipe: str, arch: str, batch: int, n_train: int, steps: int, warmup: int) -> dict:
     """Start the layout's processes together and wait for them; `seed_steps_per_s` = Σ over processes of seeds ÷
     seconds per step. Each process trains other seeds (0.., K.., ...), as compare's processes do."""
-    if steps <= warmup: raise ValueError(f"steps ({steps}) must exceed warmup ({warmup})")
-    code = ("import json, sys; from hierbench.bench.seeds import seed_worker; "
-            "print(json.dumps(seed_worker(json.loads(sys.argv[1]))))")
+    if steps <= warmup:
+        raise ValueError(f"steps ({steps}) must exceed warmup ({warmup})")
+    code = (
+        "import json, sys; from hierbench.bench.seeds import seed_worker; "
+        "print(json.dumps(seed_worker(json.loads(sys.argv[1]))))"
+    )
     procs = []
     for p in range(layout["processes"]):
-        spec = dict(recipe=recipe, arch=arch, batch=batch, n_train=n_train, steps=steps, warmup=warmup,
-                    threads=layout["threads"], seeds=layout["seeds"], first_seed=p * layout["seeds"])
-        procs.append(subprocess.Popen([sys.executable, "-c", code, json.dumps(spec)], stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True, env=_env(layout["threads"])))
+        spec = dict(
+            recipe=recipe,
+            arch=arch,
+            batch=batch,
+            n_train=n_train,
+            steps=steps,
+            warmup=warmup,
+            threads=layout["threads"],
+            seeds=layout["seeds"],
+            first_seed=p * layout["seeds"],
+        )
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", code, json.dumps(spec)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=_env(layout["threads"]),
+            )
+        )
     outs = []
     for p in procs:
         out, err = p.communicate()
-        if p.returncode != 0: raise RuntimeError(f"bench seeds worker failed ({layout['name']}): {err[-2000:]}")
+        if p.returncode != 0:
+            raise RuntimeError(f"bench seeds worker failed ({layout['name']}): {err[-2000:]}")
         outs.append(json.loads(out.strip().splitlines()[-1]))
     # per CPU second: what the layout would do on cores of its own (a shared machine's load stretches the wall time)
     cpu = lambda o: o["step_cpu_s"] / o["threads"]
-    return dict(**layout, step_s=[o["step_s"] for o in outs], step_cpu_s=[o["step_cpu_s"] for o in outs],
-                seed_steps_per_s=sum(o["seeds"] / o["step_s"] for o in outs),
-                seed_steps_per_cpu_s=sum(o["seeds"] / cpu(o) for o in outs))
+    return dict(
+        **layout,
+        step_s=[o["step_s"] for o in outs],
+        step_cpu_s=[o["step_cpu_s"] for o in outs],
+        seed_steps_per_s=sum(o["seeds"] / o["step_s"] for o in outs),
+        seed_steps_per_cpu_s=sum(o["seeds"] / cpu(o) for o in outs),
+    )
 
 # %% ../../nbs/bench/01_seeds.ipynb #52a30a95
 def _stacked_clip_loss(model, images, tokens):
     "The CLIP loss of one seed inside `vmap`: image tower, text tower at full context, the head, InfoNCE."
     from open_clip.transformer import text_global_pool
     from hierbench.recipes import losses as L
+
     clip = model.clip
     image = model.head(clip.encode_image(images), "image")
     x = clip.token_embedding(tokens) + clip.positional_embedding
@@ -89,107 +156,191 @@ def _stacked_clip_loss(model, images, tokens):
     text = model.head(text_global_pool(x, tokens, clip.text_pool_type) @ clip.text_projection, "text")
     return L.clip_contrastive(image, text, model.logit_scale_exp(), L.similarity_of(model.head))
 
-def stacked_step_ratio(arch: str = "world-tiny", batch: int = 64, k: int = 4, steps: int = 5, warmup: int = 2,
-                       seed: int = 0) -> dict:
-    "Ms per seed of K ordinary CLIP steps and of one stacked (vmap) step of the K models; `stacked_speed` = ordinary/stacked."
+
+def stacked_step_ratio(
+    arch: str = "world-tiny", batch: int = 64, k: int = 4, steps: int = 5, warmup: int = 2, seed: int = 0
+) -> dict:
+    """Ms per seed of K ordinary CLIP steps and of one stacked (vmap) step of the K models; `stacked_speed` =
+    ordinary/stacked."""
     from torch.func import functional_call, stack_module_state, vmap
     from hierbench.models import family as M
     from hierbench.recipes import registry as R
     from hierbench.training import trainer as T
     from hierbench.data.batch import collate_batch
     from hierbench.data.sources import WorldData, world_source
+
     recipe = R.get_recipe("clip")
     models = []
     for s in range(k):
-        torch.manual_seed(seed + s); models.append(M.create_model(arch).train())
+        torch.manual_seed(seed + s)
+        models.append(M.create_model(arch).train())
     ds = world_source(recipe, models[0], WorldData(n_train=batch, cache_dir=False))
     data = collate_batch([ds[i] for i in range(batch)])
     cfg = T.TrainConfig(**{**recipe.world.train_overrides(), "batch_size": batch})
     opts = [T.make_optimizer(m.named_parameters(), cfg) for m in models]
+
     def ordinary():
         for m, o in zip(models, opts):
             loss, _ = R.compute_loss(recipe, m, data)
-            o.zero_grad(set_to_none=True); loss.backward(); o.step()
+            o.zero_grad(set_to_none=True)
+            loss.backward()
+            o.step()
+
     stacked_models = [copy.deepcopy(m) for m in models]
     params, buffers = stack_module_state(stacked_models)
     base = stacked_models[0]
     tokens = base.tokenize(data["captions"])
     images_k, tokens_k = data["images"].expand(k, *data["images"].shape), tokens.expand(k, *tokens.shape)
-    def per_seed(p, b, im, tk): return functional_call(base, (p, b), (im, tk))
-    base.forward = lambda images, tokens: _stacked_clip_loss(base, images, tokens)   # what functional_call runs
+
+    def per_seed(p, b, im, tk):
+        return functional_call(base, (p, b), (im, tk))
+
+    base.forward = lambda images, tokens: _stacked_clip_loss(base, images, tokens)  # what functional_call runs
     opt = torch.optim.AdamW(list(params.values()), lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, fused=True)
+
     def stacked():
         losses = vmap(per_seed)(params, buffers, images_k, tokens_k)
-        opt.zero_grad(set_to_none=True); losses.sum().backward(); opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.sum().backward()
+        opt.step()
+
     def timed(fn):
         out = []
         for i in range(warmup + steps):
-            t0 = time.perf_counter(); fn(); dt = time.perf_counter() - t0
-            if i >= warmup: out.append(dt)
+            t0 = time.perf_counter()
+            fn()
+            dt = time.perf_counter() - t0
+            if i >= warmup:
+                out.append(dt)
         return median_of(out)
+
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")   # torch.func: "no batching rule" performance warnings, which is the point
+        warnings.simplefilter("ignore")  # torch.func: "no batching rule" performance warnings, which is the point
         a, b = timed(ordinary), timed(stacked)
-    return dict(arch=arch, batch=batch, k=k, threads=torch.get_num_threads(), ordinary_ms_per_seed=1000 * a / k,
-                stacked_ms_per_seed=1000 * b / k, stacked_speed=a / b)
+    return dict(
+        arch=arch,
+        batch=batch,
+        k=k,
+        threads=torch.get_num_threads(),
+        ordinary_ms_per_seed=1000 * a / k,
+        stacked_ms_per_seed=1000 * b / k,
+        stacked_speed=a / b,
+    )
 
 # %% ../../nbs/bench/01_seeds.ipynb #e226dc3d
-STEPS_PER_SEED = 2000   # a quick/standard-budget pre-training: the seeds-per-hour figures are quoted for this run length
-SEEDS_GOAL = 2.5        # issue 33: world-tiny seeds per hour on 2 cores >= 2.5x the baseline's
+STEPS_PER_SEED = 2000  # a quick/standard-budget pre-training: the seeds-per-hour figures are quoted for this run length
+SEEDS_GOAL = 2.5  # issue 33: world-tiny seeds per hour on 2 cores >= 2.5x the baseline's
+
 
 def cpu_model() -> str:
     "The CPU's model name (from /proc/cpuinfo), for quoting absolute times; '' when unknown."
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"): return line.split(":", 1)[1].strip()
-    except OSError: pass
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
     return ""
+
 
 def bench_seeds(sizes: BenchSizes = FULL, log=None) -> dict:
     "Seeds per hour of every layout against the baseline (interleaved rounds), the best layout, the stacked step."
     from hierbench.world.scenes import build_split
-    build_split("train", sizes.seeds_n_train, seed=0)   # cached once here; the workers only load it
+
+    build_split("train", sizes.seeds_n_train, seed=0)  # cached once here; the workers only load it
     layouts = seed_layouts(sizes.seeds_ks)
     rounds = []
     for r in range(sizes.seeds_rounds):
-        row = [run_layout(l, sizes.seeds_recipe, sizes.recipe_preset, sizes.recipe_batch, sizes.seeds_n_train,
-                          sizes.seeds_steps, sizes.seeds_warmup) for l in layouts]
+        row = [
+            run_layout(
+                l,
+                sizes.seeds_recipe,
+                sizes.recipe_preset,
+                sizes.recipe_batch,
+                sizes.seeds_n_train,
+                sizes.seeds_steps,
+                sizes.seeds_warmup,
+            )
+            for l in layouts
+        ]
         rounds.append(row)
-        if log: log("  round " + str(r + 1) + ": " + ", ".join(f"{x['name']} {x['seed_steps_per_s']:.2f} "
-                                                               f"({x['seed_steps_per_cpu_s']:.2f} per CPU s)" for x in row))
+        if log:
+            log(
+                "  round "
+                + str(r + 1)
+                + ": "
+                + ", ".join(
+                    f"{x['name']} {x['seed_steps_per_s']:.2f} ({x['seed_steps_per_cpu_s']:.2f} per CPU s)" for x in row
+                )
+            )
     rows = []
     for i, l in enumerate(layouts):
         rate = median_of([rd[i]["seed_steps_per_s"] for rd in rounds])
-        rows.append(dict(**l, seed_steps_per_s=rate, seeds_per_hour=3600 * rate / STEPS_PER_SEED,
-                         ratio=median_of([rd[i]["seed_steps_per_s"] / rd[0]["seed_steps_per_s"] for rd in rounds]),
-                         seed_steps_per_cpu_s=median_of([rd[i]["seed_steps_per_cpu_s"] for rd in rounds]),
-                         cpu_ratio=median_of([rd[i]["seed_steps_per_cpu_s"] / rd[0]["seed_steps_per_cpu_s"] for rd in rounds]),
-                         step_s=[rd[i]["step_s"] for rd in rounds], step_cpu_s=[rd[i]["step_cpu_s"] for rd in rounds]))
+        rows.append(
+            dict(
+                **l,
+                seed_steps_per_s=rate,
+                seeds_per_hour=3600 * rate / STEPS_PER_SEED,
+                ratio=median_of([rd[i]["seed_steps_per_s"] / rd[0]["seed_steps_per_s"] for rd in rounds]),
+                seed_steps_per_cpu_s=median_of([rd[i]["seed_steps_per_cpu_s"] for rd in rounds]),
+                cpu_ratio=median_of([rd[i]["seed_steps_per_cpu_s"] / rd[0]["seed_steps_per_cpu_s"] for rd in rounds]),
+                step_s=[rd[i]["step_s"] for rd in rounds],
+                step_cpu_s=[rd[i]["step_cpu_s"] for rd in rounds],
+            )
+        )
     best = max(rows, key=lambda x: x["ratio"])
-    stacked = stacked_step_ratio(sizes.recipe_preset, sizes.recipe_batch, max(sizes.seeds_ks),
-                                 steps=max(1, sizes.seeds_rounds * 2), warmup=1)
-    return dict(recipe=sizes.seeds_recipe, arch=sizes.recipe_preset, batch=sizes.recipe_batch, n_train=sizes.seeds_n_train,
-                steps=sizes.seeds_steps, warmup=sizes.seeds_warmup, rounds=sizes.seeds_rounds, cpu=cpu_model(),
-                cores=os.cpu_count(), rows=rows, best=dict(name=best["name"], seeds=best["seeds"], threads=best["threads"],
-                processes=best["processes"], ratio=best["ratio"], cpu_ratio=best["cpu_ratio"]),
-                goal=SEEDS_GOAL, meets_goal=bool(best["ratio"] >= SEEDS_GOAL), stacked=stacked,
-                method="layouts' processes run together; a process's steady s/step over its steps after warm-up; "
-                       "throughput = sum over processes of seeds / (s/step); ratio = median over interleaved rounds of "
-                       "throughput / the baseline's in the same round")
+    stacked = stacked_step_ratio(
+        sizes.recipe_preset, sizes.recipe_batch, max(sizes.seeds_ks), steps=max(1, sizes.seeds_rounds * 2), warmup=1
+    )
+    return dict(
+        recipe=sizes.seeds_recipe,
+        arch=sizes.recipe_preset,
+        batch=sizes.recipe_batch,
+        n_train=sizes.seeds_n_train,
+        steps=sizes.seeds_steps,
+        warmup=sizes.seeds_warmup,
+        rounds=sizes.seeds_rounds,
+        cpu=cpu_model(),
+        cores=os.cpu_count(),
+        rows=rows,
+        best=dict(
+            name=best["name"],
+            seeds=best["seeds"],
+            threads=best["threads"],
+            processes=best["processes"],
+            ratio=best["ratio"],
+            cpu_ratio=best["cpu_ratio"],
+        ),
+        goal=SEEDS_GOAL,
+        meets_goal=bool(best["ratio"] >= SEEDS_GOAL),
+        stacked=stacked,
+        method="layouts' processes run together; a process's steady s/step over its steps after warm-up; "
+        "throughput = sum over processes of seeds / (s/step); ratio = median over interleaved rounds of "
+        "throughput / the baseline's in the same round",
+    )
 
 # %% ../../nbs/bench/01_seeds.ipynb #83b40f67
 def format_seeds(s: dict) -> list[str]:
     "The report lines of section `seeds` for `hierbench.bench.suite.format_report`."
-    lines = ["", f"== seeds: {s['recipe']} on {s['arch']}, batch {s['batch']}, {s['cores']} core(s) ({s['cpu'] or 'CPU unknown'}); "
-                 f"median of {s['rounds']} interleaved round(s) of {s['steps']} steps ({s['warmup']} warm-up) =="]
+    lines = [
+        "",
+        f"== seeds: {s['recipe']} on {s['arch']}, batch {s['batch']}, {s['cores']} core(s) "
+        f"({s['cpu'] or 'CPU unknown'}); "
+        f"median of {s['rounds']} interleaved round(s) of {s['steps']} steps ({s['warmup']} warm-up) ==",
+    ]
     for r in s["rows"]:
-        lines.append(f"{r['name']:34s} {r['processes']} process(es) x {r['threads']} thread(s): "
-                     f"{r['seed_steps_per_s']:6.2f} seed-steps/s = {r['seeds_per_hour']:5.1f} seeds/h of {STEPS_PER_SEED} steps, "
-                     f"{r['ratio']:.2f}x the baseline; per CPU second {r['seed_steps_per_cpu_s']:.2f}, {r['cpu_ratio']:.2f}x")
+        lines.append(
+            f"{r['name']:34s} {r['processes']} process(es) x {r['threads']} thread(s): "
+            f"{r['seed_steps_per_s']:6.2f} seed-steps/s = {r['seeds_per_hour']:5.1f} seeds/h of {STEPS_PER_SEED} "
+            "steps, "
+            f"{r['ratio']:.2f}x the baseline; per CPU second {r['seed_steps_per_cpu_s']:.2f}, {r['cpu_ratio']:.2f}x"
+        )
     b, st = s["best"], s["stacked"]
-    lines += [f"best: {b['name']} ({b['ratio']:.2f}x; {b['cpu_ratio']:.2f}x per CPU second)  [goal >= {s['goal']}x]"
-              + ("  ✓ goal met" if s["meets_goal"] else "  ✗ goal missed"),
-              f"stacked parameters (vmap over functional_call), K={st['k']}, {st['threads']} thread(s): "
-              f"{st['stacked_ms_per_seed']:.1f} ms per seed-step against {st['ordinary_ms_per_seed']:.1f} ms ordinary "
-              f"({st['stacked_speed']:.2f}x)"]
+    lines += [
+        f"best: {b['name']} ({b['ratio']:.2f}x; {b['cpu_ratio']:.2f}x per CPU second)  [goal >= {s['goal']}x]"
+        + ("  ✓ goal met" if s["meets_goal"] else "  ✗ goal missed"),
+        f"stacked parameters (vmap over functional_call), K={st['k']}, {st['threads']} thread(s): "
+        f"{st['stacked_ms_per_seed']:.1f} ms per seed-step against {st['ordinary_ms_per_seed']:.1f} ms ordinary "
+        f"({st['stacked_speed']:.2f}x)",
+    ]
     return lines

@@ -1,4 +1,5 @@
-"""`hierbench bench`: how fast the geometry, the world and every recipe's training step are, each measured against a baseline timed in the same run.
+"""`hierbench bench`: how fast the geometry, the world and every recipe's training step are, each
+measured against a baseline timed in the same run.
 
 Docs: https://hierbench.github.io/hierbench/bench/suite.html.md"""
 
@@ -6,7 +7,16 @@ Docs: https://hierbench.github.io/hierbench/bench/suite.html.md"""
 
 # %% ../../nbs/bench/05_suite.ipynb #cf141fd7
 from __future__ import annotations
-import contextlib, json, math, os, platform, resource, subprocess, sys, tempfile, time
+import contextlib
+import json
+import math
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Callable
@@ -16,13 +26,27 @@ import torch
 from ..config import BENCH_SECTIONS
 from ..models.precision import check_precision
 from ..world.scenes import WorldConfig, build_split, make_scene
-from .seeds import bench_seeds, format_seeds   # section `seeds`
-from .real import (   # section `real` and the pieces every section shares
-    FULL, QUICK, BenchSizes, goal_mark, median_of, pipeline_image_files, sync_device, time_train_step, bench_real, format_real, peak_rss_mb,
-    recipe_forward, torch_threads, bench_lora, format_lora)
+from .seeds import bench_seeds, format_seeds  # section `seeds`
+from hierbench.bench.real import (  # section `real` and the pieces every section shares
+    FULL,
+    QUICK,
+    BenchSizes,
+    goal_mark,
+    median_of,
+    pipeline_image_files,
+    sync_device,
+    time_train_step,
+    bench_real,
+    format_real,
+    peak_rss_mb,
+    recipe_forward,
+    torch_threads,
+    bench_lora,
+    format_lora,
+)
 from ..geometry import geometry_speed_ratios
-from .evals import EVAL_FULL, EVAL_QUICK, bench_evals, format_evals   # section `evals`
-from .view import VIEW_FULL, VIEW_QUICK, bench_view, format_view   # section `view`
+from .evals import EVAL_FULL, EVAL_QUICK, bench_evals, format_evals  # section `evals`
+from .view import VIEW_FULL, VIEW_QUICK, bench_view, format_view  # section `view`
 from ..data import batch as D
 from ..models import family as M
 from ..recipes import registry as R
@@ -44,17 +68,25 @@ __all__ = ['SECTIONS', 'PAIRWISE_GOAL', 'WORLD_BUILD_GOAL_S', 'OP_CLASSES', 'OUT
            'run_benchmarks', 'format_report']
 
 # %% ../../nbs/bench/05_suite.ipynb #c31f457f
-SECTIONS = BENCH_SECTIONS   # hierbench.config.BENCH_SECTIONS: the names `hierbench bench --sections` offers
+SECTIONS = BENCH_SECTIONS  # hierbench.config.BENCH_SECTIONS: the names `hierbench bench --sections` offers
 
 # %% ../../nbs/bench/05_suite.ipynb #6a065afa
 PAIRWISE_GOAL = 1.5  # pairwise_dist may cost at most 1.5x the cosine matmul of the same shapes
 
+
 def bench_geometry(sizes: BenchSizes = FULL, device: str = "cpu") -> dict:
     "Geometry timings and ratios (see `hierbench.geometry.geometry_speed_ratios`) plus the goal check."
 
-    r = geometry_speed_ratios(n=sizes.geometry_n, d=sizes.geometry_d, pairs=sizes.geometry_pairs,
-                              repeats=sizes.geometry_repeats, pair_d=sizes.geometry_pair_d, device=device)
-    if (sizes.geometry_n, sizes.geometry_d) != (4096, 512): return r   # the goal is stated for these shapes only
+    r = geometry_speed_ratios(
+        n=sizes.geometry_n,
+        d=sizes.geometry_d,
+        pairs=sizes.geometry_pairs,
+        repeats=sizes.geometry_repeats,
+        pair_d=sizes.geometry_pair_d,
+        device=device,
+    )
+    if (sizes.geometry_n, sizes.geometry_d) != (4096, 512):
+        return r  # the goal is stated for these shapes only
     return r | dict(pairwise_goal=PAIRWISE_GOAL, pairwise_meets_goal=bool(r["pairwise_over_cosine"] <= PAIRWISE_GOAL))
 
 # %% ../../nbs/bench/05_suite.ipynb #76a7981a
@@ -65,18 +97,29 @@ def world_speed(n: int = 2000, seed: int = 0, config: WorldConfig | None = None,
     cfg = config or WorldConfig()
     k = min(n, 500)
     t0, c0 = time.perf_counter(), time.process_time()
-    for i in range(k): make_scene(i, seed, cfg)
+    for i in range(k):
+        make_scene(i, seed, cfg)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     with tempfile.TemporaryDirectory() as d:
-        t0 = time.perf_counter(); build_split("train", n, seed, cfg, cache_dir=d, workers=workers)
+        t0 = time.perf_counter()
+        build_split("train", n, seed, cfg, cache_dir=d, workers=workers)
         build_s = time.perf_counter() - t0
-        t0, c0 = time.perf_counter(), time.process_time(); build_split("train", n, seed, cfg, cache_dir=d)
+        t0, c0 = time.perf_counter(), time.process_time()
+        build_split("train", n, seed, cfg, cache_dir=d)
         reload_s, reload_cpu_s = time.perf_counter() - t0, time.process_time() - c0
-    return dict(n=n, scenes_per_s=k / wall, cpu_ms_per_scene=1000 * cpu / k, build_s=build_s,
-                build_scenes_per_s=n / build_s, reload_s=reload_s, reload_cpu_s=reload_cpu_s)
+    return dict(
+        n=n,
+        scenes_per_s=k / wall,
+        cpu_ms_per_scene=1000 * cpu / k,
+        build_s=build_s,
+        build_scenes_per_s=n / build_s,
+        reload_s=reload_s,
+        reload_cpu_s=reload_cpu_s,
+    )
 
 # %% ../../nbs/bench/05_suite.ipynb #cf4e1c2a
 WORLD_BUILD_GOAL_S = 30.0  # build + cache 20,000 scenes in under 30 s on 2 cores
+
 
 def bench_world(sizes: BenchSizes = FULL) -> dict:
     "Scenes/s, build-and-cache seconds and reload seconds of a `sizes.world_scenes`-scene train split."
@@ -88,25 +131,32 @@ def bench_world(sizes: BenchSizes = FULL) -> dict:
     out = r | dict(workers=workers, cpu_count=os.cpu_count())
     # CPU seconds the build's worker processes used (they are this process's only children here): unlike the wall
     # time, this hardly changes when other jobs share the cores
-    if workers > 1: out["build_workers_cpu_s"] = kids() - k0
+    if workers > 1:
+        out["build_workers_cpu_s"] = kids() - k0
     if n == 20_000:  # the goal is stated for this size only
         out.update(build_goal_s=WORLD_BUILD_GOAL_S, build_meets_goal=bool(r["build_s"] < WORLD_BUILD_GOAL_S))
     return out
 
 # %% ../../nbs/bench/05_suite.ipynb #6c6fe35c
 def matmul_peak(n: int = 2048, repeats: int = 5, device: str = "cpu") -> float:
-    "The machine's fp32 matmul rate in FLOP/s on the current threads: the best of `repeats` products of two n×n matrices."
+    """The machine's fp32 matmul rate in FLOP/s on the current threads: the best of `repeats` products of two n×n
+    matrices."""
     a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
-    a @ b; sync_device(device)
+    a @ b
+    sync_device(device)
     best = math.inf
     for _ in range(repeats):
-        t0 = time.perf_counter(); a @ b; sync_device(device)
+        t0 = time.perf_counter()
+        a @ b
+        sync_device(device)
         best = min(best, time.perf_counter() - t0)
-    return 2 * n ** 3 / best
+    return 2 * n**3 / best
+
 
 def step_flops(forward: Callable) -> int:
     "Floating-point operations of `forward()` and the backward of the loss it returns (torch's FlopCounterMode)."
     from torch.utils.flop_counter import FlopCounterMode
+
     with FlopCounterMode(display=False) as fc:
         loss = forward()
         loss.backward()
@@ -115,14 +165,23 @@ def step_flops(forward: Callable) -> int:
 # %% ../../nbs/bench/05_suite.ipynb #acc11f7e
 class _EncoderTap:
     "Stands in for a model (or EMA teacher) in a loss function: forwards everything, records each encoder call."
+
     def __init__(self, target, calls: list):
         self._target, self._calls = target, calls
-    def __getattr__(self, name): return getattr(self._target, name)
+
+    def __getattr__(self, name):
+        return getattr(self._target, name)
+
     def _record(self, name, args, kwargs):
         self._calls.append((self._target, name, args, kwargs, torch.is_grad_enabled()))
         return getattr(self._target, name)(*args, **kwargs)
-    def encode_image(self, *args, **kwargs): return self._record("encode_image", args, kwargs)
-    def encode_text(self, *args, **kwargs): return self._record("encode_text", args, kwargs)
+
+    def encode_image(self, *args, **kwargs):
+        return self._record("encode_image", args, kwargs)
+
+    def encode_text(self, *args, **kwargs):
+        return self._record("encode_text", args, kwargs)
+
 
 def record_encoder_calls(loss_fn, model, batch, teacher=None) -> list[tuple]:
     "The encoder calls `loss_fn(model, batch, teacher)` makes: `(module, method, args, kwargs, grad_enabled)` each."
@@ -130,21 +189,32 @@ def record_encoder_calls(loss_fn, model, batch, teacher=None) -> list[tuple]:
     loss_fn(_EncoderTap(model, calls), batch, _EncoderTap(teacher, calls) if teacher is not None else None)
     return calls
 
+
 def encoder_only_loss(calls: list[tuple]) -> torch.Tensor:
     "Replay recorded encoder calls; the sum of every output that carries a gradient (a scalar, trivially cheap)."
     total = None
     for module, name, args, kwargs, grad in calls:
-        with torch.set_grad_enabled(grad): out = getattr(module, name)(*args, **kwargs)
-        if not grad: continue
-        for o in (out if isinstance(out, tuple) else (out,)):
+        with torch.set_grad_enabled(grad):
+            out = getattr(module, name)(*args, **kwargs)
+        if not grad:
+            continue
+        for o in out if isinstance(out, tuple) else (out,):
             s = o.float().sum()
             total = s if total is None else total + s
-    if total is None: raise ValueError("no recorded encoder call carries a gradient: nothing to back-propagate")
+    if total is None:
+        raise ValueError("no recorded encoder call carries a gradient: nothing to back-propagate")
     return total
 
 # %% ../../nbs/bench/05_suite.ipynb #0cc30914
-def recipe_setup(name: str, preset: str = "world-tiny", batch_size: int = 64, decoder_steps: int = 20,
-                 seed: int = 0, device: str = "cpu", precision: str = "fp32") -> dict:
+def recipe_setup(
+    name: str,
+    preset: str = "world-tiny",
+    batch_size: int = 64,
+    decoder_steps: int = 20,
+    seed: int = 0,
+    device: str = "cpu",
+    precision: str = "fp32",
+) -> dict:
     """Model, teacher, recon head, optimizer, loss function and a real world batch for recipe `name`, as `train_recipe`
     builds them, at `precision` (`hierbench.models.precision`: the trainer's casts, autocast and gradient scaler)."""
 
@@ -157,116 +227,171 @@ def recipe_setup(name: str, preset: str = "world-tiny", batch_size: int = 64, de
     batch = batch_to_device(D.collate_batch([ds[i] for i in range(batch_size)]), device)
     modules, recon_head = {}, None
     if recipe.needs_decoder:
-
         decoder, _ = pretrain_decoder(world_captions(ds), steps=decoder_steps, seed=seed)
         recon_head = modules["recon_head"] = ReconstructionHead(model.text_width, decoder).to(device).train()
     cfg = T.TrainConfig(**{**recipe.world.train_overrides(), "batch_size": batch_size, "precision": precision})
 
     cast_towers_(model, cfg.precision)
-    if teacher is not None: cast_towers_(teacher, cfg.precision)
-    named = [*model.named_parameters()] + [(f"modules.{k}.{n}", p) for k, m in modules.items() for n, p in m.named_parameters()]
+    if teacher is not None:
+        cast_towers_(teacher, cfg.precision)
+    named = [*model.named_parameters()] + [
+        (f"modules.{k}.{n}", p) for k, m in modules.items() for n, p in m.named_parameters()
+    ]
     params = [p for _, p in named if p.requires_grad]
     optimizer = T.make_optimizer(named, cfg)
     clamps = [c for c in (T.clamp_hook(m) for m in (model, *modules.values())) if c is not None]
-    return dict(recipe=recipe, model=model, teacher=teacher, batch=batch, loss_fn=R.make_loss_fn(recipe, recon_head),
-                optimizer=optimizer, params=params, clamps=clamps, cfg=cfg, device=device,
-                scaler=grad_scaler(device, cfg.precision))
+    return dict(
+        recipe=recipe,
+        model=model,
+        teacher=teacher,
+        batch=batch,
+        loss_fn=R.make_loss_fn(recipe, recon_head),
+        optimizer=optimizer,
+        params=params,
+        clamps=clamps,
+        cfg=cfg,
+        device=device,
+        scaler=grad_scaler(device, cfg.precision),
+    )
 
 # %% ../../nbs/bench/05_suite.ipynb #d037fefe
 def time_recipe_step(s: dict, steps: int = 7, warmup: int = 2, baseline: dict | None = None) -> dict:
     """Paired real / encoder-only steps (see above): medians in ms, the outside-encoder share, samples/s.
     `baseline`: another recipe's setup (clip's) whose real step runs in every iteration too, giving
     `ratio_to_baseline` as the median of per-iteration ratios (robust to load that changes between recipes)."""
-    if steps < 1 or warmup < 0: raise ValueError(f"need steps >= 1 and warmup >= 0, got steps={steps}, warmup={warmup}")
+    if steps < 1 or warmup < 0:
+        raise ValueError(f"need steps >= 1 and warmup >= 0, got steps={steps}, warmup={warmup}")
     model, batch, teacher, loss_fn = s["model"], s["batch"], s["teacher"], s["loss_fn"]
     calls = record_encoder_calls(loss_fn, model, batch, teacher)
     real = recipe_forward(s)
     enc = lambda: encoder_only_loss(calls)
     if baseline is not None:
         base_real = recipe_forward(baseline)
-    flops = step_flops(real)   # counted once, outside the timed iterations
+    flops = step_flops(real)  # counted once, outside the timed iterations
     s["optimizer"].zero_grad(set_to_none=True)
     runs = []
     for i in range(warmup + steps):
         a, b = time_train_step(s, real), time_train_step(s, enc)
         c = time_train_step(baseline, base_real) if baseline is not None else a
-        if i >= warmup: runs.append((a, b, c))
+        if i >= warmup:
+            runs.append((a, b, c))
     ms = lambda key, which=0: 1000 * median_of([r[which][key] for r in runs])
     paired = lambda f: median_of([f(*r) for r in runs])
     B = len(batch["captions"])
     step_s = median_of([a["total"] for a, _, _ in runs])
-    return dict(recipe=s["recipe"].name, geometry=s["recipe"].geometry, batch=B, K=s["recipe"].num_negatives,
-                text_rows=sum(len(c[2][0]) for c in calls if c[1] == "encode_text" and c[4]),
-                image_rows=sum(int(c[2][0].shape[0]) for c in calls if c[1] == "encode_image" and c[4]),
-                teacher=teacher is not None, step_ms=1000 * step_s, step_cpu_ms=ms("total_cpu"),
-                forward_ms=ms("forward"), backward_ms=ms("backward"), optim_ms=ms("optim"),
-                encoder_step_ms=ms("total", 1), encoder_step_cpu_ms=ms("total_cpu", 1),
-                outside_share=paired(lambda a, b, c: (a["total"] - b["total"]) / a["total"]),
-                # CPU-time twin; max(...) only guards a zero reading of a coarse process clock
-                outside_share_cpu=paired(lambda a, b, c: (a["total_cpu"] - b["total_cpu"]) / max(a["total_cpu"], 1e-9)),
-                ratio_to_baseline=paired(lambda a, b, c: a["total"] / c["total"]),
-                ratio_to_baseline_cpu=paired(lambda a, b, c: a["total_cpu"] / max(c["total_cpu"], 1e-9)),
-                samples_per_s=B / step_s, steps=steps, warmup=warmup, flops=flops, flop_per_s=flops / step_s)
+    return dict(
+        recipe=s["recipe"].name,
+        geometry=s["recipe"].geometry,
+        batch=B,
+        K=s["recipe"].num_negatives,
+        text_rows=sum(len(c[2][0]) for c in calls if c[1] == "encode_text" and c[4]),
+        image_rows=sum(int(c[2][0].shape[0]) for c in calls if c[1] == "encode_image" and c[4]),
+        teacher=teacher is not None,
+        step_ms=1000 * step_s,
+        step_cpu_ms=ms("total_cpu"),
+        forward_ms=ms("forward"),
+        backward_ms=ms("backward"),
+        optim_ms=ms("optim"),
+        encoder_step_ms=ms("total", 1),
+        encoder_step_cpu_ms=ms("total_cpu", 1),
+        outside_share=paired(lambda a, b, c: (a["total"] - b["total"]) / a["total"]),
+        # CPU-time twin; max(...) only guards a zero reading of a coarse process clock
+        outside_share_cpu=paired(lambda a, b, c: (a["total_cpu"] - b["total_cpu"]) / max(a["total_cpu"], 1e-9)),
+        ratio_to_baseline=paired(lambda a, b, c: a["total"] / c["total"]),
+        ratio_to_baseline_cpu=paired(lambda a, b, c: a["total_cpu"] / max(c["total_cpu"], 1e-9)),
+        samples_per_s=B / step_s,
+        steps=steps,
+        warmup=warmup,
+        flops=flops,
+        flop_per_s=flops / step_s,
+    )
 
 # %% ../../nbs/bench/05_suite.ipynb #d78c9f5f
 # operator classes, first match wins: (class, substrings of the aten op name)
-OP_CLASSES = (("batch_norm", ("batch_norm",)),
-              ("convolution", ("convolution",)),
-              ("attention", ("scaled_dot_product", "attention")),
-              ("matmul", ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::linear", "aten::matmul")))
+OP_CLASSES = (
+    ("batch_norm", ("batch_norm",)),
+    ("convolution", ("convolution",)),
+    ("attention", ("scaled_dot_product", "attention")),
+    ("matmul", ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::linear", "aten::matmul")),
+)
+
 
 def op_class(name: str) -> str:
     "The class of profiler event `name` (see `OP_CLASSES`); anything else (elementwise, copies, optimizer) is 'other'."
     for cls, keys in OP_CLASSES:
         # matmul names are matched exactly: 'aten::mm' is a substring of unrelated ops' names
-        if any((name == k) if cls == "matmul" else (k in name) for k in keys): return cls
+        if any((name == k) if cls == "matmul" else (k in name) for k in keys):
+            return cls
     return "other"
+
 
 @contextlib.contextmanager
 def _quiet_fd2():
-    "Silence file descriptor 2 (C-level stderr) inside the block: the profiler's C++ side prints start/stop lines there."
+    """Silence file descriptor 2 (C-level stderr) inside the block: the profiler's C++ side prints start/stop lines
+    there."""
     sys.stderr.flush()
     saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
     try:
-        os.dup2(null, 2); yield
+        os.dup2(null, 2)
+        yield
     finally:
-        os.dup2(saved, 2); os.close(saved); os.close(null)
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
+
 
 def step_time_shares(s: dict, steps: int = 2) -> dict:
     "Share of the operator time of `steps` training steps (`s` from `recipe_setup`) per `op_class`, summing to 1."
     forward = recipe_forward(s)
     from torch.profiler import ProfilerActivity, profile
-    if steps < 1: raise ValueError(f"steps must be >= 1, got {steps}")
-    time_train_step(s, forward)   # warm-up outside the profile (allocator, AdamW state)
+
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    time_train_step(s, forward)  # warm-up outside the profile (allocator, AdamW state)
     with _quiet_fd2(), profile(activities=[ProfilerActivity.CPU]) as prof:
-        for _ in range(steps): time_train_step(s, forward)
+        for _ in range(steps):
+            time_train_step(s, forward)
     totals = {cls: 0.0 for cls, _ in OP_CLASSES} | {"other": 0.0}
     for ev in prof.key_averages():
-        if ev.key.startswith("ProfilerStep"): continue
+        if ev.key.startswith("ProfilerStep"):
+            continue
         totals[op_class(ev.key)] += float(ev.self_cpu_time_total)
     whole = sum(totals.values())
-    if whole <= 0: raise RuntimeError("the profiler recorded no operator time")
+    if whole <= 0:
+        raise RuntimeError("the profiler recorded no operator time")
     return {cls: t / whole for cls, t in totals.items()}
 
 # %% ../../nbs/bench/05_suite.ipynb #d95d123d
 OUTSIDE_SHARE_GOAL = 0.10  # loss + geometry + heads: under 10% of a training step for every recipe
-PEAK_SHARE_GOAL = 0.30     # every world recipe's step runs at >= 30% of the machine's measured fp32 matmul peak
-DEGLA_RATIO_GOAL = 3.0     # DeGLA's step costs at most 3x CLIP's
+PEAK_SHARE_GOAL = 0.30  # every world recipe's step runs at >= 30% of the machine's measured fp32 matmul peak
+DEGLA_RATIO_GOAL = 3.0  # DeGLA's step costs at most 3x CLIP's
+
 
 def goal_applies(preset: str) -> bool:
     "Whether the step goals are about model `preset`: a world model (its own word vocabulary), not the smoke model."
 
     return preset != QUICK.recipe_preset and "world_vocab" in resolve_architecture(preset)
 
-def bench_recipes(sizes: BenchSizes = FULL, recipes: list[str] | None = None, device: str = "cpu", seed: int = 0,
-                  log=None, precision: str = "fp32") -> dict:
-    """One training step per recipe at `precision` (`hierbench.models.precision`): times, ratio to `clip`'s step (wall and
+
+def bench_recipes(
+    sizes: BenchSizes = FULL,
+    recipes: list[str] | None = None,
+    device: str = "cpu",
+    seed: int = 0,
+    log=None,
+    precision: str = "fp32",
+) -> dict:
+    """One training step per recipe at `precision` (`hierbench.models.precision`): times, ratio to `clip`'s step (wall
+    and
     CPU), outside-encoder share, samples/s."""
 
     names = list(recipes) if recipes else list_recipes()
-    for n in names: get_recipe(n)   # unknown names fail here, listing the known ones
+    for n in names:
+        get_recipe(n)  # unknown names fail here, listing the known ones
     names = ["clip", *[n for n in names if n != "clip"]]
-    setup = lambda name: recipe_setup(name, sizes.recipe_preset, sizes.recipe_batch, sizes.decoder_steps, seed, device, precision)
+    setup = lambda name: recipe_setup(
+        name, sizes.recipe_preset, sizes.recipe_batch, sizes.decoder_steps, seed, device, precision
+    )
     clip = setup("clip")
     peak = matmul_peak(sizes.peak_n, device=device)
     rows = []
@@ -277,7 +402,11 @@ def bench_recipes(sizes: BenchSizes = FULL, recipes: list[str] | None = None, de
         r["peak_share"] = r["flop_per_s"] / peak
         r["time_shares"] = step_time_shares(s)
         rows.append(r)
-        if log: log(f"  {name:18s} {r['step_ms']:8.1f} ms  x{r['ratio_to_clip']:.2f} clip  outside {100 * r['outside_share']:5.1f}%")
+        if log:
+            log(
+                f"  {name:18s} {r['step_ms']:8.1f} ms  x{r['ratio_to_clip']:.2f} clip  outside "
+                f"{100 * r['outside_share']:5.1f}%"
+            )
         del s
     # the goals are stated for a world model at the compare presets' batch (64): world-debug (the quick sizes' model)
     # or another batch would measure something else
@@ -286,68 +415,115 @@ def bench_recipes(sizes: BenchSizes = FULL, recipes: list[str] | None = None, de
         r["meets_outside_goal"] = bool(r["outside_share"] < OUTSIDE_SHARE_GOAL) if at_goal_size else None
         r["meets_peak_goal"] = bool(r["peak_share"] >= PEAK_SHARE_GOAL) if at_goal_size else None
     degla = next((r for r in rows if r["recipe"] == "degla"), None)
-    return dict(preset=sizes.recipe_preset, batch=sizes.recipe_batch, steps=sizes.recipe_steps, precision=precision,
-                warmup=sizes.recipe_warmup, device=device, baseline="clip", outside_share_goal=OUTSIDE_SHARE_GOAL,
-                matmul_peak_flop_per_s=peak, peak_share_goal=PEAK_SHARE_GOAL, degla_ratio_goal=DEGLA_RATIO_GOAL,
-                degla_meets_ratio_goal=(bool(degla["ratio_to_clip"] <= DEGLA_RATIO_GOAL) if degla and at_goal_size else None),
-                method="outside share = (T - T_enc)/T, T_enc = same step with the recorded encoder calls and a trivial "
-                       "sum loss; ratio to clip = median of per-iteration ratios, clip's step run in the same "
-                       "iteration; medians over paired iterations", rows=rows)
+    return dict(
+        preset=sizes.recipe_preset,
+        batch=sizes.recipe_batch,
+        steps=sizes.recipe_steps,
+        precision=precision,
+        warmup=sizes.recipe_warmup,
+        device=device,
+        baseline="clip",
+        outside_share_goal=OUTSIDE_SHARE_GOAL,
+        matmul_peak_flop_per_s=peak,
+        peak_share_goal=PEAK_SHARE_GOAL,
+        degla_ratio_goal=DEGLA_RATIO_GOAL,
+        degla_meets_ratio_goal=(bool(degla["ratio_to_clip"] <= DEGLA_RATIO_GOAL) if degla and at_goal_size else None),
+        method="outside share = (T - T_enc)/T, T_enc = same step with the recorded encoder calls and a trivial "
+        "sum loss; ratio to clip = median of per-iteration ratios, clip's step run in the same "
+        "iteration; medians over paired iterations",
+        rows=rows,
+    )
 
 # %% ../../nbs/bench/05_suite.ipynb #a2f33e49
 COMPARE_PEAK_GOAL_MB = 6 * 1024  # `compare --preset quick` must stay under 6 GB resident
 
+
 def read_compare(compare_dir: str | Path) -> dict:
     "Throughput per recipe (mean over seeds), wall time and peak memory from a compare output folder's `results.json`."
     path = Path(compare_dir) / "results.json"
-    if not path.is_file(): raise FileNotFoundError(f"{path}: no results.json (is {compare_dir} a `hierbench compare` output folder?)")
-    try: data = json.loads(path.read_text())
-    except json.JSONDecodeError as e: raise ValueError(f"{path}: not valid JSON ({e})") from None
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no results.json (is {compare_dir} a `hierbench compare` output folder?)")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON ({e})") from None
     for key in ("meta", "rows"):
-        if key not in data: raise ValueError(f"{path}: missing field {key!r}")
+        if key not in data:
+            raise ValueError(f"{path}: missing field {key!r}")
     meta = data["meta"]
     for key in ("wall_seconds", "peak_rss_mb"):
-        if not isinstance(meta.get(key), (int, float)): raise ValueError(f"{path}: meta.{key} must be a number, got {meta.get(key)!r}")
+        if not isinstance(meta.get(key), (int, float)):
+            raise ValueError(f"{path}: meta.{key} must be a number, got {meta.get(key)!r}")
     rows = pd.DataFrame(data["rows"])
     missing = {"recipe", "seed", "metric", "value"} - set(rows.columns)
-    if missing: raise ValueError(f"{path}: rows lack field(s) {sorted(missing)}")
+    if missing:
+        raise ValueError(f"{path}: rows lack field(s) {sorted(missing)}")
     speed = rows[rows.metric.isin(["samples_per_second", "train_seconds"])]
-    if speed.empty: raise ValueError(f"{path}: no 'samples_per_second' rows (written by an older compare?)")
+    if speed.empty:
+        raise ValueError(f"{path}: no 'samples_per_second' rows (written by an older compare?)")
     table = speed.pivot_table(index="recipe", columns="metric", values="value", aggfunc="mean", sort=False)
     seeds = speed.groupby("recipe", sort=False).seed.nunique()
-    preset = meta.get("budget", meta.get("preset", {}))   # files written before budgets had their name: "preset"
+    preset = meta.get("budget", meta.get("preset", {}))  # files written before budgets had their name: "preset"
     preset_name = preset.get("name") if isinstance(preset, dict) else preset
-    per_recipe = [dict(recipe=r, samples_per_s=float(table.loc[r, "samples_per_second"]),
-                       train_s=float(table.loc[r, "train_seconds"]) if "train_seconds" in table else float("nan"),
-                       seeds=int(seeds[r])) for r in table.index]
-    out = dict(source=str(path), preset=preset_name, seeds=meta.get("seeds"), wall_s=float(meta["wall_seconds"]),
-               peak_rss_mb=float(meta["peak_rss_mb"]), threads=meta.get("threads"), per_recipe=per_recipe)
+    per_recipe = [
+        dict(
+            recipe=r,
+            samples_per_s=float(table.loc[r, "samples_per_second"]),
+            train_s=float(table.loc[r, "train_seconds"]) if "train_seconds" in table else float("nan"),
+            seeds=int(seeds[r]),
+        )
+        for r in table.index
+    ]
+    out = dict(
+        source=str(path),
+        preset=preset_name,
+        seeds=meta.get("seeds"),
+        wall_s=float(meta["wall_seconds"]),
+        peak_rss_mb=float(meta["peak_rss_mb"]),
+        threads=meta.get("threads"),
+        per_recipe=per_recipe,
+    )
     if preset_name == "quick":
         out.update(peak_goal_mb=COMPARE_PEAK_GOAL_MB, peak_meets_goal=bool(out["peak_rss_mb"] < COMPARE_PEAK_GOAL_MB))
     return out
 
 # %% ../../nbs/bench/05_suite.ipynb #3e1ad846
 def _smoke_compare(recipes, out: Path, threads: int) -> None:
-    code = ("import json, sys, torch; torch.set_num_threads(int(sys.argv[3])); from hierbench.ledger.compare import run_compare; "
-            "run_compare('smoke', seeds=1, out=sys.argv[1], recipes=json.loads(sys.argv[2]), quiet=True, log=lambda *a: None)")
+    code = (
+        "import json, sys, torch; torch.set_num_threads(int(sys.argv[3])); from hierbench.ledger.compare import "
+        "run_compare; "
+        "run_compare('smoke', seeds=1, out=sys.argv[1], recipes=json.loads(sys.argv[2]), quiet=True, log=lambda *a: "
+        "None)"
+    )
     env = {**os.environ, "HIERBENCH_CACHE_DIR": str(out / "world-cache")}
-    p = subprocess.run([sys.executable, "-c", code, str(out), json.dumps(list(recipes)), str(threads)],
-                       env=env, capture_output=True, text=True)
-    if p.returncode != 0: raise RuntimeError(f"smoke compare failed (exit {p.returncode}):\n{p.stderr[-3000:]}")
+    p = subprocess.run(
+        [sys.executable, "-c", code, str(out), json.dumps(list(recipes)), str(threads)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    if p.returncode != 0:
+        raise RuntimeError(f"smoke compare failed (exit {p.returncode}):\n{p.stderr[-3000:]}")
+
 
 def bench_compare(sizes: BenchSizes = FULL, compare_dir: str | Path | None = None) -> dict:
     "`read_compare(compare_dir)`; without a folder, a smoke compare of `sizes.compare_recipes` in a temporary folder."
-    if compare_dir is not None: return read_compare(compare_dir) | dict(smoke=False)
+    if compare_dir is not None:
+        return read_compare(compare_dir) | dict(smoke=False)
     with tempfile.TemporaryDirectory(prefix="hierbench-bench-") as d:
         _smoke_compare(sizes.compare_recipes, Path(d), torch.get_num_threads())
         out = read_compare(d)
-    return out | dict(smoke=True, source="smoke compare (temporary folder, deleted)",
-                      note="preset 'smoke' on a subset of recipes, NOT `compare --preset quick`: the memory goal does not apply")
+    return out | dict(
+        smoke=True,
+        source="smoke compare (temporary folder, deleted)",
+        note="preset 'smoke' on a subset of recipes, NOT `compare --preset quick`: the memory goal does not apply",
+    )
 
 # %% ../../nbs/bench/05_suite.ipynb #3dc19049
 def bench_pipeline(sizes: BenchSizes = FULL, device: str = "cpu") -> dict:
     "Per-worker images/s of decode + open_clip training transform vs the samples/s of one training step (see above)."
-    import open_clip, tempfile
+    import open_clip
+    import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
         paths = pipeline_image_files(sizes.pipeline_images, Path(tmp))
@@ -356,135 +532,242 @@ def bench_pipeline(sizes: BenchSizes = FULL, device: str = "cpu") -> dict:
         model = create_model(sizes.pipeline_model)
         for size in dict.fromkeys([int(model.image_size), 224]):
             tf = open_clip.image_transform(size, is_train=True, mean=model.image_mean, std=model.image_std)
-            tf(load_image(paths[0]))   # warm-up
+            tf(load_image(paths[0]))  # warm-up
             t0 = time.perf_counter()
-            for p in paths: tf(load_image(p))
+            for p in paths:
+                tf(load_image(p))
             rates[size] = len(paths) / (time.perf_counter() - t0)
-    step = time_recipe_step(recipe_setup("clip", sizes.pipeline_model, sizes.pipeline_batch, device=device),
-                            steps=max(2, sizes.recipe_steps // 2), warmup=1)
+    step = time_recipe_step(
+        recipe_setup("clip", sizes.pipeline_model, sizes.pipeline_batch, device=device),
+        steps=max(2, sizes.recipe_steps // 2),
+        warmup=1,
+    )
     per_worker = rates[int(model.image_size)]
-    return dict(images=len(paths), source=source, model=sizes.pipeline_model, image_size=int(model.image_size),
-                device=device, images_per_s_per_worker=per_worker, images_per_s_per_worker_224=rates[224],
-                step_samples_per_s=step["samples_per_s"], batch=sizes.pipeline_batch,
-                workers_needed=math.ceil(step["samples_per_s"] / per_worker))
+    return dict(
+        images=len(paths),
+        source=source,
+        model=sizes.pipeline_model,
+        image_size=int(model.image_size),
+        device=device,
+        images_per_s_per_worker=per_worker,
+        images_per_s_per_worker_224=rates[224],
+        step_samples_per_s=step["samples_per_s"],
+        batch=sizes.pipeline_batch,
+        workers_needed=math.ceil(step["samples_per_s"] / per_worker),
+    )
 
 # %% ../../nbs/bench/05_suite.ipynb #5ef97779
 def _meta(quick: bool, threads: int, device: str) -> dict:
     load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
-    return dict(quick=quick, torch=torch.__version__, threads=threads, device=device, cpu_count=os.cpu_count(),
-                platform=platform.platform(), python=platform.python_version(),
-                load_avg_1_5_15=[round(x, 2) for x in load], started=time.strftime("%Y-%m-%d %H:%M:%S %Z"))
+    return dict(
+        quick=quick,
+        torch=torch.__version__,
+        threads=threads,
+        device=device,
+        cpu_count=os.cpu_count(),
+        platform=platform.platform(),
+        python=platform.python_version(),
+        load_avg_1_5_15=[round(x, 2) for x in load],
+        started=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    )
 
-def run_benchmarks(sections=SECTIONS, quick: bool = False, compare_dir: str | Path | None = None, *,
-                   recipes: list[str] | None = None, threads: int | None = None, device: str = "cpu",
-                   model_preset: str | None = None, batch_size: int | None = None, log=None,
-                   precision: str = "fp32") -> dict:
+
+def run_benchmarks(
+    sections=SECTIONS,
+    quick: bool = False,
+    compare_dir: str | Path | None = None,
+    *,
+    recipes: list[str] | None = None,
+    threads: int | None = None,
+    device: str = "cpu",
+    model_preset: str | None = None,
+    batch_size: int | None = None,
+    log=None,
+    precision: str = "fp32",
+) -> dict:
     """Run benchmark `sections` (any of `SECTIONS`); `quick`: tiny sizes (tests). `compare_dir`: a `hierbench compare`
     output folder to read (default: run a smoke compare). `threads`: torch threads (default: leave as set).
     `model_preset`, `batch_size`: the recipe steps' model and batch instead of the sizes' (world-tiny, 64).
-    `precision`: the recipe steps' precision (`hierbench.models.precision`; section `real` always measures fp32 and amp_bf16).
+    `precision`: the recipe steps' precision (`hierbench.models.precision`; section `real` always measures fp32 and
+    amp_bf16).
     Returns `{meta: {...}, <section>: {...}}`, JSON-able."""
     sections = [sections] if isinstance(sections, str) else list(sections)
     precision = check_precision(precision)
     unknown = [s for s in sections if s not in SECTIONS]
-    if unknown or not sections: raise ValueError(f"unknown or no section(s) {unknown or sections}; known: {list(SECTIONS)}")
+    if unknown or not sections:
+        raise ValueError(f"unknown or no section(s) {unknown or sections}; known: {list(SECTIONS)}")
     sizes = QUICK if quick else FULL
-    if batch_size is not None and batch_size < 2: raise ValueError(f"batch_size must be >= 2 (a contrastive batch), got {batch_size}")
+    if batch_size is not None and batch_size < 2:
+        raise ValueError(f"batch_size must be >= 2 (a contrastive batch), got {batch_size}")
     if model_preset is not None:
-
-        resolve_architecture(model_preset)   # an unknown name fails here, listing the presets
-    sizes = replace(sizes, **{k: v for k, v in dict(recipe_preset=model_preset, recipe_batch=batch_size).items() if v is not None})
+        resolve_architecture(model_preset)  # an unknown name fails here, listing the presets
+    sizes = replace(
+        sizes, **{k: v for k, v in dict(recipe_preset=model_preset, recipe_batch=batch_size).items() if v is not None}
+    )
     with torch_threads(threads) as n_threads:
         out = dict(meta=_meta(quick, n_threads, device) | dict(sizes=asdict(sizes)))
         seconds = {}
         for sec in SECTIONS:
-            if sec not in sections: continue
-            if log: log(f"bench: {sec} ...")
+            if sec not in sections:
+                continue
+            if log:
+                log(f"bench: {sec} ...")
             t0 = time.perf_counter()
-            if sec == "geometry": out[sec] = bench_geometry(sizes, device)
-            elif sec == "world": out[sec] = bench_world(sizes)
-            elif sec == "recipes": out[sec] = bench_recipes(sizes, recipes, device, log=log, precision=precision)
-            elif sec == "pipeline": out[sec] = bench_pipeline(sizes, device)
-            elif sec == "real": out[sec] = bench_real(sizes, device)
-            elif sec == "evals": out[sec] = bench_evals(EVAL_QUICK if quick else EVAL_FULL, device)
-            elif sec == "lora": out[sec] = bench_lora(sizes, device, precision)
-            elif sec == "seeds": out[sec] = bench_seeds(sizes, log)
-            elif sec == "view": out[sec] = bench_view(VIEW_QUICK if quick else VIEW_FULL, log=log)
-            else: out[sec] = bench_compare(sizes, compare_dir)
+            if sec == "geometry":
+                out[sec] = bench_geometry(sizes, device)
+            elif sec == "world":
+                out[sec] = bench_world(sizes)
+            elif sec == "recipes":
+                out[sec] = bench_recipes(sizes, recipes, device, log=log, precision=precision)
+            elif sec == "pipeline":
+                out[sec] = bench_pipeline(sizes, device)
+            elif sec == "real":
+                out[sec] = bench_real(sizes, device)
+            elif sec == "evals":
+                out[sec] = bench_evals(EVAL_QUICK if quick else EVAL_FULL, device)
+            elif sec == "lora":
+                out[sec] = bench_lora(sizes, device, precision)
+            elif sec == "seeds":
+                out[sec] = bench_seeds(sizes, log)
+            elif sec == "view":
+                out[sec] = bench_view(VIEW_QUICK if quick else VIEW_FULL, log=log)
+            else:
+                out[sec] = bench_compare(sizes, compare_dir)
             seconds[sec] = time.perf_counter() - t0
         out["meta"].update(section_seconds=seconds, peak_rss_mb=peak_rss_mb())
-    return json.loads(json.dumps(out, default=str))   # plain JSON types only (tuples -> lists, paths -> str)
+    return json.loads(json.dumps(out, default=str))  # plain JSON types only (tuples -> lists, paths -> str)
 
 # %% ../../nbs/bench/05_suite.ipynb #03165de5
 def format_report(report: dict) -> str:
     "A readable text report of `run_benchmarks`' result."
     m, lines = report["meta"], []
-    lines += [f"hierbench bench{' (QUICK sizes: numbers mean nothing)' if m.get('quick') else ''}",
-              f"torch {m['torch']}, {m['threads']} thread(s), device {m['device']}, {m['cpu_count']} CPU(s), "
-              f"load avg {m['load_avg_1_5_15']}, peak RSS {m.get('peak_rss_mb', float('nan')):.0f} MB, {m['started']}"]
+    lines += [
+        f"hierbench bench{' (QUICK sizes: numbers mean nothing)' if m.get('quick') else ''}",
+        f"torch {m['torch']}, {m['threads']} thread(s), device {m['device']}, {m['cpu_count']} CPU(s), "
+        f"load avg {m['load_avg_1_5_15']}, peak RSS {m.get('peak_rss_mb', float('nan')):.0f} MB, {m['started']}",
+    ]
     if "geometry" in report:
         g = report["geometry"]
-        lines += ["", "== geometry (float32, no grad; median of repeats) ==",
-                  f"pairwise_dist {g['n']}x{g['d']} vs {g['n']}x{g['d']}: {1000 * g['pairwise_dist_s']:.1f} ms; "
-                  f"cosine matmul {1000 * g['cosine_matmul_s']:.1f} ms; ratio {g['pairwise_over_cosine']:.2f}x"
-                  + (f" (CPU time {g['pairwise_over_cosine_cpu_ratio']:.2f}x)" if "pairwise_over_cosine_cpu_ratio" in g else "")
-                  + (f"  [goal <= {g['pairwise_goal']}x]{goal_mark(g['pairwise_meets_goal'])}" if "pairwise_goal" in g else ""),
-                  f"exterior_angle on {g['pairs']:,} pairs (d={g['pair_d']}): {1000 * g['exterior_angle_s']:.1f} ms; "
-                  f"dist {1000 * g['dist_s']:.1f} ms; ratio {g['angle_over_dist']:.2f}x"
-                  + (f" (CPU time {g['angle_over_dist_cpu_ratio']:.2f}x)" if "angle_over_dist_cpu_ratio" in g else "")]
+        lines += [
+            "",
+            "== geometry (float32, no grad; median of repeats) ==",
+            f"pairwise_dist {g['n']}x{g['d']} vs {g['n']}x{g['d']}: {1000 * g['pairwise_dist_s']:.1f} ms; "
+            f"cosine matmul {1000 * g['cosine_matmul_s']:.1f} ms; ratio {g['pairwise_over_cosine']:.2f}x"
+            + (
+                f" (CPU time {g['pairwise_over_cosine_cpu_ratio']:.2f}x)"
+                if "pairwise_over_cosine_cpu_ratio" in g
+                else ""
+            )
+            + (
+                f"  [goal <= {g['pairwise_goal']}x]{goal_mark(g['pairwise_meets_goal'])}"
+                if "pairwise_goal" in g
+                else ""
+            ),
+            f"exterior_angle on {g['pairs']:,} pairs (d={g['pair_d']}): {1000 * g['exterior_angle_s']:.1f} ms; "
+            f"dist {1000 * g['dist_s']:.1f} ms; ratio {g['angle_over_dist']:.2f}x"
+            + (f" (CPU time {g['angle_over_dist_cpu_ratio']:.2f}x)" if "angle_over_dist_cpu_ratio" in g else ""),
+        ]
     if "world" in report:
         w = report["world"]
-        lines += ["", "== world ==",
-                  f"make_scene: {w['scenes_per_s']:.0f} scenes/s in one process ({w['cpu_ms_per_scene']:.2f} CPU ms/scene)",
-                  f"build + cache {w['n']:,} scenes ({w['workers']} worker(s), {w['cpu_count']} CPUs): {w['build_s']:.1f} s "
-                  f"({w['build_scenes_per_s']:.0f} scenes/s)" + (f"  [goal < {w['build_goal_s']:.0f} s]{goal_mark(w['build_meets_goal'])}"
-                                                                 if "build_goal_s" in w else ""),
-                  *([f"  the build's {w['workers']} worker processes used {w['build_workers_cpu_s']:.1f} CPU s in all "
-                     f"(wall-clock lower bound on {w['workers']} idle cores: {w['build_workers_cpu_s'] / w['workers']:.1f} s)"]
-                    if "build_workers_cpu_s" in w else []),
-                  f"reload from cache: {1000 * w['reload_s']:.0f} ms"]
+        lines += [
+            "",
+            "== world ==",
+            f"make_scene: {w['scenes_per_s']:.0f} scenes/s in one process ({w['cpu_ms_per_scene']:.2f} CPU ms/scene)",
+            f"build + cache {w['n']:,} scenes ({w['workers']} worker(s), {w['cpu_count']} CPUs): {w['build_s']:.1f} s "
+            f"({w['build_scenes_per_s']:.0f} scenes/s)"
+            + (
+                f"  [goal < {w['build_goal_s']:.0f} s]{goal_mark(w['build_meets_goal'])}" if "build_goal_s" in w else ""
+            ),
+            *(
+                [
+                    f"  the build's {w['workers']} worker processes used {w['build_workers_cpu_s']:.1f} CPU s in all "
+                    f"(wall-clock lower bound on {w['workers']} idle cores: "
+                    f"{w['build_workers_cpu_s'] / w['workers']:.1f} s)"
+                ]
+                if "build_workers_cpu_s" in w
+                else []
+            ),
+            f"reload from cache: {1000 * w['reload_s']:.0f} ms",
+        ]
     if "recipes" in report:
         r = report["recipes"]
         df = pd.DataFrame(r["rows"])
-        table = pd.DataFrame({"recipe": df.recipe, "K": df.K, "step ms": df.step_ms.round(1),
-                              "ratio to clip": df.ratio_to_clip.round(2), "(CPU)": df.ratio_to_clip_cpu.round(2),
-                              "outside enc.": (100 * df.outside_share).round(1).astype(str) + "%",
-                              "(CPU) ": (100 * df.outside_share_cpu).round(1).astype(str) + "%",
-                              "samples/s": df.samples_per_s.round(0).astype(int),
-                              "GFLOP/step": (df.flops / 1e9).round(2), "GFLOP/s": (df.flop_per_s / 1e9).round(1),
-                              "of peak": (100 * df.peak_share).round(1).astype(str) + "%",
-                              f">= {100 * r['peak_share_goal']:.0f}%": df.meets_peak_goal.map({True: "✓", False: "✗"}).fillna("n/a"),
-                              f"< {100 * r['outside_share_goal']:.0f}%": df.meets_outside_goal.map({True: "✓", False: "✗"}).fillna("n/a")})
-        lines += ["", f"== recipes: one training step, {r['preset']}, batch {r['batch']}, device {r['device']}, {r.get('precision', 'fp32')} "
-                      f"(median of {r['steps']} after {r['warmup']} warm-up) ==",
-                  table.to_string(index=False),
-                  f"fp32 matmul peak measured in this run: {r['matmul_peak_flop_per_s'] / 1e9:.1f} GFLOP/s; DeGLA's step "
-                  f"{next((x['ratio_to_clip'] for x in r['rows'] if x['recipe'] == 'degla'), float('nan')):.2f}x CLIP's"
-                  f"  [goal <= {r['degla_ratio_goal']:.0f}x]{goal_mark(r['degla_meets_ratio_goal'])}",
-                  f"method: {r['method']}"]
+        table = pd.DataFrame(
+            {
+                "recipe": df.recipe,
+                "K": df.K,
+                "step ms": df.step_ms.round(1),
+                "ratio to clip": df.ratio_to_clip.round(2),
+                "(CPU)": df.ratio_to_clip_cpu.round(2),
+                "outside enc.": (100 * df.outside_share).round(1).astype(str) + "%",
+                "(CPU) ": (100 * df.outside_share_cpu).round(1).astype(str) + "%",
+                "samples/s": df.samples_per_s.round(0).astype(int),
+                "GFLOP/step": (df.flops / 1e9).round(2),
+                "GFLOP/s": (df.flop_per_s / 1e9).round(1),
+                "of peak": (100 * df.peak_share).round(1).astype(str) + "%",
+                f">= {100 * r['peak_share_goal']:.0f}%": df.meets_peak_goal.map({True: "✓", False: "✗"}).fillna("n/a"),
+                f"< {100 * r['outside_share_goal']:.0f}%": df.meets_outside_goal.map({True: "✓", False: "✗"}).fillna(
+                    "n/a"
+                ),
+            }
+        )
+        lines += [
+            "",
+            f"== recipes: one training step, {r['preset']}, batch {r['batch']}, device {r['device']}, "
+            f"{r.get('precision', 'fp32')} "
+            f"(median of {r['steps']} after {r['warmup']} warm-up) ==",
+            table.to_string(index=False),
+            f"fp32 matmul peak measured in this run: {r['matmul_peak_flop_per_s'] / 1e9:.1f} GFLOP/s; DeGLA's step "
+            f"{next((x['ratio_to_clip'] for x in r['rows'] if x['recipe'] == 'degla'), float('nan')):.2f}x CLIP's"
+            f"  [goal <= {r['degla_ratio_goal']:.0f}x]{goal_mark(r['degla_meets_ratio_goal'])}",
+            f"method: {r['method']}",
+        ]
         if all("time_shares" in x for x in r["rows"]):
-            shares = pd.DataFrame([{"recipe": x["recipe"], **{k: f"{100 * v:.1f}%" for k, v in x["time_shares"].items()}}
-                                   for x in r["rows"]])
-            lines += ["", "where each step's operator time goes (torch.profiler self CPU time, forward + backward):",
-                      shares.to_string(index=False)]
+            shares = pd.DataFrame(
+                [
+                    {"recipe": x["recipe"], **{k: f"{100 * v:.1f}%" for k, v in x["time_shares"].items()}}
+                    for x in r["rows"]
+                ]
+            )
+            lines += [
+                "",
+                "where each step's operator time goes (torch.profiler self CPU time, forward + backward):",
+                shares.to_string(index=False),
+            ]
     if "compare" in report:
         c = report["compare"]
-        lines += ["", f"== compare ({'SMOKE run, not --preset quick' if c.get('smoke') else 'preset ' + str(c['preset'])}) ==",
-                  f"source: {c['source']}",
-                  f"wall {c['wall_s']:.1f} s, peak RSS {c['peak_rss_mb']:.0f} MB"
-                  + (f"  [goal < {c['peak_goal_mb'] / 1024:.0f} GB]{goal_mark(c['peak_meets_goal'])}" if "peak_goal_mb" in c else ""),
-                  pd.DataFrame(c["per_recipe"]).round(2).to_string(index=False)]
-        if c.get("note"): lines.append(f"note: {c['note']}")
+        lines += [
+            "",
+            f"== compare ({'SMOKE run, not --preset quick' if c.get('smoke') else 'preset ' + str(c['preset'])}) ==",
+            f"source: {c['source']}",
+            f"wall {c['wall_s']:.1f} s, peak RSS {c['peak_rss_mb']:.0f} MB"
+            + (
+                f"  [goal < {c['peak_goal_mb'] / 1024:.0f} GB]{goal_mark(c['peak_meets_goal'])}"
+                if "peak_goal_mb" in c
+                else ""
+            ),
+            pd.DataFrame(c["per_recipe"]).round(2).to_string(index=False),
+        ]
+        if c.get("note"):
+            lines.append(f"note: {c['note']}")
     if "pipeline" in report:
         p = report["pipeline"]
-        lines += ["", f"== real-data pipeline ({p['images']} {p['source']}) ==",
-                  f"one worker: {p['images_per_s_per_worker']:.0f} images/s decoded + transformed at {p['image_size']} px "
-                  f"({p['images_per_s_per_worker_224']:.0f} images/s at 224 px)",
-                  f"{p['model']} training step (batch {p['batch']}, {p['device']}): {p['step_samples_per_s']:.0f} samples/s "
-                  f"→ {p['workers_needed']} worker(s) keep it fed (--workers)"]
-    if "real" in report: lines += format_real(report["real"])
-    if "evals" in report: lines += format_evals(report["evals"])
-    if "lora" in report: lines += format_lora(report["lora"])
-    if "seeds" in report: lines += format_seeds(report["seeds"])
-    if "view" in report: lines += format_view(report["view"])
+        lines += [
+            "",
+            f"== real-data pipeline ({p['images']} {p['source']}) ==",
+            f"one worker: {p['images_per_s_per_worker']:.0f} images/s decoded + transformed at {p['image_size']} px "
+            f"({p['images_per_s_per_worker_224']:.0f} images/s at 224 px)",
+            f"{p['model']} training step (batch {p['batch']}, {p['device']}): {p['step_samples_per_s']:.0f} samples/s "
+            f"→ {p['workers_needed']} worker(s) keep it fed (--workers)",
+        ]
+    if "real" in report:
+        lines += format_real(report["real"])
+    if "evals" in report:
+        lines += format_evals(report["evals"])
+    if "lora" in report:
+        lines += format_lora(report["lora"])
+    if "seeds" in report:
+        lines += format_seeds(report["seeds"])
+    if "view" in report:
+        lines += format_view(report["view"])
     return "\n".join(lines)

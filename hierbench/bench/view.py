@@ -1,4 +1,6 @@
-"""Section `view` of `hierbench bench`: `hierbench view` on HierarCaps' 1,000 photos and their captions — encoding, HoroPCA and PCA, the fields, the workspace write — timed against the encoding alone in the same run.
+"""Section `view` of `hierbench bench`: `hierbench view` on HierarCaps' 1,000 photos and their
+captions — encoding, HoroPCA and PCA, the fields, the workspace write — timed against the encoding
+alone in the same run.
 
 Docs: https://hierbench.github.io/hierbench/bench/view.html.md"""
 
@@ -6,7 +8,9 @@ Docs: https://hierbench.github.io/hierbench/bench/view.html.md"""
 
 # %% ../../nbs/bench/04_view.ipynb #63f16578
 from __future__ import annotations
-import importlib.util, tempfile, time
+import importlib.util
+import tempfile
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -19,15 +23,18 @@ from ..ui.view import build_view, encode_items, folder_items, write_workspace
 __all__ = ['VIEW_GOAL', 'VIEW_FULL', 'VIEW_QUICK', 'ViewBenchSizes', 'bench_view', 'format_view']
 
 # %% ../../nbs/bench/04_view.ipynb #6ca36fb9
-VIEW_GOAL = 0.5   # (view − encoding alone) / encoding alone
+VIEW_GOAL = 0.5  # (view − encoding alone) / encoding alone
+
 
 @dataclass(frozen=True)
 class ViewBenchSizes:
     "Problem sizes of the `view` bench."
-    model: str = "ViT-B-32"     # open_clip architecture with a Lorentz head, random weights
-    images: int = 1000          # HierarCaps test photos, each with its caption chain
+
+    model: str = "ViT-B-32"  # open_clip architecture with a Lorentz head, random weights
+    images: int = 1000  # HierarCaps test photos, each with its caption chain
     batch_size: int = 64
-    num_workers: int = 1        # image decoding beside the encoding (2 cores: one decodes, one encodes)
+    num_workers: int = 1  # image decoding beside the encoding (2 cores: one decodes, one encodes)
+
 
 VIEW_FULL, VIEW_QUICK = ViewBenchSizes(), ViewBenchSizes(model="real-tiny", images=24, batch_size=8, num_workers=0)
 
@@ -42,29 +49,49 @@ def bench_view(sizes: ViewBenchSizes = VIEW_FULL, hierarcaps: str | Path | None 
         return dict(skipped=f"HierarCaps not found at {csv} (with test_imgs/ beside it)")
     items = folder_items(csv.parent / "test_imgs", csv, limit=sizes.images)
     model = create_model(sizes.model, geometry="lorentz").eval()
+
     def encode_alone() -> float:
-        t0 = time.perf_counter(); encode_items(model, items, sizes.batch_size, sizes.num_workers)
+        t0 = time.perf_counter()
+        encode_items(model, items, sizes.batch_size, sizes.num_workers)
         return time.perf_counter() - t0
-    if log: log(f"bench view: {items.n_images} images, {len(items.texts)} captions, {sizes.model}")
+
+    if log:
+        log(f"bench view: {items.n_images} images, {len(items.texts)} captions, {sizes.model}")
     encode_before = encode_alone()
     t0 = time.perf_counter()
     view = build_view(model, items, batch_size=sizes.batch_size, num_workers=sizes.num_workers, name=sizes.model)
     build_s = time.perf_counter() - t0
-    encode_after = encode_alone()   # before the write: HyperView's LanceDB should not be running when decoders fork
-    with tempfile.TemporaryDirectory() as d: write = write_workspace(view, Path(d) / "ws")["seconds"]
+    encode_after = encode_alone()  # before the write: HyperView's LanceDB should not be running when decoders fork
+    with tempfile.TemporaryDirectory() as d:
+        write = write_workspace(view, Path(d) / "ws")["seconds"]
     view_s = build_s + write
     encode_s = (encode_before + encode_after) / 2
     ratio = (view_s - encode_s) / encode_s
-    return dict(sizes=asdict(sizes), images=items.n_images, texts=len(items.texts), points=len(items.table),
-                encode_alone_s=[encode_before, encode_after], view_s=view_s, steps_s=view.seconds | dict(write=write),
-                extra_over_encode=ratio, goal=VIEW_GOAL, meets_goal=bool(ratio <= VIEW_GOAL))
+    return dict(
+        sizes=asdict(sizes),
+        images=items.n_images,
+        texts=len(items.texts),
+        points=len(items.table),
+        encode_alone_s=[encode_before, encode_after],
+        view_s=view_s,
+        steps_s=view.seconds | dict(write=write),
+        extra_over_encode=ratio,
+        goal=VIEW_GOAL,
+        meets_goal=bool(ratio <= VIEW_GOAL),
+    )
+
 
 def format_view(r: dict) -> list[str]:
     "The report lines of section `view` for `bench.format_report`."
-    if "skipped" in r: return ["", "== view ==", f"skipped: {r['skipped']}"]
+    if "skipped" in r:
+        return ["", "== view ==", f"skipped: {r['skipped']}"]
     s = r["steps_s"]
-    return ["", f"== view (HierarCaps: {r['images']} photos + {r['texts']} captions, {r['sizes']['model']} Lorentz) ==",
-            f"encoding alone: {r['encode_alone_s'][0]:.1f} s / {r['encode_alone_s'][1]:.1f} s (before / after); "
-            f"hierbench view: {r['view_s']:.1f} s = encode {s['encode']:.1f} + layouts {s['layouts']:.1f} (HoroPCA, PCA) "
-            f"+ fields {s['fields']:.1f} + write {s['write']:.1f}",
-            f"extra cost of the view: {r['extra_over_encode']:.2f}× the encoding  [goal <= {r['goal']}×]{goal_mark(r['meets_goal'])}"]
+    return [
+        "",
+        f"== view (HierarCaps: {r['images']} photos + {r['texts']} captions, {r['sizes']['model']} Lorentz) ==",
+        f"encoding alone: {r['encode_alone_s'][0]:.1f} s / {r['encode_alone_s'][1]:.1f} s (before / after); "
+        f"hierbench view: {r['view_s']:.1f} s = encode {s['encode']:.1f} + layouts {s['layouts']:.1f} (HoroPCA, PCA) "
+        f"+ fields {s['fields']:.1f} + write {s['write']:.1f}",
+        f"extra cost of the view: {r['extra_over_encode']:.2f}× the encoding  [goal <= "
+        f"{r['goal']}×]{goal_mark(r['meets_goal'])}",
+    ]

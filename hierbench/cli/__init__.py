@@ -1,4 +1,5 @@
-"""`hierbench.cli.main` (the `hierbench` command's entry point) and the parser answer at the wing, as before the wings.
+"""`hierbench.cli.main` (the `hierbench` command's entry point) and the parser answer at the wing, as
+before the wings.
 
 Docs: https://hierbench.github.io/hierbench/cli/front_door.html.md"""
 
@@ -7,7 +8,7 @@ Docs: https://hierbench.github.io/hierbench/cli/front_door.html.md"""
 # %% auto #0
 __all__ = []
 
-# %% ../../nbs/cli/04_front_door.ipynb #0c99c296
+# %% ../../nbs/cli/04_front_door.ipynb #8dd0d8092fe74a7c96281538738b07e2
 from ..layout import wing_front_door
 
-__getattr__, __dir__ = wing_front_door(__name__, 'parser')
+__getattr__, __dir__ = wing_front_door(__name__, "parser")

@@ -1,4 +1,5 @@
-"""The package run as a program: what `torchrun -m hierbench.cli` and `python -m hierbench.cli` start.
+"""The package run as a program: what `torchrun -m hierbench.cli` and `python -m hierbench.cli`
+start.
 
 Docs: https://hierbench.github.io/hierbench/cli/main.html.md"""
 

@@ -1,4 +1,5 @@
-"""What each `hierbench` subcommand does once its flags are parsed: train, compare, negatives, paraphrases, check, export, bench, demo, docs.
+"""What each `hierbench` subcommand does once its flags are parsed: train, compare, negatives,
+paraphrases, check, export, bench, demo, docs.
 
 Docs: https://hierbench.github.io/hierbench/cli/commands.html.md"""
 
@@ -6,7 +7,10 @@ Docs: https://hierbench.github.io/hierbench/cli/commands.html.md"""
 
 # %% ../../nbs/cli/02_commands.ipynb #d53762d6
 from __future__ import annotations
-import dataclasses, json, math, sys
+import dataclasses
+import json
+import math
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -18,8 +22,18 @@ from ..ledger.budgets import BUDGETS, Budget, eval_scene_counts
 from .parser import comma_list
 from ..ledger.claims import variance_components
 from ..ledger.compare import main_job_dir
-from ..ledger.records import (LEDGER_FILE, RecordsError, finished_runs, forest_title, ledger_differences,
-                               ledger_from_folder, ledger_from_records, read_plan, read_records, write_records)
+from hierbench.ledger.records import (
+    LEDGER_FILE,
+    RecordsError,
+    finished_runs,
+    forest_title,
+    ledger_differences,
+    ledger_from_folder,
+    ledger_from_records,
+    read_plan,
+    read_records,
+    write_records,
+)
 from ..ledger.run_folder import json_safe
 from ..ledger.report import forest_figure, headline_table
 from ..config import BENCH_SECTIONS, SettingsError, atomic_write, atomic_write_text
@@ -53,15 +67,20 @@ __all__ = ['geometry_demo', 'print_table', 'cmd_train', 'cmd_negatives', 'cmd_pa
 def geometry_demo() -> list[tuple[str, float, float]]:
     "Rows (quantity, computed, reference) for the spec's geometry reference values (c = 1 unless stated)."
     t = lambda *v: torch.tensor(v, dtype=torch.float64)
-    e1, e2 = t(1., 0.), t(0., 1.)
-    rows = [("d(O,(1,0))", dist0(e1, 1.0), 0.881374), ("d((1,0),(0,1))", dist(e1, e2, 1.0), 1.316958),
-            ("d(O,(3,4))", dist0(t(3., 4.), 1.0), 2.312438)]
+    e1, e2 = t(1.0, 0.0), t(0.0, 1.0)
+    rows = [
+        ("d(O,(1,0))", dist0(e1, 1.0), 0.881374),
+        ("d((1,0),(0,1))", dist(e1, e2, 1.0), 1.316958),
+        ("d(O,(3,4))", dist0(t(3.0, 4.0), 1.0), 2.312438),
+    ]
     for c, ref in [(1.0, 1.513374), (2.0, 1.583095), (0.5, 1.468215)]:
         rows.append((f"d(exp0(e1),exp0(e2)), c={c}", dist(exp_map0(e1, c), exp_map0(e2, c), c), ref))
-    rows += [("ω((1,0))", half_aperture(e1, 1.0), 0.201358),
-             ("φ((1,0),(0,1))", exterior_angle(e1, e2, 1.0), 2.526113),
-             ("φ((1,0),(1,1))", exterior_angle(e1, t(1., 1.), 1.0), 1.878536),
-             ("φ((2,0),(1,0))", exterior_angle(t(2., 0.), e1, 1.0), math.pi)]
+    rows += [
+        ("ω((1,0))", half_aperture(e1, 1.0), 0.201358),
+        ("φ((1,0),(0,1))", exterior_angle(e1, e2, 1.0), 2.526113),
+        ("φ((1,0),(1,1))", exterior_angle(e1, t(1.0, 1.0), 1.0), 1.878536),
+        ("φ((2,0),(1,0))", exterior_angle(t(2.0, 0.0), e1, 1.0), math.pi),
+    ]
     return [(name, float(v), ref) for name, v, ref in rows]
 
 # %% ../../nbs/cli/02_commands.ipynb #96d90007
@@ -71,110 +90,207 @@ def print_table(df, title: str):
 
 # %% ../../nbs/cli/02_commands.ipynb #8e620860
 def _recipe_with_negative_types(name: str, types: str, data: str):
-    "Recipe `name` drawing only the world negative types listed in `types` (comma-separated); a `SettingsError` says why not."
+    """Recipe `name` drawing only the world negative types listed in `types` (comma-separated); a `SettingsError` says
+    why not."""
     base = get_recipe(name)
     if base.num_negatives == 0:
-        raise SettingsError(f"--negative-types: recipe {name!r} draws no hard negatives (num_negatives 0); negclip, degla and read do")
+        raise SettingsError(
+            f"--negative-types: recipe {name!r} draws no hard negatives (num_negatives 0); negclip, degla and read do"
+        )
     if data != "world":
-        raise SettingsError("--negative-types chooses among the world's negative types; on real data the negatives come from --negatives FILE")
+        raise SettingsError(
+            "--negative-types chooses among the world's negative types; on real data the negatives come from "
+            "--negatives FILE"
+        )
     # Recipe checks each name against the world's types and says which one is unknown
-    try: return base.replace(negative_types=tuple(comma_list(types)))
-    except ValueError as e: raise SettingsError(f"--negative-types {types!r}: {e}") from None
+    try:
+        return base.replace(negative_types=tuple(comma_list(types)))
+    except ValueError as e:
+        raise SettingsError(f"--negative-types {types!r}: {e}") from None
 
 # %% ../../nbs/cli/02_commands.ipynb #96417f59
 def _recipe_with_weights(recipe, spec: str):
-    "`recipe` (name or Recipe) with loss-term weights changed by `spec` ('igc=1,tgc=1'); a `SettingsError` names a bad entry."
+    """`recipe` (name or Recipe) with loss-term weights changed by `spec` ('igc=1,tgc=1'); a `SettingsError` names a bad
+    entry."""
     recipe = get_recipe(recipe) if isinstance(recipe, str) else recipe
     weights = {}
     for part in comma_list(spec):
         term, eq, value = part.partition("=")
-        try: weights[term.strip()] = float(value)
-        except ValueError: eq = ""
-        if not eq: raise SettingsError(f"--weights: {part!r} is not TERM=NUMBER (e.g. igc=1.0)")
+        try:
+            weights[term.strip()] = float(value)
+        except ValueError:
+            eq = ""
+        if not eq:
+            raise SettingsError(f"--weights: {part!r} is not TERM=NUMBER (e.g. igc=1.0)")
     # Recipe checks the terms (unknown names, terms the recipe's batches cannot feed) and says which
-    try: return recipe.replace(weights=weights)
-    except ValueError as e: raise SettingsError(f"--weights {spec!r}: {e}") from None
+    try:
+        return recipe.replace(weights=weights)
+    except ValueError as e:
+        raise SettingsError(f"--weights {spec!r}: {e}") from None
 
 # %% ../../nbs/cli/02_commands.ipynb #a7fa281e
 def _eval_callback(args):
     "The `--eval-every` callback: the benchmarks named by the `--eval-*` flags, scored into metrics.jsonl."
     if not (args.eval_sugarcrepe or args.eval_hierarcaps or args.eval_sugarcrepe_pp):
-        raise SettingsError("--eval-every needs a benchmark: --eval-sugarcrepe DIR, --eval-sugarcrepe-pp DIR or --eval-hierarcaps CSV")
-    return EvalEvery(lambda m: evaluate_benchmarks(
-        m, world=False, sugarcrepe=args.eval_sugarcrepe, sugarcrepe_pp=args.eval_sugarcrepe_pp,
-        hierarcaps=args.eval_hierarcaps, image_root=args.eval_image_root, limit=args.eval_limit), args.eval_every)
+        raise SettingsError(
+            "--eval-every needs a benchmark: --eval-sugarcrepe DIR, --eval-sugarcrepe-pp DIR or --eval-hierarcaps CSV"
+        )
+    return EvalEvery(
+        lambda m: evaluate_benchmarks(
+            m,
+            world=False,
+            sugarcrepe=args.eval_sugarcrepe,
+            sugarcrepe_pp=args.eval_sugarcrepe_pp,
+            hierarcaps=args.eval_hierarcaps,
+            image_root=args.eval_image_root,
+            limit=args.eval_limit,
+        ),
+        args.eval_every,
+    )
+
 
 def _train_data(args) -> WorldData | RealData:
     "The data description `train_recipe` takes, from `--data` and the flags that go with it."
     if args.data == "world":
         return WorldData(n_train=args.n_train, mirror_twins=args.mirror_twins, top_caption_p=args.top_caption_p)
     if args.mirror_twins or args.top_caption_p:
-        raise SettingsError(f"--mirror-twins / --top-caption-p compose batches of the built-in world, not of {args.data!r}")
+        raise SettingsError(
+            f"--mirror-twins / --top-caption-p compose batches of the built-in world, not of {args.data!r}"
+        )
     return RealData(args.data, args.image_root, args.negatives, args.paraphrases)
+
 
 def _lora_spec(args) -> LoraSpec | None:
     "The `--lora-*` flags as a `LoraSpec` (None without `--lora-rank`); a `LoraError` names a bad flag."
     if args.lora_rank is None:
         if args.lora_alpha is not None or args.lora_targets is not None:
-            raise LoraError("--lora-alpha / --lora-targets say how LoRA adapts: give --lora-rank R (an integer >= 1) too")
+            raise LoraError(
+                "--lora-alpha / --lora-targets say how LoRA adapts: give --lora-rank R (an integer >= 1) too"
+            )
         return None
-    return LoraSpec(args.lora_rank, args.lora_alpha, None if args.lora_targets is None else tuple(comma_list(args.lora_targets)))
+    return LoraSpec(
+        args.lora_rank, args.lora_alpha, None if args.lora_targets is None else tuple(comma_list(args.lora_targets))
+    )
 
 # %% ../../nbs/cli/02_commands.ipynb #3ab64bfc
 def _train_seeds(args, recipe, callbacks, config):
-    "`hierbench train --seeds 0,1,2`: the seeds side by side in one process (`seed_batch.train_seeds`), OUT/seed<k> each."
+    """`hierbench train --seeds 0,1,2`: the seeds side by side in one process (`seed_batch.train_seeds`), OUT/seed<k>
+    each."""
     if args.data != "world":
-        raise SettingsError("--seeds trains seeds of the built-in world side by side; real data trains one seed per run (--seed)")
-    results = train_seeds(recipe, args.out, args.seeds, _train_data(args), arch=args.arch, steps=args.steps,
-                          init_checkpoint=args.init_checkpoint, decoder=DecoderSpec(args.decoder_path, args.decoder_steps),
-                          resume=args.resume, callbacks=callbacks, log=print,
-                          allow_changes=tuple(comma_list(args.allow_change) or ()), **config)
+        raise SettingsError(
+            "--seeds trains seeds of the built-in world side by side; real data trains one seed per run (--seed)"
+        )
+    results = train_seeds(
+        recipe,
+        args.out,
+        args.seeds,
+        _train_data(args),
+        arch=args.arch,
+        steps=args.steps,
+        init_checkpoint=args.init_checkpoint,
+        decoder=DecoderSpec(args.decoder_path, args.decoder_steps),
+        resume=args.resume,
+        callbacks=callbacks,
+        log=print,
+        allow_changes=tuple(comma_list(args.allow_change) or ()),
+        **config,
+    )
     stopped = [r for r in results if r.preempted]
-    for r in results: print(f"trained {args.recipe} seed {r.run_dir.name[4:]} for {r.step} steps → {r.weights_path or r.checkpoint}")
-    if stopped:   # SLURM's warning signal: every seed stopped after the same step with a checkpoint
-        print(f"{args.recipe}: {stopped[0].preempted} after step {stopped[0].step}; run again with --resume to continue",
-              file=sys.stderr)
+    for r in results:
+        print(f"trained {args.recipe} seed {r.run_dir.name[4:]} for {r.step} steps → {r.weights_path or r.checkpoint}")
+    if stopped:  # SLURM's warning signal: every seed stopped after the same step with a checkpoint
+        print(
+            f"{args.recipe}: {stopped[0].preempted} after step {stopped[0].step}; run again with --resume to continue",
+            file=sys.stderr,
+        )
         sys.exit(PREEMPTED_EXIT_CODE)
 
 # %% ../../nbs/cli/02_commands.ipynb #3efef655
 def cmd_train(args):
-    load_plugins(args.plugin)   # a plugin's recipe or terms, before the recipe is looked up
-    config = {k: v for k, v in dict(ckpt_every=args.ckpt_every, num_workers=args.num_workers, lr=args.lr,
-                                    weight_decay=args.weight_decay, log_every=args.log_every, batch_size=args.batch_size,
-                                    precision=args.precision, batch_scope=args.batch_scope,
-                                    keep_checkpoints=args.keep_checkpoints, save_optimizer=args.save_optimizer).items()
-              if v is not None}
+    load_plugins(args.plugin)  # a plugin's recipe or terms, before the recipe is looked up
+    config = {
+        k: v
+        for k, v in dict(
+            ckpt_every=args.ckpt_every,
+            num_workers=args.num_workers,
+            lr=args.lr,
+            weight_decay=args.weight_decay,
+            log_every=args.log_every,
+            batch_size=args.batch_size,
+            precision=args.precision,
+            batch_scope=args.batch_scope,
+            keep_checkpoints=args.keep_checkpoints,
+            save_optimizer=args.save_optimizer,
+        ).items()
+        if v is not None
+    }
     report_to, lora = parse_report_to(args.report_to), _lora_spec(args)
-    recipe = _recipe_with_negative_types(args.recipe, args.negative_types, args.data) if args.negative_types else args.recipe
-    if args.weights: recipe = _recipe_with_weights(recipe, args.weights)
+    recipe = (
+        _recipe_with_negative_types(args.recipe, args.negative_types, args.data) if args.negative_types else args.recipe
+    )
+    if args.weights:
+        recipe = _recipe_with_weights(recipe, args.weights)
     callbacks = []
     if args.eval_every:
         config.setdefault("log_every", args.eval_every)
         if args.eval_every % config["log_every"]:
-            raise SettingsError(f"--eval-every {args.eval_every} must be a multiple of --log-every {config['log_every']} "
-                                "(evaluations happen at logged steps)")
+            raise SettingsError(
+                f"--eval-every {args.eval_every} must be a multiple of --log-every {config['log_every']} "
+                "(evaluations happen at logged steps)"
+            )
         callbacks.append(_eval_callback(args))
-    if args.seeds is not None: return _train_seeds(args, recipe, callbacks, dict(config, lora=lora, report_to=report_to))
-    res = train_recipe(recipe, args.out, _train_data(args), arch=args.arch, steps=args.steps, seed=args.seed,
-                       init_checkpoint=args.init_checkpoint, decoder=DecoderSpec(args.decoder_path, args.decoder_steps),
-                       resume=args.resume, callbacks=callbacks, log=print,
-                       allow_changes=tuple(comma_list(args.allow_change) or ()), lora=lora, report_to=report_to, **config)
-    if res.preempted:   # SLURM's warning signal: stopped after a checkpoint; "try again" (--resume continues exactly)
-        if dist_info().rank == 0: print(f"{args.recipe}: {res.preempted} after step {res.step}, checkpoint {res.checkpoint}; "
-                                        "run again with --resume to continue", file=sys.stderr)
+    if args.seeds is not None:
+        return _train_seeds(args, recipe, callbacks, dict(config, lora=lora, report_to=report_to))
+    res = train_recipe(
+        recipe,
+        args.out,
+        _train_data(args),
+        arch=args.arch,
+        steps=args.steps,
+        seed=args.seed,
+        init_checkpoint=args.init_checkpoint,
+        decoder=DecoderSpec(args.decoder_path, args.decoder_steps),
+        resume=args.resume,
+        callbacks=callbacks,
+        log=print,
+        allow_changes=tuple(comma_list(args.allow_change) or ()),
+        lora=lora,
+        report_to=report_to,
+        **config,
+    )
+    if res.preempted:  # SLURM's warning signal: stopped after a checkpoint; "try again" (--resume continues exactly)
+        if dist_info().rank == 0:
+            print(
+                f"{args.recipe}: {res.preempted} after step {res.step}, checkpoint {res.checkpoint}; "
+                "run again with --resume to continue",
+                file=sys.stderr,
+            )
         sys.exit(PREEMPTED_EXIT_CODE)
-    if dist_info().rank == 0: print(f"trained {args.recipe} for {res.step} steps → {res.weights_path or res.checkpoint}")
+    if dist_info().rank == 0:
+        print(f"trained {args.recipe} for {res.step} steps → {res.weights_path or res.checkpoint}")
 
 # %% ../../nbs/cli/02_commands.ipynb #65694cf8
 def cmd_negatives(args):
-    if not args.jsonl: raise SettingsError("give --jsonl FILE, the negatives file to write")
+    if not args.jsonl:
+        raise SettingsError("give --jsonl FILE, the negatives file to write")
     kind, _ = parse_data_spec(args.data)
-    if kind == "world": raise SettingsError("the world brings its own verified negatives; give --data coco:FILE, grit:FILE or wds:PATTERN")
+    if kind == "world":
+        raise SettingsError(
+            "the world brings its own verified negatives; give --data coco:FILE, grit:FILE or wds:PATTERN"
+        )
     records = real_records(args.data, args.image_root)
     captions = [c for i in range(len(records)) for c in records[i].captions]
     tagger = LexiconTagger() if args.tagger == "lexicon" else None
-    stats = generate_negatives(captions, args.jsonl, args.rules, per_rule=args.per_rule, tagger=tagger, seed=args.seed,
-                               keep_ungrammatical=args.keep_ungrammatical, log=print)
+    stats = generate_negatives(
+        captions,
+        args.jsonl,
+        args.rules,
+        per_rule=args.per_rule,
+        tagger=tagger,
+        seed=args.seed,
+        keep_ungrammatical=args.keep_ungrammatical,
+        log=print,
+    )
     print(json.dumps(stats, indent=1))
     print(f"wrote {args.jsonl} ({stats['captions']} captions) and {args.jsonl}.stats.json")
 
@@ -182,8 +298,13 @@ def cmd_negatives(args):
 def cmd_paraphrases(args):
     records = real_records(args.data, args.image_root)
     captions = [c for i in range(len(records)) for c in records[i].captions]
-    hf = {k: v for k, v in dict(num_candidates=args.num_candidates, prompt=args.prompt, batch_size=args.batch_size,
-                                device=args.device).items() if v is not None}
+    hf = {
+        k: v
+        for k, v in dict(
+            num_candidates=args.num_candidates, prompt=args.prompt, batch_size=args.batch_size, device=args.device
+        ).items()
+        if v is not None
+    }
     stats = generate_paraphrases(captions, args.jsonl, args.generator, seed=args.seed, log=print, **hf)
     print(json.dumps(stats, indent=1))
     print(f"wrote {args.jsonl} and {args.jsonl}.stats.json")
@@ -193,48 +314,81 @@ def cmd_check(args):
     table = check_benchmark_folder(args.folder, args.image_root, args.coco_dir)
     print_table(table, f"benchmark folder {args.folder}")
     bad = table[(table.error != "") | (table.records == 0)]
-    if len(bad): raise DataFormatError(args.folder, problem=f"{len(bad)} file(s) cannot be used: " + "; ".join(f"{r.file}: {r.error or 'no records'}" for r in bad.itertuples()))
+    if len(bad):
+        raise DataFormatError(
+            args.folder,
+            problem=f"{len(bad)} file(s) cannot be used: "
+            + "; ".join(f"{r.file}: {r.error or 'no records'}" for r in bad.itertuples()),
+        )
+
 
 def cmd_export(args):
     model = load_model(resolve_init(args.run))
-    if args.format == "onnx": return _export_onnx(model, args.out)
+    if args.format == "onnx":
+        return _export_onnx(model, args.out)
     paths = export_open_clip(model, args.out, args.name)
     print("\n".join(f"{k}: {v}" for k, v in paths.items()))
-    print(f"load with: open_clip.add_model_config({str(paths['config'])!r}); "
-          f"open_clip.create_model({paths['weights'].stem!r}, pretrained={str(paths['weights'])!r})")
+    print(
+        f"load with: open_clip.add_model_config({str(paths['config'])!r}); "
+        f"open_clip.create_model({paths['weights'].stem!r}, pretrained={str(paths['weights'])!r})"
+    )
+
 
 def _export_onnx(model, out):
-    "`export --format onnx`: the towers as ONNX graphs + config.json (hierbench.models.onnx_export), checked against torch."
-    from hierbench.models.onnx_export import export_onnx   # onnx, onnxruntime, onnxscript: the [onnx] extra
-    res = export_onnx(model, out)   # its refusals are HierbenchErrors: run_command prints their one line
+    """`export --format onnx`: the towers as ONNX graphs + config.json (hierbench.models.onnx_export), checked against
+    torch."""
+    from hierbench.models.onnx_export import export_onnx  # onnx, onnxruntime, onnxscript: the [onnx] extra
+
+    res = export_onnx(model, out)  # its refusals are HierbenchErrors: run_command prints their one line
     worst = max(res["max_abs_diff"].values())
     print("\n".join(f"{k}: {res[k]}" for k in ("image", "text", "config")))
-    print(f"onnxruntime vs torch on a batch: largest difference {worst:.2g}; score with: hierbench eval --scorer onnx:{out}")
+    print(
+        f"onnxruntime vs torch on a batch: largest difference {worst:.2g}; score with: hierbench eval --scorer "
+        f"onnx:{out}"
+    )
 
 # %% ../../nbs/cli/02_commands.ipynb #48e390ec
 def print_ledger(ledger: pd.DataFrame, meta: dict, decidable: list | None = None):
     """The claims ledger as `compare` and `claims` print it: effect, interval, seeds, verdict, how many seeds keep it,
     the seed differences' skewness and the plain t-rule's verdict where it differs ('=' where it agrees). `decidable`
-    (the reproduction check's, `hierbench.ledger.reproduction.decidable_at`): below 3 seeds, whether the row's seed count could
+    (the reproduction check's, `hierbench.ledger.reproduction.decidable_at`): below 3 seeds, whether the row's seed
+    count could
     ever decide it — the effect a 95% t-interval detects there beside the effect the records found."""
-    ledger = ledger.assign(kept=lambda d: [f"{k}/{n}" if n else "" for k, n in zip(d.loso_kept, d.n)],
-                        verdict=lambda d: [v + (" (fragile)" if f is True else "") for v, f in zip(d.verdict, d.fragile)])
+    ledger = ledger.assign(
+        kept=lambda d: [f"{k}/{n}" if n else "" for k, n in zip(d.loso_kept, d.n)],
+        verdict=lambda d: [v + (" (fragile)" if f is True else "") for v, f in zip(d.verdict, d.fragile)],
+    )
     cols = ["id", "a", "b", "metric", "effect", "ci_low", "ci_high", "n", "verdict", "kept"]
-    if "until_decided" in meta: cols[7:7] = ["level", "look", "stopped"]
-    if "t_verdict" in ledger:   # ledgers from before issue 48 have no diagnostics
-        ledger["t-rule"] = ["" if v == "not run" else "=" if ok else f"{v} ({n})" for v, n, ok in zip(ledger.t_verdict, ledger.t_n, ledger.rules_agree)]
+    if "until_decided" in meta:
+        cols[7:7] = ["level", "look", "stopped"]
+    if "t_verdict" in ledger:  # ledgers from before issue 48 have no diagnostics
+        ledger["t-rule"] = [
+            "" if v == "not run" else "=" if ok else f"{v} ({n})"
+            for v, n, ok in zip(ledger.t_verdict, ledger.t_n, ledger.rules_agree)
+        ]
         ledger["skew"] = ledger.skewness
         cols += ["skew", "t-rule"]
     if decidable and ledger.n.max() < 3:
         by = {(d["id"], d["a"], d["b"], d["metric"]): d for d in decidable}
-        ledger["could decide"] = [(lambda d: "" if d is None else f"{'yes' if d['could_decide'] else 'no'}: needs "
-                                f"{d['detectable']:.3g}, recorded {d['effect']:+.3g}")(by.get((r.id, r.a, r.b, r.metric)))
-                               for r in ledger.itertuples()]
+        ledger["could decide"] = [
+            (
+                lambda d: (
+                    ""
+                    if d is None
+                    else f"{'yes' if d['could_decide'] else 'no'}: needs "
+                    f"{d['detectable']:.3g}, recorded {d['effect']:+.3g}"
+                )
+            )(by.get((r.id, r.a, r.b, r.metric)))
+            for r in ledger.itertuples()
+        ]
         cols.append("could decide")
-    print_table(ledger[cols].round(4), "claims ledger (effect = A − B, paired by seed; interval and verdict: "
-                + (ledger.rule[ledger.rule != ""].iloc[0] if (ledger.rule != "").any() else "t-interval 95%")
-                + "; kept: verdicts kept without one seed; skew: G1 of the seed differences; t-rule: the plain t-rule's "
-                "verdict (seeds) where it differs)")
+    print_table(
+        ledger[cols].round(4),
+        "claims ledger (effect = A − B, paired by seed; interval and verdict: "
+        + (ledger.rule[ledger.rule != ""].iloc[0] if (ledger.rule != "").any() else "t-interval 95%")
+        + "; kept: verdicts kept without one seed; skew: G1 of the seed differences; t-rule: the plain t-rule's "
+        "verdict (seeds) where it differs)",
+    )
 
 # %% ../../nbs/cli/02_commands.ipynb #67ba9a31
 def compare_options_from_args(args, budget) -> CompareOptions:
@@ -244,24 +398,43 @@ def compare_options_from_args(args, budget) -> CompareOptions:
     fields = {f.name for f in dataclasses.fields(CompareOptions)} | {f.name for f in dataclasses.fields(LaunchOptions)}
     same = fields - {"budget", "recipes", "plugins", "quiet", "progress", "launch"}
     given = {k: v for k, v in vars(args).items() if k in same}
-    return compare_options(budget=budget, recipes=comma_list(args.recipes), plugins=args.plugin or (),
-                           quiet=not args.verbose, progress=not args.quiet, **given)
+    return compare_options(
+        budget=budget,
+        recipes=comma_list(args.recipes),
+        plugins=args.plugin or (),
+        quiet=not args.verbose,
+        progress=not args.quiet,
+        **given,
+    )
 
 
 def cmd_compare(args):
-    if args.out is None: args.out = str(main_job_dir())   # the main job's folder, where the tutorials look
-    name = args.budget or (None if args.from_records else "quick")   # continuing records: their budget
-    budget = name if args.precision == "fp32" else dataclasses.replace(BUDGETS[name or "quick"], precision=args.precision)
-    report_to = parse_report_to(args.report_to); require_backends(report_to)   # each run reports into its own folder
-    if report_to: budget = dataclasses.replace(BUDGETS[budget or "quick"] if not isinstance(budget, Budget) else budget, report_to=report_to)
+    if args.out is None:
+        args.out = str(main_job_dir())  # the main job's folder, where the tutorials look
+    name = args.budget or (None if args.from_records else "quick")  # continuing records: their budget
+    budget = (
+        name if args.precision == "fp32" else dataclasses.replace(BUDGETS[name or "quick"], precision=args.precision)
+    )
+    report_to = parse_report_to(args.report_to)
+    require_backends(report_to)  # each run reports into its own folder
+    if report_to:
+        budget = dataclasses.replace(
+            BUDGETS[budget or "quick"] if not isinstance(budget, Budget) else budget, report_to=report_to
+        )
     res = launch_compare(options=compare_options_from_args(args, budget))
-    print_table(res["summary"], "summary: " + res["summary"].attrs.get("caption", "mean ± 95% half-width over seeds (first row: chance)"))
+    print_table(
+        res["summary"],
+        "summary: " + res["summary"].attrs.get("caption", "mean ± 95% half-width over seeds (first row: chance)"),
+    )
     print_ledger(res["ledger"], res["meta"], res["reproduction"].get("decidable"))
-    meta = res["meta"]   # a rebuilt report (--report-only) has no run time of its own
-    cost = f" ({meta['wall_seconds'] / 60:.1f} min, peak {meta['peak_rss_mb']:.0f} MB)" if meta.get("wall_seconds") else ""
+    meta = res["meta"]  # a rebuilt report (--report-only) has no run time of its own
+    cost = (
+        f" ({meta['wall_seconds'] / 60:.1f} min, peak {meta['peak_rss_mb']:.0f} MB)" if meta.get("wall_seconds") else ""
+    )
     print(f"\nwrote {Path(args.out) / 'results.json'}, claims.json, report.html{cost}")
-    if args.records: _write_records(args.out, args.records)
-    print("\n" + "\n".join(reproduction_lines(res["reproduction"])))   # last: does this machine reproduce the ledger?
+    if args.records:
+        _write_records(args.out, args.records)
+    print("\n" + "\n".join(reproduction_lines(res["reproduction"])))  # last: does this machine reproduce the ledger?
 
 # %% ../../nbs/cli/02_commands.ipynb #5747ec27
 def _write_records(folder, out):
@@ -269,63 +442,113 @@ def _write_records(folder, out):
     rec = read_records(write_records(folder, out))
     size = sum(p.stat().st_size for p in Path(out).rglob("*") if p.is_file()) / 1e6
     plugins = "".join(f" --plugin {p['path']}" for p in rec.plan.plugins)
-    print(f"wrote {out}: {len(rec.runs)} runs of {len(rec.plan.recipes)} recipes ({size:.1f} MB); "
-          f"`hierbench claims {out}{plugins}` recomputes the ledger from them")
+    print(
+        f"wrote {out}: {len(rec.runs)} runs of {len(rec.plan.recipes)} recipes ({size:.1f} MB); "
+        f"`hierbench claims {out}{plugins}` recomputes the ledger from them"
+    )
+
 
 def cmd_claims(args):
     src = Path(args.dir)
-    load_plugins(args.plugin)   # recipes and claims of the records' or folder's plugins
-    if args.records: return _write_records(src, args.records)
-    if args.against:   # this folder's runs against ledger records: the reproduction check alone
+    load_plugins(args.plugin)  # recipes and claims of the records' or folder's plugins
+    if args.records:
+        return _write_records(src, args.records)
+    if args.against:  # this folder's runs against ledger records: the reproduction check alone
         plan = read_plan(src)
         rep = reproduction_check(src, finished_runs(src, plan), args.against)
-        if "skipped" in rep: raise RecordsError(f"no reproduction check of {src}: {rep['skipped']}")
-        if args.json: atomic_write_text(args.json, json.dumps(json_safe(rep), indent=1)); print(f"wrote {args.json}")
+        if "skipped" in rep:
+            raise RecordsError(f"no reproduction check of {src}: {rep['skipped']}")
+        if args.json:
+            atomic_write_text(args.json, json.dumps(json_safe(rep), indent=1))
+            print(f"wrote {args.json}")
         return print("\n".join(reproduction_lines(rep)))
-    if (src / LEDGER_FILE).is_file(): rec = read_records(src); res = {**ledger_from_records(rec), "reference": rec.claims}
-    else: res = ledger_from_folder(src)   # a records folder or a compare folder that is neither: one line (`RecordsError`, ...)
+    if (src / LEDGER_FILE).is_file():
+        rec = read_records(src)
+        res = {**ledger_from_records(rec), "reference": rec.claims}
+    else:
+        res = ledger_from_folder(
+            src
+        )  # a records folder or a compare folder that is neither: one line (`RecordsError`, ...)
     budget = Budget.from_dict(res["meta"]["budget"])
     print(f"README table ({budget.name} budget: mean ± 95% half-width over each recipe's seeds, chance in brackets):\n")
     print(headline_table(res["results"], budget.n_test))
     print_ledger(res["ledger"], res["meta"])
     ledger = res["ledger"]
     no_boot = ledger[(ledger.n > 0) & ledger.boot_low.isna()] if res.get("items") else ledger.iloc[:0]
-    if len(no_boot):   # records keep each row's items at the seeds it read when they were written
-        print(f"\nno evaluation bootstrap for {len(no_boot)} row(s) (their runs' per-item records are not kept at every "
-              "seed the row reads now): " + ", ".join(f"{r.id} {r.a} − {r.b} {r.metric} ({r.n} seeds)" for r in no_boot.itertuples()))
+    if len(no_boot):  # records keep each row's items at the seeds it read when they were written
+        print(
+            f"\nno evaluation bootstrap for {len(no_boot)} row(s) (their runs' per-item records are not kept at every "
+            "seed the row reads now): "
+            + ", ".join(f"{r.id} {r.a} − {r.b} {r.metric} ({r.n} seeds)" for r in no_boot.itertuples())
+        )
     if args.variance:
-        var = variance_components(res["ledger"], res["results"], res["items"], eval_scene_counts(budget), n_boot=budget.n_boot)
-        print_table(var.drop(columns=["id"]).set_index(var.id).round(6), "where each row's uncertainty lives (variances per "
-                    "seed; eval_in_seed: scene noise inside the seed spread; half_width_no_eval: with unlimited scenes)")
+        var = variance_components(
+            res["ledger"], res["results"], res["items"], eval_scene_counts(budget), n_boot=budget.n_boot
+        )
+        print_table(
+            var.drop(columns=["id"]).set_index(var.id).round(6),
+            "where each row's uncertainty lives (variances per "
+            "seed; eval_in_seed: scene noise inside the seed spread; half_width_no_eval: with unlimited scenes)",
+        )
     if res["reference"] is not None:
         diffs = ledger_differences(json.loads(json.dumps(res["document"])), res["reference"])
-        if diffs: raise RecordsError(f"the recomputed ledger differs from {src / 'claims.json'}: " + "; ".join(diffs[:5]))
+        if diffs:
+            raise RecordsError(f"the recomputed ledger differs from {src / 'claims.json'}: " + "; ".join(diffs[:5]))
         print(f"\nequal to {src / 'claims.json'}: {len(res['ledger'])} claim rows, every verdict, effect and interval")
-    if args.json: atomic_write_text(args.json, json.dumps(res["document"], indent=1)); print(f"wrote {args.json}")
+    if args.json:
+        atomic_write_text(args.json, json.dumps(res["document"], indent=1))
+        print(f"wrote {args.json}")
     if args.forest:
         fig = forest_figure(res["ledger"]).update_layout(title=forest_title(res["meta"], res["ledger"]))
-        atomic_write(args.forest, lambda p: fig.write_image(p, format="png", scale=1)); print(f"wrote {args.forest}")
+        atomic_write(args.forest, lambda p: fig.write_image(p, format="png", scale=1))
+        print(f"wrote {args.forest}")
 
 # %% ../../nbs/cli/02_commands.ipynb #63d439ba
 def cmd_bench(args):
-    sections = tuple(comma_list(args.sections)) if args.sections else tuple(s for s in BENCH_SECTIONS if s not in ("real", "evals", "lora", "view"))
-    report = run_benchmarks(sections, quick=args.quick, compare_dir=args.compare_dir, threads=args.threads,
-                            model_preset=args.arch, batch_size=args.batch_size, precision=args.precision,
-                            log=lambda m: print(m, file=sys.stderr))
+    sections = (
+        tuple(comma_list(args.sections))
+        if args.sections
+        else tuple(s for s in BENCH_SECTIONS if s not in ("real", "evals", "lora", "view"))
+    )
+    report = run_benchmarks(
+        sections,
+        quick=args.quick,
+        compare_dir=args.compare_dir,
+        threads=args.threads,
+        model_preset=args.arch,
+        batch_size=args.batch_size,
+        precision=args.precision,
+        log=lambda m: print(m, file=sys.stderr),
+    )
     print(format_report(report))
-    if args.json: atomic_write_text(args.json, json.dumps(report, indent=1))
+    if args.json:
+        atomic_write_text(args.json, json.dumps(report, indent=1))
 
 # %% ../../nbs/cli/02_commands.ipynb #e7a7e7ac
 def cmd_demo(args):
     print(f"{'quantity':34s} {'computed':>10s} {'reference':>10s}")
-    for name, got, ref in geometry_demo(): print(f"{name:34s} {got:10.6f} {ref:10.6f}")
+    for name, got, ref in geometry_demo():
+        print(f"{name:34s} {got:10.6f} {ref:10.6f}")
+
 
 def cmd_docs(args):
-    from hierbench.cli.docs import broken_links, build_docs_preview, build_readme, check_docs   # the [docs] extra (nbconvert)
+    from hierbench.cli.docs import (
+        broken_links,
+        build_docs_preview,
+        build_readme,
+        check_docs,
+    )  # the [docs] extra (nbconvert)
+
     pages = build_docs_preview(args.root, out=args.out)
-    if not args.no_readme: print(f"wrote {build_readme(args.root)}")
+    if not args.no_readme:
+        print(f"wrote {build_readme(args.root)}")
     problems = check_docs(args.out or Path(args.root) / "_docs", [p.name for p in pages])
-    if problems: sys.exit("docs preview problems:\n" + "\n".join(problems))
+    if problems:
+        sys.exit("docs preview problems:\n" + "\n".join(problems))
     bad = broken_links(pages[0].parent)
-    if bad: print(f"{len(bad)} internal link(s) point at a missing anchor, e.g. " + ", ".join(f"{a} → {b}#{c}" for a, b, c in bad[:5]))
+    if bad:
+        print(
+            f"{len(bad)} internal link(s) point at a missing anchor, e.g. "
+            + ", ".join(f"{a} → {b}#{c}" for a, b, c in bad[:5])
+        )
     print(f"built {len(pages)} pages into {pages[0].parent}")

@@ -1,4 +1,5 @@
-"""Build the documentation site as static HTML into `_docs/`: nbdev's processed notebooks, show_doc tables, plotly figures.
+"""Build the documentation site as static HTML into `_docs/`: nbdev's processed notebooks, show_doc
+tables, plotly figures.
 
 Docs: https://hierbench.github.io/hierbench/cli/docs.html.md"""
 
@@ -6,7 +7,12 @@ Docs: https://hierbench.github.io/hierbench/cli/docs.html.md"""
 
 # %% ../../nbs/cli/01_docs.ipynb #6c575db9
 from __future__ import annotations
-import copy, html, json, posixpath, re, shutil
+import copy
+import html
+import json
+import posixpath
+import re
+import shutil
 from pathlib import Path
 import nbformat
 
@@ -18,21 +24,35 @@ __all__ = ['MATHJAX_CONFIG', 'sanitize_proc_notebook', 'alias_lowercase_anchors'
            'build_readme']
 
 # %% ../../nbs/cli/01_docs.ipynb #d1cf9128
-_CELL_KEYS = {"markdown": {"cell_type", "id", "metadata", "source", "attachments"},
-              "raw": {"cell_type", "id", "metadata", "source", "attachments"},
-              "code": {"cell_type", "id", "metadata", "source", "outputs", "execution_count"}}
-_DIRECTIVE_TAGS = {"hide": "remove_cell", "echo: false": "remove_input", "output: false": "remove_output",
-                   "include: false": "remove_cell", "hide_input": "remove_input", "hide_output": "remove_output"}
+_CELL_KEYS = {
+    "markdown": {"cell_type", "id", "metadata", "source", "attachments"},
+    "raw": {"cell_type", "id", "metadata", "source", "attachments"},
+    "code": {"cell_type", "id", "metadata", "source", "outputs", "execution_count"},
+}
+_DIRECTIVE_TAGS = {
+    "hide": "remove_cell",
+    "echo: false": "remove_input",
+    "output: false": "remove_output",
+    "include: false": "remove_cell",
+    "hide_input": "remove_input",
+    "hide_output": "remove_output",
+}
+
 
 def _front_matter(src: str) -> dict:
     "Parse the small YAML front matter nbdev writes (`key: value` lines, maybe quoted, maybe folded)."
     import yaml
+
     body = src.strip().strip("-").strip()
     return yaml.safe_load(body) or {}
 
+
 _WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
-_WIDGET_NOTE = ("<p class='widget-note'><em>An interactive widget: open this notebook in JupyterLab (trusted, with a running "
-                "kernel) to use it; the static figures on this page show its views.</em></p>")
+_WIDGET_NOTE = (
+    "<p class='widget-note'><em>An interactive widget: open this notebook in JupyterLab (trusted, with a running "
+    "kernel) to use it; the static figures on this page show its views.</em></p>"
+)
+
 
 def sanitize_proc_notebook(nb: dict) -> nbformat.NotebookNode:
     "Turn one `_proc/` notebook (nbdev-processed, not schema-valid) into a valid notebook for nbconvert."
@@ -49,7 +69,8 @@ def sanitize_proc_notebook(nb: dict) -> nbformat.NotebookNode:
             text = f"# {title}" + (f"\n\n> {fm['description']}" if fm.get("description") else "")
             cells.append(nbformat.v4.new_markdown_cell(text))
             continue
-        if ctype not in _CELL_KEYS: continue
+        if ctype not in _CELL_KEYS:
+            continue
         cell = {k: v for k, v in cell.items() if k in _CELL_KEYS[ctype]}
         cell["metadata"] = {}  # nbdev's execution timings are floats the schema does not allow
         tags = []
@@ -59,26 +80,35 @@ def sanitize_proc_notebook(nb: dict) -> nbformat.NotebookNode:
                 m = re.match(r"^\s*#\|\s*(.*?)\s*$", line)
                 if m:
                     tag = _DIRECTIVE_TAGS.get(m.group(1))
-                    if tag: tags.append(tag)
-                else: kept.append(line)
+                    if tag:
+                        tags.append(tag)
+                else:
+                    kept.append(line)
             src = "\n".join(kept).strip("\n")
-            if not src and not cell.get("outputs"): continue
+            if not src and not cell.get("outputs"):
+                continue
             cell["execution_count"] = None
             for out in cell.get("outputs", []):
-                if "execution_count" in out: out["execution_count"] = None
-                if _WIDGET_VIEW in out.get("data", {}):   # a static page has no kernel: say what the widget is
+                if "execution_count" in out:
+                    out["execution_count"] = None
+                if _WIDGET_VIEW in out.get("data", {}):  # a static page has no kernel: say what the widget is
                     out["data"] = {"text/html": _WIDGET_NOTE, "text/plain": "[interactive widget: needs a live kernel]"}
                 out.setdefault("metadata", {}) if out.get("output_type") in ("display_data", "execute_result") else None
         cell["source"] = src
-        if tags: cell["metadata"]["tags"] = tags
+        if tags:
+            cell["metadata"]["tags"] = tags
         cells.append(cell)
     nb["cells"] = cells
-    nb["metadata"] = {"docs_page": page, "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
-                      "language_info": {"name": "python"}}
+    nb["metadata"] = {
+        "docs_page": page,
+        "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+        "language_info": {"name": "python"},
+    }
     nb["nbformat"], nb["nbformat_minor"] = 4, 5
     node = nbformat.reads(json.dumps(nb), as_version=4)  # reads() re-joins multi-line strings stored as lists
     for c in node.cells:
-        if "id" not in c: c["id"] = nbformat.corpus.words.generate_corpus_id()
+        if "id" not in c:
+            c["id"] = nbformat.corpus.words.generate_corpus_id()
     nbformat.validate(node)
     return node
 
@@ -87,14 +117,18 @@ _PLOTLY_CDN = re.compile(r'<script[^>]*src="https://cdn\.plot\.ly/plotly-[^"]*\.
 _PLOTLY_MODULE = re.compile(r'<script type="module">\s*import "https://cdn\.plot\.ly/[^"]*"\s*</script>')
 _REMOTE_SCRIPT = re.compile(r'<script[^>]*src="https?://[^"]*"[^>]*>\s*</script>')
 
+
 def alias_lowercase_anchors(page: str) -> str:
     """nbdev links a class as `page.html#classname` (lower case, as Quarto makes its ids) while the preview's heading
     id keeps the class's spelling (`DualEncoder`): add a lower-case alias anchor beside every mixed-case id."""
     have = set(re.findall(r'id="([^"]+)"', page))
+
     def alias(m):
         low = m.group(2).lower()
         return m.group(0) if low == m.group(2) or low in have else m.group(0) + f'<span id="{low}"></span>'
+
     return re.sub(r'(<h[1-6][^>]*\bid=")([^"]+)("[^>]*>)', alias, page)
+
 
 def broken_links(out: str | Path) -> list[tuple[str, str, str]]:
     "(page, target page, anchor) for every internal `page.html#anchor` link of a built preview whose anchor is missing."
@@ -103,8 +137,10 @@ def broken_links(out: str | Path) -> list[tuple[str, str, str]]:
     bad = []
     for p in sorted(out.glob("*.html")):
         for target, anchor in re.findall(r'href="([A-Za-z0-9_.-]+\.html)#([^"]+)"', p.read_text()):
-            if target in ids and anchor not in ids[target]: bad.append((p.name, target, anchor))
+            if target in ids and anchor not in ids[target]:
+                bad.append((p.name, target, anchor))
     return sorted(set(bad))
+
 
 def unlink_private_anchors(out: str | Path) -> int:
     """nbdev links every backticked name it indexes, private helpers (`_clock`) and attributes (`recipe.fields`) too,
@@ -115,6 +151,7 @@ def unlink_private_anchors(out: str | Path) -> int:
     link = re.compile(r'<a\b[^>]*href="([A-Za-z0-9_.-]+\.html)#([^"]+)"[^>]*>(.*?)</a>', re.S)
     count = 0
     for p in sorted(out.glob("*.html")):
+
         def fix(m):
             nonlocal count
             target, anchor = m.group(1), m.group(2)
@@ -122,10 +159,13 @@ def unlink_private_anchors(out: str | Path) -> int:
                 count += 1
                 return m.group(3)
             return m.group(0)
+
         text = p.read_text()
         new = link.sub(fix, text)
-        if new != text: p.write_text(new)
+        if new != text:
+            p.write_text(new)
     return count
+
 
 def localize_scripts(page: str, plotly_src: str = "plotly.min.js") -> str:
     "Point plotly at a local copy, load it once in <head>, and drop every other remote script from an HTML page."
@@ -133,7 +173,8 @@ def localize_scripts(page: str, plotly_src: str = "plotly.min.js") -> str:
     page = _PLOTLY_CDN.sub("", page)
     page = _PLOTLY_MODULE.sub("", page)
     page = _REMOTE_SCRIPT.sub("", page)
-    if uses_plotly: page = page.replace("</head>", f'<script charset="utf-8" src="{plotly_src}"></script>\n</head>', 1)
+    if uses_plotly:
+        page = page.replace("</head>", f'<script charset="utf-8" src="{plotly_src}"></script>\n</head>', 1)
     return page
 
 # %% ../../nbs/cli/01_docs.ipynb #a5cea37f
@@ -144,26 +185,38 @@ def write_source_pages(lib: str | Path, out: str | Path) -> list[Path]:
     from pygments import highlight
     from pygments.formatters import HtmlFormatter
     from pygments.lexers import PythonLexer
+
     lib, dst = Path(lib), Path(out) / "source"
-    if dst.exists(): shutil.rmtree(dst)      # a renamed module's page must not linger
+    if dst.exists():
+        shutil.rmtree(dst)  # a renamed module's page must not linger
     dst.mkdir(parents=True)
     fmt = HtmlFormatter(linenos="table", lineanchors="L", anchorlinenos=True, full=True, title="")
     pages = []
     for py in sorted(lib.rglob("*.py")):
         rel = py.relative_to(lib).as_posix()
-        if "__pycache__" in rel: continue
+        if "__pycache__" in rel:
+            continue
         fmt.title = f"{lib.name}/{rel}"
         page = dst / f"{rel.replace('/', '__')}.html"
         page.write_text(highlight(py.read_text(), PythonLexer(), fmt))
         pages.append(page)
     return pages
 
+
 def localize_source_links(page: str, lib_name: str) -> str:
     "Point `https://github.com/OWNER/REPO/blob/BRANCH/LIB/[PKG/]FILE.py#LN` links at the preview's own source pages."
+
     def local(m):
         line = m.group(2)
-        return f'href="source/{m.group(1).replace("/", "__")}.html' + (f'#L-{line}"' if line and line.isdigit() else '"')
-    return re.sub(rf'href="https://github\.com/[^/"]+/[^/"]+/blob/[^/"]+/{re.escape(lib_name)}/((?:\w+/)*\w+\.py)(?:#L(\w+))?"', local, page)
+        return f'href="source/{m.group(1).replace("/", "__")}.html' + (
+            f'#L-{line}"' if line and line.isdigit() else '"'
+        )
+
+    return re.sub(
+        rf'href="https://github\.com/[^/"]+/[^/"]+/blob/[^/"]+/{re.escape(lib_name)}/((?:\w+/)*\w+\.py)(?:#L(\w+))?"',
+        local,
+        page,
+    )
 
 # %% ../../nbs/cli/01_docs.ipynb #6fe0308c
 def sidebar_sections(nbs_path: str | Path) -> list[tuple[str | None, list[str]]]:
@@ -171,44 +224,65 @@ def sidebar_sections(nbs_path: str | Path) -> list[tuple[str | None, list[str]]]
     `website.sidebar.contents`; nested sections are flattened as 'outer / inner'). Without the file: nbdev's own
     listing (`nbdev_sidebar`), one untitled section per folder."""
     import yaml
+
     nbs_path = Path(nbs_path)
     path = nbs_path / "sidebar.yml"
     if not path.exists():
         from nbdev.quarto import nbdev_sidebar
+
         nbdev_sidebar(path=nbs_path, force=True)
-    try: contents = yaml.safe_load(path.read_text())["website"]["sidebar"]["contents"]
-    except (KeyError, TypeError) as e: raise ValueError(f"{path}: expected website.sidebar.contents ({e!r})") from None
+    try:
+        contents = yaml.safe_load(path.read_text())["website"]["sidebar"]["contents"]
+    except (KeyError, TypeError) as e:
+        raise ValueError(f"{path}: expected website.sidebar.contents ({e!r})") from None
     out: list[tuple[str | None, list[str]]] = []
+
     def walk(items, title):
         files = []
         for it in items:
-            if isinstance(it, str): files.append(it)
+            if isinstance(it, str):
+                files.append(it)
             elif isinstance(it, dict) and "section" in it:
                 walk(it.get("contents", []), f"{title} / {it['section']}" if title else str(it["section"]))
-            elif isinstance(it, dict) and "href" in it: files.append(str(it["href"]))
-            else: raise ValueError(f"{path}: sidebar entry {it!r} is neither a file, an href nor a section")
-        if files: out.insert(0, (None, files)) if title is None else out.append((title, files))
+            elif isinstance(it, dict) and "href" in it:
+                files.append(str(it["href"]))
+            else:
+                raise ValueError(f"{path}: sidebar entry {it!r} is neither a file, an href nor a section")
+        if files:
+            out.insert(0, (None, files)) if title is None else out.append((title, files))
+
     walk(contents, None)
     return out
 
+
 _HEADING = re.compile(r'<h([1-4])\b[^>]*\bid="([^"]+)"[^>]*>(.*?)</h\1>', re.S)
+
 
 def _plain(fragment: str) -> str:
     "Text of an HTML fragment: scripts and styles dropped, tags stripped, entities decoded, whitespace collapsed."
     fragment = re.sub(r"<(script|style)\b.*?</\1>", " ", fragment, flags=re.S | re.I)
     return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", fragment))).replace("¶", "").strip()
 
+
 def page_outline(body: str, levels=(2, 3)) -> list[tuple[int, str, str]]:
     "`[(level, id, text)]` of a rendered page's headings at `levels`, in page order (the 'On this page' list)."
     return [(int(lv), hid, _plain(inner)) for lv, hid, inner in _HEADING.findall(body) if int(lv) in levels]
+
 
 def search_entries(name: str, title: str, body: str, max_chars: int = 3000) -> list[dict]:
     """One search record per heading of a page: `{p: page, T: page title, a: anchor, h: heading, t: its text}` (the
     text up to the next heading, at most `max_chars`); the text before the first heading is the page's own record."""
     marks = [(m.start(), m.end(), m.group(2), _plain(m.group(3))) for m in _HEADING.finditer(body)]
     start = body.find("<body")
-    entries = [{"p": name, "T": title, "a": "", "h": title,
-                "t": _plain(body[max(start, 0):marks[0][0] if marks else len(body)])[:max_chars]}]
+    entries = [
+        {
+            "p": name,
+            "T": title,
+            "a": "",
+            "h": title,
+            "t": _plain(body[max(start, 0) : marks[0][0] if marks else len(body)])[:max_chars],
+        }
+    ]
     for k, (s, e, hid, text) in enumerate(marks):
         end = marks[k + 1][0] if k + 1 < len(marks) else len(body)
         entries.append({"p": name, "T": title, "a": hid, "h": text, "t": _plain(body[e:end])[:max_chars]})
@@ -223,7 +297,8 @@ body { margin-left: 272px !important; margin-right: 232px !important; }
 #hb-sidebar a.current { background: #dde8f5; font-weight: 600; }
 #hb-sidebar .hb-home { font-size: 18px; font-weight: 700; color: #222; margin-bottom: 8px; }
 .hb-section-title { margin: 12px 0 2px; font-size: 12px; font-weight: 700; text-transform: uppercase; color: #666; }
-#hb-search { width: 100%; box-sizing: border-box; padding: 5px 7px; margin-bottom: 6px; border: 1px solid #bbb; border-radius: 4px; }
+#hb-search { width: 100%; box-sizing: border-box; padding: 5px 7px; margin-bottom: 6px; border: 1px solid #bbb;
+    border-radius: 4px; }
 #hb-results .hb-result { font-size: 13px; border-bottom: 1px solid #eee; }
 #hb-results .hb-result small { color: #777; display: block; }
 #hb-outline { position: fixed; top: 0; right: 0; bottom: 0; width: 212px; overflow-y: auto; padding: 12px 10px;
@@ -280,15 +355,24 @@ def layout_page(body: str, name: str, sections: list[tuple[str | None, list[tupl
     the search box) and the page's outline in `<body>`. `sections`: `[(title or None, [(page, page title)])]`."""
     nav = []
     for title, pages in sections:
-        links = "".join(f'<a href="{html.escape(p)}"{" class=current" if p == name else ""}>{html.escape(t)}</a>' for p, t in pages)
+        links = "".join(
+            f'<a href="{html.escape(p)}"{" class=current" if p == name else ""}>{html.escape(t)}</a>' for p, t in pages
+        )
         head = f'<div class="hb-section-title">{html.escape(title)}</div>' if title else ""
         nav.append(f'<div class="hb-section">{head}{links}</div>')
-    side = ('<aside id="hb-sidebar"><a class="hb-home" href="index.html">hierbench</a>'
-            '<input id="hb-search" type="search" placeholder="Search the docs" aria-label="Search the docs">'
-            f'<div id="hb-results"></div><nav>{"".join(nav)}</nav></aside>')
-    items = "".join(f'<a class="l{lv}" href="#{html.escape(hid)}">{html.escape(text)}</a>' for lv, hid, text in page_outline(body))
+    side = (
+        '<aside id="hb-sidebar"><a class="hb-home" href="index.html">hierbench</a>'
+        '<input id="hb-search" type="search" placeholder="Search the docs" aria-label="Search the docs">'
+        f'<div id="hb-results"></div><nav>{"".join(nav)}</nav></aside>'
+    )
+    items = "".join(
+        f'<a class="l{lv}" href="#{html.escape(hid)}">{html.escape(text)}</a>' for lv, hid, text in page_outline(body)
+    )
     outline = f'<aside id="hb-outline"><div class="hb-outline-title">On this page</div>{items}</aside>'
-    assets = '<link rel="stylesheet" href="hb-site.css"><script src="search_index.js"></script><script src="hb-search.js"></script>'
+    assets = (
+        '<link rel="stylesheet" href="hb-site.css"><script src="search_index.js"></script><script '
+        'src="hb-search.js"></script>'
+    )
     body = body.replace("</head>", assets + "\n</head>", 1)
     body = re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + side, body, count=1)
     cut = body.rfind("</body>")
@@ -303,21 +387,30 @@ def write_site_assets(out: str | Path, records: list[dict]) -> None:
     (out / "search_index.js").write_text("window.HB_SEARCH = " + json.dumps(records, ensure_ascii=False) + ";\n")
 
 # %% ../../nbs/cli/01_docs.ipynb #291ad699
-MATHJAX_CONFIG = "TeX-AMS-MML_HTMLorMML-full"   # the combined config jupyter-server-mathjax ships (HTML-CSS output)
+MATHJAX_CONFIG = "TeX-AMS-MML_HTMLorMML-full"  # the combined config jupyter-server-mathjax ships (HTML-CSS output)
+
 
 def copy_mathjax(out: str | Path) -> str | None:
     """Copy MathJax 2 (the `jupyter-server-mathjax` package's files, less its translations and SVG output) to
     `out/mathjax`; returns the script URL relative to the pages, or None (with a warning) when the package is absent."""
-    try: import jupyter_server_mathjax
+    try:
+        import jupyter_server_mathjax
     except ImportError:
         import warnings
+
         warnings.warn("jupyter-server-mathjax is not installed: the docs preview shows math as raw TeX")
         return None
     src = Path(jupyter_server_mathjax.__file__).parent / "static"
     dst = Path(out) / "mathjax"
-    if dst.exists(): shutil.rmtree(dst)
-    shutil.copytree(src, dst, ignore=lambda d, names: [n for n in names if (Path(d) == src and n == "localization")
-                                                       or (Path(d).name == "output" and n == "SVG")])
+    if dst.exists():
+        shutil.rmtree(dst)
+    shutil.copytree(
+        src,
+        dst,
+        ignore=lambda d, names: [
+            n for n in names if (Path(d) == src and n == "localization") or (Path(d).name == "output" and n == "SVG")
+        ],
+    )
     return f"mathjax/MathJax.js?config={MATHJAX_CONFIG},Safe"
 
 # %% ../../nbs/cli/01_docs.ipynb #7eb3c419
@@ -327,39 +420,55 @@ def page_name(rel: str, output_file: str | None, readme_nb: str, taken: set[str]
     beside the tour) falls back to the path form; the name is added to `taken`."""
     flat = posixpath.splitext(rel)[0].replace("/", "__") + ".html"
     name = "index.html" if rel == readme_nb else output_file or flat
-    if name in taken or (name == "index.html" and rel != readme_nb): name = flat
-    if name in taken: raise ValueError(f"docs preview: notebook {rel} would overwrite the page {name} of another notebook")
+    if name in taken or (name == "index.html" and rel != readme_nb):
+        name = flat
+    if name in taken:
+        raise ValueError(f"docs preview: notebook {rel} would overwrite the page {name} of another notebook")
     taken.add(name)
     return name
 
 # %% ../../nbs/cli/01_docs.ipynb #7f4f1ea2
-_TAG = re.compile(r"<[A-Za-z][^<>]*>")   # a real tag: in highlighted code `<` is `&lt;`, so examples are left alone
+_TAG = re.compile(r"<[A-Za-z][^<>]*>")  # a real tag: in highlighted code `<` is `&lt;`, so examples are left alone
 _REL_LINK = re.compile(r'\b(href|src)="(?![A-Za-z][A-Za-z0-9+.-]*:|#|/)([^"#?]+)([^"]*)"')
 
-def localize_relative_links(body: str, rel: str, pages: dict[str, str], nbs: str | Path | None = None) -> tuple[str, list[str]]:
+
+def localize_relative_links(
+    body: str, rel: str, pages: dict[str, str], nbs: str | Path | None = None
+) -> tuple[str, list[str]]:
     """Relative links of the page made from notebook `rel` (its path under `nbs/`) as they work in the flat preview:
     a link to a notebook becomes its page (`results/a.ipynb` -> `pages["results/a.ipynb"]`), a link to a file that
     exists under `nbs` its path under `nbs`. Only attributes of real tags change (not code that shows a link). Returns
     the body and those files (to copy beside the pages); any other link is left as it is."""
     base, files = posixpath.dirname(rel), []
+
     def fix(m):
         kind, target, tail = m.groups()
         path = posixpath.normpath(posixpath.join(base, target))
-        if path in pages: return f'{kind}="{pages[path]}{tail}"'
+        if path in pages:
+            return f'{kind}="{pages[path]}{tail}"'
         if nbs is not None and not path.startswith("../") and (Path(nbs) / path).is_file():
-            files.append(path); return f'{kind}="{path}{tail}"'
+            files.append(path)
+            return f'{kind}="{path}{tail}"'
         return m.group(0)
+
     return _TAG.sub(lambda t: _REL_LINK.sub(fix, t.group(0)), body), files
+
 
 def localize_module_links(body: str, module_pages: dict[str, str]) -> str:
     """nbdev links a symbol at the page of its notebook's path (`ledger/claims.html#claim`); in the flat
     preview that is the page the notebook was rendered to (`module_pages`: nested → flat)."""
-    if not module_pages: return body
-    pat = re.compile(r'\b(href)="(' + "|".join(re.escape(k) for k in sorted(module_pages, key=len, reverse=True)) + r')([#"])')
-    return _TAG.sub(lambda t: pat.sub(lambda m: f'{m.group(1)}="{module_pages[m.group(2)]}{m.group(3)}', t.group(0)), body)
+    if not module_pages:
+        return body
+    pat = re.compile(
+        r'\b(href)="(' + "|".join(re.escape(k) for k in sorted(module_pages, key=len, reverse=True)) + r')([#"])'
+    )
+    return _TAG.sub(
+        lambda t: pat.sub(lambda m: f'{m.group(1)}="{module_pages[m.group(2)]}{m.group(3)}', t.group(0)), body
+    )
 
 # %% ../../nbs/cli/01_docs.ipynb #bf06cd48
-_MD_LINK = re.compile(r'(!?\[[^\]]*\]\()(?![A-Za-z][A-Za-z0-9+.-]*:|#|/)([^)\s]+)\)')
+_MD_LINK = re.compile(r"(!?\[[^\]]*\]\()(?![A-Za-z][A-Za-z0-9+.-]*:|#|/)([^)\s]+)\)")
+
 
 def readme_links(text: str, nbs_dir: str = "nbs") -> str:
     "Markdown links of `index.ipynb` (relative to `nbs/`) rewritten for `README.md` at the top of the repository."
@@ -367,10 +476,13 @@ def readme_links(text: str, nbs_dir: str = "nbs") -> str:
 
 # %% ../../nbs/cli/01_docs.ipynb #617faf8b
 def require_docs_extra(*modules: str) -> None:
-    "ImportError naming the `[docs]` extra when a module the docs build needs (nbconvert, nbdev, yaml) is not installed."
+    """ImportError naming the `[docs]` extra when a module the docs build needs (nbconvert, nbdev, yaml) is not
+    installed."""
     import importlib.util
+
     missing = [m for m in modules if importlib.util.find_spec(m) is None]
-    if missing: raise ImportError(f"the docs build needs {', '.join(missing)}: pip install -e '.[docs]' (or '.[dev]')")
+    if missing:
+        raise ImportError(f"the docs build needs {', '.join(missing)}: pip install -e '.[docs]' (or '.[dev]')")
 
 # %% ../../nbs/cli/01_docs.ipynb #67c5eaec
 def _error_outputs(nb) -> list[str]:
@@ -378,7 +490,8 @@ def _error_outputs(nb) -> list[str]:
     errs = []
     for i, c in enumerate(nb.cells):
         for o in c.get("outputs", []):
-            if o.get("output_type") == "error": errs.append(f"cell {i}: {o.get('ename')}: {o.get('evalue')}")
+            if o.get("output_type") == "error":
+                errs.append(f"cell {i}: {o.get('ename')}: {o.get('evalue')}")
             elif o.get("output_type") == "stream" and o.get("name") == "stderr" and "Traceback" in o.get("text", ""):
                 errs.append(f"cell {i}: traceback on stderr")
     return errs
@@ -391,6 +504,7 @@ def build_docs_preview(root: str | Path = ".", out: str | Path | None = None, pr
     from nbconvert import HTMLExporter
     from nbdev.config import get_config
     from nbdev.doclinks import nbpath2html
+
     root = Path(root).resolve()
     cfg = get_config(path=root)
     nbs, out = Path(cfg.nbs_path), Path(out or cfg.doc_path)
@@ -398,18 +512,26 @@ def build_docs_preview(root: str | Path = ".", out: str | Path | None = None, pr
     if proc:
         from nbdev.serve import proc_nbs
         import os
+
         cwd = os.getcwd()
         try:
             os.chdir(root)
             proc_nbs(path=nbs, n_workers=0)
-        finally: os.chdir(cwd)
-    sources = sorted(p for p in nbs.rglob("*.ipynb") if not any(part.startswith(("_", ".")) for part in p.relative_to(nbs).parts))
-    if not sources: raise FileNotFoundError(f"no notebooks under {nbs}")
+        finally:
+            os.chdir(cwd)
+    sources = sorted(
+        p for p in nbs.rglob("*.ipynb") if not any(part.startswith(("_", ".")) for part in p.relative_to(nbs).parts)
+    )
+    if not sources:
+        raise FileNotFoundError(f"no notebooks under {nbs}")
     out.mkdir(parents=True, exist_ok=True)
-    for old in out.glob("*.html"): old.unlink()  # pages of renamed or deleted notebooks must not linger
+    for old in out.glob("*.html"):
+        old.unlink()  # pages of renamed or deleted notebooks must not linger
     import plotly
+
     shutil.copy(Path(plotly.__file__).parent / "package_data" / "plotly.min.js", out / "plotly.min.js")
     from traitlets.config import Config
+
     tcfg = Config()
     tcfg.TagRemovePreprocessor.enabled = True
     tcfg.TagRemovePreprocessor.remove_cell_tags = {"remove_cell"}
@@ -417,44 +539,61 @@ def build_docs_preview(root: str | Path = ".", out: str | Path | None = None, pr
     tcfg.TagRemovePreprocessor.remove_all_outputs_tags = {"remove_output"}
     tcfg.HTMLExporter.preprocessors = ["nbconvert.preprocessors.TagRemovePreprocessor"]
     mathjax = copy_mathjax(out)
-    exporter = HTMLExporter(config=tcfg, template_name="lab", exclude_input_prompt=True, exclude_output_prompt=True,
-                            **({"mathjax_url": mathjax} if mathjax else {}))
+    exporter = HTMLExporter(
+        config=tcfg,
+        template_name="lab",
+        exclude_input_prompt=True,
+        exclude_output_prompt=True,
+        **({"mathjax_url": mathjax} if mathjax else {}),
+    )
     rendered, problems, taken, module_pages = [], [], set(), {}
     for src in sources:
         rel = src.relative_to(nbs)
         pnb = proc_dir / rel
-        if not pnb.exists(): problems.append(f"{rel}: not processed (missing {pnb})"); continue
+        if not pnb.exists():
+            problems.append(f"{rel}: not processed (missing {pnb})")
+            continue
         nb = sanitize_proc_notebook(json.loads(pnb.read_text()))
         errs = _error_outputs(nb)
-        if errs: problems.append(f"{rel}: error output(s): " + "; ".join(errs))
+        if errs:
+            problems.append(f"{rel}: error output(s): " + "; ".join(errs))
         page = nb.metadata.get("docs_page", {})
         title = page.get("title") or rel.stem
         name = page_name(rel.as_posix(), page.get("output_file"), cfg.readme_nb, taken)
-        if "/" in rel.as_posix(): module_pages[nbpath2html(rel).as_posix()] = name   # where nbdev links its symbols
+        if "/" in rel.as_posix():
+            module_pages[nbpath2html(rel).as_posix()] = name  # where nbdev links its symbols
         body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": title}})
         rendered.append((rel.as_posix(), name, title, body))
-    if problems: raise RuntimeError("docs preview failed:\n" + "\n".join(problems))
+    if problems:
+        raise RuntimeError("docs preview failed:\n" + "\n".join(problems))
     by_nb = {rel: (name, title) for rel, name, title, _ in rendered}
     sidebar = sidebar_sections(nbs)
     sections = [(t, [by_nb[f] for f in files if f in by_nb]) for t, files in sidebar]
     listed = {f for _, files in sidebar for f in files}
-    unlisted = [by_nb[r] for r in sorted(by_nb) if r not in listed]   # a new notebook not yet in sidebar.yml: still reachable
-    if unlisted: sections.append(("Not in sidebar.yml", unlisted))
+    unlisted = [
+        by_nb[r] for r in sorted(by_nb) if r not in listed
+    ]  # a new notebook not yet in sidebar.yml: still reachable
+    if unlisted:
+        sections.append(("Not in sidebar.yml", unlisted))
     paths, records = [], []
     pages, copied = {rel: name for rel, name, _, _ in rendered}, set()
     for rel, name, title, body in rendered:
         body, files = localize_relative_links(body, rel, pages, nbs)
-        for f in set(files) - copied:   # images and other files the notebooks link to, at the same path
-            (out / f).parent.mkdir(parents=True, exist_ok=True); shutil.copy(nbs / f, out / f); copied.add(f)
+        for f in set(files) - copied:  # images and other files the notebooks link to, at the same path
+            (out / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(nbs / f, out / f)
+            copied.add(f)
         body = alias_lowercase_anchors(localize_scripts(body))
-        if cfg.doc_url: body = body.replace(cfg.doc_url.rstrip("/") + "/", "")  # show_doc links stay inside the preview
+        if cfg.doc_url:
+            body = body.replace(cfg.doc_url.rstrip("/") + "/", "")  # show_doc links stay inside the preview
         body = localize_module_links(body, module_pages)
         body = localize_source_links(body, Path(cfg.lib_path).name)
         body = re.sub(r'\{target="_blank"[^}]*\}', "", body)  # Quarto link attributes that nbconvert leaves as text
         records += search_entries(name, title, body)
         (out / name).write_text(layout_page(body, name, sections))
         paths.append(out / name)
-    if "index.html" not in {p.name for p in paths}: raise RuntimeError(f"docs preview failed: no page from {cfg.readme_nb}")
+    if "index.html" not in {p.name for p in paths}:
+        raise RuntimeError(f"docs preview failed: no page from {cfg.readme_nb}")
     write_site_assets(out, records)
     write_source_pages(cfg.lib_path, out)
     unlink_private_anchors(out)
@@ -466,11 +605,16 @@ def check_docs(out: str | Path, expected: list[str]) -> list[str]:
     out, problems = Path(out), []
     for name in expected:
         p = out / name
-        if not p.exists(): problems.append(f"missing page {name}"); continue
+        if not p.exists():
+            problems.append(f"missing page {name}")
+            continue
         text = p.read_text()
-        if "jp-OutputArea-output" in text and ('data-mime-type="application/vnd.jupyter.stderr"' in text and "Traceback" in text):
+        if "jp-OutputArea-output" in text and (
+            'data-mime-type="application/vnd.jupyter.stderr"' in text and "Traceback" in text
+        ):
             problems.append(f"{name}: traceback in output")
-        if re.search(r'<script[^>]*src="https?://', text): problems.append(f"{name}: remote script left")
+        if re.search(r'<script[^>]*src="https?://', text):
+            problems.append(f"{name}: remote script left")
     return problems
 
 # %% ../../nbs/cli/01_docs.ipynb #31fa11b8
@@ -479,20 +623,28 @@ def build_readme(root: str | Path = ".", proc: bool = False) -> Path:
     require_docs_extra("nbconvert", "nbdev", "yaml")
     from nbconvert import MarkdownExporter
     from nbdev.config import get_config
+
     root = Path(root).resolve()
     cfg = get_config(path=root)
     if proc:
         import os
         from nbdev.serve import proc_nbs
+
         cwd = os.getcwd()
-        try: os.chdir(root); proc_nbs(path=Path(cfg.nbs_path), n_workers=0)
-        finally: os.chdir(cwd)
+        try:
+            os.chdir(root)
+            proc_nbs(path=Path(cfg.nbs_path), n_workers=0)
+        finally:
+            os.chdir(cwd)
     src = root / "_proc" / cfg.readme_nb
-    if not src.exists(): raise FileNotFoundError(f"{src} missing: build the docs preview first")
+    if not src.exists():
+        raise FileNotFoundError(f"{src} missing: build the docs preview first")
     nb = sanitize_proc_notebook(json.loads(src.read_text()))
     nb.cells = [c for c in nb.cells if "remove_cell" not in c.metadata.get("tags", [])]
     text, _ = MarkdownExporter().from_notebook_node(nb)
-    text = readme_links(re.sub(r"\n{3,}", "\n\n", text).strip() + "\n", Path(cfg.nbs_path).resolve().relative_to(root).as_posix())
+    text = readme_links(
+        re.sub(r"\n{3,}", "\n\n", text).strip() + "\n", Path(cfg.nbs_path).resolve().relative_to(root).as_posix()
+    )
     out = root / "README.md"
     out.write_text(text)
     return out

@@ -1,4 +1,5 @@
-"""`hierbench eval`: any model a researcher has on disk, scored by every protocol pointed at; paired comparisons and leaderboards of the results.
+"""`hierbench eval`: any model a researcher has on disk, scored by every protocol pointed at; paired
+comparisons and leaderboards of the results.
 
 Docs: https://hierbench.github.io/hierbench/cli/eval_command.html.md"""
 
@@ -30,33 +31,46 @@ __all__ = ['load_any_model', 'items_path', 'read_items', 'read_names', 'leaderbo
            'eval_metadata', 'cmd_eval']
 
 # %% ../../nbs/cli/03_eval_command.ipynb #e599e91a
-def load_any_model(checkpoint: str | Path, model_name: str | None = None, quick_gelu: bool | None = None,
-                   geometry: str = "euclidean"):
+def load_any_model(
+    checkpoint: str | Path, model_name: str | None = None, quick_gelu: bool | None = None, geometry: str = "euclidean"
+):
     "A hierbench run dir / saved model, or an open_clip checkpoint file (then `model_name` names the architecture)."
     p = Path(checkpoint)
-    if p.is_dir(): p = p / "model.safetensors"
-    if not p.exists(): raise MissingFileError(f"checkpoint {p} does not exist")
-    if p.with_suffix(".json").exists() and model_name is None: return load_model(p)
+    if p.is_dir():
+        p = p / "model.safetensors"
+    if not p.exists():
+        raise MissingFileError(f"checkpoint {p} does not exist")
+    if p.with_suffix(".json").exists() and model_name is None:
+        return load_model(p)
     if model_name is None:
-        raise SettingsError(f"{p} has no hierbench sidecar ({p.with_suffix('.json').name}): pass --arch ARCH "
-                         "(an open_clip architecture such as ViT-B-32-quickgelu) to load it as an open_clip checkpoint")
+        raise SettingsError(
+            f"{p} has no hierbench sidecar ({p.with_suffix('.json').name}): pass --arch ARCH "
+            "(an open_clip architecture such as ViT-B-32-quickgelu) to load it as an open_clip checkpoint"
+        )
     return create_model(model_name, geometry=geometry, checkpoint=p, force_quick_gelu=quick_gelu)
 
 # %% ../../nbs/cli/03_eval_command.ipynb #3edc3758
-def items_path(metrics_path: Path) -> Path: return metrics_path.with_name(metrics_path.stem + ".items.jsonl")
+def items_path(metrics_path: Path) -> Path:
+    return metrics_path.with_name(metrics_path.stem + ".items.jsonl")
+
 
 def read_items(path: str | Path) -> pd.DataFrame:
     "A per-item table written by `hierbench eval --json` (its .items.jsonl, or the metrics JSON beside it)."
     p = Path(path)
-    if p.suffix == ".json": p = items_path(p)
-    if not p.is_file(): raise MissingFileError(f"per-item file not found: {p} (written by `hierbench eval --json M.json`)")
+    if p.suffix == ".json":
+        p = items_path(p)
+    if not p.is_file():
+        raise MissingFileError(f"per-item file not found: {p} (written by `hierbench eval --json M.json`)")
     return pd.read_json(p, lines=True, dtype={"id": str})
+
 
 def read_names(path) -> tuple[str, ...]:
     "Names listed one per line in a text file (blank lines and `#` comments skipped); () without a file."
-    if not path: return ()
+    if not path:
+        return ()
     lines = Path(path).read_text(encoding="utf-8").splitlines()
     return tuple(l.strip() for l in lines if l.strip() and not l.lstrip().startswith("#"))
+
 
 def leaderboard(folder) -> pd.DataFrame:
     """Metrics (rows) × the `eval --json` files of `folder` (columns): `value [low, high]` (95 % item bootstrap) where
@@ -72,22 +86,30 @@ def _trees(specs) -> dict[str, str]:
         out[name if eq else ""] = tree if eq else s
     return out
 
+
 def general_protocols(model, args, per_item: list, log=print, ctx: EvalContext | None = None) -> dict[str, float]:
-    "Metrics of `--zeroshot`, `--linear-probe` (+ `--hierarchy`), `--retrieval` and `--suite`; their rows appended to `per_item`."
+    """Metrics of `--zeroshot`, `--linear-probe` (+ `--hierarchy`), `--retrieval` and `--suite`; their rows appended to
+    `per_item`."""
     out, common = {}, dict(num_workers=args.num_workers, limit=args.limit)
     zs, lp, trees = list(args.zeroshot or ()), list(args.linear_probe or ()), _trees(args.hierarchy)
     unknown = set(trees) - {""} - {Path(f).name for f in zs}
-    if unknown: raise SettingsError(f"--hierarchy names {sorted(unknown)}, which no --zeroshot folder is called")
+    if unknown:
+        raise SettingsError(f"--hierarchy names {sorted(unknown)}, which no --zeroshot folder is called")
     for folder in dict.fromkeys(zs + lp):
         tree = trees.get(Path(folder).name, trees.get("")) if folder in zs else None
-        m, rows = evaluate_classification(model, folder, zeroshot=folder in zs, linear_probe_=folder in lp, hierarchy=tree, log=log, **common)
-        out.update(m); per_item.append(rows)
+        m, rows = evaluate_classification(
+            model, folder, zeroshot=folder in zs, linear_probe_=folder in lp, hierarchy=tree, log=log, **common
+        )
+        out.update(m)
+        per_item.append(rows)
     for spec in args.retrieval or ():
         m, rows = evaluate_retrieval(model, spec, image_root=args.image_root, log=log, **common)
-        out.update(m); per_item.append(rows)
+        out.update(m)
+        per_item.append(rows)
     if args.suite:
         m, rows, _ = run_suite(model, args.suite, args.data_root, log=log, ctx=ctx, **common)
-        out.update(m); per_item.append(rows)
+        out.update(m)
+        per_item.append(rows)
     return out
 
 # %% ../../nbs/cli/03_eval_command.ipynb #d4bef213
@@ -97,35 +119,56 @@ def scorer_for(args):
         return load_scorer(args.scorer, geometry=args.geometry, quick_gelu=args.quick_gelu), args.scorer
     if args.checkpoint:
         return load_any_model(args.checkpoint, args.arch, args.quick_gelu, args.geometry), args.checkpoint
-    raise SettingsError("give --scorer KIND:PATH (hierbench:, open_clip:ARCH@FILE, hf:, st:, hf-text:) or --checkpoint FILE [--arch ARCH]")
+    raise SettingsError(
+        "give --scorer KIND:PATH (hierbench:, open_clip:ARCH@FILE, hf:, st:, hf-text:) or --checkpoint FILE [--arch "
+        "ARCH]"
+    )
+
 
 def eval_metadata(families) -> dict:
     "What a metrics JSON says about its numbers: fractions everywhere, and each family's official script and its scale."
-    return {"scale": "every accuracy and score is a fraction in [0, 1]; an official script that prints percent ('official_scale') "
-                     "reports 100 times these numbers",
-            "families": {f.name: dict(title=f.title, official=f.official, official_scale="percent" if f.percent else "fraction")
-                         for f in families}}
+    return {
+        "scale": "every accuracy and score is a fraction in [0, 1]; an official script that prints percent "
+        "('official_scale') "
+        "reports 100 times these numbers",
+        "families": {
+            f.name: dict(title=f.title, official=f.official, official_scale="percent" if f.percent else "fraction")
+            for f in families
+        },
+    }
+
 
 def _suite_families(suite) -> list:
     return [FAMILIES[b.protocol] for b in SUITES[suite].benchmarks if b.protocol in FAMILIES] if suite else []
+
 
 def cmd_eval(args):
     if args.compare:
         a, b = args.compare
         table = paired_metric_differences(read_items(a), read_items(b))
-        return print_table(table.round(4), f"paired differences on the same items: a = {a} − b = {b} (95% percentile item "
-                                           "bootstrap; mde: the smallest difference these items detect with 80% power; "
-                                           "differ: items on which a and b differ; skewness: of the per-item differences)")
+        return print_table(
+            table.round(4),
+            f"paired differences on the same items: a = {a} − b = {b} (95% percentile item "
+            "bootstrap; mde: the smallest difference these items detect with 80% power; "
+            "differ: items on which a and b differ; skewness: of the per-item differences)",
+        )
     if args.leaderboard:
         table = leaderboard(args.leaderboard)
-        return print_table(table, f"leaderboard: {table.shape[1]} model(s) in {args.leaderboard} (value [95% item-bootstrap interval])")
-    if args.suite and not args.data_root: raise SettingsError("--suite needs --data-root DIR (a folder of datasets under conventional names)")
+        return print_table(
+            table, f"leaderboard: {table.shape[1]} model(s) in {args.leaderboard} (value [95% item-bootstrap interval])"
+        )
+    if args.suite and not args.data_root:
+        raise SettingsError("--suite needs --data-root DIR (a folder of datasets under conventional names)")
     model, name = scorer_for(args)
     model = apply_precision(model, args.precision)
     per_item: list = []
-    ctx = EvalContext(image_root=args.image_root, limit=args.limit, num_workers=args.num_workers, coco_dir=args.coco_dir)
-    with eval_progress():   # a progress bar while each benchmark's images are encoded
-        res = evaluate_benchmarks(model, world=not args.no_world, n_test=args.n_test, per_item=per_item, ctx=ctx, **flag_values(args))
+    ctx = EvalContext(
+        image_root=args.image_root, limit=args.limit, num_workers=args.num_workers, coco_dir=args.coco_dir
+    )
+    with eval_progress():  # a progress bar while each benchmark's images are encoded
+        res = evaluate_benchmarks(
+            model, world=not args.no_world, n_test=args.n_test, per_item=per_item, ctx=ctx, **flag_values(args)
+        )
         general = general_protocols(model, args, per_item, ctx=ctx)
     res.update(general)
     print_table(results_table(res), f"evaluation of {name} ({args.precision})")
@@ -134,12 +177,16 @@ def cmd_eval(args):
             print_table(table, f"{SUITES[args.suite].paper}: {title} (%)")
     res["precision"] = args.precision
     families = list(dict.fromkeys(asked(args) + _suite_families(args.suite)))
-    if general or families: res["similarity"] = similarity_name(model)   # what ranked the classes, candidates, options
-    if families: res["metadata"] = eval_metadata(families)
+    if general or families:
+        res["similarity"] = similarity_name(model)  # what ranked the classes, candidates, options
+    if families:
+        res["metadata"] = eval_metadata(families)
     if args.json:
         out = Path(args.json)
         atomic_write_text(out, json.dumps(res, indent=1))
         per_item = [t for t in per_item if len(t)]
         if per_item:
-            atomic_write_text(items_path(out), pd.concat(per_item, ignore_index=True).to_json(orient="records", lines=True))
+            atomic_write_text(
+                items_path(out), pd.concat(per_item, ignore_index=True).to_json(orient="records", lines=True)
+            )
             print(f"wrote {out} and {items_path(out)} (one row per item: benchmark, id, verdict, scores)")

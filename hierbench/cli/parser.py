@@ -1,4 +1,5 @@
-"""`hierbench`: the console script — compare, train, eval, bench, docs; its flags, parsed without importing torch.
+"""`hierbench`: the console script — compare, train, eval, bench, docs; its flags, parsed without
+importing torch.
 
 Docs: https://hierbench.github.io/hierbench/cli/parser.html.md"""
 
@@ -6,10 +7,21 @@ Docs: https://hierbench.github.io/hierbench/cli/parser.html.md"""
 
 # %% ../../nbs/cli/00_parser.ipynb #4500acb8
 from __future__ import annotations
-import argparse, importlib, os, sys
+import argparse
+import importlib
+import os
+import sys
 
 from ..evaluation.compositional.registry import add_family_flags
-from ..config import HierbenchError, BENCH_SECTIONS, BUDGET_NAMES, LAUNCHERS, PRECISIONS, REPORT_TO_BACKENDS, SUITE_NAMES
+from hierbench.config import (
+    HierbenchError,
+    BENCH_SECTIONS,
+    BUDGET_NAMES,
+    LAUNCHERS,
+    PRECISIONS,
+    REPORT_TO_BACKENDS,
+    SUITE_NAMES,
+)
 
 # %% auto #0
 __all__ = ['SUBCOMMANDS', 'LazyCommand', 'DeprecatedFlag', 'deprecated_alias', 'comma_list', 'seed_list', 'add_train_parser',
@@ -21,54 +33,77 @@ __all__ = ['SUBCOMMANDS', 'LazyCommand', 'DeprecatedFlag', 'deprecated_alias', '
 # %% ../../nbs/cli/00_parser.ipynb #6b3539a5
 class LazyCommand:
     "A subcommand's runner, `'module:function'`, imported when the subcommand runs (so `--help` imports no torch)."
+
     def __init__(self, target: str):
         module, sep, function = target.partition(":")
-        if not (module and sep and function): raise ValueError(f"LazyCommand({target!r}): expected 'module:function'")
+        if not (module and sep and function):
+            raise ValueError(f"LazyCommand({target!r}): expected 'module:function'")
         self.target, self.module, self.function = target, module, function
+
     def resolve(self):
         "The runner itself (imports its module)."
         return getattr(importlib.import_module(self.module), self.function)
-    def __call__(self, args): return self.resolve()(args)
-    def __repr__(self): return f"LazyCommand({self.target!r})"
+
+    def __call__(self, args):
+        return self.resolve()(args)
+
+    def __repr__(self):
+        return f"LazyCommand({self.target!r})"
 
 # %% ../../nbs/cli/00_parser.ipynb #56de1ba0
 class DeprecatedFlag(argparse.Action):
     "An old spelling of a flag kept for one release: stores into the new flag's destination and says so on stderr."
+
     def __init__(self, option_strings, dest, new: str = "", **kwargs):
         self.new = new
         super().__init__(option_strings, dest, **kwargs)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        print(f"hierbench: {option_string} is deprecated, use {self.new} (the old spelling goes in the next release)",
-              file=sys.stderr)
+        print(
+            f"hierbench: {option_string} is deprecated, use {self.new} (the old spelling goes in the next release)",
+            file=sys.stderr,
+        )
         setattr(namespace, self.dest, values)
+
 
 def deprecated_alias(parser, old: str, new: str, **kwargs):
     "Accept `old` as a hidden, deprecated spelling of the flag `new` (same destination)."
     dest = new.lstrip("-").replace("-", "_")
-    parser.add_argument(old, dest=dest, action=DeprecatedFlag, new=new, help=argparse.SUPPRESS,
-                        default=argparse.SUPPRESS, **kwargs)
+    parser.add_argument(
+        old, dest=dest, action=DeprecatedFlag, new=new, help=argparse.SUPPRESS, default=argparse.SUPPRESS, **kwargs
+    )
 
 # %% ../../nbs/cli/00_parser.ipynb #477f508f
 def _add_report_to(parser):
     "`--report-to` (open_clip_train's spelling), shared by train and compare."
-    parser.add_argument("--report-to", default=None, help=f"comma-separated: {', '.join(REPORT_TO_BACKENDS)} — every metrics line "
-                        "also in TensorBoard (RUN/tb) and W&B (RUN/wandb, offline unless WANDB_MODE says otherwise); the [track] extra")
+    parser.add_argument(
+        "--report-to",
+        default=None,
+        help=f"comma-separated: {', '.join(REPORT_TO_BACKENDS)} — every metrics line "
+        "also in TensorBoard (RUN/tb) and W&B (RUN/wandb, offline unless WANDB_MODE says otherwise); the [track] extra",
+    )
+
 
 def comma_list(text: str | None) -> list[str] | None:
     "Comma-separated names as a list (None stays None)."
     return None if text is None else [t.strip() for t in text.split(",") if t.strip()]
 
+
 def seed_list(text: str) -> tuple[int, ...]:
     "`--seeds 0,1,2,3`: distinct integers >= 0, or an argparse error naming the bad entry (before any import of torch)."
     seeds = []
     for part in comma_list(text) or []:
-        try: s = int(part)
-        except ValueError: raise argparse.ArgumentTypeError(f"{part!r} is not an integer (give e.g. 0,1,2,3)") from None
-        if s < 0: raise argparse.ArgumentTypeError(f"{s} is negative (seeds are >= 0)")
-        if s in seeds: raise argparse.ArgumentTypeError(f"{s} is given twice (each seed is trained once)")
+        try:
+            s = int(part)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{part!r} is not an integer (give e.g. 0,1,2,3)") from None
+        if s < 0:
+            raise argparse.ArgumentTypeError(f"{s} is negative (seeds are >= 0)")
+        if s in seeds:
+            raise argparse.ArgumentTypeError(f"{s} is given twice (each seed is trained once)")
         seeds.append(s)
-    if not seeds: raise argparse.ArgumentTypeError("no seed given (give e.g. 0,1,2,3)")
+    if not seeds:
+        raise argparse.ArgumentTypeError("no seed given (give e.g. 0,1,2,3)")
     return tuple(seeds)
 
 # %% ../../nbs/cli/00_parser.ipynb #3082d3c7
@@ -78,49 +113,127 @@ def add_train_parser(sub):
     d.add_argument("recipe")
     add_plugin_flag(d)
     d.add_argument("--out", required=True, help="run folder (config.json, metrics.jsonl, checkpoints)")
-    d.add_argument("--data", default="world", help="world (default) | coco:KARPATHY.json | grit:FILE.jsonl | "
-                   "wds:'shards/{00000..00099}.tar' | hierarcaps:CSV")
+    d.add_argument(
+        "--data",
+        default="world",
+        help="world (default) | coco:KARPATHY.json | grit:FILE.jsonl | "
+        "wds:'shards/{00000..00099}.tar' | hierarcaps:CSV",
+    )
     d.add_argument("--image-root", default=None, help="folder the annotation file's image paths are relative to")
-    d.add_argument("--negatives", default=None, help="hard-negative file of `hierbench negatives` (negclip, degla, read)")
+    d.add_argument(
+        "--negatives", default=None, help="hard-negative file of `hierbench negatives` (negclip, degla, read)"
+    )
     d.add_argument("--paraphrases", default=None, help="caption → paraphrase file, JSON or JSONL (read's alignment)")
-    d.add_argument("--decoder-path", default=None, help="READ's frozen decoder (.safetensors; pretrained and saved there if absent)")
-    d.add_argument("--decoder-steps", type=int, default=1500, help="READ: decoder pre-training steps when it is trained here")
-    d.add_argument("--arch", default=None, help="architecture: a world preset (world-tiny, world-debug, ...) or an "
-                   "open_clip name for real data, e.g. ViT-B-32-quickgelu (default: the --init-checkpoint run's, else world-tiny)")
-    d.add_argument("--steps", type=int, default=None, help="default: the recipe's (world) or the paper's epochs over the data")
+    d.add_argument(
+        "--decoder-path",
+        default=None,
+        help="READ's frozen decoder (.safetensors; pretrained and saved there if absent)",
+    )
+    d.add_argument(
+        "--decoder-steps", type=int, default=1500, help="READ: decoder pre-training steps when it is trained here"
+    )
+    d.add_argument(
+        "--arch",
+        default=None,
+        help="architecture: a world preset (world-tiny, world-debug, ...) or an "
+        "open_clip name for real data, e.g. ViT-B-32-quickgelu (default: the --init-checkpoint run's, else world-tiny)",
+    )
+    d.add_argument(
+        "--steps", type=int, default=None, help="default: the recipe's (world) or the paper's epochs over the data"
+    )
     seeds = d.add_mutually_exclusive_group()
     seeds.add_argument("--seed", type=int, default=0)
-    seeds.add_argument("--seeds", type=seed_list, default=None, help="world: several seeds side by side in one process, "
-                       "e.g. 0,1,2,3, each into OUT/seed<k> (the runs each seed trains alone, bit for bit)")
-    d.add_argument("--init-checkpoint", default=None, help="checkpoint file or finished run folder to fine-tune from (a run "
-                   "folder also gives its architecture and precision; with --seeds: a folder of seed<k> runs, or a path with "
-                   "{seed}, starts each seed from its own)")
-    d.add_argument("--lora-rank", type=int, default=None, help="train low-rank adapters of this rank (peft LoRA, the [lora] "
-                   "extra) on the --init-checkpoint's frozen towers instead of every weight")
-    d.add_argument("--lora-alpha", type=float, default=None, help="LoRA scale alpha: the update is (alpha/rank)·B·A (default 2 × rank)")
-    d.add_argument("--lora-targets", default=None, help="comma-separated layers LoRA adapts: the groups attn (query/key/value "
-                   "projections), mlp, conv (a ResNet's bottlenecks), or layer names such as mlp.c_fc (default: the groups the model has)")
+    seeds.add_argument(
+        "--seeds",
+        type=seed_list,
+        default=None,
+        help="world: several seeds side by side in one process, "
+        "e.g. 0,1,2,3, each into OUT/seed<k> (the runs each seed trains alone, bit for bit)",
+    )
+    d.add_argument(
+        "--init-checkpoint",
+        default=None,
+        help="checkpoint file or finished run folder to fine-tune from (a run "
+        "folder also gives its architecture and precision; with --seeds: a folder of seed<k> runs, or a path with "
+        "{seed}, starts each seed from its own)",
+    )
+    d.add_argument(
+        "--lora-rank",
+        type=int,
+        default=None,
+        help="train low-rank adapters of this rank (peft LoRA, the [lora] "
+        "extra) on the --init-checkpoint's frozen towers instead of every weight",
+    )
+    d.add_argument(
+        "--lora-alpha",
+        type=float,
+        default=None,
+        help="LoRA scale alpha: the update is (alpha/rank)·B·A (default 2 × rank)",
+    )
+    d.add_argument(
+        "--lora-targets",
+        default=None,
+        help="comma-separated layers LoRA adapts: the groups attn (query/key/value "
+        "projections), mlp, conv (a ResNet's bottlenecks), or layer names such as mlp.c_fc (default: the groups the "
+        "model has)",
+    )
     d.add_argument("--n-train", type=int, default=2000, help="world scenes")
-    d.add_argument("--negative-types", default=None, help="world: comma-separated negative types the loader draws, e.g. "
-                   "replace_rel (default: the recipe's); recorded in config.json")
-    d.add_argument("--mirror-twins", action="store_true", help="world: each training scene beside its left-right mirror "
-                   "in the batch (recorded in config.json)")
-    d.add_argument("--top-caption-p", type=float, default=0.0, help="world, recipes that sample captions (clip, meru): "
-                   "draw the top (relational) caption with this probability (default 0; recorded in config.json)")
-    d.add_argument("--weights", default=None, help="loss-term weights to change, e.g. igc=1,tgc=1 (config.json's recipe_weights)")
-    for flag, kind, what in (("--batch-size", int, "global batch over all processes"), ("--lr", float, "peak learning rate"),
-                             ("--weight-decay", float, "AdamW weight decay"),
-                             ("--num-workers", int, "DataLoader processes building batches ahead (real images)"),
-                             ("--ckpt-every", int, "steps between checkpoints"), ("--log-every", int, "steps between metrics.jsonl lines")):
+    d.add_argument(
+        "--negative-types",
+        default=None,
+        help="world: comma-separated negative types the loader draws, e.g. "
+        "replace_rel (default: the recipe's); recorded in config.json",
+    )
+    d.add_argument(
+        "--mirror-twins",
+        action="store_true",
+        help="world: each training scene beside its left-right mirror in the batch (recorded in config.json)",
+    )
+    d.add_argument(
+        "--top-caption-p",
+        type=float,
+        default=0.0,
+        help="world, recipes that sample captions (clip, meru): "
+        "draw the top (relational) caption with this probability (default 0; recorded in config.json)",
+    )
+    d.add_argument(
+        "--weights", default=None, help="loss-term weights to change, e.g. igc=1,tgc=1 (config.json's recipe_weights)"
+    )
+    for flag, kind, what in (
+        ("--batch-size", int, "global batch over all processes"),
+        ("--lr", float, "peak learning rate"),
+        ("--weight-decay", float, "AdamW weight decay"),
+        ("--num-workers", int, "DataLoader processes building batches ahead (real images)"),
+        ("--ckpt-every", int, "steps between checkpoints"),
+        ("--log-every", int, "steps between metrics.jsonl lines"),
+    ):
         d.add_argument(flag, type=kind, default=None, help=f"{what} (default: the recipe's)")
-    d.add_argument("--precision", choices=PRECISIONS, default=None, help="fp32 (default) | bf16 | fp16 | amp_bf16 | amp_fp16 "
-                   "(open_clip's names; autocast on CPU and CUDA; geometry and heads stay float32)")
-    d.add_argument("--batch-scope", choices=["global", "process"], default=None, help="whether --batch-size counts all "
-                   "processes (global, the default) or each process (open_clip's meaning)")
-    d.add_argument("--keep-checkpoints", type=int, default=None, help="recent checkpoints kept on disk (default 2; 0 = all)")
-    d.add_argument("--no-save-optimizer", dest="save_optimizer", action="store_false", default=None,
-                   help="checkpoints without optimizer state (smaller; such a run cannot be resumed exactly)")
-    d.add_argument("--eval-every", type=int, default=None, help="evaluate the benchmarks below every N steps into metrics.jsonl")
+    d.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default=None,
+        help="fp32 (default) | bf16 | fp16 | amp_bf16 | amp_fp16 "
+        "(open_clip's names; autocast on CPU and CUDA; geometry and heads stay float32)",
+    )
+    d.add_argument(
+        "--batch-scope",
+        choices=["global", "process"],
+        default=None,
+        help="whether --batch-size counts all processes (global, the default) or each process (open_clip's meaning)",
+    )
+    d.add_argument(
+        "--keep-checkpoints", type=int, default=None, help="recent checkpoints kept on disk (default 2; 0 = all)"
+    )
+    d.add_argument(
+        "--no-save-optimizer",
+        dest="save_optimizer",
+        action="store_false",
+        default=None,
+        help="checkpoints without optimizer state (smaller; such a run cannot be resumed exactly)",
+    )
+    d.add_argument(
+        "--eval-every", type=int, default=None, help="evaluate the benchmarks below every N steps into metrics.jsonl"
+    )
     d.add_argument("--eval-sugarcrepe", default=None, help="SugarCrepe annotation folder")
     d.add_argument("--eval-sugarcrepe-pp", default=None, help="SugarCrepe++ annotation folder")
     d.add_argument("--eval-hierarcaps", default=None, help="HierarCaps CSV")
@@ -128,25 +241,47 @@ def add_train_parser(sub):
     d.add_argument("--eval-limit", type=int, default=None, help="items per benchmark subset")
     _add_report_to(d)
     d.add_argument("--resume", action="store_true", help="continue from the run folder's latest checkpoint")
-    d.add_argument("--allow-change", default=None, help="with --resume: optimiser fields that may differ from the saved run "
-                   "(e.g. lr,grad_clip after a NaN); recorded in config.json's history")
-    for old, new in (("--preset", "--arch"), ("--model", "--arch"), ("--init", "--init-checkpoint"),
-                     ("--save-every", "--ckpt-every"), ("--workers", "--num-workers"), ("--decoder", "--decoder-path")):
+    d.add_argument(
+        "--allow-change",
+        default=None,
+        help="with --resume: optimiser fields that may differ from the saved run "
+        "(e.g. lr,grad_clip after a NaN); recorded in config.json's history",
+    )
+    for old, new in (
+        ("--preset", "--arch"),
+        ("--model", "--arch"),
+        ("--init", "--init-checkpoint"),
+        ("--save-every", "--ckpt-every"),
+        ("--workers", "--num-workers"),
+        ("--decoder", "--decoder-path"),
+    ):
         deprecated_alias(d, old, new, type=int if new in ("--ckpt-every", "--num-workers") else None)
     d.set_defaults(func=LazyCommand("hierbench.cli.commands:cmd_train"))
     return d
 
 # %% ../../nbs/cli/00_parser.ipynb #0e1385f0
 def add_negatives_parser(sub):
-    d = sub.add_parser("negatives", help="write hard negatives of real captions once (DeGLA's rules or NegCLIP's swaps)")
+    d = sub.add_parser(
+        "negatives", help="write hard negatives of real captions once (DeGLA's rules or NegCLIP's swaps)"
+    )
     d.add_argument("--data", required=True, help="coco:KARPATHY.json | grit:FILE.jsonl | wds:PATTERN")
     d.add_argument("--image-root", default=None)
-    d.add_argument("--jsonl", default=None, help="JSONL file to write (statistics beside it in JSONL.stats.json); required")
+    d.add_argument(
+        "--jsonl", default=None, help="JSONL file to write (statistics beside it in JSONL.stats.json); required"
+    )
     d.add_argument("--rules", default="degla", choices=["degla", "negclip"])
     d.add_argument("--per-rule", type=int, default=1, help="negatives per rule and caption")
-    d.add_argument("--tagger", default="auto", choices=["auto", "lexicon"], help="auto: spaCy where installed, else the built-in lexicon")
-    d.add_argument("--keep-ungrammatical", action="store_true", help="keep the negatives the rules' own checks call "
-                   "ungrammatical (dropped and counted by default)")
+    d.add_argument(
+        "--tagger",
+        default="auto",
+        choices=["auto", "lexicon"],
+        help="auto: spaCy where installed, else the built-in lexicon",
+    )
+    d.add_argument(
+        "--keep-ungrammatical",
+        action="store_true",
+        help="keep the negatives the rules' own checks call ungrammatical (dropped and counted by default)",
+    )
     d.add_argument("--seed", type=int, default=0)
     deprecated_alias(d, "--out", "--jsonl")
     d.set_defaults(func=LazyCommand("hierbench.cli.commands:cmd_negatives"))
@@ -158,8 +293,11 @@ def add_paraphrases_parser(sub):
     d.add_argument("--data", required=True, help="coco:KARPATHY.json | grit:FILE.jsonl | wds:PATTERN")
     d.add_argument("--image-root", default=None)
     d.add_argument("--jsonl", required=True, help="JSONL file to write (statistics beside it in JSONL.stats.json)")
-    d.add_argument("--generator", default="rules", help="rules (rule-based rewrites, not a language model) | hf:DIR "
-                   "(a local Hugging Face seq2seq or causal LM)")
+    d.add_argument(
+        "--generator",
+        default="rules",
+        help="rules (rule-based rewrites, not a language model) | hf:DIR (a local Hugging Face seq2seq or causal LM)",
+    )
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--num-candidates", type=int, default=None, help="hf: candidates drawn per caption")
     d.add_argument("--prompt", default=None, help="hf: the prompt template ({caption} is replaced)")
@@ -170,49 +308,97 @@ def add_paraphrases_parser(sub):
 
 # %% ../../nbs/cli/00_parser.ipynb #c5e45d59
 def add_check_parser(sub):
-    d = sub.add_parser("check", help="validate a benchmark folder before a long run: counts, set-aside records, errors, missing images")
+    d = sub.add_parser(
+        "check", help="validate a benchmark folder before a long run: counts, set-aside records, errors, missing images"
+    )
     d.add_argument("folder", help="a folder of SugarCrepe / SugarCrepe++ / HierarCaps / VALSE / CREPE / WhatsUp files")
     d.add_argument("--image-root", default=None, help="image folder (checks that every image is there)")
     d.add_argument("--coco-dir", default=None, help="COCO image folder: images also found by id (2014/2017 namings)")
     d.set_defaults(func=LazyCommand("hierbench.cli.commands:cmd_check"))
     return d
 
+
 def add_export_parser(sub):
-    d = sub.add_parser("export", help="write a trained model as an open_clip checkpoint (+ hierbench head file) or as ONNX towers")
+    d = sub.add_parser(
+        "export", help="write a trained model as an open_clip checkpoint (+ hierbench head file) or as ONNX towers"
+    )
     d.add_argument("run", help="a run folder or a model .safetensors saved by hierbench")
     d.add_argument("--out", required=True, help="output folder")
-    d.add_argument("--format", choices=["open_clip", "onnx"], default="open_clip", help="open_clip (default): a checkpoint "
-                   "open_clip loads; onnx: image.onnx, text.onnx and config.json (the [onnx] extra; `eval --scorer onnx:DIR`)")
-    d.add_argument("--name", default=None, help="open_clip: architecture name of the exported config (default: the model's)")
+    d.add_argument(
+        "--format",
+        choices=["open_clip", "onnx"],
+        default="open_clip",
+        help="open_clip (default): a checkpoint "
+        "open_clip loads; onnx: image.onnx, text.onnx and config.json (the [onnx] extra; `eval --scorer onnx:DIR`)",
+    )
+    d.add_argument(
+        "--name", default=None, help="open_clip: architecture name of the exported config (default: the model's)"
+    )
     d.set_defaults(func=LazyCommand("hierbench.cli.commands:cmd_export"))
     return d
 
 # %% ../../nbs/cli/00_parser.ipynb #66b654c1
 def add_view_parser(sub):
     "`view`: a HyperView workspace of what a model makes of images and texts (`hierbench.ui.view`, the [view] extra)."
-    d = sub.add_parser("view", help="a HyperView workspace of a model's embeddings: images and texts, HoroPCA's Poincaré "
-                       "layout and a Euclidean one, norms and parent captions (the [view] extra)")
-    d.add_argument("--scorer", required=True, help="KIND:PATH as for eval: hierbench:RUN, open_clip:ARCH@FILE, meru:FILE, "
-                   "hycoclip:FILE, onnx:DIR, ...")
+    d = sub.add_parser(
+        "view",
+        help="a HyperView workspace of a model's embeddings: images and texts, HoroPCA's Poincaré "
+        "layout and a Euclidean one, norms and parent captions (the [view] extra)",
+    )
+    d.add_argument(
+        "--scorer",
+        required=True,
+        help="KIND:PATH as for eval: hierbench:RUN, open_clip:ARCH@FILE, meru:FILE, hycoclip:FILE, onnx:DIR, ...",
+    )
     what = d.add_mutually_exclusive_group(required=True)
     what.add_argument("--world", action="store_true", help="scenes of the built-in world with their caption chains")
-    what.add_argument("--images", default=None, metavar="DIR", help="a folder of images (class subfolders become labels)")
-    d.add_argument("--captions", default=None, metavar="FILE", help="with --images: captions of its images, a CSV/TSV/JSON/"
-                   "JSONL with columns image and caption (or captions), or HierarCaps' test CSV")
-    d.add_argument("--out", required=True, metavar="WORKSPACE", help="the workspace folder to write (HyperView's home: its "
-                   "dataset, layouts and workspace registry); appears only when complete")
+    what.add_argument(
+        "--images", default=None, metavar="DIR", help="a folder of images (class subfolders become labels)"
+    )
+    d.add_argument(
+        "--captions",
+        default=None,
+        metavar="FILE",
+        help="with --images: captions of its images, a CSV/TSV/JSON/"
+        "JSONL with columns image and caption (or captions), or HierarCaps' test CSV",
+    )
+    d.add_argument(
+        "--out",
+        required=True,
+        metavar="WORKSPACE",
+        help="the workspace folder to write (HyperView's home: its "
+        "dataset, layouts and workspace registry); appears only when complete",
+    )
     shown = d.add_mutually_exclusive_group()
     shown.add_argument("--serve", action="store_true", help="then start HyperView's local server on the workspace")
-    shown.add_argument("--static", default=None, metavar="DIR", help="then write HyperView's static bundle (no Python needed)")
+    shown.add_argument(
+        "--static", default=None, metavar="DIR", help="then write HyperView's static bundle (no Python needed)"
+    )
     d.add_argument("--n-world", type=int, default=200, help="--world: scenes per split (default 200)")
-    d.add_argument("--world-splits", default="test-iid,test-comp", help="--world: comma-separated splits (default test-iid,test-comp)")
+    d.add_argument(
+        "--world-splits",
+        default="test-iid,test-comp",
+        help="--world: comma-separated splits (default test-iid,test-comp)",
+    )
     d.add_argument("--limit", type=int, default=None, help="--images: at most this many images")
-    d.add_argument("--euclidean", choices=["pca", "umap"], default="pca", help="the Euclidean layout (default pca; umap: "
-                   "the [lab] extra's umap-learn, slower)")
-    d.add_argument("--color-by", default="label", help="the field HyperView colours and filters by: label (class, folder or "
-                   "caption level), depth, split, kind, norm (quartiles) or parent")
-    d.add_argument("--geometry", default="euclidean", choices=["euclidean", "lorentz"], help="open_clip:ARCH@FILE: the head")
-    d.add_argument("--quick-gelu", action="store_true", default=None, help="open_clip: force QuickGELU (OpenAI-derived weights)")
+    d.add_argument(
+        "--euclidean",
+        choices=["pca", "umap"],
+        default="pca",
+        help="the Euclidean layout (default pca; umap: the [lab] extra's umap-learn, slower)",
+    )
+    d.add_argument(
+        "--color-by",
+        default="label",
+        help="the field HyperView colours and filters by: label (class, folder or "
+        "caption level), depth, split, kind, norm (quartiles) or parent",
+    )
+    d.add_argument(
+        "--geometry", default="euclidean", choices=["euclidean", "lorentz"], help="open_clip:ARCH@FILE: the head"
+    )
+    d.add_argument(
+        "--quick-gelu", action="store_true", default=None, help="open_clip: force QuickGELU (OpenAI-derived weights)"
+    )
     d.add_argument("--host", default="127.0.0.1", help="--serve: the address to bind (default 127.0.0.1)")
     d.add_argument("--port", type=int, default=6262, help="--serve: the port (default 6262)")
     d.set_defaults(func=LazyCommand("hierbench.ui.view:cmd_view"))
@@ -221,49 +407,103 @@ def add_view_parser(sub):
 # %% ../../nbs/cli/00_parser.ipynb #6eff9da1
 def add_plugin_flag(d):
     "`--plugin FILE|MODULE` (repeatable): your own terms, recipes and claims (`hierbench.plugins`), loaded first."
-    d.add_argument("--plugin", action="append", default=None, metavar="FILE|MODULE", help="a Python file or module that "
-                   "registers your own loss terms, recipes or claims (hierbench.plugins; repeatable); compare's workers load it too")
+    d.add_argument(
+        "--plugin",
+        action="append",
+        default=None,
+        metavar="FILE|MODULE",
+        help="a Python file or module that "
+        "registers your own loss terms, recipes or claims (hierbench.plugins; repeatable); compare's workers load it "
+        "too",
+    )
+
 
 def add_launcher_flags(d):
     "Where `compare`'s and `sweep`'s runs go: a local pool, submitit's local executor or SLURM."
     d.add_argument("--jobs", type=int, default=None, help="parallel processes over seeds (default: one per core)")
-    d.add_argument("--launcher", choices=LAUNCHERS, default="processes", help="processes (a local pool, default) | "
-                   "submitit-local (submitit's local executor) | slurm (job arrays per stage; see 'Running on a cluster')")
+    d.add_argument(
+        "--launcher",
+        choices=LAUNCHERS,
+        default="processes",
+        help="processes (a local pool, default) | "
+        "submitit-local (submitit's local executor) | slurm (job arrays per stage; see 'Running on a cluster')",
+    )
     d.add_argument("--slurm-partition", default=None)
     d.add_argument("--slurm-account", default=None)
     d.add_argument("--gpus-per-run", type=int, default=None)
     d.add_argument("--cpus-per-run", type=int, default=None)
     d.add_argument("--timeout-min", type=int, default=None, help="SLURM time limit of each run's job")
-    d.add_argument("--slurm-extra", action="append", default=None, metavar="KEY=VALUE", help="any other sbatch option (repeatable)")
+    d.add_argument(
+        "--slurm-extra", action="append", default=None, metavar="KEY=VALUE", help="any other sbatch option (repeatable)"
+    )
+
 
 def add_compare_parser(sub):
     d = sub.add_parser("compare", help="train every recipe over seeds, evaluate, re-test the papers' claims (main job)")
-    d.add_argument("--budget", choices=BUDGET_NAMES, default=None,
-                   help="how much work: smoke (seconds, plumbing), quick (the main job, the default), standard (decides the "
-                   "claims), full (GPU); with --from-records, the records' own")
+    d.add_argument(
+        "--budget",
+        choices=BUDGET_NAMES,
+        default=None,
+        help="how much work: smoke (seconds, plumbing), quick (the main job, the default), standard (decides the "
+        "claims), full (GPU); with --from-records, the records' own",
+    )
     d.add_argument("--seeds", type=int, default=None, help="seeds (default: the budget's: quick 2, standard 5)")
     d.add_argument("--out", default=None, help="output folder (default: RUNS_DIR/compare, runs_dir of settings.ini)")
-    d.add_argument("--recipes", default=None, help="comma-separated subset (parents of fine-tunes are added); with "
-                   "--from-records, the recipes added to the recorded plan")
-    d.add_argument("--seeds-per-process", type=int, default=None, help="seeds of one recipe each process trains side by "
-                   "side (each run is the one it is alone; default: compare's measured choice)")
+    d.add_argument(
+        "--recipes",
+        default=None,
+        help="comma-separated subset (parents of fine-tunes are added); with "
+        "--from-records, the recipes added to the recorded plan",
+    )
+    d.add_argument(
+        "--seeds-per-process",
+        type=int,
+        default=None,
+        help="seeds of one recipe each process trains side by "
+        "side (each run is the one it is alone; default: compare's measured choice)",
+    )
     shown = d.add_mutually_exclusive_group()
     shown.add_argument("--quiet", action="store_true", help="no progress: only the start line and the final tables")
-    shown.add_argument("--verbose", action="store_true", help="also each run's own progress bar (the job's progress "
-                       "lines stay; its bar gives way to the runs')")
-    d.add_argument("--until-decided", action="store_true", help="add seeds in rounds to the recipes whose claims are "
-                   "still undecided (a group-sequential rule keeps the 5%% error rate), up to --max-seeds")
+    shown.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also each run's own progress bar (the job's progress lines stay; its bar gives way to the runs')",
+    )
+    d.add_argument(
+        "--until-decided",
+        action="store_true",
+        help="add seeds in rounds to the recipes whose claims are "
+        "still undecided (a group-sequential rule keeps the 5%% error rate), up to --max-seeds",
+    )
     d.add_argument("--max-seeds", type=int, default=None, help="with --until-decided: the most seeds a claim may take")
     d.add_argument("--round-seeds", type=int, default=2, help="with --until-decided: seeds a round adds (default 2)")
-    d.add_argument("--max-hours", type=float, default=None, help="with --until-decided: begin no round that the time "
-                   "estimate says would end after this many hours from the start")
-    d.add_argument("--precision", choices=PRECISIONS, default="fp32", help="training precision of every run (fp32: the ledger's)")
+    d.add_argument(
+        "--max-hours",
+        type=float,
+        default=None,
+        help="with --until-decided: begin no round that the time "
+        "estimate says would end after this many hours from the start",
+    )
+    d.add_argument(
+        "--precision", choices=PRECISIONS, default="fp32", help="training precision of every run (fp32: the ledger's)"
+    )
     add_launcher_flags(d)
-    d.add_argument("--report-only", action="store_true", help="rebuild results.json, claims.json and the report from the folder")
-    d.add_argument("--from-records", default=None, metavar="DIR", help="continue the plan of ledger records (`hierbench "
-                   "claims --records`) in --out: the recorded runs and verdicts stand, only new recipes' and claims' seeds train")
-    d.add_argument("--records", default=None, metavar="OUT", help="then write the folder's ledger records (the extended "
-                   "ledger, with --from-records) to OUT")
+    d.add_argument(
+        "--report-only", action="store_true", help="rebuild results.json, claims.json and the report from the folder"
+    )
+    d.add_argument(
+        "--from-records",
+        default=None,
+        metavar="DIR",
+        help="continue the plan of ledger records (`hierbench "
+        "claims --records`) in --out: the recorded runs and verdicts stand, only new recipes' and claims' seeds train",
+    )
+    d.add_argument(
+        "--records",
+        default=None,
+        metavar="OUT",
+        help="then write the folder's ledger records (the extended ledger, with --from-records) to OUT",
+    )
     add_plugin_flag(d)
     _add_report_to(d)
     deprecated_alias(d, "--preset", "--budget", choices=BUDGET_NAMES)
@@ -273,16 +513,30 @@ def add_compare_parser(sub):
 # %% ../../nbs/cli/00_parser.ipynb #9d8cc082
 def add_claims_parser(sub):
     "The `claims` subcommand: the ledger recomputed from records or a compare folder, or a folder reduced to records."
-    d = sub.add_parser("claims", help="recompute the claims ledger, the README's table and the forest plot from ledger "
-                       "records (or a compare folder), or reduce a compare folder to records")
+    d = sub.add_parser(
+        "claims",
+        help="recompute the claims ledger, the README's table and the forest plot from ledger "
+        "records (or a compare folder), or reduce a compare folder to records",
+    )
     d.add_argument("dir", help="ledger records (ledger.json, ...) or a compare folder (plan.json, runs/)")
     d.add_argument("--json", default=None, metavar="FILE", help="write the recomputed claims.json here")
     d.add_argument("--forest", default=None, metavar="PNG", help="draw the forest plot (kaleido and Chrome/Chromium)")
-    d.add_argument("--records", default=None, metavar="OUT", help="reduce the compare folder DIR to ledger records in OUT")
-    d.add_argument("--against", default=None, metavar="RECORDS", help="check the compare folder DIR's runs against ledger "
-                   "records (their recorded twins): does this machine reproduce them? (hierbench.ledger.reproduction)")
-    d.add_argument("--variance", action="store_true", help="also each row's seed variance split into training and "
-                   "evaluation (scene) noise, and its interval with unlimited scenes")
+    d.add_argument(
+        "--records", default=None, metavar="OUT", help="reduce the compare folder DIR to ledger records in OUT"
+    )
+    d.add_argument(
+        "--against",
+        default=None,
+        metavar="RECORDS",
+        help="check the compare folder DIR's runs against ledger "
+        "records (their recorded twins): does this machine reproduce them? (hierbench.ledger.reproduction)",
+    )
+    d.add_argument(
+        "--variance",
+        action="store_true",
+        help="also each row's seed variance split into training and "
+        "evaluation (scene) noise, and its interval with unlimited scenes",
+    )
     add_plugin_flag(d)
     d.set_defaults(func=LazyCommand("hierbench.cli.commands:cmd_claims"))
     return d
@@ -290,19 +544,38 @@ def add_claims_parser(sub):
 # %% ../../nbs/cli/00_parser.ipynb #ad5ad3a3
 def add_sweep_parser(sub):
     "The `sweep` subcommand: a recipe over a grid of settings, each point's effect against the base with its interval."
-    d = sub.add_parser("sweep", help="train a recipe over a grid of settings (an ablation table): each point's effect on the "
-                       "headline metrics against the base recipe, with intervals over seeds (sweep.json, sweep.html)")
+    d = sub.add_parser(
+        "sweep",
+        help="train a recipe over a grid of settings (an ablation table): each point's effect on the "
+        "headline metrics against the base recipe, with intervals over seeds (sweep.json, sweep.html)",
+    )
     d.add_argument("recipe", help="the base recipe (a built-in one, or a plugin's)")
-    d.add_argument("--grid", action="append", required=True, metavar="FIELD=V1,V2,...", help="a field as recipe_fields "
-                   "names it (weights.reg, adaent.beta, world.lr, num_negatives, a plugin term's weights.NAME) and its "
-                   "values; repeat for a grid over several fields")
+    d.add_argument(
+        "--grid",
+        action="append",
+        required=True,
+        metavar="FIELD=V1,V2,...",
+        help="a field as recipe_fields "
+        "names it (weights.reg, adaent.beta, world.lr, num_negatives, a plugin term's weights.NAME) and its "
+        "values; repeat for a grid over several fields",
+    )
     d.add_argument("--out", required=True, help="the sweep's folder (a compare folder: resumable)")
-    d.add_argument("--budget", choices=BUDGET_NAMES, default=None, help="how much work (default quick; with "
-                   "--from-records, the records' own)")
+    d.add_argument(
+        "--budget",
+        choices=BUDGET_NAMES,
+        default=None,
+        help="how much work (default quick; with --from-records, the records' own)",
+    )
     d.add_argument("--seeds", type=int, default=None, help="seeds per point (default: the budget's)")
-    d.add_argument("--against", default=None, metavar="RECIPE", help="the reference of the effects (default: the base recipe)")
-    d.add_argument("--from-records", default=None, metavar="DIR", help="ledger records whose runs stand in for the base's "
-                   "and reference's (not trained again)")
+    d.add_argument(
+        "--against", default=None, metavar="RECIPE", help="the reference of the effects (default: the base recipe)"
+    )
+    d.add_argument(
+        "--from-records",
+        default=None,
+        metavar="DIR",
+        help="ledger records whose runs stand in for the base's and reference's (not trained again)",
+    )
     add_plugin_flag(d)
     add_launcher_flags(d)
     shown = d.add_mutually_exclusive_group()
@@ -314,13 +587,30 @@ def add_sweep_parser(sub):
 # %% ../../nbs/cli/00_parser.ipynb #5af21932
 def add_bench_parser(sub):
     d = sub.add_parser("bench", help="speed and memory as ratios against baselines measured in the same run")
-    d.add_argument("--sections", default=None, help="comma-separated: " + ",".join(BENCH_SECTIONS) + " (default: all but real, evals, lora and view, which step, evaluate or view a ViT-B/32: the training step beside open_clip_train, zero-shot and retrieval beside a plain open_clip loop, LoRA against the full fine-tune, hierbench view against the encoding alone)")
+    d.add_argument(
+        "--sections",
+        default=None,
+        help="comma-separated: "
+        + ",".join(BENCH_SECTIONS)
+        + " (default: all but real, evals, lora and view, which step, evaluate or view a ViT-B/32: the training step "
+        "beside open_clip_train, zero-shot and retrieval beside a plain open_clip loop, LoRA against the full "
+        "fine-tune, hierbench view against the encoding alone)",
+    )
     d.add_argument("--quick", action="store_true", help="tiny sizes (a plumbing check; the numbers mean nothing)")
-    d.add_argument("--compare-dir", default=None, help="a `hierbench compare` output folder to read (default: run a smoke compare)")
+    d.add_argument(
+        "--compare-dir", default=None, help="a `hierbench compare` output folder to read (default: run a smoke compare)"
+    )
     d.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     d.add_argument("--arch", default=None, help="recipes section: the architecture to step (default world-tiny)")
-    d.add_argument("--batch-size", type=int, default=None, help="recipes section: the batch (default 64, quick/standard's pre-training batch)")
-    d.add_argument("--precision", choices=PRECISIONS, default="fp32", help="recipes and real sections: the step's precision")
+    d.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="recipes section: the batch (default 64, quick/standard's pre-training batch)",
+    )
+    d.add_argument(
+        "--precision", choices=PRECISIONS, default="fp32", help="recipes and real sections: the step's precision"
+    )
     d.add_argument("--json", default=None, help="also write the raw numbers to this file")
     deprecated_alias(d, "--model-preset", "--arch")
     d.set_defaults(func=LazyCommand("hierbench.cli.commands:cmd_bench"))
@@ -329,45 +619,108 @@ def add_bench_parser(sub):
 # %% ../../nbs/cli/00_parser.ipynb #e2c42a01
 def add_general_eval_flags(d):
     "`eval`'s flags for zero-shot, linear probe, hierarchy, retrieval and the papers' suites."
-    d.add_argument("--zeroshot", nargs="+", default=None, metavar="DIR", help="zero-shot classification folders: CLIP_benchmark's "
-                   "WebDataset layout, an ImageFolder with classnames.txt / zeroshot_classification_templates.txt beside it, or "
-                   "ImageNet's val/ ImageFolder (keys zeroshot/NAME/acc1, acc5, mean_per_class_recall; NAME = the folder's name)")
-    d.add_argument("--linear-probe", nargs="+", default=None, metavar="DIR", help="linear probe on classification folders with a "
-                   "train split (CLIP_benchmark's weight-decay sweep; keys linear_probe/NAME/acc1, ...)")
-    d.add_argument("--hierarchy", nargs="+", default=None, metavar="[NAME=]TREE", help="hierarchical metrics of the zero-shot "
-                   "predictions over a class tree: a JSON {class: parent}, an is-a list ('parent child' per line), or 'wordnet' "
-                   "(ImageNet ids; nltk's corpus must be on disk, it is never downloaded); NAME= for one --zeroshot folder only")
-    d.add_argument("--retrieval", nargs="+", default=None, metavar="SPEC", help="image-text retrieval: coco:FILE | flickr:FILE | "
-                   "wds:DIR (images under --image-root; keys retrieval/NAME/image_retrieval_recall@K, text_retrieval_recall@K)")
-    d.add_argument("--suite", choices=SUITE_NAMES, default=None, help="the benchmarks a paper tabulates, found under --data-root, "
-                   "printed in the paper's layout (what is missing is named, one line each)")
-    d.add_argument("--data-root", default=None, help="folder of datasets under conventional names (hierbench.evaluation.suites documents them)")
-    d.add_argument("--num-workers", type=int, default=None, help="DataLoader workers decoding images (default: cores - 1, at most 8; 0: none)")
+    d.add_argument(
+        "--zeroshot",
+        nargs="+",
+        default=None,
+        metavar="DIR",
+        help="zero-shot classification folders: CLIP_benchmark's "
+        "WebDataset layout, an ImageFolder with classnames.txt / zeroshot_classification_templates.txt beside it, or "
+        "ImageNet's val/ ImageFolder (keys zeroshot/NAME/acc1, acc5, mean_per_class_recall; NAME = the folder's name)",
+    )
+    d.add_argument(
+        "--linear-probe",
+        nargs="+",
+        default=None,
+        metavar="DIR",
+        help="linear probe on classification folders with a "
+        "train split (CLIP_benchmark's weight-decay sweep; keys linear_probe/NAME/acc1, ...)",
+    )
+    d.add_argument(
+        "--hierarchy",
+        nargs="+",
+        default=None,
+        metavar="[NAME=]TREE",
+        help="hierarchical metrics of the zero-shot "
+        "predictions over a class tree: a JSON {class: parent}, an is-a list ('parent child' per line), or 'wordnet' "
+        "(ImageNet ids; nltk's corpus must be on disk, it is never downloaded); NAME= for one --zeroshot folder only",
+    )
+    d.add_argument(
+        "--retrieval",
+        nargs="+",
+        default=None,
+        metavar="SPEC",
+        help="image-text retrieval: coco:FILE | flickr:FILE | "
+        "wds:DIR (images under --image-root; keys retrieval/NAME/image_retrieval_recall@K, text_retrieval_recall@K)",
+    )
+    d.add_argument(
+        "--suite",
+        choices=SUITE_NAMES,
+        default=None,
+        help="the benchmarks a paper tabulates, found under --data-root, "
+        "printed in the paper's layout (what is missing is named, one line each)",
+    )
+    d.add_argument(
+        "--data-root",
+        default=None,
+        help="folder of datasets under conventional names (hierbench.evaluation.suites documents them)",
+    )
+    d.add_argument(
+        "--num-workers",
+        type=int,
+        default=None,
+        help="DataLoader workers decoding images (default: cores - 1, at most 8; 0: none)",
+    )
 
 # %% ../../nbs/cli/00_parser.ipynb #067ed8cf
 class _OldModelFlag(DeprecatedFlag):
     "eval's old `--model`: a `KIND:PATH` is now `--scorer`, an architecture name `--arch`."
+
     def __call__(self, parser, namespace, values, option_string=None):
         self.dest, self.new = ("scorer", "--scorer") if ":" in values else ("arch", "--arch")
         super().__call__(parser, namespace, values, option_string)
 
+
 def add_eval_parser(sub):
-    d = sub.add_parser("eval", help="evaluate any model (hierbench, open_clip, Hugging Face, sentence-transformers) on the benchmarks")
-    d.add_argument("--scorer", default=None, help="KIND:PATH — hierbench:RUN, open_clip:ARCH@FILE, hf:DIR, st:DIR, hf-text:DIR, onnx:DIR")
-    d.add_argument("--checkpoint", default=None, help="hierbench run folder / model.safetensors, or an open_clip checkpoint file (with --arch)")
+    d = sub.add_parser(
+        "eval", help="evaluate any model (hierbench, open_clip, Hugging Face, sentence-transformers) on the benchmarks"
+    )
+    d.add_argument(
+        "--scorer",
+        default=None,
+        help="KIND:PATH — hierbench:RUN, open_clip:ARCH@FILE, hf:DIR, st:DIR, hf-text:DIR, onnx:DIR",
+    )
+    d.add_argument(
+        "--checkpoint",
+        default=None,
+        help="hierbench run folder / model.safetensors, or an open_clip checkpoint file (with --arch)",
+    )
     d.add_argument("--arch", default=None, help="open_clip architecture of --checkpoint, e.g. ViT-B-32-quickgelu")
-    d.add_argument("--coco-dir", default=None, help="COCO image folder: images found by id across the val2014/val2017 namings")
-    d.add_argument("--compare", nargs=2, metavar=("A", "B"), default=None,
-                   help="paired differences between two `eval --json` results on the same items (bootstrap intervals)")
+    d.add_argument(
+        "--coco-dir", default=None, help="COCO image folder: images found by id across the val2014/val2017 namings"
+    )
+    d.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("A", "B"),
+        default=None,
+        help="paired differences between two `eval --json` results on the same items (bootstrap intervals)",
+    )
     d.add_argument("--leaderboard", default=None, help="a folder of `eval --json` metrics files: one table")
     d.add_argument("--quick-gelu", action="store_true", default=None, help="force QuickGELU (OpenAI-derived weights)")
     d.add_argument("--geometry", default="euclidean", choices=["euclidean", "lorentz"])
     d.add_argument("--no-world", action="store_true", help="skip the built-in world's protocols")
     d.add_argument("--n-test", type=int, default=300)
-    d.add_argument("--image-root", default=None, help="image folder (default: settings.ini data_root); VL-CheckList's vg/, swig/, "
-                   "hake/ and COLA's images live under it")
-    add_family_flags(d)   # every compositional family's flags, from hierbench.evaluation.compositional.registry
-    d.add_argument("--precision", choices=PRECISIONS, default="fp32", help="encode in this precision (recorded in the JSON)")
+    d.add_argument(
+        "--image-root",
+        default=None,
+        help="image folder (default: settings.ini data_root); VL-CheckList's vg/, swig/, "
+        "hake/ and COLA's images live under it",
+    )
+    add_family_flags(d)  # every compositional family's flags, from hierbench.evaluation.compositional.registry
+    d.add_argument(
+        "--precision", choices=PRECISIONS, default="fp32", help="encode in this precision (recorded in the JSON)"
+    )
     d.add_argument("--limit", type=int, default=None, help="items per subset (quick looks)")
     d.add_argument("--json", default=None, help="metrics JSON file; the per-item rows go beside it (NAME.items.jsonl)")
     add_general_eval_flags(d)
@@ -389,17 +742,33 @@ def add_demo_docs_parsers(sub):
 # %% ../../nbs/cli/00_parser.ipynb #22d11b47
 _DEBUG_HELP = "show the traceback of a refusal (or set HIERBENCH_DEBUG=1) instead of its one-line message"
 
-SUBCOMMANDS = (add_demo_docs_parsers, add_compare_parser, add_train_parser, add_negatives_parser, add_paraphrases_parser,
-               add_check_parser,
-               add_export_parser, add_bench_parser, add_eval_parser, add_claims_parser, add_sweep_parser, add_view_parser)
+SUBCOMMANDS = (
+    add_demo_docs_parsers,
+    add_compare_parser,
+    add_train_parser,
+    add_negatives_parser,
+    add_paraphrases_parser,
+    add_check_parser,
+    add_export_parser,
+    add_bench_parser,
+    add_eval_parser,
+    add_claims_parser,
+    add_sweep_parser,
+    add_view_parser,
+)
+
 
 def build_parser() -> argparse.ArgumentParser:
     "The `hierbench` argument parser: one subparser per job, each added by its `add_*_parser` function."
-    p = argparse.ArgumentParser(prog="hierbench", description="hierbench: a workbench for hierarchical and compositional image-text representations")
+    p = argparse.ArgumentParser(
+        prog="hierbench",
+        description="hierbench: a workbench for hierarchical and compositional image-text representations",
+    )
     p.add_argument("--debug", action="store_true", help=_DEBUG_HELP)
     sub = p.add_subparsers(dest="command", required=True)
-    for add in SUBCOMMANDS: add(sub)
-    for d in sub.choices.values():   # also after the subcommand, where users type it; unset there, the top default holds
+    for add in SUBCOMMANDS:
+        add(sub)
+    for d in sub.choices.values():  # also after the subcommand, where users type it; unset there, the top default holds
         d.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=_DEBUG_HELP)
     return p
 
@@ -408,15 +777,19 @@ def error_line(command: str, err: BaseException) -> str:
     "What the command line prints for a refusal: `hierbench COMMAND: MESSAGE`, the message's line breaks folded."
     return f"hierbench {command}: " + " ".join(part.strip() for part in str(err).splitlines() if part.strip())
 
+
 def debug_wanted(args) -> bool:
     "`--debug`, or `HIERBENCH_DEBUG` set to anything but empty or 0: show tracebacks of refusals."
     return bool(getattr(args, "debug", False)) or os.environ.get("HIERBENCH_DEBUG", "").strip() not in ("", "0")
 
+
 def run_command(args):
     "Run the parsed subcommand; a `HierbenchError` exits with its one line unless `debug_wanted`."
-    try: return args.func(args)
+    try:
+        return args.func(args)
     except HierbenchError as err:
-        if debug_wanted(args): raise
+        if debug_wanted(args):
+            raise
         sys.exit(error_line(args.command, err))
 
 # %% ../../nbs/cli/00_parser.ipynb #428d68fa

@@ -1,4 +1,6 @@
-"""`evaluate_benchmarks`: the built-in world and every compositional benchmark the arguments point at, in one flat dict with chance levels; the protocols live one family a module in `hierbench.evaluation.compositional`, and their old names still answer here.
+"""`evaluate_benchmarks`: the built-in world and every compositional benchmark the arguments point
+at, in one flat dict with chance levels; the protocols live one family a module in
+`hierbench.evaluation.compositional`, and their old names still answer here.
 
 Docs: https://hierbench.github.io/hierbench/evaluation/benchmarks.html.md"""
 
@@ -8,20 +10,45 @@ Docs: https://hierbench.github.io/hierbench/evaluation/benchmarks.html.md"""
 from __future__ import annotations
 from collections.abc import Sequence
 
-from .compositional.choice import (choice_baselines, choice_recalls, coco_filter, evaluate_choice_benchmark,
-                                            score_choice_items)
+from hierbench.evaluation.compositional.choice import (
+    choice_baselines,  # noqa: F401 (re-exported here)
+    choice_recalls,  # noqa: F401 (re-exported here)
+    coco_filter,
+    evaluate_choice_benchmark,
+    score_choice_items,
+)
 from .compositional.common import EvalContext, run_families
-from .compositional.hierarcaps import chain_radii, evaluate_hierarcaps, hierarcaps_text_metrics
-from .compositional.registry import FAMILIES, flag_values
+from .compositional.hierarcaps import chain_radii, evaluate_hierarcaps, hierarcaps_text_metrics  # noqa: F401 (re-exported here)
+from .compositional.registry import FAMILIES, flag_values  # noqa: F401 (re-exported here)
 from .compositional.sugarcrepe import evaluate_sugarcrepe_pp
 from .compositional.whatsup import evaluate_whatsup_controlled, whatsup_axis
 from ..config import SettingsError
 from .world_eval import evaluate_world
 from ..models.scorers import has_images, skipped
 
-_all_ = ["score_choice_items", "evaluate_choice_benchmark", "whatsup_axis", "evaluate_whatsup_controlled",
-         "evaluate_sugarcrepe_pp", "hierarcaps_text_metrics", "evaluate_hierarcaps"]
-_coco_filter = coco_filter   # its old private name
+_all_ = [
+    "score_choice_items",
+    "evaluate_choice_benchmark",
+    "whatsup_axis",
+    "evaluate_whatsup_controlled",
+    "evaluate_sugarcrepe_pp",
+    "hierarcaps_text_metrics",
+    "evaluate_hierarcaps",
+]
+_coco_filter = coco_filter  # its old private name
+
+# %% auto #0
+__all__ = [
+    "evaluate_benchmarks",
+    "hierarcaps_smoke",
+    "score_choice_items",
+    "evaluate_choice_benchmark",
+    "whatsup_axis",
+    "evaluate_whatsup_controlled",
+    "evaluate_sugarcrepe_pp",
+    "hierarcaps_text_metrics",
+    "evaluate_hierarcaps",
+]
 
 # %% auto #0
 __all__ = ['evaluate_benchmarks', 'hierarcaps_smoke', 'score_choice_items', 'evaluate_choice_benchmark', 'whatsup_axis',
@@ -30,43 +57,60 @@ __all__ = ['evaluate_benchmarks', 'hierarcaps_smoke', 'score_choice_items', 'eva
 # %% ../../nbs/evaluation/09_benchmarks.ipynb #4ee2fcdb
 def _world_metrics(model, n_test: int, log) -> dict[str, float]:
     "`evaluate_world` for an image-text model; a line saying it was skipped for a text-only one."
-    if has_images(model): return evaluate_world(model, n_test=n_test)
-    if log: log(skipped("the built-in world", model))
+    if has_images(model):
+        return evaluate_world(model, n_test=n_test)
+    if log:
+        log(skipped("the built-in world", model))
     return {}
 
 # %% ../../nbs/evaluation/09_benchmarks.ipynb #0e8bfa5c
 def evaluate_benchmarks(
-    model,                              # any `hierbench.models.scorers.Scorer`; a text-only one runs the text protocols only
-    world: bool = True,                 # the built-in world's protocols (`hierbench.evaluation.world_eval.evaluate_world`)
-    n_test: int = 300,                  # world scenes per split
-    sugarcrepe: str | None = None,      # SugarCrepe annotation folder
-    sugarcrepe_pp: str | None = None,   # SugarCrepe++ annotation folder (TOT; ITT too when its images can be found)
-    hierarcaps: str | None = None,      # HierarCaps test CSV (retrieval, d_corr with its length baseline, PEP)
-    image_root: str | None = None,      # the benchmarks' images
-    limit: int | None = None,           # at most this many items of each subset or file (a quick look)
-    batch_size: int = 64,               # images per batch
-    coco_dir: str | None = None,        # find COCO images by id across the 2014/2017 namings (items with none set aside)
-    per_item: list | None = None,       # receives one per-item table per benchmark family
-    log=print,                          # where lines about skipped protocols and set-aside items go (None: nowhere)
-    valse: str | None = None,           # VALSE annotation folder
-    whatsup: Sequence[str] = (),        # WhatsUp files (`controlled_*`: pair and set accuracy too)
-    crepe: Sequence[str] = (),          # CREPE files (R@1/3/5 too)
-    aro_relation: str | None = None,    # ARO's visual_genome_relation.json (images under `vg_dir`)
-    aro_attribution: str | None = None, # ARO's visual_genome_attribution.json (attribute pairs with < 25 cases left out)
-    aro_order: Sequence[str] = (),      # BLIP's coco_karpathy_test.json / flickr30k_test.json (COCO-/Flickr-Order)
-    aro_exclude: Sequence[str] = (),    # VG-Relation relations scored per item but left out of the aggregates (ARO's symmetric ones)
-    vg_dir: str | None = None,          # Visual Genome images (default `image_root`)
-    ctx: EvalContext | None = None,     # a shared evaluation context (its image cache, root, limit, log)
-    **families,                         # the other families' flag values: vl_checklist=DIR, eqben=DIR, mmvp=DIR, ...
+    model,  # any `hierbench.models.scorers.Scorer`; a text-only one runs the text protocols only
+    world: bool = True,  # the built-in world's protocols (`hierbench.evaluation.world_eval.evaluate_world`)
+    n_test: int = 300,  # world scenes per split
+    sugarcrepe: str | None = None,  # SugarCrepe annotation folder
+    sugarcrepe_pp: str | None = None,  # SugarCrepe++ annotation folder (TOT; ITT too when its images can be found)
+    hierarcaps: str | None = None,  # HierarCaps test CSV (retrieval, d_corr with its length baseline, PEP)
+    image_root: str | None = None,  # the benchmarks' images
+    limit: int | None = None,  # at most this many items of each subset or file (a quick look)
+    batch_size: int = 64,  # images per batch
+    coco_dir: str | None = None,  # find COCO images by id across the 2014/2017 namings (items with none set aside)
+    per_item: list | None = None,  # receives one per-item table per benchmark family
+    log=print,  # where lines about skipped protocols and set-aside items go (None: nowhere)
+    valse: str | None = None,  # VALSE annotation folder
+    whatsup: Sequence[str] = (),  # WhatsUp files (`controlled_*`: pair and set accuracy too)
+    crepe: Sequence[str] = (),  # CREPE files (R@1/3/5 too)
+    aro_relation: str | None = None,  # ARO's visual_genome_relation.json (images under `vg_dir`)
+    aro_attribution: str
+    | None = None,  # ARO's visual_genome_attribution.json (attribute pairs with < 25 cases left out)
+    aro_order: Sequence[str] = (),  # BLIP's coco_karpathy_test.json / flickr30k_test.json (COCO-/Flickr-Order)
+    aro_exclude: Sequence[
+        str
+    ] = (),  # VG-Relation relations scored per item but left out of the aggregates (ARO's symmetric ones)
+    vg_dir: str | None = None,  # Visual Genome images (default `image_root`)
+    ctx: EvalContext | None = None,  # a shared evaluation context (its image cache, root, limit, log)
+    **families,  # the other families' flag values: vl_checklist=DIR, eqben=DIR, mmvp=DIR, ...
 ) -> dict[str, float]:
     "Every protocol the arguments point at, as one flat `{metric: value}` dict with chance levels and baselines."
     known = flag_values({})
     unknown = sorted(set(families) - set(known))
-    if unknown: raise SettingsError(f"evaluate_benchmarks: unknown argument(s) {unknown}; the families' are {sorted(known)}")
+    if unknown:
+        raise SettingsError(f"evaluate_benchmarks: unknown argument(s) {unknown}; the families' are {sorted(known)}")
     ctx = ctx or EvalContext(image_root=image_root, limit=limit, batch_size=batch_size, coco_dir=coco_dir, log=log)
-    values = dict(sugarcrepe=sugarcrepe, sugarcrepe_pp=sugarcrepe_pp, hierarcaps=hierarcaps, valse=valse, whatsup=list(whatsup or ()),
-                  crepe=list(crepe or ()), aro_relation=aro_relation, aro_attribution=aro_attribution, aro_order=list(aro_order or ()),
-                  aro_exclude=aro_exclude, vg_dir=vg_dir, **families)
+    values = dict(
+        sugarcrepe=sugarcrepe,
+        sugarcrepe_pp=sugarcrepe_pp,
+        hierarcaps=hierarcaps,
+        valse=valse,
+        whatsup=list(whatsup or ()),
+        crepe=list(crepe or ()),
+        aro_relation=aro_relation,
+        aro_attribution=aro_attribution,
+        aro_order=list(aro_order or ()),
+        aro_exclude=aro_exclude,
+        vg_dir=vg_dir,
+        **families,
+    )
     out = _world_metrics(model, n_test, ctx.log) if world else {}
     out.update(run_families(model, values, ctx, per_item))
     return out
@@ -74,7 +118,6 @@ def evaluate_benchmarks(
 # %% ../../nbs/evaluation/09_benchmarks.ipynb #a1b2c3d4
 from pathlib import Path
 
-from ..config import SettingsError
 from ..data.batch import collate_batch
 from ..data.loaders import load_hierarcaps
 from ..data.sources import ChainImageDataset
@@ -84,17 +127,36 @@ from ..training.train_config import TrainConfig
 from ..training.trainer import read_metrics, train
 
 # %% ../../nbs/evaluation/09_benchmarks.ipynb #357ffdb1
-def hierarcaps_smoke(csv_path: str | Path, run_dir: str | Path, recipe: str = "clip", steps: int = 3, n: int = 64,
-                     preset: str = "world-debug", batch_size: int = 16, seed: int = 0) -> dict:
+def hierarcaps_smoke(
+    csv_path: str | Path,
+    run_dir: str | Path,
+    recipe: str = "clip",
+    steps: int = 3,
+    n: int = 64,
+    preset: str = "world-debug",
+    batch_size: int = 16,
+    seed: int = 0,
+) -> dict:
     "Train `recipe` for `steps` on the first `n` HierarCaps images (real files) and evaluate HierarCaps on them."
     rec = get_recipe(recipe)
     if rec.use_boxes or rec.contrastive == "negclip" or rec.needs_decoder:
-        raise SettingsError(f"hierarcaps_smoke trains on (image, caption) pairs only; {recipe!r} needs {rec.fields[2:]}")
+        raise SettingsError(
+            f"hierarcaps_smoke trains on (image, caption) pairs only; {recipe!r} needs {rec.fields[2:]}"
+        )
     items = load_hierarcaps(csv_path)[:n]
     model = create_model(preset, geometry=rec.geometry)
     data = ChainImageDataset(items, model.image_size, model.image_mean, model.image_std, seed=seed)
-    cfg = TrainConfig(steps=steps, batch_size=min(batch_size, len(items)), run_dir=str(run_dir), seed=seed, quiet=True,
-                      warmup_steps=0, log_every=1)
+    cfg = TrainConfig(
+        steps=steps,
+        batch_size=min(batch_size, len(items)),
+        run_dir=str(run_dir),
+        seed=seed,
+        quiet=True,
+        warmup_steps=0,
+        log_every=1,
+    )
     res = train(model, make_loss_fn(rec), data, cfg, collate_fn=collate_batch)
-    metrics = evaluate_hierarcaps(model, [it.chain for it in items], [it.image_path for it in items], batch_size=batch_size)
+    metrics = evaluate_hierarcaps(
+        model, [it.chain for it in items], [it.image_path for it in items], batch_size=batch_size
+    )
     return dict(steps=res.step, losses=[m["loss"] for m in read_metrics(run_dir)], metrics=metrics)

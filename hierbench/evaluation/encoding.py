@@ -1,4 +1,5 @@
-"""Running a model on texts and images in batches, and the geometry of its head: radii, entailment angles, PEP on a model; a bag-of-words reference model that knows nothing about images.
+"""Running a model on texts and images in batches, and the geometry of its head: radii, entailment
+angles, PEP on a model; a bag-of-words reference model that knows nothing about images.
 
 Docs: https://hierbench.github.io/hierbench/evaluation/encoding.html.md"""
 
@@ -6,14 +7,28 @@ Docs: https://hierbench.github.io/hierbench/evaluation/encoding.html.md"""
 
 # %% ../../nbs/evaluation/01_encoding.ipynb #c9b6b48b
 from __future__ import annotations
-import contextlib, contextvars, hashlib, math, os, re, warnings
+import contextlib
+import contextvars
+import hashlib
+import math
+import os
+import re
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
 
-from ..data.batch import (CLIP_MEAN, CLIP_STD, DataFormatError, DataWarning, MissingImageError, image_to_tensor, load_image,
-                   normalize)
+from hierbench.data.batch import (
+    CLIP_MEAN,
+    CLIP_STD,
+    DataFormatError,
+    DataWarning,
+    MissingImageError,
+    image_to_tensor,
+    load_image,
+    normalize,
+)
 from ..geometry import dist, dist0, exterior_angle, pairwise_dist
 from .metrics import pep_auc_ap, pep_score
 
@@ -26,54 +41,77 @@ __all__ = ['model_device', 'eval_mode', 'WordHashModel', 'encode_texts', 'encode
 # %% ../../nbs/evaluation/01_encoding.ipynb #894d9e4f
 def model_device(model) -> torch.device:
     "The device of the model's first parameter (CPU for a parameter-free model)."
-    try: return next(model.parameters()).device
-    except (StopIteration, AttributeError): return torch.device("cpu")
+    try:
+        return next(model.parameters()).device
+    except (StopIteration, AttributeError):
+        return torch.device("cpu")
 
 # %% ../../nbs/evaluation/01_encoding.ipynb #e24c928e
 class eval_mode:
     "Context manager: `model.eval()` inside, the previous training flag restored on exit."
-    def __init__(self, model): self.model = model
+
+    def __init__(self, model):
+        self.model = model
+
     def __enter__(self):
         self.was_training = getattr(self.model, "training", False)
-        if hasattr(self.model, "eval"): self.model.eval()
+        if hasattr(self.model, "eval"):
+            self.model.eval()
         return self.model
+
     def __exit__(self, *exc):
-        if self.was_training: self.model.train()
+        if self.was_training:
+            self.model.train()
 
 # %% ../../nbs/evaluation/01_encoding.ipynb #05c744ed
 class _WordHashHead:
     "Similarities of `WordHashModel`: cosine (euclidean) or −geodesic distance (lorentz)."
+
     def __init__(self, geometry: str, curv: float):
         self.geometry, self._c = geometry, curv
+
     @property
-    def curv(self): return None if self.geometry == "euclidean" else torch.tensor(self._c)
+    def curv(self):
+        return None if self.geometry == "euclidean" else torch.tensor(self._c)
+
     def pairwise_sim(self, a, b):
-        if self.geometry == "euclidean": return torch.nn.functional.normalize(a, dim=-1) @ torch.nn.functional.normalize(b, dim=-1).T
+        if self.geometry == "euclidean":
+            return torch.nn.functional.normalize(a, dim=-1) @ torch.nn.functional.normalize(b, dim=-1).T
         return -pairwise_dist(a, b, self._c)
+
     def rowwise_sim(self, a, b):
-        if self.geometry == "euclidean": return torch.nn.functional.cosine_similarity(a, b, dim=-1)
+        if self.geometry == "euclidean":
+            return torch.nn.functional.cosine_similarity(a, b, dim=-1)
         return -dist(a, b, self._c)
 
 # %% ../../nbs/evaluation/01_encoding.ipynb #40f0ed9b
 class WordHashModel(torch.nn.Module):
-    "Texts: normalised bag of hashed words; images: a fixed random projection of pixels. A chance-level reference model."
-    def __init__(self, dim: int = 32, geometry: str = "euclidean", curv: float = 1.0, scale: float = 1.0, seed: int = 0):
+    """Texts: normalised bag of hashed words; images: a fixed random projection of pixels. A chance-level reference
+    model."""
+
+    def __init__(
+        self, dim: int = 32, geometry: str = "euclidean", curv: float = 1.0, scale: float = 1.0, seed: int = 0
+    ):
         super().__init__()
-        if geometry not in ("euclidean", "lorentz"): raise ValueError(f"geometry must be 'euclidean' or 'lorentz', got {geometry!r}")
+        if geometry not in ("euclidean", "lorentz"):
+            raise ValueError(f"geometry must be 'euclidean' or 'lorentz', got {geometry!r}")
         self.dim, self.seed, self.scale = dim, seed, scale
         self.head = _WordHashHead(geometry, curv)
         self._proj = None
+
     def _word(self, w: str) -> torch.Tensor:
         h = int.from_bytes(hashlib.sha256(f"{self.seed}|{w}".encode()).digest()[:8], "little")
         g = torch.Generator().manual_seed(h)
         return torch.randn(self.dim, generator=g)
+
     def encode_text(self, texts: Sequence[str]) -> torch.Tensor:
         rows = []
         for t in texts:
-            words = sorted(re.findall(r"[a-z]+", t.lower()))   # sorted: the same bag sums in the same order, bit for bit
+            words = sorted(re.findall(r"[a-z]+", t.lower()))  # sorted: the same bag sums in the same order, bit for bit
             v = torch.stack([self._word(w) for w in words]).sum(0) if words else torch.zeros(self.dim)
             rows.append(v / v.norm().clamp_min(1e-6) * self.scale)  # the empty text stays at the origin
         return torch.stack(rows)
+
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:
         flat = images.float().flatten(1)
         if self._proj is None or self._proj.shape[0] != flat.shape[1]:
@@ -87,12 +125,14 @@ class WordHashModel(torch.nn.Module):
 def encode_texts(model, texts: Sequence[str], batch_size: int = 256) -> torch.Tensor:
     "Embeddings (N, D) float32 of `texts`, each distinct text encoded once, in batches of `batch_size`."
     texts = list(texts)
-    if not texts: raise ValueError("encode_texts: no texts")
+    if not texts:
+        raise ValueError("encode_texts: no texts")
     bad = [i for i, t in enumerate(texts) if not isinstance(t, str)]
-    if bad: raise TypeError(f"encode_texts: texts[{bad[0]}] is {type(texts[bad[0]]).__name__}, not str")
+    if bad:
+        raise TypeError(f"encode_texts: texts[{bad[0]}] is {type(texts[bad[0]]).__name__}, not str")
     uniq = list(dict.fromkeys(texts))
     with eval_mode(model):
-        embs = torch.cat([model.encode_text(uniq[i:i + batch_size]).float() for i in range(0, len(uniq), batch_size)])
+        embs = torch.cat([model.encode_text(uniq[i : i + batch_size]).float() for i in range(0, len(uniq), batch_size)])
     pos = {t: i for i, t in enumerate(uniq)}
     return embs[torch.as_tensor([pos[t] for t in texts], device=embs.device)]
 
@@ -101,10 +141,15 @@ def encode_texts(model, texts: Sequence[str], batch_size: int = 256) -> torch.Te
 def encode_images(model, images, batch_size: int = 256) -> torch.Tensor:
     "Embeddings (N, D) float32 of a (N, 3, S, S) tensor, or of an iterable of (B, 3, S, S) batches."
     dev = model_device(model)
-    batches = (images[i:i + batch_size] for i in range(0, len(images), batch_size)) if isinstance(images, torch.Tensor) else images
+    batches = (
+        (images[i : i + batch_size] for i in range(0, len(images), batch_size))
+        if isinstance(images, torch.Tensor)
+        else images
+    )
     with eval_mode(model):
         out = [model.encode_image(b.to(dev)).float() for b in batches]
-    if not out: raise ValueError("encode_images: no images")
+    if not out:
+        raise ValueError("encode_images: no images")
     return torch.cat(out)
 
 # %% ../../nbs/evaluation/01_encoding.ipynb #773efd89
@@ -115,92 +160,126 @@ def images_to_tensor(images: np.ndarray, mean: Sequence[float], std: Sequence[fl
 
 # %% ../../nbs/evaluation/01_encoding.ipynb #cd7a708d
 def encode_uint8_images(model, images: np.ndarray, batch_size: int = 256) -> torch.Tensor:
-    "Embeddings (N, D) of uint8 images (N, S, S, 3), normalised with the model's mean and std (OpenAI CLIP's when it has none)."
+    """Embeddings (N, D) of uint8 images (N, S, S, 3), normalised with the model's mean and std (OpenAI CLIP's when it
+    has none)."""
     mean, std = getattr(model, "image_mean", CLIP_MEAN), getattr(model, "image_std", CLIP_STD)
-    batches = (images_to_tensor(images[i:i + batch_size], mean, std) for i in range(0, len(images), batch_size))
+    batches = (images_to_tensor(images[i : i + batch_size], mean, std) for i in range(0, len(images), batch_size))
     return encode_images(model, batches)
 
 # %% ../../nbs/evaluation/01_encoding.ipynb #0a5d7698
 def head_geometry(model) -> str:
     "'euclidean' or 'lorentz', from `model.head.geometry`."
     g = getattr(getattr(model, "head", None), "geometry", None)
-    if g not in ("euclidean", "lorentz"): raise ValueError(f"model.head.geometry must be 'euclidean' or 'lorentz', got {g!r}")
+    if g not in ("euclidean", "lorentz"):
+        raise ValueError(f"model.head.geometry must be 'euclidean' or 'lorentz', got {g!r}")
     return g
 
 # %% ../../nbs/evaluation/01_encoding.ipynb #1313ca8e
 def head_curv(model) -> float:
     "The curvature parameter c of a Lorentz head (curvature −c); 1.0 for Euclidean heads (unused)."
     c = getattr(model.head, "curv", None)
-    if c is None: return 1.0
+    if c is None:
+        return 1.0
     c = c() if callable(c) else c
     return float(c.detach()) if isinstance(c, torch.Tensor) else float(c)
 
 # %% ../../nbs/evaluation/01_encoding.ipynb #bd18f146
-def entailment_angle(parent: torch.Tensor, child: torch.Tensor, geometry: str, curv: float = 1.0,
-                     euclidean_phi: str = "angle") -> torch.Tensor:
+def entailment_angle(
+    parent: torch.Tensor, child: torch.Tensor, geometry: str, curv: float = 1.0, euclidean_phi: str = "angle"
+) -> torch.Tensor:
     "φ(parent, child) row-wise (N,) for embeddings (N, D): Lorentz exterior angle, or a Euclidean stand-in (see above)."
-    parent, child = parent.double(), child.double()   # angles near 0 lose precision in float32; these are cheap
-    if geometry == "lorentz": return exterior_angle(parent, child, curv)
-    if geometry != "euclidean": raise ValueError(f"unknown geometry {geometry!r}")
+    parent, child = parent.double(), child.double()  # angles near 0 lose precision in float32; these are cheap
+    if geometry == "lorentz":
+        return exterior_angle(parent, child, curv)
+    if geometry != "euclidean":
+        raise ValueError(f"unknown geometry {geometry!r}")
     if euclidean_phi == "angle":
         cos = torch.nn.functional.cosine_similarity(parent, child, dim=-1)
-        return torch.arccos(cos.clamp(-1.0, 1.0))      # rounding can push |cos| a hair above 1
+        return torch.arccos(cos.clamp(-1.0, 1.0))  # rounding can push |cos| a hair above 1
     if euclidean_phi == "exterior":
         d = child - parent
-        cos = (parent * d).sum(-1) / (parent.norm(dim=-1) * d.norm(dim=-1)).clamp_min(1e-12)  # identical points: φ = π/2
+        cos = (parent * d).sum(-1) / (parent.norm(dim=-1) * d.norm(dim=-1)).clamp_min(
+            1e-12
+        )  # identical points: φ = π/2
         return torch.arccos(cos.clamp(-1.0, 1.0))
     raise ValueError(f"euclidean_phi must be 'angle' or 'exterior', got {euclidean_phi!r}")
 
 # %% ../../nbs/evaluation/01_encoding.ipynb #b72e25ff
-def embedding_radius(x: torch.Tensor, geometry: str, curv: float = 1.0, root: torch.Tensor | None = None) -> torch.Tensor:
+def embedding_radius(
+    x: torch.Tensor, geometry: str, curv: float = 1.0, root: torch.Tensor | None = None
+) -> torch.Tensor:
     "Radius (N,): d(O, x) for Lorentz heads; ‖x − root‖ for Euclidean heads (root = empty-string embedding)."
-    if geometry == "lorentz": return dist0(x.double(), curv)
-    if root is None: raise ValueError("embedding_radius: a Euclidean head needs a root embedding (the empty string's)")
+    if geometry == "lorentz":
+        return dist0(x.double(), curv)
+    if root is None:
+        raise ValueError("embedding_radius: a Euclidean head needs a root embedding (the empty string's)")
     return (x.double() - root.double().reshape(1, -1)).norm(dim=-1)
 
 # %% ../../nbs/evaluation/01_encoding.ipynb #160aeb67
-def pep_metrics(model, img: torch.Tensor, chains: Sequence[Sequence[str]], negatives: Sequence[Sequence[str]],
-                prefix: str = "pep", euclidean_phi: str = "angle", batch_size: int = 256,
-                items: dict | None = None) -> dict[str, float]:
+def pep_metrics(
+    model,
+    img: torch.Tensor,
+    chains: Sequence[Sequence[str]],
+    negatives: Sequence[Sequence[str]],
+    prefix: str = "pep",
+    euclidean_phi: str = "angle",
+    batch_size: int = 256,
+    items: dict | None = None,
+) -> dict[str, float]:
     """PEP AUC/AP: scores pep_score(φ(caption, image)) of chain captions (positives) vs `negatives[i]` captions of
     image i. `items`: a dict that receives the per-pair record under `prefix` (scene, chain level, φ, score)."""
     geometry, c = head_geometry(model), head_curv(model)
     pos_rows = [(i, t) for i, ch in enumerate(chains) for t in ch]
     neg_rows = [(i, t) for i, ng in enumerate(negatives) for t in ng]
-    if not neg_rows: return {}
+    if not neg_rows:
+        return {}
     texts = list(dict.fromkeys(t for _, t in pos_rows + neg_rows))
     txt = encode_texts(model, texts, batch_size).to(img.device)
     pos_of = {t: i for i, t in enumerate(texts)}
+
     def angles(rows, chunk: int = 8192):
         # pairs are gathered chunk by chunk: 1000 images × 100 pool captions × D=512 in float64 would be 400 MB at once
         out = []
         for a in range(0, len(rows), chunk):
-            part = rows[a:a + chunk]
+            part = rows[a : a + chunk]
             ii = torch.as_tensor([r[0] for r in part], device=img.device)
             tt = torch.as_tensor([pos_of[r[1]] for r in part], device=img.device)
             out.append(entailment_angle(txt[tt], img[ii], geometry, c, euclidean_phi).cpu())
         return torch.cat(out)
+
     phi_pos, phi_neg = angles(pos_rows), angles(neg_rows)
     r = pep_auc_ap(pep_score(phi_pos).numpy(), pep_score(phi_neg).numpy())
     # our addition: the same ranking without the floor at φ = π/2 (PEP gives every wide angle the score 0, so a
     # model whose angles are all wide — any model early in training — sits at exactly 0.5)
     r_angle = pep_auc_ap((-phi_pos).numpy(), (-phi_neg).numpy())
     if items is not None:
-        items[prefix] = dict(pos_group=np.array([i for i, _ in pos_rows]), neg_group=np.array([i for i, _ in neg_rows]),
-                             pos_level=np.array([l for ch in chains for l in range(len(ch))]),
-                             pos_phi=phi_pos.numpy(), neg_phi=phi_neg.numpy())
-    return {f"{prefix}_auc": r["auc"], f"{prefix}_auc_chance": r["auc_chance"],
-            f"{prefix}_ap": r["ap"], f"{prefix}_ap_chance": r["ap_chance"],
-            f"{prefix}_angle_auc": r_angle["auc"], f"{prefix}_angle_auc_chance": r_angle["auc_chance"]}
+        items[prefix] = dict(
+            pos_group=np.array([i for i, _ in pos_rows]),
+            neg_group=np.array([i for i, _ in neg_rows]),
+            pos_level=np.array([l for ch in chains for l in range(len(ch))]),
+            pos_phi=phi_pos.numpy(),
+            neg_phi=phi_neg.numpy(),
+        )
+    return {
+        f"{prefix}_auc": r["auc"],
+        f"{prefix}_auc_chance": r["auc_chance"],
+        f"{prefix}_ap": r["ap"],
+        f"{prefix}_ap_chance": r["ap_chance"],
+        f"{prefix}_angle_auc": r_angle["auc"],
+        f"{prefix}_angle_auc_chance": r_angle["auc_chance"],
+    }
 
 # %% ../../nbs/evaluation/01_encoding.ipynb #d437af30
 def record_field(rec, *names, default=KeyError):
     "The first of `names` present in `rec` (a mapping or an object with attributes)."
     for n in names:
         if isinstance(rec, Mapping):
-            if n in rec: return rec[n]
-        elif hasattr(rec, n): return getattr(rec, n)
-    if default is KeyError: raise KeyError(f"record has none of the fields {names}: {rec!r:.200}")
+            if n in rec:
+                return rec[n]
+        elif hasattr(rec, n):
+            return getattr(rec, n)
+    if default is KeyError:
+        raise KeyError(f"record has none of the fields {names}: {rec!r:.200}")
     return default
 
 # %% ../../nbs/evaluation/01_encoding.ipynb #102bd5a7
@@ -213,14 +292,17 @@ def _image_key(rec):
 # %% ../../nbs/evaluation/01_encoding.ipynb #71e8ced8
 def default_image_loader(rec):
     "A record's image: `rec.image()` (hierbench.data.batch records), else `load_image(image_path, box)`."
-    if callable(getattr(rec, "image", None)): return rec.image()
+    if callable(getattr(rec, "image", None)):
+        return rec.image()
     return load_image(record_field(rec, "image_path", "filename"), record_field(rec, "box", "bbox", default=None))
 
 # %% ../../nbs/evaluation/01_encoding.ipynb #eaea4521
 def default_preprocess(model) -> Callable:
-    "PIL image → model input (3, S, S): shorter side to S, centre crop, the model's mean/std (`hierbench.data.batch.image_to_tensor`)."
+    """PIL image → model input (3, S, S): shorter side to S, centre crop, the model's mean/std
+    (`hierbench.data.batch.image_to_tensor`)."""
     size = getattr(model, "image_size", None)
-    if size is None: raise ValueError("the model has no image_size: pass preprocess= (e.g. open_clip's transform)")
+    if size is None:
+        raise ValueError("the model has no image_size: pass preprocess= (e.g. open_clip's transform)")
     size = size[0] if isinstance(size, (tuple, list)) else int(size)
     mean, std = getattr(model, "image_mean", CLIP_MEAN), getattr(model, "image_std", CLIP_STD)
     return lambda im: image_to_tensor(im, size, mean, std)
@@ -228,61 +310,89 @@ def default_preprocess(model) -> Callable:
 # %% ../../nbs/evaluation/01_encoding.ipynb #ee3375ee
 _PROGRESS = contextvars.ContextVar("hierbench_eval_progress", default=False)
 
+
 @contextlib.contextmanager
 def eval_progress(on: bool = True):
-    "Inside this block, encoding a real benchmark's images shows a fastprogress bar (terminal or notebook); `hierbench eval` turns it on."
+    """Inside this block, encoding a real benchmark's images shows a fastprogress bar (terminal or notebook); `hierbench
+    eval` turns it on."""
     token = _PROGRESS.set(on)
-    try: yield
-    finally: _PROGRESS.reset(token)
+    try:
+        yield
+    finally:
+        _PROGRESS.reset(token)
+
 
 def _progress(it):
-    if not _PROGRESS.get(): return it
+    if not _PROGRESS.get():
+        return it
     from fastprogress.fastprogress import progress_bar
+
     return progress_bar(it, leave=False)
 
 # %% ../../nbs/evaluation/01_encoding.ipynb #128e6a15
 @torch.no_grad()
-def encode_record_images(model, records, image_loader: Callable | None = None, preprocess: Callable | None = None,
-                         batch_size: int = 64) -> tuple[torch.Tensor, np.ndarray]:
+def encode_record_images(
+    model, records, image_loader: Callable | None = None, preprocess: Callable | None = None, batch_size: int = 64
+) -> tuple[torch.Tensor, np.ndarray]:
     """Embeddings of the distinct images of `records` and, per record, the row of its image: ((M, D), (N,)).
     An image that is missing or cannot be decoded costs only its records: their row is −1 and one `DataWarning`
     names each (record key, file, reason) — one bad JPEG never loses an evaluation."""
     image_loader = image_loader or default_image_loader
     keys = [_image_key(r) for r in records]
     first = {}
-    for i, k in enumerate(keys): first.setdefault(k, i)
+    for i, k in enumerate(keys):
+        first.setdefault(k, i)
     uniq, good, failed = list(first), [], []
+
     def batches():
         prep = preprocess
         for i in _progress(range(0, len(uniq), batch_size)):
             ims = []
-            for k in uniq[i:i + batch_size]:
-                try: im = image_loader(records[first[k]])
+            for k in uniq[i : i + batch_size]:
+                try:
+                    im = image_loader(records[first[k]])
                 except (MissingImageError, DataFormatError, OSError) as err:
-                    failed.append(f"{record_field(records[first[k]], 'key', default='?')}: {err}"); continue
+                    failed.append(f"{record_field(records[first[k]], 'key', default='?')}: {err}")
+                    continue
                 if not isinstance(im, torch.Tensor):
                     prep = prep or default_preprocess(model)
                     im = prep(im)
-                ims.append(im); good.append(k)
-            if ims: yield torch.stack(ims)
-    try: embs = encode_images(model, batches())
-    except ValueError:   # every image failed
-        if not failed: raise
+                ims.append(im)
+                good.append(k)
+            if ims:
+                yield torch.stack(ims)
+
+    try:
+        embs = encode_images(model, batches())
+    except ValueError:  # every image failed
+        if not failed:
+            raise
         embs = torch.zeros(0, 1)
     if failed:
-        warnings.warn(f"{len(failed)} of {len(uniq)} images could not be read; their items are set aside: "
-                      + "; ".join(failed[:5]) + (" …" if len(failed) > 5 else ""), DataWarning, stacklevel=2)
+        warnings.warn(
+            f"{len(failed)} of {len(uniq)} images could not be read; their items are set aside: "
+            + "; ".join(failed[:5])
+            + (" …" if len(failed) > 5 else ""),
+            DataWarning,
+            stacklevel=2,
+        )
     row = {k: j for j, k in enumerate(good)}
     return embs, np.array([row.get(k, -1) for k in keys])
 
 # %% ../../nbs/evaluation/01_encoding.ipynb #d99a7d9f
 def encode_image_list(model, images, preprocess: Callable | None = None, batch_size: int = 64) -> torch.Tensor:
-    "Embeddings of a preprocessed (N, 3, S, S) tensor, or of paths / PIL images through `preprocess` (default `default_preprocess(model)`)."
-    if isinstance(images, torch.Tensor): return encode_images(model, images, batch_size)
+    """Embeddings of a preprocessed (N, 3, S, S) tensor, or of paths / PIL images through `preprocess` (default
+    `default_preprocess(model)`)."""
+    if isinstance(images, torch.Tensor):
+        return encode_images(model, images, batch_size)
     preprocess = preprocess or default_preprocess(model)
+
     def batches():
         for i in range(0, len(images), batch_size):
-            yield torch.stack([preprocess(im if hasattr(im, "convert") else load_image(im)) for im in images[i:i + batch_size]])
+            yield torch.stack(
+                [preprocess(im if hasattr(im, "convert") else load_image(im)) for im in images[i : i + batch_size]]
+            )
+
     return encode_images(model, batches())
 
 # %% ../../nbs/evaluation/01_encoding.ipynb #10a80b00
@@ -290,54 +400,94 @@ def default_num_workers() -> int:
     "DataLoader workers that decode images: every core but one (which runs the model), at most 8; 0 on one core."
     return max(0, min(8, (os.cpu_count() or 1) - 1))
 
+
 class _ImageSources(torch.utils.data.Dataset):
     "Item j: (j, preprocessed image (3, S, S), None), or (j, None, why it could not be read)."
-    def __init__(self, sources: Sequence, preprocess: Callable): self.sources, self.preprocess = sources, preprocess
-    def __len__(self) -> int: return len(self.sources)
+
+    def __init__(self, sources: Sequence, preprocess: Callable):
+        self.sources, self.preprocess = sources, preprocess
+
+    def __len__(self) -> int:
+        return len(self.sources)
+
     def __getitem__(self, j: int):
         src = self.sources[j]
-        try: return j, self.preprocess(src() if callable(src) else load_image(src)), None
+        try:
+            return j, self.preprocess(src() if callable(src) else load_image(src)), None
         # MissingImageError is an OSError, CorruptImageError a DataFormatError: both cost only this image
-        except (OSError, DataFormatError) as err: return j, None, str(err)
+        except (OSError, DataFormatError) as err:
+            return j, None, str(err)
+
 
 def _collate_sources(batch):
     good = [(j, x) for j, x, why in batch if why is None]
-    return [j for j, _ in good], (torch.stack([x for _, x in good]) if good else None), [(j, why) for j, _, why in batch if why is not None]
+    return (
+        [j for j, _ in good],
+        (torch.stack([x for _, x in good]) if good else None),
+        [(j, why) for j, _, why in batch if why is not None],
+    )
+
 
 @torch.no_grad()
-def encode_image_sources(model, sources: Sequence, preprocess: Callable | None = None, batch_size: int = 64,
-                         num_workers: int | None = None, names: Sequence[str] | None = None
-                         ) -> tuple[torch.Tensor, np.ndarray, list[str]]:
+def encode_image_sources(
+    model,
+    sources: Sequence,
+    preprocess: Callable | None = None,
+    batch_size: int = 64,
+    num_workers: int | None = None,
+    names: Sequence[str] | None = None,
+) -> tuple[torch.Tensor, np.ndarray, list[str]]:
     """Embeddings (M, D) of the distinct readable `sources` (paths or callables returning a PIL image), the row (N,)
     of each source in them (−1: set aside) and one line per set-aside image ("name: reason"). Decoding and `preprocess`
     (default `default_preprocess(model)`) run in `num_workers` DataLoader workers (None: `default_num_workers()`)."""
     sources = list(sources)
-    if not sources: raise ValueError("encode_image_sources: no images")
-    if names is not None and len(names) != len(sources): raise ValueError(f"{len(names)} names for {len(sources)} sources")
-    keys = [src if callable(src) else os.path.abspath(src) for src in sources]   # one decode per distinct file
+    if not sources:
+        raise ValueError("encode_image_sources: no images")
+    if names is not None and len(names) != len(sources):
+        raise ValueError(f"{len(names)} names for {len(sources)} sources")
+    keys = [src if callable(src) else os.path.abspath(src) for src in sources]  # one decode per distinct file
     first: dict = {}
-    for i, k in enumerate(keys): first.setdefault(k, i)
-    uniq = list(first.values())   # source index of each distinct image
+    for i, k in enumerate(keys):
+        first.setdefault(k, i)
+    uniq = list(first.values())  # source index of each distinct image
     workers = default_num_workers() if num_workers is None else int(num_workers)
-    workers = min(workers, math.ceil(len(uniq) / batch_size))   # a worker per batch at most: forking costs time
+    workers = min(workers, math.ceil(len(uniq) / batch_size))  # a worker per batch at most: forking costs time
     dev = model_device(model)
-    loader = torch.utils.data.DataLoader(_ImageSources([sources[i] for i in uniq], preprocess or default_preprocess(model)),
-                                         batch_size=batch_size, num_workers=workers, collate_fn=_collate_sources,
-                                         pin_memory=dev.type == "cuda")
+    loader = torch.utils.data.DataLoader(
+        _ImageSources([sources[i] for i in uniq], preprocess or default_preprocess(model)),
+        batch_size=batch_size,
+        num_workers=workers,
+        collate_fn=_collate_sources,
+        pin_memory=dev.type == "cuda",
+    )
     good, failed, reasons = [], [], []
+
     def batches():
         for idx, x, bad in _progress(loader):
-            failed.extend(uniq[j] for j, _ in bad); reasons.extend(why for _, why in bad)
-            if x is not None: good.extend(uniq[j] for j in idx); yield x
-    try: embs = encode_images(model, batches())
-    except ValueError:   # nothing could be read (any other ValueError goes up)
-        if good or not failed: raise
+            failed.extend(uniq[j] for j, _ in bad)
+            reasons.extend(why for _, why in bad)
+            if x is not None:
+                good.extend(uniq[j] for j in idx)
+                yield x
+
+    try:
+        embs = encode_images(model, batches())
+    except ValueError:  # nothing could be read (any other ValueError goes up)
+        if good or not failed:
+            raise
         embs = torch.zeros(0, 1, device=dev)
-    name = lambda i: str(names[i]) if names is not None else (str(sources[i]) if not callable(sources[i]) else f"image {i}")
+    name = lambda i: (
+        str(names[i]) if names is not None else (str(sources[i]) if not callable(sources[i]) else f"image {i}")
+    )
     lines = [f"{name(i)}: {why}" for i, why in zip(failed, reasons)]
     if lines:
-        warnings.warn(f"{len(lines)} of {len(uniq)} images could not be read and are set aside: " + "; ".join(lines[:5])
-                      + (" …" if len(lines) > 5 else ""), DataWarning, stacklevel=2)
+        warnings.warn(
+            f"{len(lines)} of {len(uniq)} images could not be read and are set aside: "
+            + "; ".join(lines[:5])
+            + (" …" if len(lines) > 5 else ""),
+            DataWarning,
+            stacklevel=2,
+        )
     row_of_first = {i: r for r, i in enumerate(good)}
     rows = np.array([row_of_first.get(first[k], -1) for k in keys], dtype=np.int64)
     return embs, rows, lines
@@ -351,7 +501,9 @@ def similarity_name(model) -> str:
 
 # %% ../../nbs/evaluation/01_encoding.ipynb #bea68450
 @torch.no_grad()
-def option_scores(model, img_emb: torch.Tensor, options: Sequence[Sequence[str]], batch_size: int = 256) -> list[np.ndarray]:
+def option_scores(
+    model, img_emb: torch.Tensor, options: Sequence[Sequence[str]], batch_size: int = 256
+) -> list[np.ndarray]:
     "Per item i, the scores (n_options_i,) of its options against its image embedding `img_emb[i]` (N, D)."
     flat = [o for opts in options for o in opts]
     owner = torch.as_tensor(np.repeat(np.arange(len(options)), [len(o) for o in options]), device=img_emb.device)

@@ -1,4 +1,6 @@
-"""HyCoCLIP's hierarchical metrics of a classifier's mistakes — tree-induced error, LCA depth, Jaccard similarity, hierarchical precision and recall — over a real class hierarchy read from a local file or from WordNet.
+"""HyCoCLIP's hierarchical metrics of a classifier's mistakes — tree-induced error, LCA depth,
+Jaccard similarity, hierarchical precision and recall — over a real class hierarchy read from a
+local file or from WordNet.
 
 Docs: https://hierbench.github.io/hierbench/evaluation/hierarchy.html.md"""
 
@@ -6,7 +8,8 @@ Docs: https://hierbench.github.io/hierbench/evaluation/hierarchy.html.md"""
 
 # %% ../../nbs/evaluation/05_hierarchy.ipynb #9a40deca
 from __future__ import annotations
-import json, re
+import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -14,8 +17,18 @@ import numpy as np
 import pandas as pd
 
 from ..data.batch import DataFormatError
-from .metrics import ancestor_set, chance_key, hierarchical_scores
+from .metrics import chance_key, hierarchical_scores
 from ..config import MissingExtraError, MissingFileError
+
+# %% auto #0
+__all__ = [
+    "VIRTUAL_ROOT",
+    "read_hierarchy",
+    "load_wordnet",
+    "wordnet_hierarchy",
+    "class_nodes",
+    "hierarchical_classification",
+]
 
 # %% auto #0
 __all__ = ['VIRTUAL_ROOT', 'read_hierarchy', 'load_wordnet', 'wordnet_hierarchy', 'class_nodes', 'hierarchical_classification']
@@ -23,58 +36,86 @@ __all__ = ['VIRTUAL_ROOT', 'read_hierarchy', 'load_wordnet', 'wordnet_hierarchy'
 # %% ../../nbs/evaluation/05_hierarchy.ipynb #7ab4dcaa
 VIRTUAL_ROOT = "<root>"
 
+
 def _check_tree(parent: dict, path) -> dict:
     "`parent` completed (parents that are no child become roots), a forest joined under VIRTUAL_ROOT, cycles refused."
     for p in list(parent.values()):
-        if p is not None and p not in parent: parent[p] = None
+        if p is not None and p not in parent:
+            parent[p] = None
     for node in parent:
         seen, cur = {node}, parent[node]
         while cur is not None:
-            if cur in seen: raise DataFormatError(path, node, problem=f"cycle in the hierarchy through {cur!r}")
-            seen.add(cur); cur = parent[cur]
+            if cur in seen:
+                raise DataFormatError(path, node, problem=f"cycle in the hierarchy through {cur!r}")
+            seen.add(cur)
+            cur = parent[cur]
     roots = [n for n, p in parent.items() if p is None]
     if len(roots) > 1:
         parent = {n: (VIRTUAL_ROOT if p is None else p) for n, p in parent.items()} | {VIRTUAL_ROOT: None}
     return parent
 
+
 def read_hierarchy(path: str | Path) -> dict:
-    "A class tree `{node: parent}` from a JSON object `{child: parent}` or a `parent child` edge list (ImageNet's is-a file)."
+    """A class tree `{node: parent}` from a JSON object `{child: parent}` or a `parent child` edge list (ImageNet's is-a
+    file)."""
     p = Path(path)
-    if not p.is_file(): raise MissingFileError(f"hierarchy file not found: {p}")
+    if not p.is_file():
+        raise MissingFileError(f"hierarchy file not found: {p}")
     parent: dict = {}
     if p.suffix.lower() == ".json":
-        try: obj = json.loads(p.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as err: raise DataFormatError(p, problem=f"not JSON: {err.msg} (line {err.lineno})") from None
-        if not isinstance(obj, dict): raise DataFormatError(p, problem="expected a JSON object {child: parent}")
+        try:
+            obj = json.loads(p.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as err:
+            raise DataFormatError(p, problem=f"not JSON: {err.msg} (line {err.lineno})") from None
+        if not isinstance(obj, dict):
+            raise DataFormatError(p, problem="expected a JSON object {child: parent}")
         for child, par in obj.items():
             if isinstance(par, list):
-                if len(par) > 1: raise DataFormatError(p, child, problem=f"{len(par)} parents {par[:3]}: the hierarchical metrics need a tree")
+                if len(par) > 1:
+                    raise DataFormatError(
+                        p, child, problem=f"{len(par)} parents {par[:3]}: the hierarchical metrics need a tree"
+                    )
                 par = par[0] if par else None
-            if par is not None and not isinstance(par, str): raise DataFormatError(p, child, problem=f"parent {par!r} is not a name")
+            if par is not None and not isinstance(par, str):
+                raise DataFormatError(p, child, problem=f"parent {par!r} is not a name")
             parent[str(child)] = par
     else:
         for i, line in enumerate(p.read_text(encoding="utf-8").splitlines()):
-            if not line.strip() or line.lstrip().startswith("#"): continue
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
             parts = line.split()
-            if len(parts) != 2: raise DataFormatError(p, f"line {i + 1}", problem=f"expected 'parent child', got {line.strip()!r:.80}")
+            if len(parts) != 2:
+                raise DataFormatError(p, f"line {i + 1}", problem=f"expected 'parent child', got {line.strip()!r:.80}")
             par, child = parts
             if parent.get(child, par) != par:
-                raise DataFormatError(p, f"line {i + 1}", problem=f"{child!r} has two parents ({parent[child]!r}, {par!r}): the hierarchical metrics need a tree")
+                raise DataFormatError(
+                    p,
+                    f"line {i + 1}",
+                    problem=f"{child!r} has two parents ({parent[child]!r}, {par!r}): the hierarchical metrics need a "
+                    "tree",
+                )
             parent[child] = par
-    if not parent: raise DataFormatError(p, problem="no edges")
+    if not parent:
+        raise DataFormatError(p, problem="no edges")
     return _check_tree(parent, p)
 
 # %% ../../nbs/evaluation/05_hierarchy.ipynb #f269a0bb
 def load_wordnet():
     "nltk's WordNet corpus reader, if the corpus is on disk (never downloaded)."
-    try: from nltk.corpus import wordnet
-    except ImportError: raise MissingExtraError("the WordNet hierarchy needs nltk (pip install nltk) and its corpus on disk") from None
-    try: wordnet.ensure_loaded()
+    try:
+        from nltk.corpus import wordnet
+    except ImportError:
+        raise MissingExtraError("the WordNet hierarchy needs nltk (pip install nltk) and its corpus on disk") from None
+    try:
+        wordnet.ensure_loaded()
     except LookupError:
-        raise MissingFileError("nltk's WordNet corpus is not on disk (hierbench never downloads it): install it yourself "
-                                "(python -m nltk.downloader wordnet) or give a hierarchy file (JSON {class: parent}, or "
-                                "ImageNet's is-a list: 'parent child' per line)") from None
+        raise MissingFileError(
+            "nltk's WordNet corpus is not on disk (hierbench never downloads it): install it yourself "
+            "(python -m nltk.downloader wordnet) or give a hierarchy file (JSON {class: parent}, or "
+            "ImageNet's is-a list: 'parent child' per line)"
+        ) from None
     return wordnet
+
 
 def wordnet_hierarchy(wnids: Sequence[str], wordnet=None) -> dict:
     "`{wnid: parent wnid}` for ImageNet WordNet ids up to WordNet's root, through each synset's first hypernym."
@@ -82,38 +123,68 @@ def wordnet_hierarchy(wnids: Sequence[str], wordnet=None) -> dict:
     parent: dict = {}
     for w in wnids:
         m = re.fullmatch(r"n(\d{8})", str(w))
-        if not m: raise ValueError(f"{w!r} is not a WordNet noun id like n01440764")
+        if not m:
+            raise ValueError(f"{w!r} is not a WordNet noun id like n01440764")
         node, syn = str(w), wn.synset_from_pos_and_offset("n", int(m.group(1)))
         while node not in parent:
             up = syn.hypernyms() or syn.instance_hypernyms()
-            if not up: parent[node] = None; break
+            if not up:
+                parent[node] = None
+                break
             syn = up[0]
             parent[node] = f"n{syn.offset():08d}"
             node = parent[node]
     return _check_tree(parent, "WordNet")
 
 # %% ../../nbs/evaluation/05_hierarchy.ipynb #ff76e059
-def class_nodes(parent: dict, class_ids: Sequence[str], classnames: Sequence[str] | None = None, source="hierarchy") -> list[str]:
-    "The hierarchy node of each class: its id if the hierarchy has it, else its class name; an error names the classes it lacks."
+def class_nodes(
+    parent: dict, class_ids: Sequence[str], classnames: Sequence[str] | None = None, source="hierarchy"
+) -> list[str]:
+    """The hierarchy node of each class: its id if the hierarchy has it, else its class name; an error names the classes
+    it lacks."""
     names = list(classnames) if classnames is not None else [None] * len(class_ids)
     nodes = [cid if cid in parent else nm if nm in parent else None for cid, nm in zip(class_ids, names)]
     missing = [cid if nm is None else f"{cid} ({nm})" for cid, nm, n in zip(class_ids, names, nodes) if n is None]
-    if missing: raise DataFormatError(source, problem=f"{len(missing)} of {len(nodes)} classes are not in the hierarchy (looked up by id, then name): {missing[:5]}")
+    if missing:
+        raise DataFormatError(
+            source,
+            problem=f"{len(missing)} of {len(nodes)} classes are not in the hierarchy (looked up by id, then name): "
+            f"{missing[:5]}",
+        )
     return nodes
 
-def hierarchical_classification(pred: Sequence[int], true: Sequence[int], parent: dict, nodes: Sequence[str], name: str,
-                                ids: Sequence[str] | None = None, prefix: str = "hierarchical") -> tuple[dict, pd.DataFrame]:
-    "TIE, LCA, Jaccard, hierarchical precision and recall (`{prefix}/NAME/...`, chance levels beside) and per-image rows."
+
+def hierarchical_classification(
+    pred: Sequence[int],
+    true: Sequence[int],
+    parent: dict,
+    nodes: Sequence[str],
+    name: str,
+    ids: Sequence[str] | None = None,
+    prefix: str = "hierarchical",
+) -> tuple[dict, pd.DataFrame]:
+    """TIE, LCA, Jaccard, hierarchical precision and recall (`{prefix}/NAME/...`, chance levels beside) and per-image
+    rows."""
     pred, true = np.asarray(pred, dtype=np.int64), np.asarray(true, dtype=np.int64)
-    if len(pred) != len(true) or len(true) == 0: raise ValueError(f"{len(pred)} predictions for {len(true)} labels")
+    if len(pred) != len(true) or len(true) == 0:
+        raise ValueError(f"{len(pred)} predictions for {len(true)} labels")
     scores = hierarchical_scores([nodes[i] for i in pred], [nodes[i] for i in true], parent)
     out = {f"{prefix}/{name}/{k}": float(v) for k, v in scores.mean().items()}
     labels, counts = np.unique(true, return_counts=True)
     C = len(nodes)
-    uniform = hierarchical_scores([nodes[c] for _ in labels for c in range(C)], [nodes[t] for t in labels for _ in range(C)], parent)
-    per_label = uniform.to_numpy().reshape(len(labels), C, -1).mean(1)          # (labels, metrics): uniform guess per true class
+    uniform = hierarchical_scores(
+        [nodes[c] for _ in labels for c in range(C)], [nodes[t] for t in labels for _ in range(C)], parent
+    )
+    per_label = (
+        uniform.to_numpy().reshape(len(labels), C, -1).mean(1)
+    )  # (labels, metrics): uniform guess per true class
     for j, k in enumerate(uniform.columns):
         out[chance_key(f"{prefix}/{name}/{k}")] = float((per_label[:, j] * counts).sum() / counts.sum())
-    rows = scores.assign(benchmark=f"{prefix}/{name}", id=list(ids) if ids is not None else [str(i) for i in range(len(true))],
-                         label=true, pred=pred, ok=scores.tie.to_numpy() == 0)
+    rows = scores.assign(
+        benchmark=f"{prefix}/{name}",
+        id=list(ids) if ids is not None else [str(i) for i in range(len(true))],
+        label=true,
+        pred=pred,
+        ok=scores.tie.to_numpy() == 0,
+    )
     return out, rows

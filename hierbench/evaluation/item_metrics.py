@@ -1,4 +1,6 @@
-"""Every protocol's metrics recomputed from its per-item rows, with item-bootstrap intervals: one model's (the leaderboard) and the paired difference of two models on the same items (retention: fine-tune − base).
+"""Every protocol's metrics recomputed from its per-item rows, with item-bootstrap intervals: one
+model's (the leaderboard) and the paired difference of two models on the same items (retention:
+fine-tune − base).
 
 Docs: https://hierbench.github.io/hierbench/evaluation/item_metrics.html.md"""
 
@@ -6,7 +8,8 @@ Docs: https://hierbench.github.io/hierbench/evaluation/item_metrics.html.md"""
 
 # %% ../../nbs/evaluation/04_item_metrics.ipynb #315b5e9b
 from __future__ import annotations
-import itertools, json
+import itertools
+import json
 from pathlib import Path
 
 import numpy as np
@@ -23,32 +26,48 @@ __all__ = ['ITEM_METRICS', 'DEFAULT_ITEM_METRICS', 'family_specs', 'metric_specs
            'metric_intervals', 'paired_metric_differences', 'leaderboard_table']
 
 # %% ../../nbs/evaluation/04_item_metrics.ipynb #c248b3fd
-_CLASSIFICATION = {"acc1": ("mean", "acc1"), "acc5": ("mean", "acc5"), "mean_per_class_recall": ("balanced", "acc1", "label")}
+_CLASSIFICATION = {
+    "acc1": ("mean", "acc1"),
+    "acc5": ("mean", "acc5"),
+    "mean_per_class_recall": ("balanced", "acc1", "label"),
+}
 ITEM_METRICS: dict[str, dict[str, tuple]] = {
     "zeroshot": _CLASSIFICATION,
     "linear_probe": _CLASSIFICATION,
     "hierarchical": {m: ("mean", m) for m in ("tie", "lca", "jaccard", "h_precision", "h_recall")},
-    "retrieval": {f"{d}_retrieval_recall@{k}": ("mean", f"{d}_retrieval_recall@{k}") for d in ("image", "text") for k in (1, 5, 10)},
+    "retrieval": {
+        f"{d}_retrieval_recall@{k}": ("mean", f"{d}_retrieval_recall@{k}")
+        for d in ("image", "text")
+        for k in (1, 5, 10)
+    },
     "winoground": {m: ("mean", m) for m in ("text_score", "image_score", "group_score")},
 }
 DEFAULT_ITEM_METRICS = {"acc": ("mean", "ok")}
 
+
 def family_specs(kind: str, rows: pd.DataFrame) -> dict[str, tuple] | None:
     "The specs of a compositional family's `RowMetric`s: ('nested', column, levels, where); None for another kind."
     fam = FAMILIES.get(kind)
-    if fam is None or not fam.metrics: return None
+    if fam is None or not fam.metrics:
+        return None
     out = {}
     for m in fam.metrics:
-        if m.by is None: out[m.name] = ("nested", m.column, tuple(m.levels), tuple(m.where)); continue
-        if m.by not in rows.columns: continue
+        if m.by is None:
+            out[m.name] = ("nested", m.column, tuple(m.levels), tuple(m.where))
+            continue
+        if m.by not in rows.columns:
+            continue
         for v in sorted(rows[m.by].dropna().astype(str).unique()):
             out[m.name.format(value=v)] = ("nested", m.column, tuple(m.levels), ((m.by, v),) + tuple(m.where))
     return out
 
+
 def _spec_columns(spec: tuple) -> list[str]:
     "The columns a spec reads."
-    if spec[0] == "nested": return [spec[1], *spec[2], *(c for c, _ in spec[3])]
+    if spec[0] == "nested":
+        return [spec[1], *spec[2], *(c for c, _ in spec[3])]
     return list(spec[1:])
+
 
 def metric_specs(benchmark: str, rows: pd.DataFrame) -> dict[str, tuple]:
     """The metrics of `benchmark` that its rows can give: `ITEM_METRICS` of its kind (the part before the first '/'),
@@ -63,72 +82,99 @@ def metric_specs(benchmark: str, rows: pd.DataFrame) -> dict[str, tuple]:
 def _values(rows: pd.DataFrame, col: str) -> np.ndarray:
     return pd.to_numeric(rows[col], errors="coerce").to_numpy(dtype=float)
 
+
 def _where(spec: tuple, rows: pd.DataFrame, v: np.ndarray) -> np.ndarray:
     "`v` with NaN on the rows a nested spec's `where` leaves out."
-    for col, val in spec[3]: v = np.where(rows[col].astype(str).to_numpy() == str(val), v, np.nan)
+    for col, val in spec[3]:
+        v = np.where(rows[col].astype(str).to_numpy() == str(val), v, np.nan)
     return v
+
 
 def _leaf_keys(rows: pd.DataFrame, levels, m: np.ndarray) -> list[tuple]:
     return list(zip(*(rows[l].astype(str).to_numpy()[m] for l in levels)))
 
+
 def metric_value(spec: tuple, rows: pd.DataFrame) -> float:
-    "A metric of `rows` by its spec: ('mean', column), ('balanced', column, label column) or ('nested', column, levels, where)."
+    """A metric of `rows` by its spec: ('mean', column), ('balanced', column, label column) or ('nested', column,
+    levels, where)."""
     v = _values(rows, spec[1])
-    if spec[0] == "nested": v = _where(spec, rows, v)
+    if spec[0] == "nested":
+        v = _where(spec, rows, v)
     m = ~np.isnan(v)
-    if not m.any(): return float("nan")
-    if spec[0] == "mean" or (spec[0] == "nested" and not spec[2]): return float(v[m].mean())
+    if not m.any():
+        return float("nan")
+    if spec[0] == "mean" or (spec[0] == "nested" and not spec[2]):
+        return float(v[m].mean())
     if spec[0] == "balanced":
         lab = rows[spec[2]].to_numpy()[m]
         return float(pd.Series(v[m]).groupby(lab).mean().mean())
     if spec[0] == "nested":
-        s = pd.Series(v[m], index=pd.MultiIndex.from_tuples(_leaf_keys(rows, spec[2], m))).groupby(level=list(range(len(spec[2])))).mean()
-        for depth in range(len(spec[2]) - 1, 0, -1): s = s.groupby(level=list(range(depth))).mean()
+        s = (
+            pd.Series(v[m], index=pd.MultiIndex.from_tuples(_leaf_keys(rows, spec[2], m)))
+            .groupby(level=list(range(len(spec[2]))))
+            .mean()
+        )
+        for depth in range(len(spec[2]) - 1, 0, -1):
+            s = s.groupby(level=list(range(depth))).mean()
         return float(s.mean())
     raise ValueError(f"unknown metric kind {spec[0]!r}")
+
 
 def _group_means(S, N, W: np.ndarray) -> np.ndarray:
     "Per draw (R) and group: the weighted mean of a column (NaN where a draw has no row of the group)."
     num, den = np.asarray((S.T @ W.T).T), np.asarray((N.T @ W.T).T)
-    with np.errstate(invalid="ignore", divide="ignore"): return np.where(den > 0, num / den, np.nan)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / den, np.nan)
+
 
 def _row_nanmean(M: np.ndarray) -> np.ndarray:
     "The mean of each row's finite entries (NaN for a row without any), without numpy's empty-slice warning."
-    fin = np.isfinite(M); n = fin.sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"): return np.where(n > 0, np.where(fin, M, 0).sum(axis=1) / n, np.nan)
+    fin = np.isfinite(M)
+    n = fin.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n > 0, np.where(fin, M, 0).sum(axis=1) / n, np.nan)
+
 
 def _mean_up(M: np.ndarray, keys: list[tuple]) -> np.ndarray:
     "Nested means: leaf means M (R, L) of the leaves `keys` averaged level by level up to one number per draw."
     for depth in range(len(keys[0]) - 1, 0, -1):
         codes, parents = pd.factorize(pd.Series(["\x1f".join(k[:depth]) for k in keys]))
-        A = np.zeros((len(keys), len(parents))); A[np.arange(len(keys)), codes] = 1
+        A = np.zeros((len(keys), len(parents)))
+        A[np.arange(len(keys)), codes] = 1
         fin = np.isfinite(M)
-        with np.errstate(invalid="ignore", divide="ignore"): M = (np.where(fin, M, 0) @ A) / (fin @ A)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            M = (np.where(fin, M, 0) @ A) / (fin @ A)
         keys = list(dict.fromkeys(k[:depth] for k in keys))
     return _row_nanmean(M)
+
 
 def metric_replicates(spec: tuple, rows: pd.DataFrame, units: np.ndarray, W: np.ndarray) -> np.ndarray:
     "The metric under each row of unit counts `W` (R × U); `units` (N,) is each row's unit index."
     v = _values(rows, spec[1])
-    if spec[0] == "nested": v = _where(spec, rows, v)
+    if spec[0] == "nested":
+        v = _where(spec, rows, v)
     m = ~np.isnan(v)
     if spec[0] == "mean" or (spec[0] == "nested" and not spec[2]):
-        with np.errstate(invalid="ignore", divide="ignore"): return ratio_replicates(W, units[m], v[m])
-    if spec[0] == "balanced": lab_codes, labs = pd.factorize(rows[spec[2]].to_numpy()[m]); keys = None
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return ratio_replicates(W, units[m], v[m])
+    if spec[0] == "balanced":
+        lab_codes, labs = pd.factorize(rows[spec[2]].to_numpy()[m])
+        keys = None
     else:
         leaf = _leaf_keys(rows, spec[2], m)
         lab_codes, labs = pd.factorize(pd.Series(["\x1f".join(k) for k in leaf]))
-        keys = list(dict.fromkeys(leaf))   # in the order of the codes (first appearance)
+        keys = list(dict.fromkeys(leaf))  # in the order of the codes (first appearance)
     shape = (W.shape[1], len(labs))
-    S = sparse.csr_matrix((v[m], (units[m], lab_codes)), shape=shape)   # per unit and group: sum of the column
+    S = sparse.csr_matrix((v[m], (units[m], lab_codes)), shape=shape)  # per unit and group: sum of the column
     N = sparse.csr_matrix((np.ones(m.sum()), (units[m], lab_codes)), shape=shape)
-    M = _group_means(S, N, W)                                            # (R, groups)
+    M = _group_means(S, N, W)  # (R, groups)
     return _row_nanmean(M) if keys is None else _mean_up(M, keys)
 
 # %% ../../nbs/evaluation/04_item_metrics.ipynb #82a58b12
 def _unit_differences(spec: tuple, ga: pd.DataFrame, gb: pd.DataFrame, units: np.ndarray, U: int) -> np.ndarray | None:
     "Per unit, the mean of a's column minus b's over its items (a mean metric; None for a balanced one)."
-    if spec[0] != "mean": return None
+    if spec[0] != "mean":
+        return None
     va, vb = _values(ga, spec[1]), _values(gb, spec[1])
     ok = ~(np.isnan(va) | np.isnan(vb))
     count = np.bincount(units[ok], minlength=U)
@@ -144,25 +190,33 @@ def _units(rows: pd.DataFrame, key: list[str]) -> tuple[np.ndarray, int]:
     codes, uniq = pd.factorize(unit.where(unit.notna(), "item\x1f" + item).astype(str))
     return codes, len(uniq)
 
+
 def _weight_chunks(n_units: int, n_boot: int, seed: int, max_cells: int = 2_000_000):
     "Unit counts (R, U) in chunks of at most `max_cells` numbers, `n_boot` rows in all (`stats.bootstrap_weights`)."
     draws = (w["units"] for w in bootstrap_weights({"units": n_units}, n_boot, seed))
     size = max(1, max_cells // max(n_units, 1))
-    while chunk := list(itertools.islice(draws, size)): yield np.stack(chunk)
+    while chunk := list(itertools.islice(draws, size)):
+        yield np.stack(chunk)
+
 
 def _key(a: pd.DataFrame, b: pd.DataFrame | None = None) -> list[str]:
     both = [a] + ([b] if b is not None else [])
     return ["benchmark", "subset", "id"] if all("subset" in t.columns for t in both) else ["benchmark", "id"]
 
+
 def _prepared(t: pd.DataFrame, key: list[str], name: str) -> pd.DataFrame:
     missing = {"benchmark", "id"} - set(t.columns)
-    if missing: raise SettingsError(f"per-item table {name} lacks column(s) {sorted(missing)}")
+    if missing:
+        raise SettingsError(f"per-item table {name} lacks column(s) {sorted(missing)}")
     t = t.copy()
     t["id"] = t["id"].astype(str)
-    if "subset" in key: t["subset"] = t["subset"].fillna("").astype(str)
+    if "subset" in key:
+        t["subset"] = t["subset"].fillna("").astype(str)
     dup = t.duplicated(key)
-    if dup.any(): raise SettingsError(f"per-item table {name}: duplicate item {tuple(t[dup].iloc[0][key])}")
+    if dup.any():
+        raise SettingsError(f"per-item table {name}: duplicate item {tuple(t[dup].iloc[0][key])}")
     return t
+
 
 def metric_intervals(items: pd.DataFrame, n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> pd.DataFrame:
     "Per benchmark and metric: items, value and its item-bootstrap interval."
@@ -173,14 +227,19 @@ def metric_intervals(items: pd.DataFrame, n_boot: int = 2000, seed: int = 0, lev
         units, U = _units(g, key)
         reps = {m: [] for m in specs}
         for W in _weight_chunks(U, n_boot, seed):
-            for m, s in specs.items(): reps[m].append(metric_replicates(s, g, units, W))
+            for m, s in specs.items():
+                reps[m].append(metric_replicates(s, g, units, W))
         for m, s in specs.items():
             lo, hi = np.nanquantile(np.concatenate(reps[m]), q)
-            rows.append(dict(benchmark=bench, metric=m, n=U, value=metric_value(s, g), ci_low=float(lo), ci_high=float(hi)))
+            rows.append(
+                dict(benchmark=bench, metric=m, n=U, value=metric_value(s, g), ci_low=float(lo), ci_high=float(hi))
+            )
     return pd.DataFrame(rows, columns=["benchmark", "metric", "n", "value", "ci_low", "ci_high"])
 
-def paired_metric_differences(a: pd.DataFrame, b: pd.DataFrame, n_boot: int = 2000, seed: int = 0, level: float = 0.95,
-                              power: float = 0.8) -> pd.DataFrame:
+
+def paired_metric_differences(
+    a: pd.DataFrame, b: pd.DataFrame, n_boot: int = 2000, seed: int = 0, level: float = 0.95, power: float = 0.8
+) -> pd.DataFrame:
     """Per shared benchmark and metric: items in common (units), a, b, a − b with its paired item-bootstrap interval
     (percentile, `level`), the smallest detectable difference `mde`, and the items only a or only b has. For a mean
     metric also the units on which a and b differ (`differ`: a paired 0/1 difference is carried by them alone) and the
@@ -190,39 +249,75 @@ def paired_metric_differences(a: pd.DataFrame, b: pd.DataFrame, n_boot: int = 20
     q, z, rows = [(1 - level) / 2, (1 + level) / 2], norm.ppf(0.5 + level / 2) + norm.ppf(power), []
     for bench in sorted(set(a.benchmark) & set(b.benchmark)):
         ga, gb = a[a.benchmark == bench], b[b.benchmark == bench]
-        m = ga.merge(gb[key], on=key)[key]                   # the shared items, in a's order
+        m = ga.merge(gb[key], on=key)[key]  # the shared items, in a's order
         ga, gb = m.merge(ga, on=key), m.merge(gb, on=key)
-        if not len(m): continue
+        if not len(m):
+            continue
         specs = {k: s for k, s in metric_specs(bench, ga).items() if k in metric_specs(bench, gb)}
         units, U = _units(ga, key)
         diffs = {k: [] for k in specs}
         for W in _weight_chunks(U, n_boot, seed):
-            for k, s in specs.items(): diffs[k].append(metric_replicates(s, ga, units, W) - metric_replicates(s, gb, units, W))
+            for k, s in specs.items():
+                diffs[k].append(metric_replicates(s, ga, units, W) - metric_replicates(s, gb, units, W))
         for k, s in specs.items():
             d = np.concatenate(diffs[k])
             lo, hi = np.nanquantile(d, q)
             va, vb = metric_value(s, ga), metric_value(s, gb)
             per_unit = _unit_differences(s, ga, gb, units, U)
-            rows.append(dict(benchmark=bench, metric=k, n=U, a=va, b=vb, diff=va - vb, ci_low=float(lo), ci_high=float(hi),
-                             differ=int((per_unit != 0).sum()) if per_unit is not None else None,
-                             skewness=sample_skewness(per_unit) if per_unit is not None else float("nan"),
-                             mde=float(z * np.nanstd(d, ddof=1)), only_a=int((a.benchmark == bench).sum() - len(m)),
-                             only_b=int((b.benchmark == bench).sum() - len(m))))
-    return pd.DataFrame(rows, columns=["benchmark", "metric", "n", "a", "b", "diff", "ci_low", "ci_high", "mde", "differ",
-                                       "skewness", "only_a", "only_b"])
+            rows.append(
+                dict(
+                    benchmark=bench,
+                    metric=k,
+                    n=U,
+                    a=va,
+                    b=vb,
+                    diff=va - vb,
+                    ci_low=float(lo),
+                    ci_high=float(hi),
+                    differ=int((per_unit != 0).sum()) if per_unit is not None else None,
+                    skewness=sample_skewness(per_unit) if per_unit is not None else float("nan"),
+                    mde=float(z * np.nanstd(d, ddof=1)),
+                    only_a=int((a.benchmark == bench).sum() - len(m)),
+                    only_b=int((b.benchmark == bench).sum() - len(m)),
+                )
+            )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "benchmark",
+            "metric",
+            "n",
+            "a",
+            "b",
+            "diff",
+            "ci_low",
+            "ci_high",
+            "mde",
+            "differ",
+            "skewness",
+            "only_a",
+            "only_b",
+        ],
+    )
 
 # %% ../../nbs/evaluation/04_item_metrics.ipynb #558ce5d3
-def _fmt(v: float, lo: float, hi: float) -> str: return f"{v:.4f} [{lo:.4f}, {hi:.4f}]"
+def _fmt(v: float, lo: float, hi: float) -> str:
+    return f"{v:.4f} [{lo:.4f}, {hi:.4f}]"
+
 
 def leaderboard_table(folder: str | Path, n_boot: int = 1000, seed: int = 0, log=print) -> pd.DataFrame:
-    "Metrics (rows) × models (columns): `value [low, high]` (95 % item bootstrap) where per-item rows exist, else the JSON's value."
+    """Metrics (rows) × models (columns): `value [low, high]` (95 % item bootstrap) where per-item rows exist, else the
+    JSON's value."""
     cols = {}
     for p in sorted(Path(folder).glob("*.json")):
-        try: res = json.loads(p.read_text())
+        try:
+            res = json.loads(p.read_text())
         except json.JSONDecodeError as err:
-            if log: log(f"{p}: skipped (not JSON: {err.msg})")
+            if log:
+                log(f"{p}: skipped (not JSON: {err.msg})")
             continue
-        if not isinstance(res, dict): continue
+        if not isinstance(res, dict):
+            continue
         col = {}
         items = p.with_name(p.stem + ".items.jsonl")
         if items.is_file():
@@ -231,7 +326,9 @@ def leaderboard_table(folder: str | Path, n_boot: int = 1000, seed: int = 0, log
                 col[f"{r.benchmark}/{r.metric}"] = _fmt(r.value, r.ci_low, r.ci_high)
         for k, v in res.items():
             keep = "chance" not in k and (k.endswith("/micro") or k.endswith("/macro") or "/" not in k)
-            if keep and isinstance(v, (int, float)) and k not in col: col[k] = f"{v:.4f}"
+            if keep and isinstance(v, (int, float)) and k not in col:
+                col[k] = f"{v:.4f}"
         cols[p.stem] = col
-    if not cols: raise MissingFileError(f"no metrics JSON files in {folder}")
+    if not cols:
+        raise MissingFileError(f"no metrics JSON files in {folder}")
     return pd.DataFrame(cols).sort_index().fillna("")

@@ -1,4 +1,5 @@
-"""Logistic regression on frozen image features, its weight decay chosen on a held-out part of train by CLIP_benchmark's coarse-to-fine sweep, refit on all of train and scored on test.
+"""Logistic regression on frozen image features, its weight decay chosen on a held-out part of train
+by CLIP_benchmark's coarse-to-fine sweep, refit on all of train and scored on test.
 
 Docs: https://hierbench.github.io/hierbench/evaluation/linear_probe.html.md"""
 
@@ -6,15 +7,28 @@ Docs: https://hierbench.github.io/hierbench/evaluation/linear_probe.html.md"""
 
 # %% ../../nbs/evaluation/08_linear_probe.ipynb #6800bf70
 from __future__ import annotations
-import copy, math
+import copy
+import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from .zeroshot import class_ranks
+
+# %% auto #0
+__all__ = [
+    "weight_decay_grid",
+    "sweep_weight_decay",
+    "ProbeConfig",
+    "train_probes",
+    "probe_logits",
+    "probe_features",
+    "holdout_split",
+    "linear_probe",
+]
 
 # %% auto #0
 __all__ = ['weight_decay_grid', 'sweep_weight_decay', 'ProbeConfig', 'train_probes', 'probe_logits', 'probe_features',
@@ -26,23 +40,30 @@ def weight_decay_grid() -> tuple[list[float], list[int]]:
     grid, coarse = np.logspace(-6, 2, num=97).tolist(), np.logspace(-6, 2, num=7).tolist()
     return grid, [i for i, v in enumerate(grid) if v in coarse]
 
+
 def _peak(indices: Sequence[int], accuracy: dict) -> int:
     "The first index with the highest accuracy, if any is above 0; else grid index 0 (CLIP_benchmark's `find_peak`)."
     best, best_acc = 0, 0.0
     for i in indices:
-        if best_acc < accuracy[i]: best, best_acc = i, accuracy[i]
+        if best_acc < accuracy[i]:
+            best, best_acc = i, accuracy[i]
     return best
 
-def sweep_weight_decay(score: Callable[[list[int]], Sequence[float]], n_grid: int = 97, coarse: Sequence[int] | None = None
-                       ) -> tuple[int, dict[int, float]]:
+
+def sweep_weight_decay(
+    score: Callable[[list[int]], Sequence[float]], n_grid: int = 97, coarse: Sequence[int] | None = None
+) -> tuple[int, dict[int, float]]:
     """(best grid index, validation accuracy of every index tried): the coarse indices, then [left, peak, right] at
     half-widths 8, 4, 2, 1. `score(indices)` returns the accuracies of those indices (each index is scored once)."""
     coarse = list(coarse if coarse is not None else weight_decay_grid()[1])
     tried: dict[int, float] = {}
+
     def run(indices):
         new = [i for i in dict.fromkeys(indices) if i not in tried]
-        if new: tried.update(zip(new, (float(a) for a in score(new))))
+        if new:
+            tried.update(zip(new, (float(a) for a in score(new))))
         return _peak(indices, tried)
+
     peak, span = run(coarse), 8
     while span > 0:
         peak = run([max(peak - span, 0), peak, min(peak + span, n_grid - 1)])
@@ -53,60 +74,79 @@ def sweep_weight_decay(score: Callable[[list[int]], Sequence[float]], n_grid: in
 @dataclass(frozen=True)
 class ProbeConfig:
     "The linear probe's settings (CLIP_benchmark's defaults)."
-    lr: float = 0.1                 # AdamW learning rate (--fewshot_lr)
-    epochs: int = 10                # passes over the training features (--fewshot_epochs)
-    batch_size: int = 64            # features per step (--batch_size)
-    val_proportion: float = 0.2     # held-out part of train for the sweep when there is no val split
-    seed: int = 0                   # initial weights, batch order and the train/val split
+
+    lr: float = 0.1  # AdamW learning rate (--fewshot_lr)
+    epochs: int = 10  # passes over the training features (--fewshot_epochs)
+    batch_size: int = 64  # features per step (--batch_size)
+    val_proportion: float = 0.2  # held-out part of train for the sweep when there is no val split
+    seed: int = 0  # initial weights, batch order and the train/val split
+
 
 def _cosine(step: int, steps: int, lr: float) -> float:
     "CLIP_benchmark's `cosine_lr` without warm-up: lr · (1 + cos(π·step/steps)) / 2."
     return 0.5 * (1 + math.cos(math.pi * step / steps)) * lr
 
-def train_probes(x: torch.Tensor, y: torch.Tensor, n_classes: int, weight_decays: Sequence[float],
-                 cfg: ProbeConfig = ProbeConfig()) -> list[torch.nn.Linear]:
-    "One `Linear(D, n_classes)` per weight decay, trained with cross-entropy and AdamW on features `x` (N, D), labels `y` (N,)."
+
+def train_probes(
+    x: torch.Tensor, y: torch.Tensor, n_classes: int, weight_decays: Sequence[float], cfg: ProbeConfig = ProbeConfig()
+) -> list[torch.nn.Linear]:
+    """One `Linear(D, n_classes)` per weight decay, trained with cross-entropy and AdamW on features `x` (N, D), labels
+    `y` (N,)."""
     x, y = torch.as_tensor(x, dtype=torch.float32), torch.as_tensor(y, dtype=torch.long)
-    if len(x) != len(y) or len(x) == 0: raise ValueError(f"train_probes: {len(x)} features for {len(y)} labels")
-    if y.min() < 0 or y.max() >= n_classes: raise ValueError(f"train_probes: labels outside [0, {n_classes})")
+    if len(x) != len(y) or len(x) == 0:
+        raise ValueError(f"train_probes: {len(x)} features for {len(y)} labels")
+    if y.min() < 0 or y.max() >= n_classes:
+        raise ValueError(f"train_probes: labels outside [0, {n_classes})")
     torch.manual_seed(cfg.seed)
     first = torch.nn.Linear(x.shape[1], n_classes)
-    probes = [first] + [copy.deepcopy(first) for _ in weight_decays[1:]]   # copies draw nothing from the RNG: same batches
-    opt = torch.optim.AdamW([{"params": list(p.parameters()), "weight_decay": float(wd)} for p, wd in zip(probes, weight_decays)], lr=cfg.lr)
+    probes = [first] + [
+        copy.deepcopy(first) for _ in weight_decays[1:]
+    ]  # copies draw nothing from the RNG: same batches
+    opt = torch.optim.AdamW(
+        [{"params": list(p.parameters()), "weight_decay": float(wd)} for p, wd in zip(probes, weight_decays)], lr=cfg.lr
+    )
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=cfg.batch_size, shuffle=True)
     steps = cfg.epochs * len(loader)
     with torch.enable_grad():
         for epoch in range(cfg.epochs):
             for i, (xb, yb) in enumerate(loader):
-                for g in opt.param_groups: g["lr"] = _cosine(epoch * len(loader) + i, steps, cfg.lr)
+                for g in opt.param_groups:
+                    g["lr"] = _cosine(epoch * len(loader) + i, steps, cfg.lr)
                 opt.zero_grad()
                 # the probes' losses are summed: each probe's gradient is its own loss's (their parameters are disjoint)
                 sum(F.cross_entropy(p(xb), yb) for p in probes).backward()
                 opt.step()
     return probes
 
+
 @torch.no_grad()
 def probe_logits(probe: torch.nn.Linear, x: torch.Tensor, batch_size: int = 4096) -> np.ndarray:
     "Class scores (N, C) of a trained probe."
     x = torch.as_tensor(x, dtype=torch.float32)
-    return torch.cat([probe(x[i:i + batch_size]) for i in range(0, len(x), batch_size)]).numpy()
+    return torch.cat([probe(x[i : i + batch_size]) for i in range(0, len(x), batch_size)]).numpy()
 
 # %% ../../nbs/evaluation/08_linear_probe.ipynb #4c420851
 def probe_features(emb: torch.Tensor, geometry: str) -> torch.Tensor:
-    "Linear-probe features: unit vectors for Euclidean heads (CLIP_benchmark's normalize=True); Lorentz space components as they are."
+    """Linear-probe features: unit vectors for Euclidean heads (CLIP_benchmark's normalize=True); Lorentz space
+    components as they are."""
     emb = torch.as_tensor(emb).float().cpu()
     return F.normalize(emb, dim=-1) if geometry == "euclidean" else emb
 
+
 def holdout_split(n: int, proportion: float, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     "(train indices, validation indices): a seeded random ⌊proportion·n⌋ held out (torch's `random_split` lengths)."
-    if not 0 < proportion < 1: raise ValueError(f"val_proportion must be in (0, 1), got {proportion}")
+    if not 0 < proportion < 1:
+        raise ValueError(f"val_proportion must be in (0, 1), got {proportion}")
     n_val = int(math.floor(n * proportion))
-    if n_val < 1 or n - n_val < 1: raise ValueError(f"cannot hold out {proportion:.0%} of {n} training items for the weight-decay sweep")
+    if n_val < 1 or n - n_val < 1:
+        raise ValueError(f"cannot hold out {proportion:.0%} of {n} training items for the weight-decay sweep")
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).numpy()
     return np.sort(perm[n_val:]), np.sort(perm[:n_val])
 
-def linear_probe(train_x, train_y, test_x, n_classes: int, val_x=None, val_y=None, cfg: ProbeConfig = ProbeConfig()
-                 ) -> tuple[np.ndarray, float, dict]:
+
+def linear_probe(
+    train_x, train_y, test_x, n_classes: int, val_x=None, val_y=None, cfg: ProbeConfig = ProbeConfig()
+) -> tuple[np.ndarray, float, dict]:
     """(test scores (N_test, C), chosen weight decay, {weight decay: validation accuracy}) of a probe trained on
     `train_x` (N, D) / `train_y`; the sweep validates on `val_x`/`val_y`, or on a held-out part of train."""
     train_x, train_y = torch.as_tensor(train_x).float(), torch.as_tensor(np.asarray(train_y), dtype=torch.long)
@@ -117,9 +157,11 @@ def linear_probe(train_x, train_y, test_x, n_classes: int, val_x=None, val_y=Non
         fit_x, fit_y = train_x, train_y
         val_x, val_y = torch.as_tensor(val_x).float(), torch.as_tensor(np.asarray(val_y), dtype=torch.long)
     grid, coarse = weight_decay_grid()
+
     def score(indices):
         probes = train_probes(fit_x, fit_y, n_classes, [grid[i] for i in indices], cfg)
         return [float((class_ranks(probe_logits(p, val_x), val_y.numpy()) == 0).mean()) for p in probes]
+
     best, tried = sweep_weight_decay(score, len(grid), coarse)
     final = train_probes(torch.cat([fit_x, val_x]), torch.cat([fit_y, val_y]), n_classes, [grid[best]], cfg)[0]
     return probe_logits(final, test_x), grid[best], {grid[i]: a for i, a in sorted(tried.items())}

@@ -1,4 +1,6 @@
-"""Pure numpy metrics with their chance levels and shortcut baselines: recall@K, choice accuracy, ITT/TOT, bag-of-words and caption-length baselines, hierarchical classification metrics, PEP AUC/AP, d_corr, HierarCaps hierarchical retrieval.
+"""Pure numpy metrics with their chance levels and shortcut baselines: recall@K, choice accuracy,
+ITT/TOT, bag-of-words and caption-length baselines, hierarchical classification metrics, PEP
+AUC/AP, d_corr, HierarCaps hierarchical retrieval.
 
 Docs: https://hierbench.github.io/hierbench/evaluation/metrics.html.md"""
 
@@ -6,7 +8,8 @@ Docs: https://hierbench.github.io/hierbench/evaluation/metrics.html.md"""
 
 # %% ../../nbs/evaluation/00_metrics.ipynb #e3887ca2
 from __future__ import annotations
-import math, re
+import math
+import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
@@ -29,7 +32,8 @@ __all__ = ['CHANCE_ITT_TOT', 'as_numpy', 'chance_choice', 'chance_classification
 # %% ../../nbs/evaluation/00_metrics.ipynb #c1bfddbc
 def as_numpy(x, name: str = "array", ndim: int | None = None, dtype=np.float64) -> np.ndarray:
     "`x` (array, tensor or list) as a numpy array of `dtype`; checks `ndim` and (for floats) finiteness."
-    if hasattr(x, "detach"): x = x.detach().cpu().numpy()   # a torch tensor (this module never imports torch)
+    if hasattr(x, "detach"):
+        x = x.detach().cpu().numpy()  # a torch tensor (this module never imports torch)
     a = np.asarray(x, dtype=dtype)
     if ndim is not None and a.ndim != ndim:
         raise ValueError(f"{name}: expected a {ndim}-d array, got shape {a.shape}")
@@ -40,7 +44,8 @@ def as_numpy(x, name: str = "array", ndim: int | None = None, dtype=np.float64) 
 # %% ../../nbs/evaluation/00_metrics.ipynb #226635a7
 def chance_choice(n_options: int) -> float:
     "Chance accuracy of picking the right one of `n_options` (strict wins, random scores)."
-    if n_options < 1: raise ValueError(f"n_options must be >= 1, got {n_options}")
+    if n_options < 1:
+        raise ValueError(f"n_options must be >= 1, got {n_options}")
     return 1.0 / n_options
 
 # %% ../../nbs/evaluation/00_metrics.ipynb #0704b124
@@ -51,9 +56,13 @@ def chance_classification(n_classes: int) -> float:
 # %% ../../nbs/evaluation/00_metrics.ipynb #fb45e6e3
 def chance_recall_at_k(n_candidates: int, k: int, n_correct: int = 1) -> float:
     "Probability that a random ranking of `n_candidates` puts one of `n_correct` in the top `k`."
-    if not 1 <= n_correct <= n_candidates: raise ValueError(f"need 1 <= n_correct ({n_correct}) <= n_candidates ({n_candidates})")
-    if k >= n_candidates - n_correct + 1: return 1.0
-    return float(1 - Fraction(math.comb(n_candidates - n_correct, k), math.comb(n_candidates, k)))  # exact, then rounded once
+    if not 1 <= n_correct <= n_candidates:
+        raise ValueError(f"need 1 <= n_correct ({n_correct}) <= n_candidates ({n_candidates})")
+    if k >= n_candidates - n_correct + 1:
+        return 1.0
+    return float(
+        1 - Fraction(math.comb(n_candidates - n_correct, k), math.comb(n_candidates, k))
+    )  # exact, then rounded once
 
 # %% ../../nbs/evaluation/00_metrics.ipynb #ae411960
 def chance_auc() -> float:
@@ -96,9 +105,17 @@ def results_table(results: Mapping[str, float]) -> pd.DataFrame:
     """A DataFrame (metric, value, chance, bag_of_words, length) from a flat results dict; a metric without a chance
     level, a bag-of-words or a caption-length baseline shows NaN there."""
     side = {f(k) for k in results for f in (chance_key, bow_key, length_key)}
-    rows = [dict(metric=k, value=float(v), chance=float(results.get(chance_key(k), np.nan)),
-                 bag_of_words=float(results.get(bow_key(k), np.nan)), length=float(results.get(length_key(k), np.nan)))
-            for k, v in results.items() if k not in side]
+    rows = [
+        dict(
+            metric=k,
+            value=float(v),
+            chance=float(results.get(chance_key(k), np.nan)),
+            bag_of_words=float(results.get(bow_key(k), np.nan)),
+            length=float(results.get(length_key(k), np.nan)),
+        )
+        for k, v in results.items()
+        if k not in side
+    ]
     return pd.DataFrame(rows, columns=["metric", "value", "chance", "bag_of_words", "length"])
 
 # %% ../../nbs/evaluation/00_metrics.ipynb #1c2d570e
@@ -107,19 +124,24 @@ def with_suffix(results: Mapping[str, float], suffix: str) -> dict[str, float]:
     chance_names = {chance_key(k) for k in results} & set(results)
     out = {}
     for k, v in results.items():
-        if k in chance_names: continue
+        if k in chance_names:
+            continue
         out[k + suffix] = v
-        if chance_key(k) in results: out[chance_key(k + suffix)] = results[chance_key(k)]
+        if chance_key(k) in results:
+            out[chance_key(k + suffix)] = results[chance_key(k)]
     return out
 
 # %% ../../nbs/evaluation/00_metrics.ipynb #b33ff883
 def _correct_mask(gt, n_queries: int, n_candidates: int) -> np.ndarray:
     "A (Nq, Nc) bool mask from an index per query, a list of index collections, or a mask."
-    if hasattr(gt, "detach"): gt = gt.detach().cpu().numpy()   # a torch tensor
+    if hasattr(gt, "detach"):
+        gt = gt.detach().cpu().numpy()  # a torch tensor
     if isinstance(gt, np.ndarray) and gt.dtype == bool:
-        if gt.shape != (n_queries, n_candidates): raise ValueError(f"gt mask: expected shape {(n_queries, n_candidates)}, got {gt.shape}")
+        if gt.shape != (n_queries, n_candidates):
+            raise ValueError(f"gt mask: expected shape {(n_queries, n_candidates)}, got {gt.shape}")
         return gt
-    if len(gt) != n_queries: raise ValueError(f"gt: {len(gt)} entries for {n_queries} queries")
+    if len(gt) != n_queries:
+        raise ValueError(f"gt: {len(gt)} entries for {n_queries} queries")
     mask = np.zeros((n_queries, n_candidates), dtype=bool)
     for q, g in enumerate(gt):
         idx = np.atleast_1d(np.asarray(list(g) if isinstance(g, (set, frozenset)) else g, dtype=np.int64))
@@ -132,52 +154,69 @@ def _correct_mask(gt, n_queries: int, n_candidates: int) -> np.ndarray:
 def rank_of_best_correct(sim, gt, ties: str = "pessimistic") -> np.ndarray:
     """0-based pessimistic rank of each query's best correct candidate: the number of wrong candidates scoring ≥ it
     (`ties="optimistic"`: scoring > it; the two differ exactly where a wrong candidate ties). `sim` (Nq, Nc) → (Nq,)."""
-    if ties not in ("pessimistic", "optimistic"): raise ValueError(f"ties must be 'pessimistic' or 'optimistic', got {ties!r}")
+    if ties not in ("pessimistic", "optimistic"):
+        raise ValueError(f"ties must be 'pessimistic' or 'optimistic', got {ties!r}")
     s = as_numpy(sim, "sim", ndim=2)
     mask = _correct_mask(gt, *s.shape)
-    if not mask.any(1).all(): raise ValueError(f"gt: queries {np.flatnonzero(~mask.any(1))[:10].tolist()} have no correct candidate")
+    if not mask.any(1).all():
+        raise ValueError(f"gt: queries {np.flatnonzero(~mask.any(1))[:10].tolist()} have no correct candidate")
     best = np.where(mask, s, -np.inf).max(1)
     ahead = s >= best[:, None] if ties == "pessimistic" else s > best[:, None]
     return (ahead & ~mask).sum(1)
 
 # %% ../../nbs/evaluation/00_metrics.ipynb #59b9891e
 def recall_at_k(sim, gt, ks: Sequence[int] = (1, 5, 10)) -> dict[int, float]:
-    "Recall@K for each K in `ks`: the fraction of queries with a correct candidate in the top K (ties counted wrong). `sim` (Nq, Nc)."
+    """Recall@K for each K in `ks`: the fraction of queries with a correct candidate in the top K (ties counted wrong).
+    `sim` (Nq, Nc)."""
     rank = rank_of_best_correct(sim, gt)
     return {int(k): float((rank < k).mean()) for k in ks}
 
 # %% ../../nbs/evaluation/00_metrics.ipynb #19c931f8
-def retrieval_recalls(sim_it, text_image=None, ks: Sequence[int] = (1, 5, 10), correct=None, prefix: str = "") -> dict[str, float]:
+def retrieval_recalls(
+    sim_it, text_image=None, ks: Sequence[int] = (1, 5, 10), correct=None, prefix: str = ""
+) -> dict[str, float]:
     """`i2t_R@K`, `t2i_R@K` and their chance levels from `sim_it` (N_img, N_txt) and either `text_image` (N_txt,) =
     the image that owns each text, or a bool mask `correct` (N_img, N_txt) of all correct (image, text) pairs."""
     s = as_numpy(sim_it, "sim_it", ndim=2)
     n_img, n_txt = s.shape
     if correct is None:
-        if text_image is None: raise ValueError("retrieval_recalls: give text_image or correct")
+        if text_image is None:
+            raise ValueError("retrieval_recalls: give text_image or correct")
         owner = as_numpy(text_image, "text_image", ndim=1, dtype=np.int64)
-        if len(owner) != n_txt: raise ValueError(f"text_image has {len(owner)} entries for {n_txt} texts")
-        if owner.min() < 0 or owner.max() >= n_img: raise ValueError(f"text_image: image index out of range [0, {n_img})")
+        if len(owner) != n_txt:
+            raise ValueError(f"text_image has {len(owner)} entries for {n_txt} texts")
+        if owner.min() < 0 or owner.max() >= n_img:
+            raise ValueError(f"text_image: image index out of range [0, {n_img})")
         correct = owner[None, :] == np.arange(n_img)[:, None]
     correct = _correct_mask(np.asarray(correct, dtype=bool), n_img, n_txt)
     i2t, t2i = recall_at_k(s, correct, ks), recall_at_k(s.T, correct.T, ks)
     out = {}
     for k in ks:
         out[f"{prefix}i2t_R@{k}"] = i2t[k]
-        out[f"{prefix}i2t_R@{k}_chance"] = float(np.mean([chance_recall_at_k(n_txt, k, int(m)) for m in correct.sum(1)]))
+        out[f"{prefix}i2t_R@{k}_chance"] = float(
+            np.mean([chance_recall_at_k(n_txt, k, int(m)) for m in correct.sum(1)])
+        )
         out[f"{prefix}t2i_R@{k}"] = t2i[k]
-        out[f"{prefix}t2i_R@{k}_chance"] = float(np.mean([chance_recall_at_k(n_img, k, int(m)) for m in correct.sum(0)]))
+        out[f"{prefix}t2i_R@{k}_chance"] = float(
+            np.mean([chance_recall_at_k(n_img, k, int(m)) for m in correct.sum(0)])
+        )
     return out
 
 # %% ../../nbs/evaluation/00_metrics.ipynb #1fe074c4
 def choice_correct(scores, correct) -> np.ndarray:
-    "Per item: does option `correct[i]` score strictly higher than every other option? `scores` (N, n_options) → bool (N,)."
+    """Per item: does option `correct[i]` score strictly higher than every other option? `scores` (N, n_options) → bool
+    (N,)."""
     s = as_numpy(scores, "scores", ndim=2)
     c = as_numpy(correct, "correct", ndim=1, dtype=np.int64)
-    if len(c) != len(s): raise ValueError(f"correct has {len(c)} entries for {len(s)} items")
-    if s.shape[1] < 2: raise ValueError(f"scores: need at least 2 options, got {s.shape[1]}")
-    if c.min(initial=0) < 0 or c.max(initial=0) >= s.shape[1]: raise ValueError(f"correct: index out of range [0, {s.shape[1]})")
+    if len(c) != len(s):
+        raise ValueError(f"correct has {len(c)} entries for {len(s)} items")
+    if s.shape[1] < 2:
+        raise ValueError(f"scores: need at least 2 options, got {s.shape[1]}")
+    if c.min(initial=0) < 0 or c.max(initial=0) >= s.shape[1]:
+        raise ValueError(f"correct: index out of range [0, {s.shape[1]})")
     pos = s[np.arange(len(s)), c]
-    others = s.copy(); others[np.arange(len(s)), c] = -np.inf
+    others = s.copy()
+    others[np.arange(len(s)), c] = -np.inf
     return pos > others.max(1)
 
 # %% ../../nbs/evaluation/00_metrics.ipynb #f215dd2b
@@ -190,7 +229,8 @@ def score_choices(scores: Sequence[np.ndarray], correct: Sequence[int]) -> np.nd
     "Per-item strict correctness for items with possibly different numbers of options."
     out = np.zeros(len(scores), dtype=bool)
     by_n = defaultdict(list)
-    for i, s in enumerate(scores): by_n[len(s)].append(i)
+    for i, s in enumerate(scores):
+        by_n[len(s)].append(i)
     for n, idx in by_n.items():
         out[idx] = choice_correct(np.stack([scores[i] for i in idx]), [correct[i] for i in idx])
     return out
@@ -199,30 +239,38 @@ def score_choices(scores: Sequence[np.ndarray], correct: Sequence[int]) -> np.nd
 def group_accuracy(ok: Sequence[bool], group_ids: Sequence) -> float:
     "Fraction of groups whose items are all correct."
     all_ok = {}
-    for c, g in zip(np.asarray(ok, dtype=bool), group_ids): all_ok[g] = all_ok.get(g, True) and bool(c)
+    for c, g in zip(np.asarray(ok, dtype=bool), group_ids):
+        all_ok[g] = all_ok.get(g, True) and bool(c)
     return float(np.mean(list(all_ok.values())))
 
 # %% ../../nbs/evaluation/00_metrics.ipynb #fd7611c2
 def itt_correct(sim_i_p1, sim_i_p2, sim_i_n) -> np.ndarray:
     "SugarCrepe++ image-to-text: sim(I,P1) > sim(I,N) and sim(I,P2) > sim(I,N); arrays (N,) → bool (N,)."
-    a, b, n = (as_numpy(x, nm, ndim=1) for x, nm in [(sim_i_p1, "sim_i_p1"), (sim_i_p2, "sim_i_p2"), (sim_i_n, "sim_i_n")])
+    a, b, n = (
+        as_numpy(x, nm, ndim=1) for x, nm in [(sim_i_p1, "sim_i_p1"), (sim_i_p2, "sim_i_p2"), (sim_i_n, "sim_i_n")]
+    )
     return (a > n) & (b > n)
 
 # %% ../../nbs/evaluation/00_metrics.ipynb #281a3114
 def tot_correct(sim_p1_p2, sim_p1_n, sim_p2_n) -> np.ndarray:
     "SugarCrepe++ text-only: sim(P1,P2) > sim(P1,N) and sim(P1,P2) > sim(P2,N); arrays (N,) → bool (N,)."
-    pp, p1n, p2n = (as_numpy(x, nm, ndim=1) for x, nm in [(sim_p1_p2, "sim_p1_p2"), (sim_p1_n, "sim_p1_n"), (sim_p2_n, "sim_p2_n")])
+    pp, p1n, p2n = (
+        as_numpy(x, nm, ndim=1) for x, nm in [(sim_p1_p2, "sim_p1_p2"), (sim_p1_n, "sim_p1_n"), (sim_p2_n, "sim_p2_n")]
+    )
     return (pp > p1n) & (pp > p2n)
 
 # %% ../../nbs/evaluation/00_metrics.ipynb #1e5de2cb
 def itt_tot(img, p1, p2, neg, rowwise_sim: Callable) -> dict[str, np.ndarray]:
-    "Per-item ITT and TOT correctness from embeddings (N, D) of images, paraphrases P1, P2 and negatives, with `rowwise_sim(a, b) -> (N,)`."
+    """Per-item ITT and TOT correctness from embeddings (N, D) of images, paraphrases P1, P2 and negatives, with
+    `rowwise_sim(a, b) -> (N,)`."""
     s = rowwise_sim
-    return dict(itt=itt_correct(s(img, p1), s(img, p2), s(img, neg)),
-                tot=tot_correct(s(p1, p2), s(p1, neg), s(p2, neg)))
+    return dict(
+        itt=itt_correct(s(img, p1), s(img, p2), s(img, neg)), tot=tot_correct(s(p1, p2), s(p1, neg), s(p2, neg))
+    )
 
 # %% ../../nbs/evaluation/00_metrics.ipynb #eabc7627
 _WORD_RE = re.compile(r"[a-z0-9']+")
+
 
 def word_bag(text: str) -> tuple[str, ...]:
     "The multiset of lower-cased words of `text`, as a sorted tuple (word order and punctuation forgotten)."
@@ -230,9 +278,15 @@ def word_bag(text: str) -> tuple[str, ...]:
 
 # %% ../../nbs/evaluation/00_metrics.ipynb #dabfec18
 def bow_ceiling(options: Sequence[Sequence[str]], correct: Sequence[int]) -> np.ndarray:
-    "Per item: can a bag-of-words text encoder be strictly right — does the correct option's bag differ from every other's?"
-    return np.array([all(word_bag(o) != word_bag(opts[c]) for j, o in enumerate(opts) if j != c)
-                     for opts, c in zip(options, correct)], dtype=bool)
+    """Per item: can a bag-of-words text encoder be strictly right — does the correct option's bag differ from every
+    other's?"""
+    return np.array(
+        [
+            all(word_bag(o) != word_bag(opts[c]) for j, o in enumerate(opts) if j != c)
+            for opts, c in zip(options, correct)
+        ],
+        dtype=bool,
+    )
 
 # %% ../../nbs/evaluation/00_metrics.ipynb #1d7e6ac8
 def _bow_cosine(a: Sequence[str], b: Sequence[str]) -> np.ndarray:
@@ -241,7 +295,8 @@ def _bow_cosine(a: Sequence[str], b: Sequence[str]) -> np.ndarray:
     for i, (s, t) in enumerate(zip(a, b)):
         ca, cb = Counter(_WORD_RE.findall(s.lower())), Counter(_WORD_RE.findall(t.lower()))
         na, nb = math.sqrt(sum(v * v for v in ca.values())), math.sqrt(sum(v * v for v in cb.values()))
-        if na and nb: out[i] = sum(v * cb[w] for w, v in ca.items()) / (na * nb)
+        if na and nb:
+            out[i] = sum(v * cb[w] for w, v in ca.items()) / (na * nb)
     return out
 
 # %% ../../nbs/evaluation/00_metrics.ipynb #431e3b58
@@ -257,12 +312,15 @@ def caption_length(text: str) -> int:
 # %% ../../nbs/evaluation/00_metrics.ipynb #ed56fdd0
 def aggregate_accuracy(correct_by_subset: Mapping[str, Sequence[bool]], prefix: str = "acc") -> dict[str, float]:
     "`{prefix}/<subset>` per subset plus `{prefix}/micro` (pooled items) and `{prefix}/macro` (mean of subsets)."
-    if not correct_by_subset: raise ValueError("aggregate_accuracy: no subsets")
+    if not correct_by_subset:
+        raise ValueError("aggregate_accuracy: no subsets")
     out, pooled = {}, []
     for name, c in correct_by_subset.items():
         c = np.asarray(c, dtype=bool)
-        if c.size == 0: raise ValueError(f"aggregate_accuracy: subset {name!r} is empty")
-        out[f"{prefix}/{name}"] = float(c.mean()); pooled.append(c)
+        if c.size == 0:
+            raise ValueError(f"aggregate_accuracy: subset {name!r} is empty")
+        out[f"{prefix}/{name}"] = float(c.mean())
+        pooled.append(c)
     out[f"{prefix}/micro"] = float(np.concatenate(pooled).mean())
     out[f"{prefix}/macro"] = float(np.mean([out[f"{prefix}/{n}"] for n in correct_by_subset]))
     return out
@@ -270,8 +328,11 @@ def aggregate_accuracy(correct_by_subset: Mapping[str, Sequence[bool]], prefix: 
 # %% ../../nbs/evaluation/00_metrics.ipynb #b99cca31
 def group_means(per_subset: Mapping[str, float], groups: Mapping[str, Sequence[str]]) -> dict[str, float]:
     "Unweighted mean over the subsets of each group that are present (e.g. SugarCrepe's Replace/Swap/Add)."
-    return {g: float(np.mean([per_subset[m] for m in members if m in per_subset]))
-            for g, members in groups.items() if any(m in per_subset for m in members)}
+    return {
+        g: float(np.mean([per_subset[m] for m in members if m in per_subset]))
+        for g, members in groups.items()
+        if any(m in per_subset for m in members)
+    }
 
 # %% ../../nbs/evaluation/00_metrics.ipynb #f76a08a3
 def ancestor_set(taxonomy, node, include_root: bool = False) -> frozenset:
@@ -280,12 +341,17 @@ def ancestor_set(taxonomy, node, include_root: bool = False) -> frozenset:
         chain = [node, *(a for a in taxonomy.ancestors(node) if a != node)]
     else:
         parent = taxonomy.parent if hasattr(taxonomy, "parent") and isinstance(taxonomy.parent, Mapping) else taxonomy
-        if not isinstance(parent, Mapping): raise TypeError(f"taxonomy: need .ancestors(node) or a child->parent mapping, got {type(taxonomy).__name__}")
+        if not isinstance(parent, Mapping):
+            raise TypeError(
+                f"taxonomy: need .ancestors(node) or a child->parent mapping, got {type(taxonomy).__name__}"
+            )
         chain, cur, seen = [node], node, {node}
         while cur in parent and parent[cur] is not None:
             cur = parent[cur]
-            if cur in seen: raise ValueError(f"taxonomy: cycle through {cur!r}")
-            chain.append(cur); seen.add(cur)
+            if cur in seen:
+                raise ValueError(f"taxonomy: cycle through {cur!r}")
+            chain.append(cur)
+            seen.add(cur)
     # the root is the last element of the chain (the node with no parent)
     return frozenset(chain if include_root else chain[:-1])
 
@@ -294,27 +360,39 @@ def _ratio(num: int, den: int, empty: float) -> float:
     "num/den, or `empty` when den is 0 (only when the root itself is compared with the root excluded)."
     return num / den if den else empty
 
+
 def hierarchical_scores(pred, true, taxonomy, include_root: bool = False) -> pd.DataFrame:
     "Per-item TIE, LCA, Jaccard, h_precision, h_recall for predicted and true class names (equal-length sequences)."
-    if len(pred) != len(true): raise ValueError(f"pred has {len(pred)} items, true has {len(true)}")
+    if len(pred) != len(true):
+        raise ValueError(f"pred has {len(pred)} items, true has {len(true)}")
     rows, cache = [], {}
+
     def anc(n, root):
-        if (n, root) not in cache: cache[n, root] = ancestor_set(taxonomy, n, include_root=root)
+        if (n, root) not in cache:
+            cache[n, root] = ancestor_set(taxonomy, n, include_root=root)
         return cache[n, root]
+
     for p, t in zip(pred, true):
-        fp, ft = anc(p, True), anc(t, True)        # TIE and LCA use full paths (the root cancels out)
+        fp, ft = anc(p, True), anc(t, True)  # TIE and LCA use full paths (the root cancels out)
         fi = len(fp & ft)
         ap, at = anc(p, include_root), anc(t, include_root)
         inter = len(ap & at)
-        rows.append(dict(tie=len(fp) + len(ft) - 2 * fi, lca=len(fp) - fi + 1,
-                         jaccard=_ratio(inter, len(ap | at), 1.0),
-                         h_precision=_ratio(inter, len(ap), float(not at)), h_recall=_ratio(inter, len(at), 1.0)))
+        rows.append(
+            dict(
+                tie=len(fp) + len(ft) - 2 * fi,
+                lca=len(fp) - fi + 1,
+                jaccard=_ratio(inter, len(ap | at), 1.0),
+                h_precision=_ratio(inter, len(ap), float(not at)),
+                h_recall=_ratio(inter, len(at), 1.0),
+            )
+        )
     return pd.DataFrame(rows, columns=["tie", "lca", "jaccard", "h_precision", "h_recall"])
 
 # %% ../../nbs/evaluation/00_metrics.ipynb #99e161ee
 def hierarchical_metrics(pred, true, taxonomy, include_root: bool = False) -> dict[str, float]:
     "TIE, LCA (lower is better), Jaccard, hierarchical precision and recall averaged over items."
-    if len(true) == 0: raise ValueError("hierarchical_metrics: no items")
+    if len(true) == 0:
+        raise ValueError("hierarchical_metrics: no items")
     return {k: float(v) for k, v in hierarchical_scores(pred, true, taxonomy, include_root).mean().items()}
 
 # %% ../../nbs/evaluation/00_metrics.ipynb #d888bd22
@@ -328,31 +406,40 @@ def chance_hierarchical_metrics(true, classes: Sequence, taxonomy, include_root:
 # %% ../../nbs/evaluation/00_metrics.ipynb #8cc73791
 def pep_score(phi):
     "ARGENT's PEP angular score `max(0, 1 − 2φ/π)`: 1 at φ = 0, 0 for φ ≥ π/2 (tensor in, tensor out; else numpy)."
-    if hasattr(phi, "clamp_min"): return (1 - 2 * phi / math.pi).clamp_min(0)   # a torch tensor
+    if hasattr(phi, "clamp_min"):
+        return (1 - 2 * phi / math.pi).clamp_min(0)  # a torch tensor
     return np.maximum(1 - 2 * np.asarray(phi, dtype=np.float64) / math.pi, 0.0)
 
 # %% ../../nbs/evaluation/00_metrics.ipynb #793b752c
 def saturated_fraction(omega, threshold: float = 0.99) -> float:
     "Fraction of cone half-apertures `omega` (radians; array or tensor) with ω ≥ threshold·π/2 (ARGENT's saturation)."
-    w = as_numpy(omega, "omega").ravel()   # also rejects NaN/inf, naming `omega`
-    if w.size == 0: raise ValueError("omega: expected a non-empty array of angles")
+    w = as_numpy(omega, "omega").ravel()  # also rejects NaN/inf, naming `omega`
+    if w.size == 0:
+        raise ValueError("omega: expected a non-empty array of angles")
     return float((w >= threshold * np.pi / 2).mean())
 
 # %% ../../nbs/evaluation/00_metrics.ipynb #6b198173
 def pep_auc_ap(pos_scores, neg_scores) -> dict[str, float]:
     "AUC-ROC and average precision separating positive from negative pair scores, with their chance levels."
     pos, neg = as_numpy(pos_scores, "pos_scores", ndim=1), as_numpy(neg_scores, "neg_scores", ndim=1)
-    if len(pos) == 0 or len(neg) == 0: raise ValueError(f"pep_auc_ap: need positives and negatives, got {len(pos)} and {len(neg)}")
+    if len(pos) == 0 or len(neg) == 0:
+        raise ValueError(f"pep_auc_ap: need positives and negatives, got {len(pos)} and {len(neg)}")
     y = np.r_[np.ones(len(pos)), np.zeros(len(neg))]
     s = np.r_[pos, neg]
-    return dict(auc=float(roc_auc_score(y, s)), ap=float(average_precision_score(y, s)),
-                auc_chance=chance_auc(), ap_chance=chance_ap(len(pos), len(neg)))
+    return dict(
+        auc=float(roc_auc_score(y, s)),
+        ap=float(average_precision_score(y, s)),
+        auc_chance=chance_auc(),
+        ap_chance=chance_ap(len(pos), len(neg)),
+    )
 
 # %% ../../nbs/evaluation/00_metrics.ipynb #8b0262eb
 def kendall_per_chain(radii, rtol: float = 1e-6) -> np.ndarray:
-    "Kendall τ-b between each row of `radii` (N, L) and the levels 1..L; radii within `rtol` count as ties; constant rows give 0. → (N,)."
+    """Kendall τ-b between each row of `radii` (N, L) and the levels 1..L; radii within `rtol` count as ties; constant
+    rows give 0. → (N,)."""
     r = as_numpy(radii, "radii", ndim=2)
-    if r.shape[1] < 2: raise ValueError(f"radii: need at least 2 levels, got shape {r.shape}")
+    if r.shape[1] < 2:
+        raise ValueError(f"radii: need at least 2 levels, got shape {r.shape}")
     levels = np.arange(1, r.shape[1] + 1)
     taus = []
     for row in r:
@@ -374,16 +461,18 @@ def length_d_corr(chains: Sequence[Sequence[str]]) -> float:
 
 # %% ../../nbs/evaluation/00_metrics.ipynb #fbd6166e
 def hierarcaps_sweep(sim, text_radius, n_thresholds: int = 50) -> np.ndarray:
-    "Index of the most similar text among texts with radius ≤ t, for `n_thresholds` t; `sim` (Nq, Nt) → (Nq, n_thresholds)."
+    """Index of the most similar text among texts with radius ≤ t, for `n_thresholds` t; `sim` (Nq, Nt) → (Nq,
+    n_thresholds)."""
     s = as_numpy(sim, "sim", ndim=2)
     r = as_numpy(text_radius, "text_radius", ndim=1)
-    if len(r) != s.shape[1]: raise ValueError(f"text_radius has {len(r)} entries for {s.shape[1]} texts")
+    if len(r) != s.shape[1]:
+        raise ValueError(f"text_radius has {len(r)} entries for {s.shape[1]} texts")
     order = np.argsort(r, kind="stable")
     r_sorted, s_sorted = r[order], s[:, order]
-    run = np.maximum.accumulate(s_sorted, axis=1)                             # running best over radius-sorted texts
-    best_pos = np.maximum.accumulate(np.where(s_sorted >= run, np.arange(len(r)), 0), axis=1)   # where it was reached
+    run = np.maximum.accumulate(s_sorted, axis=1)  # running best over radius-sorted texts
+    best_pos = np.maximum.accumulate(np.where(s_sorted >= run, np.arange(len(r)), 0), axis=1)  # where it was reached
     thresholds = np.linspace(r_sorted[0], r_sorted[-1], n_thresholds)
-    n_allowed = np.searchsorted(r_sorted, thresholds, side="right")          # ≥ 1: the first threshold is the min radius
+    n_allowed = np.searchsorted(r_sorted, thresholds, side="right")  # ≥ 1: the first threshold is the min radius
     return order[best_pos[:, n_allowed - 1]]
 
 # %% ../../nbs/evaluation/00_metrics.ipynb #ca4d5529
@@ -393,15 +482,18 @@ def hierarcaps_precision_recall(preds, chains) -> dict[str, float]:
     for p, c in zip(preds, chains):
         ps, cs = set(np.asarray(p).tolist()), set(np.asarray(c).tolist())
         hit = len(ps & cs)
-        P.append(hit / len(ps)); R.append(hit / len(cs))
+        P.append(hit / len(ps))
+        R.append(hit / len(cs))
     return dict(precision=float(np.mean(P)), recall=float(np.mean(R)))
 
 # %% ../../nbs/evaluation/00_metrics.ipynb #defd5ec0
 def hierarcaps_retrieval(sim, text_radius, chains, n_thresholds: int = 50, seed: int = 0) -> dict[str, float]:
-    "HierarCaps hierarchical retrieval: `sim` (Nq, Nt) image×text scores, `text_radius` (Nt,), `chains` (Nq, L) indices of each image's chain texts."
+    """HierarCaps hierarchical retrieval: `sim` (Nq, Nt) image×text scores, `text_radius` (Nt,), `chains` (Nq, L)
+    indices of each image's chain texts."""
     chains = as_numpy(chains, "chains", ndim=2, dtype=np.int64)
     s = as_numpy(sim, "sim", ndim=2)
-    if len(chains) != len(s): raise ValueError(f"chains has {len(chains)} rows for {len(s)} queries")
+    if len(chains) != len(s):
+        raise ValueError(f"chains has {len(chains)} rows for {len(s)} queries")
     out = hierarcaps_precision_recall(hierarcaps_sweep(s, text_radius, n_thresholds), chains)
     rand = np.random.default_rng(seed).random(s.shape)
     base = hierarcaps_precision_recall(hierarcaps_sweep(rand, text_radius, n_thresholds), chains)

@@ -1,4 +1,6 @@
-"""Image–text retrieval on real files — COCO Karpathy 5k test, Flickr30k 1k test and CLIP_benchmark's retrieval WebDataset folders — scored as CLIP_benchmark scores it, for Euclidean and Lorentz models, with one row per query for paired comparisons.
+"""Image–text retrieval on real files — COCO Karpathy 5k test, Flickr30k 1k test and CLIP_benchmark's
+retrieval WebDataset folders — scored as CLIP_benchmark scores it, for Euclidean and Lorentz
+models, with one row per query for paired comparisons.
 
 Docs: https://hierbench.github.io/hierbench/evaluation/retrieval.html.md"""
 
@@ -6,7 +8,9 @@ Docs: https://hierbench.github.io/hierbench/evaluation/retrieval.html.md"""
 
 # %% ../../nbs/evaluation/06_retrieval.ipynb #f51739ae
 from __future__ import annotations
-import functools, re, warnings
+import functools
+import re
+import warnings
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -17,8 +21,18 @@ import pandas as pd
 import torch
 
 from ..data.batch import DataFormatError, DataWarning
-from ..data.annotations import (MAX_TEXT_CHARS, check_file, required_field, join_inside_root, read_json_strict, record_id, string_field, type_name,
-                                   visible_text, resolve_image_root)
+from hierbench.data.annotations import (
+    MAX_TEXT_CHARS,
+    check_file,
+    required_field,
+    join_inside_root,
+    read_json_strict,
+    record_id,
+    string_field,
+    type_name,
+    visible_text,
+    resolve_image_root,
+)
 from ..data.loaders import load_coco_karpathy
 from ..data.real_data import ShardRecords
 from .encoding import encode_image_sources, encode_texts, similarity_name
@@ -35,62 +49,97 @@ __all__ = ['RETRIEVAL_KINDS', 'RetrievalSet', 'load_coco_captions', 'load_karpat
 @dataclass(frozen=True)
 class RetrievalSet:
     "An image–text retrieval test set: per image its id, its pixels (a path or a callable) and its captions."
-    name: str                                   # NAME in the metric keys (`load_retrieval`: coco, flickr30k or the folder's name)
-    source: str                                 # the annotation file or WebDataset folder it was read from
+
+    name: str  # NAME in the metric keys (`load_retrieval`: coco, flickr30k or the folder's name)
+    source: str  # the annotation file or WebDataset folder it was read from
     image_ids: tuple[str, ...]
-    images: tuple                               # per image: a path, or a zero-argument callable returning a PIL image
-    captions: tuple[tuple[str, ...], ...]       # per image: its captions (>= 1), in file order
-    set_aside: Mapping[str, int] = field(default_factory=dict)   # left out while reading: {"images": n, "texts": m}
+    images: tuple  # per image: a path, or a zero-argument callable returning a PIL image
+    captions: tuple[tuple[str, ...], ...]  # per image: its captions (>= 1), in file order
+    set_aside: Mapping[str, int] = field(default_factory=dict)  # left out while reading: {"images": n, "texts": m}
+
     def __post_init__(self):
         if not (len(self.image_ids) == len(self.images) == len(self.captions)):
-            raise ValueError(f"{self.source}: {len(self.image_ids)} ids, {len(self.images)} images, {len(self.captions)} caption lists")
-        if not self.image_ids: raise DataFormatError(self.source, None, None, "no image with a caption to retrieve")
-    def __len__(self) -> int: return len(self.image_ids)
+            raise ValueError(
+                f"{self.source}: {len(self.image_ids)} ids, {len(self.images)} images, {len(self.captions)} caption "
+                "lists"
+            )
+        if not self.image_ids:
+            raise DataFormatError(self.source, None, None, "no image with a caption to retrieve")
+
+    def __len__(self) -> int:
+        return len(self.image_ids)
+
     @property
-    def n_texts(self) -> int: return sum(len(c) for c in self.captions)
+    def n_texts(self) -> int:
+        return sum(len(c) for c in self.captions)
+
     def head(self, n: int) -> "RetrievalSet":
         "The first `n` images with their captions (a quick look; the metrics of a smaller gallery are not the paper's)."
-        return RetrievalSet(self.name, self.source, self.image_ids[:n], self.images[:n], self.captions[:n], self.set_aside)
+        return RetrievalSet(
+            self.name, self.source, self.image_ids[:n], self.images[:n], self.captions[:n], self.set_aside
+        )
 
 # %% ../../nbs/evaluation/06_retrieval.ipynb #bc461be3
 def _retrieval_set(name: str, source, entries, set_aside: Mapping[str, int] | None = None) -> RetrievalSet:
     "A `RetrievalSet` from `(image_id, image, captions)` entries: unique ids, string captions; empty ones set aside."
     ids, images, caps, seen, empty, bare = [], [], [], set(), [], []
     for image_id, image, texts in entries:
-        if image_id in seen: raise DataFormatError(source, image_id, "id", "duplicate image id: its captions would be merged")
+        if image_id in seen:
+            raise DataFormatError(source, image_id, "id", "duplicate image id: its captions would be merged")
         seen.add(image_id)
         for j, t in enumerate(texts):
-            if not isinstance(t, str): raise DataFormatError(source, f"{image_id}#{j}", "caption", f"expected a string, got {type_name(t)} {t!r:.40}")
-            if len(t) > MAX_TEXT_CHARS: raise DataFormatError(source, f"{image_id}#{j}", "caption", f"{len(t):,} characters: not a caption")
+            if not isinstance(t, str):
+                raise DataFormatError(
+                    source, f"{image_id}#{j}", "caption", f"expected a string, got {type_name(t)} {t!r:.40}"
+                )
+            if len(t) > MAX_TEXT_CHARS:
+                raise DataFormatError(source, f"{image_id}#{j}", "caption", f"{len(t):,} characters: not a caption")
         keep = tuple(t for t in texts if visible_text(t))
         empty += [f"{image_id}#{j}" for j, t in enumerate(texts) if not visible_text(t)]
-        if not keep: bare.append(image_id); continue
-        ids.append(image_id); images.append(image); caps.append(keep)
+        if not keep:
+            bare.append(image_id)
+            continue
+        ids.append(image_id)
+        images.append(image)
+        caps.append(keep)
     counts = Counter(set_aside or {})
     if empty:
-        warnings.warn(f"{source}: {len(empty)} empty caption(s) set aside: {empty[:10]}{' …' if len(empty) > 10 else ''}", DataWarning, stacklevel=3)
+        warnings.warn(
+            f"{source}: {len(empty)} empty caption(s) set aside: {empty[:10]}{' …' if len(empty) > 10 else ''}",
+            DataWarning,
+            stacklevel=3,
+        )
         counts["texts"] += len(empty)
     if bare:
-        warnings.warn(f"{source}: {len(bare)} image(s) without a caption set aside: {bare[:10]}{' …' if len(bare) > 10 else ''}", DataWarning, stacklevel=3)
+        warnings.warn(
+            f"{source}: {len(bare)} image(s) without a caption set aside: {bare[:10]}{' …' if len(bare) > 10 else ''}",
+            DataWarning,
+            stacklevel=3,
+        )
         counts["images"] += len(bare)
     return RetrievalSet(name, str(source), tuple(ids), tuple(images), tuple(caps), dict(counts))
 
 # %% ../../nbs/evaluation/06_retrieval.ipynb #1da5162e
 def load_coco_captions(path: str | Path, image_root: str | Path | None = None) -> RetrievalSet:
     """A COCO-captions-format file (`images` [{id, file_name}], `annotations` [{image_id, caption}]; CLIP_benchmark's
-    `coco_test_karpathy.json`): images in id order, paths under `image_root` (default: settings' data root / coco/val2014)."""
+    `coco_test_karpathy.json`): images in id order, paths under `image_root` (default: settings' data root /
+    coco/val2014)."""
     path = Path(path)
     root = resolve_image_root(image_root, "coco/val2014")
     data = read_json_strict(path)
     images, anns = required_field(path, None, data, "images"), required_field(path, None, data, "annotations")
     for name, v in (("images", images), ("annotations", anns)):
-        if not isinstance(v, list): raise DataFormatError(path, None, name, f"expected a list, got {type_name(v)}")
+        if not isinstance(v, list):
+            raise DataFormatError(path, None, name, f"expected a list, got {type_name(v)}")
     files, raw_ids, seen = {}, {}, {}
     for i, rec in enumerate(images):
         key = f"images[{i}]"
         raw = required_field(path, key, rec, "id")
         image_id = record_id(path, key, rec, "id", seen)
-        files[image_id], raw_ids[image_id] = join_inside_root(root, string_field(path, key, rec, "file_name"), path, key, "file_name"), raw
+        files[image_id], raw_ids[image_id] = (
+            join_inside_root(root, string_field(path, key, rec, "file_name"), path, key, "file_name"),
+            raw,
+        )
     caps = {image_id: [] for image_id in files}
     for j, rec in enumerate(anns):
         key = f"annotations[{j}]"
@@ -99,53 +148,74 @@ def load_coco_captions(path: str | Path, image_root: str | Path | None = None) -
             raise DataFormatError(path, key, "image_id", f"no image with id {raw!r:.40} in `images`")
         caps[str(raw)].append(required_field(path, key, rec, "caption"))
     order = list(files)
-    if all(isinstance(v, int) for v in raw_ids.values()): order.sort(key=lambda k: raw_ids[k])   # CocoCaptions' order
+    if all(isinstance(v, int) for v in raw_ids.values()):
+        order.sort(key=lambda k: raw_ids[k])  # CocoCaptions' order
     return _retrieval_set(path.stem, path, ((k, files[k], caps[k]) for k in order))
 
 # %% ../../nbs/evaluation/06_retrieval.ipynb #447052c2
-def load_karpathy_test(path: str | Path, image_root: str | Path | None = None, default_subdir: str = "coco") -> RetrievalSet:
-    "The `test` split of a Karpathy split file (`dataset_coco.json`, `dataset_flickr30k.json`); ids are `cocoid` (else `imgid`)."
+def load_karpathy_test(
+    path: str | Path, image_root: str | Path | None = None, default_subdir: str = "coco"
+) -> RetrievalSet:
+    """The `test` split of a Karpathy split file (`dataset_coco.json`, `dataset_flickr30k.json`); ids are `cocoid` (else
+    `imgid`)."""
     path = Path(path)
     items = load_coco_karpathy(path, "test", resolve_image_root(image_root, default_subdir))
-    if not items: raise DataFormatError(path, None, "split", "no image in the 'test' split")
+    if not items:
+        raise DataFormatError(path, None, "split", "no image in the 'test' split")
     return _retrieval_set(path.stem, path, ((it.key, it.image_path, it.captions) for it in items))
 
 # %% ../../nbs/evaluation/06_retrieval.ipynb #3695d199
 _CAPTION_LINE = re.compile(r"(.+?\.(?:jpe?g|png)),(.*)", re.IGNORECASE)
 
+
 def load_flickr_captions(path: str | Path, image_root: str | Path | None = None) -> RetrievalSet:
-    "CLIP_benchmark's `flickr30k_test_karpathy.txt`: `IMAGE.jpg,caption` lines after a header; images under `image_root`."
+    """CLIP_benchmark's `flickr30k_test_karpathy.txt`: `IMAGE.jpg,caption` lines after a header; images under
+    `image_root`."""
     path = check_file(Path(path))
     root = resolve_image_root(image_root, "flickr30k")
-    try: lines = path.read_text(encoding="utf-8-sig").splitlines()
-    except UnicodeDecodeError as err: raise DataFormatError(path, None, None, f"not UTF-8 text ({err.reason})") from None
+    try:
+        lines = path.read_text(encoding="utf-8-sig").splitlines()
+    except UnicodeDecodeError as err:
+        raise DataFormatError(path, None, None, f"not UTF-8 text ({err.reason})") from None
     caps: dict[str, list[str]] = {}
     for ln, line in enumerate(lines, 1):
-        if not line.strip(): continue
+        if not line.strip():
+            continue
         m = _CAPTION_LINE.fullmatch(line.strip())
-        if m is None and ln == 1: continue   # the header ("image,caption")
+        if m is None and ln == 1:
+            continue  # the header ("image,caption")
         name, sep, cap = (m.group(1), ",", m.group(2)) if m else line.strip().partition(",")
-        if not sep: raise DataFormatError(path, f"line {ln}", None, f"expected 'IMAGE.jpg,caption', got {line!r:.80}")
+        if not sep:
+            raise DataFormatError(path, f"line {ln}", None, f"expected 'IMAGE.jpg,caption', got {line!r:.80}")
         caps.setdefault(name, []).append(cap)
-    if not caps: raise DataFormatError(path, None, None, "no 'IMAGE.jpg,caption' line")
-    return _retrieval_set(path.stem, path, ((name, join_inside_root(root, name, path, name, "image"), c) for name, c in caps.items()))
+    if not caps:
+        raise DataFormatError(path, None, None, "no 'IMAGE.jpg,caption' line")
+    return _retrieval_set(
+        path.stem, path, ((name, join_inside_root(root, name, path, name, "image"), c) for name, c in caps.items())
+    )
 
 # %% ../../nbs/evaluation/06_retrieval.ipynb #63d840b6
 def wds_shards(folder: str | Path, split: str = "test") -> list[Path]:
     "The tar shards `folder/split/{0..n-1}.tar` of a CLIP_benchmark WebDataset folder, n from `split/nshards.txt`."
     folder = Path(folder)
-    if not folder.is_dir(): raise MissingFileError(f"WebDataset folder not found: {folder}")
+    if not folder.is_dir():
+        raise MissingFileError(f"WebDataset folder not found: {folder}")
     nfile = folder / split / "nshards.txt"
-    if not nfile.is_file(): raise MissingFileError(f"{nfile} not found (a CLIP_benchmark WebDataset folder has {split}/nshards.txt)")
+    if not nfile.is_file():
+        raise MissingFileError(f"{nfile} not found (a CLIP_benchmark WebDataset folder has {split}/nshards.txt)")
     text = nfile.read_text(encoding="utf-8", errors="replace").strip()
-    if not text.isdigit() or int(text) < 1: raise DataFormatError(nfile, None, None, f"expected a positive shard count, got {text!r:.40}")
+    if not text.isdigit() or int(text) < 1:
+        raise DataFormatError(nfile, None, None, f"expected a positive shard count, got {text!r:.40}")
     shards = [folder / split / f"{i}.tar" for i in range(int(text))]
     missing = [s.name for s in shards if not s.is_file()]
-    if missing: raise MissingFileError(f"{folder / split}: {len(missing)} of {len(shards)} shard(s) missing, e.g. {missing[0]}")
+    if missing:
+        raise MissingFileError(f"{folder / split}: {len(missing)} of {len(shards)} shard(s) missing, e.g. {missing[0]}")
     return shards
 
+
 def wds_dataset_type(folder: str | Path) -> str:
-    "`dataset_type.txt` of a CLIP_benchmark WebDataset folder, lower-cased; 'classification' when absent (as CLIP_benchmark)."
+    """`dataset_type.txt` of a CLIP_benchmark WebDataset folder, lower-cased; 'classification' when absent (as
+    CLIP_benchmark)."""
     f = Path(folder) / "dataset_type.txt"
     return f.read_text(encoding="utf-8", errors="replace").strip().lower() if f.is_file() else "classification"
 
@@ -154,41 +224,64 @@ def _shard_image(records: ShardRecords, i: int):
     "Sample `i`'s image, decoded where it is called (a DataLoader worker): nothing of it is held in memory before."
     return records[i].image()
 
+
 def load_retrieval_wds(folder: str | Path, split: str = "test") -> RetrievalSet:
     "A CLIP_benchmark retrieval WebDataset folder: per sample an image and its `.txt` captions, one per line."
     folder = Path(folder)
-    if not folder.is_dir(): raise MissingFileError(f"WebDataset folder not found: {folder}")
+    if not folder.is_dir():
+        raise MissingFileError(f"WebDataset folder not found: {folder}")
     kind = wds_dataset_type(folder)
     if kind != "retrieval":
-        raise DataFormatError(folder / "dataset_type.txt", None, None, f"dataset type is {kind!r}, not 'retrieval'"
-                              + (" (the file is missing: CLIP_benchmark reads the folder as classification)"
-                                 if not (folder / "dataset_type.txt").is_file() else ""))
+        raise DataFormatError(
+            folder / "dataset_type.txt",
+            None,
+            None,
+            f"dataset type is {kind!r}, not 'retrieval'"
+            + (
+                " (the file is missing: CLIP_benchmark reads the folder as classification)"
+                if not (folder / "dataset_type.txt").is_file()
+                else ""
+            ),
+        )
     records = ShardRecords([str(s) for s in wds_shards(folder, split)])
     entries, bad = [], []
     for i in range(len(records)):
-        try: rec = records[i]
-        except DataFormatError as err: bad.append(str(err)); continue   # no image member, or no captions
-        except UnicodeDecodeError as err: bad.append(f"{folder}, sample {i}: captions not UTF-8 ({err.reason})"); continue
+        try:
+            rec = records[i]
+        except DataFormatError as err:
+            bad.append(str(err))
+            continue  # no image member, or no captions
+        except UnicodeDecodeError as err:
+            bad.append(f"{folder}, sample {i}: captions not UTF-8 ({err.reason})")
+            continue
         entries.append((rec.key, functools.partial(_shard_image, records, i), rec.captions[0].splitlines()))
     if bad:
-        warnings.warn(f"{folder}: {len(bad)} sample(s) set aside: " + "; ".join(bad[:5]) + (" …" if len(bad) > 5 else ""),
-                      DataWarning, stacklevel=2)
+        warnings.warn(
+            f"{folder}: {len(bad)} sample(s) set aside: " + "; ".join(bad[:5]) + (" …" if len(bad) > 5 else ""),
+            DataWarning,
+            stacklevel=2,
+        )
     return _retrieval_set(folder.name, folder, entries, {"images": len(bad)} if bad else None)
 
 # %% ../../nbs/evaluation/06_retrieval.ipynb #d6a10008
 RETRIEVAL_KINDS = ("coco", "flickr", "wds")
 
+
 def _check_images_found(rs: RetrievalSet, image_root) -> None:
     "An error naming the first expected path (and where it is instead) when none of the set's image files exists."
     paths = [Path(p) for p in rs.images if not callable(p)]
-    if not paths or any(p.is_file() for p in paths): return
+    if not paths or any(p.is_file() for p in paths):
+        return
     first, hint = paths[0], ""
     parent = first.parent
     if parent.is_dir():
         below = next((d for d in sorted(parent.iterdir()) if d.is_dir() and (d / first.name).is_file()), None)
-        if below is not None: hint = f"; {first.name} is in {below}: pass that folder as the image root"
-    raise MissingFileError(f"{rs.source}: none of its {len(paths)} images found (image root {image_root}; "
-                            f"first expected {first}){hint}")
+        if below is not None:
+            hint = f"; {first.name} is in {below}: pass that folder as the image root"
+    raise MissingFileError(
+        f"{rs.source}: none of its {len(paths)} images found (image root {image_root}; first expected {first}){hint}"
+    )
+
 
 def load_retrieval(spec: str | Path, image_root: str | Path | None = None) -> RetrievalSet:
     "`coco:FILE`, `flickr:FILE` or `wds:DIR` (or a bare path, its kind guessed) as a `RetrievalSet`."
@@ -197,14 +290,20 @@ def load_retrieval(spec: str | Path, image_root: str | Path | None = None) -> Re
     if not sep or kind not in RETRIEVAL_KINDS:
         kind, target = None, spec
     path = Path(target).expanduser()
-    if kind is None: kind = "wds" if path.is_dir() else "flickr" if path.suffix.lower() == ".txt" else "coco"
-    if kind == "wds": return load_retrieval_wds(path)
+    if kind is None:
+        kind = "wds" if path.is_dir() else "flickr" if path.suffix.lower() == ".txt" else "coco"
+    if kind == "wds":
+        return load_retrieval_wds(path)
     check_file(path)
-    if path.suffix.lower() == ".txt": rs = load_flickr_captions(path, image_root)
+    if path.suffix.lower() == ".txt":
+        rs = load_flickr_captions(path, image_root)
     else:
-        with open(path, encoding="utf-8-sig", errors="replace") as f: head = f.read(1 << 16)
-        if '"sentences"' in head: rs = load_karpathy_test(path, image_root, "coco" if kind == "coco" else "flickr30k")
-        else: rs = load_coco_captions(path, image_root)
+        with open(path, encoding="utf-8-sig", errors="replace") as f:
+            head = f.read(1 << 16)
+        if '"sentences"' in head:
+            rs = load_karpathy_test(path, image_root, "coco" if kind == "coco" else "flickr30k")
+        else:
+            rs = load_coco_captions(path, image_root)
     _check_images_found(rs, image_root)
     name = kind if kind == "coco" else "flickr8k" if path.stem.lower().startswith("flickr8k") else "flickr30k"
     return replace(rs, name=name)
@@ -214,26 +313,41 @@ def _ranks(sim: np.ndarray, correct_of, n_queries: int, ties: str) -> np.ndarray
     "0-based rank of each query's best correct candidate, a block of rows at a time (≈ 4 M scores each)."
     n_cand = sim.shape[1]
     step = max(1, (1 << 22) // max(1, n_cand))
-    return np.concatenate([rank_of_best_correct(sim[a:a + step], correct_of(a, min(a + step, n_queries)), ties)
-                           for a in range(0, n_queries, step)])
+    return np.concatenate(
+        [
+            rank_of_best_correct(sim[a : a + step], correct_of(a, min(a + step, n_queries)), ties)
+            for a in range(0, n_queries, step)
+        ]
+    )
+
 
 def retrieval_ranks(sim_ti, text_image, ties: str = "pessimistic") -> tuple[np.ndarray, np.ndarray]:
     """Ranks of every query's best correct candidate from `sim_ti` (N_txt, N_img) and `text_image` (N_txt,), the image
     of each text: (text → image ranks (N_txt,), image → text ranks (N_img,), the best of the image's captions)."""
     s = np.asarray(sim_ti.detach().cpu() if hasattr(sim_ti, "detach") else sim_ti)
     owner = np.asarray(text_image, dtype=np.int64)
-    if s.ndim != 2 or owner.shape != (s.shape[0],): raise ValueError(f"sim_ti {s.shape} and text_image {owner.shape}: expected (N_txt, N_img) and (N_txt,)")
+    if s.ndim != 2 or owner.shape != (s.shape[0],):
+        raise ValueError(f"sim_ti {s.shape} and text_image {owner.shape}: expected (N_txt, N_img) and (N_txt,)")
     n_txt, n_img = s.shape
-    if n_txt and (owner.min() < 0 or owner.max() >= n_img): raise ValueError(f"text_image: image index out of range [0, {n_img})")
-    if np.bincount(owner, minlength=n_img).min() == 0: raise ValueError(f"images {np.flatnonzero(np.bincount(owner, minlength=n_img) == 0)[:10].tolist()} have no caption")
+    if n_txt and (owner.min() < 0 or owner.max() >= n_img):
+        raise ValueError(f"text_image: image index out of range [0, {n_img})")
+    if np.bincount(owner, minlength=n_img).min() == 0:
+        raise ValueError(
+            f"images {np.flatnonzero(np.bincount(owner, minlength=n_img) == 0)[:10].tolist()} have no caption"
+        )
     text_rank = _ranks(s, lambda a, b: owner[a:b], n_txt, ties)
     image_rank = _ranks(s.T, lambda a, b: owner[None, :] == np.arange(a, b)[:, None], n_img, ties)
     return text_rank, image_rank
 
 # %% ../../nbs/evaluation/06_retrieval.ipynb #72646f17
-def retrieval_scores(sim_ti, text_image, ks: Sequence[int] = (1, 5, 10), name: str | None = None,
-                     text_ids: Sequence[str] | None = None, image_ids: Sequence[str] | None = None
-                     ) -> tuple[dict[str, float], pd.DataFrame]:
+def retrieval_scores(
+    sim_ti,
+    text_image,
+    ks: Sequence[int] = (1, 5, 10),
+    name: str | None = None,
+    text_ids: Sequence[str] | None = None,
+    image_ids: Sequence[str] | None = None,
+) -> tuple[dict[str, float], pd.DataFrame]:
     """CLIP_benchmark's `image_retrieval_recall@K` (text → image) and `text_retrieval_recall@K` (image → text, any
     caption) under `retrieval/NAME/`, with chance levels and tie counts, from `sim_ti` (N_txt, N_img); and one row per
     query (benchmark, subset, id, unit, rank, tie, ok, the hits). Ids default to the text's / image's index."""
@@ -242,56 +356,86 @@ def retrieval_scores(sim_ti, text_image, ks: Sequence[int] = (1, 5, 10), name: s
     owner = np.asarray(text_image, dtype=np.int64)
     n_txt, n_img = len(text_rank), len(image_rank)
     image_ids = [str(i) for i in range(n_img)] if image_ids is None else [str(i) for i in image_ids]
-    text_ids = [f"{image_ids[o]}#{j}" for o, j in zip(owner, _caption_index(owner))] if text_ids is None else list(text_ids)
+    text_ids = (
+        [f"{image_ids[o]}#{j}" for o, j in zip(owner, _caption_index(owner))] if text_ids is None else list(text_ids)
+    )
     bench = "retrieval" if name is None else f"retrieval/{name}"
-    per_image = Counter(np.bincount(owner, minlength=n_img).tolist())   # m captions → how many images have m
+    per_image = Counter(np.bincount(owner, minlength=n_img).tolist())  # m captions → how many images have m
     out: dict[str, float] = {}
-    rows = pd.DataFrame(dict(benchmark=bench, subset=["image_retrieval"] * n_txt + ["text_retrieval"] * n_img,
-                             id=text_ids + image_ids, unit=[image_ids[o] for o in owner] + image_ids,
-                             rank=np.concatenate([text_rank, image_rank]),
-                             tie=np.concatenate([text_rank != text_opt, image_rank != image_opt])))
+    rows = pd.DataFrame(
+        dict(
+            benchmark=bench,
+            subset=["image_retrieval"] * n_txt + ["text_retrieval"] * n_img,
+            id=text_ids + image_ids,
+            unit=[image_ids[o] for o in owner] + image_ids,
+            rank=np.concatenate([text_rank, image_rank]),
+            tie=np.concatenate([text_rank != text_opt, image_rank != image_opt]),
+        )
+    )
     rows["ok"] = rows["rank"] < 1
     is_text = np.arange(len(rows)) < n_txt
     for k in ks:
         ir, tr = f"image_retrieval_recall@{k}", f"text_retrieval_recall@{k}"
-        out[f"{bench}/{ir}"], out[chance_key(f"{bench}/{ir}")] = float((text_rank < k).mean()), chance_recall_at_k(n_img, k)
+        out[f"{bench}/{ir}"], out[chance_key(f"{bench}/{ir}")] = (
+            float((text_rank < k).mean()),
+            chance_recall_at_k(n_img, k),
+        )
         out[f"{bench}/{tr}"] = float((image_rank < k).mean())
-        out[chance_key(f"{bench}/{tr}")] = sum(c * chance_recall_at_k(n_txt, k, m) for m, c in per_image.items()) / n_img
+        out[chance_key(f"{bench}/{tr}")] = (
+            sum(c * chance_recall_at_k(n_txt, k, m) for m, c in per_image.items()) / n_img
+        )
         rows[ir] = np.where(is_text, (rows["rank"] < k).astype(float), np.nan)
         rows[tr] = np.where(is_text, np.nan, (rows["rank"] < k).astype(float))
     out[f"{bench}/image_retrieval_ties"] = float((text_rank != text_opt).sum())
     out[f"{bench}/text_retrieval_ties"] = float((image_rank != image_opt).sum())
     return out, rows
 
+
 def _caption_index(owner: np.ndarray) -> np.ndarray:
     "j for each text: it is the j-th caption of its image (texts in any order)."
     seen: Counter = Counter()
     out = np.empty(len(owner), dtype=np.int64)
-    for t, o in enumerate(owner.tolist()): out[t] = seen[o]; seen[o] += 1
+    for t, o in enumerate(owner.tolist()):
+        out[t] = seen[o]
+        seen[o] += 1
     return out
 
 # %% ../../nbs/evaluation/06_retrieval.ipynb #21e6e28d
 @torch.no_grad()
 def similarity_matrix(model, txt: torch.Tensor, img: torch.Tensor, chunk: int = 4096) -> np.ndarray:
     "(N_txt, N_img) float32 similarities by `model.head.pairwise_sim`, `chunk` texts at a time."
-    return torch.cat([model.head.pairwise_sim(txt[a:a + chunk], img).float().cpu() for a in range(0, len(txt), chunk)]).numpy()
+    return torch.cat(
+        [model.head.pairwise_sim(txt[a : a + chunk], img).float().cpu() for a in range(0, len(txt), chunk)]
+    ).numpy()
 
 # %% ../../nbs/evaluation/06_retrieval.ipynb #49062740
-def evaluate_retrieval(model, data: RetrievalSet | str | Path, *, name: str | None = None,
-                       image_root: str | Path | None = None, ks: Sequence[int] = (1, 5, 10), batch_size: int = 64,
-                       num_workers: int | None = None, limit: int | None = None, preprocess=None,
-                       log=print) -> tuple[dict[str, float], pd.DataFrame]:
+def evaluate_retrieval(
+    model,
+    data: RetrievalSet | str | Path,
+    *,
+    name: str | None = None,
+    image_root: str | Path | None = None,
+    ks: Sequence[int] = (1, 5, 10),
+    batch_size: int = 64,
+    num_workers: int | None = None,
+    limit: int | None = None,
+    preprocess=None,
+    log=print,
+) -> tuple[dict[str, float], pd.DataFrame]:
     """Image–text retrieval of `data` (a `RetrievalSet` or a spec for `load_retrieval`) as CLIP_benchmark scores it:
     `retrieval/NAME/{image,text}_retrieval_recall@K`, chance levels, ties, sizes, what was set aside; and the rows."""
     if not has_images(model):
-        if log: log(skipped(f"retrieval {name or getattr(data, 'name', data)}", model))
+        if log:
+            log(skipped(f"retrieval {name or getattr(data, 'name', data)}", model))
         return {}, pd.DataFrame()
     rs = data if isinstance(data, RetrievalSet) else load_retrieval(data, image_root)
     rs = replace(rs, name=name) if name else rs
-    if limit: rs = rs.head(limit)
+    if limit:
+        rs = rs.head(limit)
     embs, rows, _ = encode_image_sources(model, rs.images, preprocess, batch_size, num_workers, rs.image_ids)
     keep = np.flatnonzero(rows >= 0)
-    if len(keep) == 0: raise DataFormatError(rs.source, problem=f"none of its {len(rs)} images could be read (see the warning)")
+    if len(keep) == 0:
+        raise DataFormatError(rs.source, problem=f"none of its {len(rs)} images could be read (see the warning)")
     texts = [t for i in keep for t in rs.captions[i]]
     owner = np.repeat(np.arange(len(keep)), [len(rs.captions[i]) for i in keep])
     txt = encode_texts(model, texts, 4 * batch_size).to(embs.device)
@@ -301,9 +445,13 @@ def evaluate_retrieval(model, data: RetrievalSet | str | Path, *, name: str | No
     out[prefix + "n_images"], out[prefix + "n_texts"] = float(len(keep)), float(len(texts))
     lost_images = rs.set_aside.get("images", 0) + len(rs) - len(keep)
     lost_texts = rs.set_aside.get("texts", 0) + sum(len(rs.captions[i]) for i in np.flatnonzero(rows < 0))
-    if lost_images: out[prefix + "images_set_aside"] = float(lost_images)
-    if lost_texts: out[prefix + "texts_set_aside"] = float(lost_texts)
+    if lost_images:
+        out[prefix + "images_set_aside"] = float(lost_images)
+    if lost_texts:
+        out[prefix + "texts_set_aside"] = float(lost_texts)
     if log:
-        log(f"retrieval/{rs.name}: {len(keep)} images × {len(texts)} texts, ranked by {similarity_name(model)}"
-            + (f"; set aside: {lost_images} image(s), {lost_texts} caption(s)" if lost_images or lost_texts else ""))
+        log(
+            f"retrieval/{rs.name}: {len(keep)} images × {len(texts)} texts, ranked by {similarity_name(model)}"
+            + (f"; set aside: {lost_images} image(s), {lost_texts} caption(s)" if lost_images or lost_texts else "")
+        )
     return out, table

@@ -1,4 +1,7 @@
-"""Every general-capability protocol on one classification folder with its images encoded once (`evaluate_classification`), and the benchmarks ARGENT, DeGLA, READ and PHyCLIP tabulate — or every compositional family hierbench has, found in a folder of datasets and printed in each paper's layout (`hierbench eval --suite`).
+"""Every general-capability protocol on one classification folder with its images encoded once
+(`evaluate_classification`), and the benchmarks ARGENT, DeGLA, READ and PHyCLIP tabulate — or
+every compositional family hierbench has, found in a folder of datasets and printed in each
+paper's layout (`hierbench eval --suite`).
 
 Docs: https://hierbench.github.io/hierbench/evaluation/suites.html.md"""
 
@@ -7,7 +10,7 @@ Docs: https://hierbench.github.io/hierbench/evaluation/suites.html.md"""
 # %% ../../nbs/evaluation/10_suites.ipynb #26d7a4ca
 from __future__ import annotations
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,15 +21,46 @@ from .compositional.common import EvalContext
 from .compositional.registry import COCO_IMAGES, FAMILIES, get_family
 from ..data.batch import DataWarning
 from .encoding import similarity_name
-from .hierarchy import class_nodes, hierarchical_classification, load_wordnet, read_hierarchy, wordnet_hierarchy
+from hierbench.evaluation.hierarchy import (
+    class_nodes,
+    hierarchical_classification,
+    load_wordnet,
+    read_hierarchy,
+    wordnet_hierarchy,
+)
 from .linear_probe import ProbeConfig, linear_probe, probe_features
 from .retrieval import evaluate_retrieval
 from ..models.scorers import has_images, skipped
-from .zeroshot import (classification_results, encode_split, is_imagenet_wnids, open_classification,
-                                zeroshot_classification)
+from hierbench.evaluation.zeroshot import (
+    classification_results,
+    encode_split,
+    is_imagenet_wnids,
+    open_classification,
+    zeroshot_classification,
+)
 from ..config import MissingFileError
 
-_all_ = ["COCO_IMAGES"]   # defined in hierbench.evaluation.compositional.registry, still importable from here
+_all_ = ["COCO_IMAGES"]  # defined in hierbench.evaluation.compositional.registry, still importable from here
+
+# %% auto #0
+__all__ = [
+    "CLASSIFICATION_ALIASES",
+    "RETRIEVAL",
+    "COMPOSITIONAL",
+    "ZS16",
+    "ZS11",
+    "LINEAR_PROBE",
+    "SUITES",
+    "evaluate_classification",
+    "Benchmark",
+    "zeroshot_benchmark",
+    "hierarchy_benchmark",
+    "locate",
+    "Suite",
+    "run_suite",
+    "suite_tables",
+    "COCO_IMAGES",
+]
 
 # %% auto #0
 __all__ = ['CLASSIFICATION_ALIASES', 'RETRIEVAL', 'COMPOSITIONAL', 'ZS16', 'ZS11', 'LINEAR_PROBE', 'SUITES',
@@ -37,271 +71,579 @@ __all__ = ['CLASSIFICATION_ALIASES', 'RETRIEVAL', 'COMPOSITIONAL', 'ZS16', 'ZS11
 def _say_set_aside(name: str, split: str, enc, log) -> dict:
     "One line (and a DataWarning) about a split's set-aside samples and ignored files; their count for the metrics."
     if enc.set_aside:
-        msg = f"{name}/{split}: {len(enc.set_aside)} of {enc.n_samples} samples set aside: " + "; ".join(enc.set_aside[:3]) + (" …" if len(enc.set_aside) > 3 else "")
+        msg = (
+            f"{name}/{split}: {len(enc.set_aside)} of {enc.n_samples} samples set aside: "
+            + "; ".join(enc.set_aside[:3])
+            + (" …" if len(enc.set_aside) > 3 else "")
+        )
         warnings.warn(msg, DataWarning, stacklevel=3)
-        if log: log(msg)
-    if enc.ignored and log: log(f"{name}/{split}: {len(enc.ignored)} non-image file(s) ignored (no samples), e.g. {enc.ignored[0]}")
+        if log:
+            log(msg)
+    if enc.ignored and log:
+        log(f"{name}/{split}: {len(enc.ignored)} non-image file(s) ignored (no samples), e.g. {enc.ignored[0]}")
     return {f"{split}_set_aside": float(len(enc.set_aside))} if enc.set_aside else {}
 
-def evaluate_classification(model, folder: str | Path, *, zeroshot: bool = True, linear_probe_: bool = False,
-                            hierarchy: str | Path | None = None, name: str | None = None, classnames=None, templates=None,
-                            batch_size: int = 64, num_workers: int | None = None, preprocess: Callable | None = None,
-                            limit: int | None = None, probe: ProbeConfig = ProbeConfig(), log=print
-                            ) -> tuple[dict[str, float], pd.DataFrame]:
-    "Zero-shot, hierarchical and linear-probe metrics of a classification folder from one encoding of each split, and their rows."
+
+def evaluate_classification(
+    model,
+    folder: str | Path,
+    *,
+    zeroshot: bool = True,
+    linear_probe_: bool = False,
+    hierarchy: str | Path | None = None,
+    name: str | None = None,
+    classnames=None,
+    templates=None,
+    batch_size: int = 64,
+    num_workers: int | None = None,
+    preprocess: Callable | None = None,
+    limit: int | None = None,
+    probe: ProbeConfig = ProbeConfig(),
+    log=print,
+) -> tuple[dict[str, float], pd.DataFrame]:
+    """Zero-shot, hierarchical and linear-probe metrics of a classification folder from one encoding of each split, and
+    their rows."""
     cs = open_classification(folder, classnames, templates, name)
     if not has_images(model):
-        if log: log(skipped(f"classification {cs.name}", model))
+        if log:
+            log(skipped(f"classification {cs.name}", model))
         return {}, pd.DataFrame()
     split = cs.eval_split
     test = encode_split(model, cs, split, preprocess, batch_size, num_workers, limit)
     out, rows = {}, []
     if zeroshot or hierarchy:
         m, r = zeroshot_classification(model, cs, test, batch_size=4 * batch_size)
-        out.update(m); rows.append(r)
-        if log: log(f"zeroshot/{cs.name}: {len(test.keys)} images, {len(cs.classnames)} classes × {len(cs.templates)} templates "
-                    f"({cs.sources.get('templates')}), scored by {similarity_name(model)}")
+        out.update(m)
+        rows.append(r)
+        if log:
+            log(
+                f"zeroshot/{cs.name}: {len(test.keys)} images, {len(cs.classnames)} classes × {len(cs.templates)} "
+                "templates "
+                f"({cs.sources.get('templates')}), scored by {similarity_name(model)}"
+            )
         if hierarchy:
             parent = wordnet_hierarchy(cs.class_ids) if str(hierarchy) == "wordnet" else read_hierarchy(hierarchy)
             nodes = class_nodes(parent, cs.class_ids, cs.classnames, hierarchy)
-            m, r = hierarchical_classification(r.pred.to_numpy(), r.label.to_numpy(), parent, nodes, cs.name, ids=r.id.tolist())
-            out.update(m); rows.append(r)
-            if log: log(f"hierarchical/{cs.name}: the zero-shot predictions over the tree of {hierarchy}")
+            m, r = hierarchical_classification(
+                r.pred.to_numpy(), r.label.to_numpy(), parent, nodes, cs.name, ids=r.id.tolist()
+            )
+            out.update(m)
+            rows.append(r)
+            if log:
+                log(f"hierarchical/{cs.name}: the zero-shot predictions over the tree of {hierarchy}")
     out.update({f"zeroshot/{cs.name}/{k}": v for k, v in _say_set_aside(cs.name, split, test, log).items()})
     if linear_probe_:
         if "train" not in cs.splits:
-            if log: log(f"linear_probe/{cs.name}: skipped — no train split in {cs.root}")
+            if log:
+                log(f"linear_probe/{cs.name}: skipped — no train split in {cs.root}")
         else:
             train = encode_split(model, cs, "train", preprocess, batch_size, num_workers, limit)
-            out.update({f"linear_probe/{cs.name}/{k}": v for k, v in _say_set_aside(cs.name, "train", train, log).items()})
+            out.update(
+                {f"linear_probe/{cs.name}/{k}": v for k, v in _say_set_aside(cs.name, "train", train, log).items()}
+            )
             geo = getattr(model.head, "geometry", "euclidean")
-            val = encode_split(model, cs, "val", preprocess, batch_size, num_workers, limit) if "val" in cs.splits and split != "val" else None
-            scores, wd, _ = linear_probe(probe_features(train.emb, geo), train.labels, probe_features(test.emb, geo), len(cs.classnames),
-                                         None if val is None else probe_features(val.emb, geo), None if val is None else val.labels, probe)
+            val = (
+                encode_split(model, cs, "val", preprocess, batch_size, num_workers, limit)
+                if "val" in cs.splits and split != "val"
+                else None
+            )
+            scores, wd, _ = linear_probe(
+                probe_features(train.emb, geo),
+                train.labels,
+                probe_features(test.emb, geo),
+                len(cs.classnames),
+                None if val is None else probe_features(val.emb, geo),
+                None if val is None else val.labels,
+                probe,
+            )
             m, r = classification_results(scores, test, cs, "linear_probe")
-            out.update(m); out[f"linear_probe/{cs.name}/weight_decay"] = wd; rows.append(r)
-            if log: log(f"linear_probe/{cs.name}: {len(train.keys)} training images, weight decay {wd:.3g} chosen on "
-                        + ("the val split" if val is not None else f"{probe.val_proportion:.0%} of train held out"))
+            out.update(m)
+            out[f"linear_probe/{cs.name}/weight_decay"] = wd
+            rows.append(r)
+            if log:
+                log(
+                    f"linear_probe/{cs.name}: {len(train.keys)} training images, weight decay {wd:.3g} chosen on "
+                    + ("the val split" if val is not None else f"{probe.val_proportion:.0%} of train held out")
+                )
     return out, pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
 
 # %% ../../nbs/evaluation/10_suites.ipynb #a0179130
 @dataclass(frozen=True)
 class Benchmark:
     "A benchmark a paper tabulates: its protocol, its NAME in the metric keys, and where a data root keeps it."
-    protocol: str                   # zeroshot | linear_probe | hierarchical | retrieval | a compositional family (hierbench.evaluation.compositional.registry)
+
+    # zeroshot | linear_probe | hierarchical | retrieval | a compositional family
+    # (hierbench.evaluation.compositional.registry)
+    protocol: str
     name: str
-    paths: tuple = ()               # candidates under the data root, first found wins ('kind:' prefixes for retrieval files)
-    images: tuple = ()              # candidate image folders under the data root
-    options: tuple = ()             # ((flag dest, value), ...) the family runs with (e.g. VL-CheckList's corpus files)
+    paths: tuple = ()  # candidates under the data root, first found wins ('kind:' prefixes for retrieval files)
+    images: tuple = ()  # candidate image folders under the data root
+    options: tuple = ()  # ((flag dest, value), ...) the family runs with (e.g. VL-CheckList's corpus files)
 
-def _folders(*names: str) -> tuple: return tuple(f.format(n) for n in names for f in ("{}", "wds_{}", "wds_vtab-{}"))
 
-CLASSIFICATION_ALIASES = {"imagenet1k": ("imagenet",), "fgvc_aircraft": ("aircraft",), "pets": ("oxford_pets",),
-                          "flowers": ("flowers102",), "cars": ("stanford_cars",)}
+def _folders(*names: str) -> tuple:
+    return tuple(f.format(n) for n in names for f in ("{}", "wds_{}", "wds_vtab-{}"))
+
+
+CLASSIFICATION_ALIASES = {
+    "imagenet1k": ("imagenet",),
+    "fgvc_aircraft": ("aircraft",),
+    "pets": ("oxford_pets",),
+    "flowers": ("flowers102",),
+    "cars": ("stanford_cars",),
+}
+
 
 def zeroshot_benchmark(name: str, protocol: str = "zeroshot") -> Benchmark:
     "A classification dataset under its conventional folder names (and aliases)."
     return Benchmark(protocol, name, _folders(name, *CLASSIFICATION_ALIASES.get(name, ())))
 
+
 def hierarchy_benchmark(name: str) -> Benchmark:
-    return Benchmark("hierarchical", name, _folders(name, *CLASSIFICATION_ALIASES.get(name, ())),
-                     (f"{name}/hierarchy.json", f"{name}/imagenet_isa.txt", f"{name}/wordnet.is_a.txt", f"hierarchies/{name}.json"))
+    return Benchmark(
+        "hierarchical",
+        name,
+        _folders(name, *CLASSIFICATION_ALIASES.get(name, ())),
+        (f"{name}/hierarchy.json", f"{name}/imagenet_isa.txt", f"{name}/wordnet.is_a.txt", f"hierarchies/{name}.json"),
+    )
+
 
 RETRIEVAL = {
-    "coco": Benchmark("retrieval", "coco", ("wds:wds_mscoco_captions", "wds:mscoco_captions", "coco:coco/coco_test_karpathy.json@coco/val2014",
-                                            "coco:coco/dataset_coco.json@coco")),
-    "flickr30k": Benchmark("retrieval", "flickr30k", ("wds:wds_flickr30k", "wds:flickr30k", "flickr:flickr30k/flickr30k_test_karpathy.txt@flickr30k/flickr30k-images",
-                                                      "flickr:flickr30k/flickr30k_test_karpathy.txt@flickr30k/Images",
-                                                      "flickr:flickr30k/dataset_flickr30k.json@flickr30k/flickr30k-images")),
+    "coco": Benchmark(
+        "retrieval",
+        "coco",
+        (
+            "wds:wds_mscoco_captions",
+            "wds:mscoco_captions",
+            "coco:coco/coco_test_karpathy.json@coco/val2014",
+            "coco:coco/dataset_coco.json@coco",
+        ),
+    ),
+    "flickr30k": Benchmark(
+        "retrieval",
+        "flickr30k",
+        (
+            "wds:wds_flickr30k",
+            "wds:flickr30k",
+            "flickr:flickr30k/flickr30k_test_karpathy.txt@flickr30k/flickr30k-images",
+            "flickr:flickr30k/flickr30k_test_karpathy.txt@flickr30k/Images",
+            "flickr:flickr30k/dataset_flickr30k.json@flickr30k/flickr30k-images",
+        ),
+    ),
 }
 COMPOSITIONAL = {
     "sugarcrepe": Benchmark("sugarcrepe", "sugarcrepe", ("sugarcrepe",), COCO_IMAGES),
     "sugarcrepe_pp": Benchmark("sugarcrepe_pp", "sugarcrepe_pp", ("sugarcrepe_pp",), COCO_IMAGES),
     "hierarcaps": Benchmark("hierarcaps", "hierarcaps", ("hierarcaps/hierarcaps_test.csv",), ("hierarcaps/test_imgs",)),
     "valse": Benchmark("valse", "valse", ("valse",), ("valse/images",)),
-    "aro_relation": Benchmark("aro_relation", "aro_vg_relation", ("aro/visual_genome_relation.json",), ("aro/images", "vg")),
-    "aro_attribution": Benchmark("aro_attribution", "aro_vg_attribution", ("aro/visual_genome_attribution.json",), ("aro/images", "vg")),
+    "aro_relation": Benchmark(
+        "aro_relation", "aro_vg_relation", ("aro/visual_genome_relation.json",), ("aro/images", "vg")
+    ),
+    "aro_attribution": Benchmark(
+        "aro_attribution", "aro_vg_attribution", ("aro/visual_genome_attribution.json",), ("aro/images", "vg")
+    ),
     "aro_coco_order": Benchmark("aro_order", "aro_coco_order", ("aro/coco_karpathy_test.json",), ("coco",)),
     "aro_flickr_order": Benchmark("aro_order", "aro_flickr_order", ("aro/flickr30k_test.json",), ("flickr30k",)),
     "whatsup": Benchmark("whatsup", "whatsup", ("whatsup",), ("whatsup",)),
     "crepe": Benchmark("crepe", "crepe", ("crepe",), ("vg",)),
     "winoground": Benchmark("winoground", "winoground", ("winoground",)),
-    **{f.name: Benchmark(f.name, f.name, f.paths, f.images) for f in FAMILIES.values()
-       if f.name in ("vl_checklist", "eqben", "spec", "mmvp", "bivlc", "colorswap", "cola")},
+    **{
+        f.name: Benchmark(f.name, f.name, f.paths, f.images)
+        for f in FAMILIES.values()
+        if f.name in ("vl_checklist", "eqben", "spec", "mmvp", "bivlc", "colorswap", "cola")
+    },
 }
 
 # %% ../../nbs/evaluation/10_suites.ipynb #8859c7da
 def _classification_folder(p: Path) -> bool:
-    return any((p / s / "nshards.txt").is_file() for s in ("test", "val", "train")) or (p.is_dir() and any(q.is_dir() for q in p.iterdir()))
+    return any((p / s / "nshards.txt").is_file() for s in ("test", "val", "train")) or (
+        p.is_dir() and any(q.is_dir() for q in p.iterdir())
+    )
+
 
 def locate(b: Benchmark, root: str | Path) -> tuple[str | None, str | None, str]:
-    "(what was found — a folder, file or retrieval spec —, its image folder, or None and why not) of a benchmark under `root`."
+    """(what was found — a folder, file or retrieval spec —, its image folder, or None and why not) of a benchmark under
+    `root`."""
     root = Path(root)
     first_dir = lambda cands: next((str(root / c) for c in cands if (root / c).is_dir()), None)
     if b.protocol in ("zeroshot", "linear_probe", "hierarchical"):
         hit = next((root / c for c in b.paths if (root / c).is_dir() and _classification_folder(root / c)), None)
-        if hit is None: return None, None, f"no folder {', '.join(b.paths)} under {root}"
+        if hit is None:
+            return None, None, f"no folder {', '.join(b.paths)} under {root}"
         return str(hit), None, ""
     if b.protocol == "retrieval":
         for spec in b.paths:
             kind, _, rest = spec.partition(":")
             rel, _, img = rest.partition("@")
-            if kind == "wds" and (root / rel / "test" / "nshards.txt").is_file(): return f"wds:{root / rel}", None, ""
+            if kind == "wds" and (root / rel / "test" / "nshards.txt").is_file():
+                return f"wds:{root / rel}", None, ""
             if kind != "wds" and (root / rel).is_file() and (not img or (root / img).is_dir()):
                 return f"{kind}:{root / rel}", (str(root / img) if img else None), ""
-        return None, None, "none of " + ", ".join(s.split(":", 1)[1].replace("@", " with images ") for s in b.paths) + f" under {root}"
+        return (
+            None,
+            None,
+            "none of "
+            + ", ".join(s.split(":", 1)[1].replace("@", " with images ") for s in b.paths)
+            + f" under {root}",
+        )
     hit = next((root / c for c in b.paths if (root / c).exists()), None)
-    if hit is None: return None, None, f"no {', '.join(b.paths)} under {root}"
+    if hit is None:
+        return None, None, f"no {', '.join(b.paths)} under {root}"
     images = first_dir(b.images) if b.images else None
-    if b.images and images is None and b.protocol not in ("sugarcrepe_pp",):   # SugarCrepe++'s TOT needs no image
+    if b.images and images is None and b.protocol not in ("sugarcrepe_pp",):  # SugarCrepe++'s TOT needs no image
         return None, None, f"{hit} found but none of its image folders ({', '.join(b.images)}) under {root}"
     return str(hit), images, ""
 
 # %% ../../nbs/evaluation/10_suites.ipynb #315160b1
-ZS16 = ("imagenet1k", "cifar10", "cifar100", "sun397", "caltech101", "stl10", "food101", "cub", "cars", "fgvc_aircraft",
-        "pets", "flowers", "dtd", "eurosat", "resisc45", "country211")
-ZS11 = ("imagenet1k", "cifar10", "cifar100", "caltech101", "food101", "cars", "fgvc_aircraft", "pets", "flowers", "dtd", "sun397")
-LINEAR_PROBE = ("cifar10", "cifar100", "food101", "dtd", "pets", "flowers", "cars", "fgvc_aircraft", "sun397", "caltech101", "eurosat")
+ZS16 = (
+    "imagenet1k",
+    "cifar10",
+    "cifar100",
+    "sun397",
+    "caltech101",
+    "stl10",
+    "food101",
+    "cub",
+    "cars",
+    "fgvc_aircraft",
+    "pets",
+    "flowers",
+    "dtd",
+    "eurosat",
+    "resisc45",
+    "country211",
+)
+ZS11 = (
+    "imagenet1k",
+    "cifar10",
+    "cifar100",
+    "caltech101",
+    "food101",
+    "cars",
+    "fgvc_aircraft",
+    "pets",
+    "flowers",
+    "dtd",
+    "sun397",
+)
+LINEAR_PROBE = (
+    "cifar10",
+    "cifar100",
+    "food101",
+    "dtd",
+    "pets",
+    "flowers",
+    "cars",
+    "fgvc_aircraft",
+    "sun397",
+    "caltech101",
+    "eurosat",
+)
 
-def _acc(names, prefix="zeroshot"): return tuple(f"{prefix}/{n}/acc1" for n in names)
+
+def _acc(names, prefix="zeroshot"):
+    return tuple(f"{prefix}/{n}/acc1" for n in names)
+
+
 def _recalls(name):
-    return tuple((f"{name} {lab} R@{k}", f"retrieval/{name}/{d}_retrieval_recall@{k}")
-                 for lab, d in (("I2T", "text"), ("T2I", "image")) for k in (1, 5, 10))
+    return tuple(
+        (f"{name} {lab} R@{k}", f"retrieval/{name}/{d}_retrieval_recall@{k}")
+        for lab, d in (("I2T", "text"), ("T2I", "image"))
+        for k in (1, 5, 10)
+    )
+
 
 @dataclass(frozen=True)
 class Suite:
     "A paper's benchmarks and its tables: (title, ((column, metric key or ('mean', keys)), ...))."
+
     paper: str
     benchmarks: tuple
     tables: tuple
 
+
 SUITES = {
-    "argent": Suite("ARGENT (ECCV 2026), Table 2 and HyCoCLIP's hierarchical metrics",
-        tuple(zeroshot_benchmark(n) for n in ZS16) + (hierarchy_benchmark("imagenet1k"), RETRIEVAL["coco"], RETRIEVAL["flickr30k"],
-                                                     COMPOSITIONAL["hierarcaps"]),
-        (("Table 2", (("ImageNet", "zeroshot/imagenet1k/acc1"), ("16-dataset average", ("mean", _acc(ZS16))),
-                      ("COCO T2I R@5", "retrieval/coco/image_retrieval_recall@5"),
-                      ("PEP AUC (unverified)", "pep_unverified_auc/hierarcaps"), ("PEP AP (unverified)", "pep_unverified_ap/hierarcaps"))),
-         ("HierarCaps", (("precision", "hc_precision/hierarcaps"), ("recall", "hc_recall/hierarcaps"), ("d_corr", "d_corr/hierarcaps"))),
-         ("Retrieval, both directions", _recalls("coco") + _recalls("flickr30k")),
-         ("Hierarchical classification (ImageNet)", tuple((lab, f"hierarchical/imagenet1k/{k}") for lab, k in
-                                                         (("TIE ↓", "tie"), ("LCA ↓", "lca"), ("Jaccard", "jaccard"),
-                                                          ("P_H", "h_precision"), ("R_H", "h_recall")))),
-         ("Zero-shot classification", tuple((n, f"zeroshot/{n}/acc1") for n in ZS16)))),
-    "degla": Suite("DeGLA (arXiv 2504.16801): compositional, zero-shot retention, linear probe, retrieval",
-        tuple(COMPOSITIONAL[k] for k in ("valse", "sugarcrepe", "aro_relation", "aro_attribution", "aro_coco_order", "aro_flickr_order"))
-        + tuple(zeroshot_benchmark(n) for n in ZS11) + tuple(zeroshot_benchmark(n, "linear_probe") for n in LINEAR_PROBE)
+    "argent": Suite(
+        "ARGENT (ECCV 2026), Table 2 and HyCoCLIP's hierarchical metrics",
+        tuple(zeroshot_benchmark(n) for n in ZS16)
+        + (hierarchy_benchmark("imagenet1k"), RETRIEVAL["coco"], RETRIEVAL["flickr30k"], COMPOSITIONAL["hierarcaps"]),
+        (
+            (
+                "Table 2",
+                (
+                    ("ImageNet", "zeroshot/imagenet1k/acc1"),
+                    ("16-dataset average", ("mean", _acc(ZS16))),
+                    ("COCO T2I R@5", "retrieval/coco/image_retrieval_recall@5"),
+                    ("PEP AUC (unverified)", "pep_unverified_auc/hierarcaps"),
+                    ("PEP AP (unverified)", "pep_unverified_ap/hierarcaps"),
+                ),
+            ),
+            (
+                "HierarCaps",
+                (
+                    ("precision", "hc_precision/hierarcaps"),
+                    ("recall", "hc_recall/hierarcaps"),
+                    ("d_corr", "d_corr/hierarcaps"),
+                ),
+            ),
+            ("Retrieval, both directions", _recalls("coco") + _recalls("flickr30k")),
+            (
+                "Hierarchical classification (ImageNet)",
+                tuple(
+                    (lab, f"hierarchical/imagenet1k/{k}")
+                    for lab, k in (
+                        ("TIE ↓", "tie"),
+                        ("LCA ↓", "lca"),
+                        ("Jaccard", "jaccard"),
+                        ("P_H", "h_precision"),
+                        ("R_H", "h_recall"),
+                    )
+                ),
+            ),
+            ("Zero-shot classification", tuple((n, f"zeroshot/{n}/acc1") for n in ZS16)),
+        ),
+    ),
+    "degla": Suite(
+        "DeGLA (arXiv 2504.16801): compositional, zero-shot retention, linear probe, retrieval",
+        tuple(
+            COMPOSITIONAL[k]
+            for k in ("valse", "sugarcrepe", "aro_relation", "aro_attribution", "aro_coco_order", "aro_flickr_order")
+        )
+        + tuple(zeroshot_benchmark(n) for n in ZS11)
+        + tuple(zeroshot_benchmark(n, "linear_probe") for n in LINEAR_PROBE)
         + (RETRIEVAL["coco"], RETRIEVAL["flickr30k"]),
-        (("Compositional reasoning", (("VALSE", "valse/macro"), ("SugarCrepe Replace", "sugarcrepe/Replace"),
-                                      ("SugarCrepe Swap", "sugarcrepe/Swap"), ("SugarCrepe Add", "sugarcrepe/Add"),
-                                      ("ARO Relation", "aro_vg_relation/macro"), ("ARO Attribute", "aro_vg_attribution/macro"),
-                                      ("ARO COCO-Order", "aro_coco_order/micro"), ("ARO Flickr-Order", "aro_flickr_order/micro"))),
-         ("Zero-shot classification (11 datasets)", tuple((n, f"zeroshot/{n}/acc1") for n in ZS11) + (("average", ("mean", _acc(ZS11))),)),
-         ("Linear probe", tuple((n, f"linear_probe/{n}/acc1") for n in LINEAR_PROBE) + (("average", ("mean", _acc(LINEAR_PROBE, "linear_probe"))),)),
-         ("Retrieval", _recalls("coco") + _recalls("flickr30k")))),
-    "read": Suite("READ-CLIP: five compositional benchmarks, and retrieval",
-        tuple(COMPOSITIONAL[k] for k in ("whatsup", "valse", "crepe", "sugarcrepe", "sugarcrepe_pp")) + (RETRIEVAL["coco"], RETRIEVAL["flickr30k"]),
-        (("Compositional reasoning", (("WhatsUp", "whatsup/macro"), ("VALSE", "valse/macro"), ("CREPE", "crepe/macro"),
-                                      ("SugarCrepe", "sugarcrepe/macro"), ("SugarCrepe++ ITT", "scpp_itt_acc/macro"),
-                                      ("SugarCrepe++ TOT", "scpp_tot_acc/macro"),
-                                      ("average of 5", ("mean", ("whatsup/macro", "valse/macro", "crepe/macro", "sugarcrepe/macro", "scpp_itt_acc/macro"))))),
-         ("Retrieval", _recalls("coco") + _recalls("flickr30k")))),
+        (
+            (
+                "Compositional reasoning",
+                (
+                    ("VALSE", "valse/macro"),
+                    ("SugarCrepe Replace", "sugarcrepe/Replace"),
+                    ("SugarCrepe Swap", "sugarcrepe/Swap"),
+                    ("SugarCrepe Add", "sugarcrepe/Add"),
+                    ("ARO Relation", "aro_vg_relation/macro"),
+                    ("ARO Attribute", "aro_vg_attribution/macro"),
+                    ("ARO COCO-Order", "aro_coco_order/micro"),
+                    ("ARO Flickr-Order", "aro_flickr_order/micro"),
+                ),
+            ),
+            (
+                "Zero-shot classification (11 datasets)",
+                tuple((n, f"zeroshot/{n}/acc1") for n in ZS11) + (("average", ("mean", _acc(ZS11))),),
+            ),
+            (
+                "Linear probe",
+                tuple((n, f"linear_probe/{n}/acc1") for n in LINEAR_PROBE)
+                + (("average", ("mean", _acc(LINEAR_PROBE, "linear_probe"))),),
+            ),
+            ("Retrieval", _recalls("coco") + _recalls("flickr30k")),
+        ),
+    ),
+    "read": Suite(
+        "READ-CLIP: five compositional benchmarks, and retrieval",
+        tuple(COMPOSITIONAL[k] for k in ("whatsup", "valse", "crepe", "sugarcrepe", "sugarcrepe_pp"))
+        + (RETRIEVAL["coco"], RETRIEVAL["flickr30k"]),
+        (
+            (
+                "Compositional reasoning",
+                (
+                    ("WhatsUp", "whatsup/macro"),
+                    ("VALSE", "valse/macro"),
+                    ("CREPE", "crepe/macro"),
+                    ("SugarCrepe", "sugarcrepe/macro"),
+                    ("SugarCrepe++ ITT", "scpp_itt_acc/macro"),
+                    ("SugarCrepe++ TOT", "scpp_tot_acc/macro"),
+                    (
+                        "average of 5",
+                        (
+                            "mean",
+                            ("whatsup/macro", "valse/macro", "crepe/macro", "sugarcrepe/macro", "scpp_itt_acc/macro"),
+                        ),
+                    ),
+                ),
+            ),
+            ("Retrieval", _recalls("coco") + _recalls("flickr30k")),
+        ),
+    ),
 }
 
 # %% ../../nbs/evaluation/10_suites.ipynb #89bceb1c
-_VLC_OBJECT = (("vl_checklist_types", ("Object/Location", "Object/Size")), ("vl_checklist_names", ("vg_obj",)), ("max_per_file", 1000))
+_VLC_OBJECT = (
+    ("vl_checklist_types", ("Object/Location", "Object/Size")),
+    ("vl_checklist_names", ("vg_obj",)),
+    ("max_per_file", 1000),
+)
 _LOC, _SIZE = ("center", "mid", "margin"), ("large", "medium", "small")
 _SC = ("replace_obj", "replace_att", "replace_rel", "swap_obj", "swap_att", "add_obj", "add_att")
 _EQ = ("eqbenag", "eqbengebc", "eqbenyoucook2", "eqbenkubric_loc", "eqbenkubric_attr", "eqbenkubric_cnt", "eqbensd")
 _V = lambda k: f"vl_checklist/subtype/{k}"
 
-SUITES["phyclip"] = Suite("PHyCLIP (ICLR 2026): VL-CheckList Object (itc, vg_obj, MAX_NUM 2000) and SugarCrepe",
-    (Benchmark("vl_checklist", "vl_checklist", FAMILIES["vl_checklist"].paths, FAMILIES["vl_checklist"].images, _VLC_OBJECT),
-     COMPOSITIONAL["sugarcrepe"]),
-    (("VL-CheckList Object", tuple((f"Location {k}", _V(k)) for k in _LOC) + (("Location", ("mean", tuple(map(_V, _LOC)))),)
-                             + tuple((f"Size {k}", _V(k)) for k in _SIZE) + (("Size", ("mean", tuple(map(_V, _SIZE)))),)),
-     ("SugarCrepe", tuple((s, f"sugarcrepe/{s}") for s in _SC) + (("overall", "sugarcrepe/micro"),))))
-SUITES["compositional"] = Suite("every compositional benchmark family of hierbench.evaluation.compositional found under the data root",
+SUITES["phyclip"] = Suite(
+    "PHyCLIP (ICLR 2026): VL-CheckList Object (itc, vg_obj, MAX_NUM 2000) and SugarCrepe",
+    (
+        Benchmark(
+            "vl_checklist", "vl_checklist", FAMILIES["vl_checklist"].paths, FAMILIES["vl_checklist"].images, _VLC_OBJECT
+        ),
+        COMPOSITIONAL["sugarcrepe"],
+    ),
+    (
+        (
+            "VL-CheckList Object",
+            tuple((f"Location {k}", _V(k)) for k in _LOC)
+            + (("Location", ("mean", tuple(map(_V, _LOC)))),)
+            + tuple((f"Size {k}", _V(k)) for k in _SIZE)
+            + (("Size", ("mean", tuple(map(_V, _SIZE)))),),
+        ),
+        ("SugarCrepe", tuple((s, f"sugarcrepe/{s}") for s in _SC) + (("overall", "sugarcrepe/micro"),)),
+    ),
+)
+SUITES["compositional"] = Suite(
+    "every compositional benchmark family of hierbench.evaluation.compositional found under the data root",
     tuple(COMPOSITIONAL.values()),
-    (("Compositional benchmarks (headline numbers)",
-      (("SugarCrepe", "sugarcrepe/macro"), ("SugarCrepe++ ITT", "scpp_itt_acc/macro"), ("SugarCrepe++ TOT", "scpp_tot_acc/macro"),
-       ("VALSE", "valse/macro"), ("ARO Relation", "aro_vg_relation/macro"), ("ARO Attribute", "aro_vg_attribution/macro"),
-       ("COCO-Order", "aro_coco_order/micro"), ("Flickr-Order", "aro_flickr_order/micro"), ("WhatsUp", "whatsup/macro"),
-       ("CREPE", "crepe/macro"), ("Winoground group", "winoground/group_score"), ("COLA image", "cola/image_score"),
-       ("ColorSwap group", "colorswap/group_score"), ("MMVP-VLM", "mmvp/average"), ("BiVLC group", "bivlc/group"))),
-     ("VL-CheckList (radar)", tuple((t, f"vl_checklist/type/{t}") for t in ("Object", "Attribute", "Relation"))),
-     ("EqBen group score", tuple((s.removeprefix("eqben"), f"eqben/{s}/group_score") for s in _EQ)),
-     ("SPEC", (("I2T", "spec/i2t_acc"), ("T2I", "spec/t2i_acc"))),
-     ("BiVLC", tuple((m, f"bivlc/{m}") for m in ("I2T", "T2I", "group"))),
-     ("HierarCaps", (("precision", "hc_precision/hierarcaps"), ("recall", "hc_recall/hierarcaps"), ("d_corr", "d_corr/hierarcaps")))))
+    (
+        (
+            "Compositional benchmarks (headline numbers)",
+            (
+                ("SugarCrepe", "sugarcrepe/macro"),
+                ("SugarCrepe++ ITT", "scpp_itt_acc/macro"),
+                ("SugarCrepe++ TOT", "scpp_tot_acc/macro"),
+                ("VALSE", "valse/macro"),
+                ("ARO Relation", "aro_vg_relation/macro"),
+                ("ARO Attribute", "aro_vg_attribution/macro"),
+                ("COCO-Order", "aro_coco_order/micro"),
+                ("Flickr-Order", "aro_flickr_order/micro"),
+                ("WhatsUp", "whatsup/macro"),
+                ("CREPE", "crepe/macro"),
+                ("Winoground group", "winoground/group_score"),
+                ("COLA image", "cola/image_score"),
+                ("ColorSwap group", "colorswap/group_score"),
+                ("MMVP-VLM", "mmvp/average"),
+                ("BiVLC group", "bivlc/group"),
+            ),
+        ),
+        ("VL-CheckList (radar)", tuple((t, f"vl_checklist/type/{t}") for t in ("Object", "Attribute", "Relation"))),
+        ("EqBen group score", tuple((s.removeprefix("eqben"), f"eqben/{s}/group_score") for s in _EQ)),
+        ("SPEC", (("I2T", "spec/i2t_acc"), ("T2I", "spec/t2i_acc"))),
+        ("BiVLC", tuple((m, f"bivlc/{m}") for m in ("I2T", "T2I", "group"))),
+        (
+            "HierarCaps",
+            (
+                ("precision", "hc_precision/hierarcaps"),
+                ("recall", "hc_recall/hierarcaps"),
+                ("d_corr", "d_corr/hierarcaps"),
+            ),
+        ),
+    ),
+)
 
 # %% ../../nbs/evaluation/10_suites.ipynb #a9754db7
 def _compositional(model, b: Benchmark, path: str, images: str | None, ctx: EvalContext) -> tuple[dict, pd.DataFrame]:
-    "One compositional benchmark through its family's runner (`hierbench.evaluation.compositional.registry`), in the suite's context."
+    """One compositional benchmark through its family's runner (`hierbench.evaluation.compositional.registry`), in the
+    suite's context."""
     fam = get_family(b.protocol)
     value = path
-    if fam.flags[0].nargs:   # WhatsUp and CREPE come as folders of files, ARO's order files one at a time
+    if fam.flags[0].nargs:  # WhatsUp and CREPE come as folders of files, ARO's order files one at a time
         if b.protocol in ("whatsup", "crepe"):
             files = sorted(Path(path).glob("*.json" if b.protocol == "whatsup" else "*.csv"))
-            if not files: raise MissingFileError(f"{path}: no {'JSON' if b.protocol == 'whatsup' else 'CSV'} files")
+            if not files:
+                raise MissingFileError(f"{path}: no {'JSON' if b.protocol == 'whatsup' else 'CSV'} files")
             value = [str(f) for f in files]
-        else: value = [path]
+        else:
+            value = [path]
     opts = {fam.main: value, **dict(b.options)}
-    if images: opts.update(image_root=images, vg_dir=images, coco_dir=images if b.protocol in ("sugarcrepe", "sugarcrepe_pp") else None)
+    if images:
+        opts.update(
+            image_root=images, vg_dir=images, coco_dir=images if b.protocol in ("sugarcrepe", "sugarcrepe_pp") else None
+        )
     return fam.run(model, opts, ctx)
 
-def run_suite(model, suite: str | Suite, data_root: str | Path, *, batch_size: int = 64, num_workers: int | None = None,
-              limit: int | None = None, preprocess: Callable | None = None, probe: ProbeConfig = ProbeConfig(), log=print,
-              ctx: EvalContext | None = None) -> tuple[dict[str, float], pd.DataFrame, list[str]]:
+
+def run_suite(
+    model,
+    suite: str | Suite,
+    data_root: str | Path,
+    *,
+    batch_size: int = 64,
+    num_workers: int | None = None,
+    limit: int | None = None,
+    preprocess: Callable | None = None,
+    probe: ProbeConfig = ProbeConfig(),
+    log=print,
+    ctx: EvalContext | None = None,
+) -> tuple[dict[str, float], pd.DataFrame, list[str]]:
     """(metrics, per-item rows, one line per skipped benchmark) of every benchmark of `suite` found under `data_root`;
     `ctx`: an evaluation context to share (its image cache), else one for the suite."""
     s = SUITES[suite] if isinstance(suite, str) else suite
     root = Path(data_root)
-    if not root.is_dir(): raise MissingFileError(f"--data-root {root} is not a folder")
-    ctx = ctx or EvalContext(limit=limit, batch_size=batch_size, num_workers=num_workers, preprocess=preprocess, log=log)
+    if not root.is_dir():
+        raise MissingFileError(f"--data-root {root} is not a folder")
+    ctx = ctx or EvalContext(
+        limit=limit, batch_size=batch_size, num_workers=num_workers, preprocess=preprocess, log=log
+    )
     out, items, skips = {}, [], []
+
     def skip(what, why):
         skips.append(f"{what}: skipped — {why}")
-        if log: log(skips[-1])
+        if log:
+            log(skips[-1])
+
     by_dataset: dict[str, dict] = {}
     for b in s.benchmarks:
         if b.protocol in ("zeroshot", "linear_probe", "hierarchical"):
             path, _, why = locate(b, root)
-            if path is None: skip(f"{b.protocol}/{b.name}", why); continue
+            if path is None:
+                skip(f"{b.protocol}/{b.name}", why)
+                continue
             want = by_dataset.setdefault(b.name, dict(path=path, zeroshot=False, linear_probe_=False, hierarchy=None))
-            if b.protocol == "zeroshot": want["zeroshot"] = True
-            if b.protocol == "linear_probe": want["linear_probe_"] = True
+            if b.protocol == "zeroshot":
+                want["zeroshot"] = True
+            if b.protocol == "linear_probe":
+                want["linear_probe_"] = True
             if b.protocol == "hierarchical":
                 tree = next((str(root / c) for c in b.images if (root / c).is_file()), None)
                 why = f"no {', '.join(b.images)} under {root}"
                 if tree is None and is_imagenet_wnids(open_classification(path).class_ids):
-                    try: load_wordnet(); tree = "wordnet"
-                    except (ImportError, FileNotFoundError) as err: why += f", and {err}"
-                if tree is None: skip(f"hierarchical/{b.name}", why)
+                    try:
+                        load_wordnet()
+                        tree = "wordnet"
+                    except (ImportError, FileNotFoundError) as err:
+                        why += f", and {err}"
+                if tree is None:
+                    skip(f"hierarchical/{b.name}", why)
                 want["hierarchy"] = tree
     common = dict(batch_size=batch_size, num_workers=num_workers, limit=limit, preprocess=preprocess)
     for name, want in by_dataset.items():
-        if not (want["zeroshot"] or want["linear_probe_"] or want["hierarchy"]): continue
+        if not (want["zeroshot"] or want["linear_probe_"] or want["hierarchy"]):
+            continue
         m, r = evaluate_classification(model, want.pop("path"), name=name, probe=probe, log=log, **want, **common)
-        out.update(m); items.append(r)
+        out.update(m)
+        items.append(r)
     for b in s.benchmarks:
-        if b.protocol in ("zeroshot", "linear_probe", "hierarchical"): continue
+        if b.protocol in ("zeroshot", "linear_probe", "hierarchical"):
+            continue
         path, images, why = locate(b, root)
-        if path is None: skip(f"{b.protocol}/{b.name}", why); continue
-        if b.protocol == "retrieval": m, r = evaluate_retrieval(model, path, name=b.name, image_root=images, log=log, **common)
-        else: m, r = _compositional(model, b, path, images, ctx)
-        out.update(m); items.append(r)
-    if len(skips) == len(s.benchmarks):   # a wrong --data-root, not a suite with nothing to score
+        if path is None:
+            skip(f"{b.protocol}/{b.name}", why)
+            continue
+        if b.protocol == "retrieval":
+            m, r = evaluate_retrieval(model, path, name=b.name, image_root=images, log=log, **common)
+        else:
+            m, r = _compositional(model, b, path, images, ctx)
+        out.update(m)
+        items.append(r)
+    if len(skips) == len(s.benchmarks):  # a wrong --data-root, not a suite with nothing to score
         first = next(b for b in s.benchmarks if b.paths)
-        raise MissingFileError(f"--data-root {root}: nothing of suite {suite if isinstance(suite, str) else s.paper!r} is there "
-                               f"(none of its {len(s.benchmarks)} benchmarks under their conventional names, e.g. "
-                               f"{first.paths[0].split(':', 1)[-1]} for {first.name})")
+        raise MissingFileError(
+            f"--data-root {root}: nothing of suite {suite if isinstance(suite, str) else s.paper!r} is there "
+            f"(none of its {len(s.benchmarks)} benchmarks under their conventional names, e.g. "
+            f"{first.paths[0].split(':', 1)[-1]} for {first.name})"
+        )
     items = [r for r in items if len(r)]
     return out, (pd.concat(items, ignore_index=True) if items else pd.DataFrame()), skips
 
 # %% ../../nbs/evaluation/10_suites.ipynb #0f9e8599
 def suite_tables(suite: str | Suite, results: dict, label: str = "model") -> list[tuple[str, pd.DataFrame]]:
-    "The suite's tables for one model's `results`, in percent (TIE and LCA as they are); '—' where a benchmark was not run."
+    """The suite's tables for one model's `results`, in percent (TIE and LCA as they are); '—' where a benchmark was not
+    run."""
     s = SUITES[suite] if isinstance(suite, str) else suite
     tables = []
     for title, columns in s.tables:
@@ -309,7 +651,8 @@ def suite_tables(suite: str | Suite, results: dict, label: str = "model") -> lis
         for col, how in columns:
             keys = how[1] if isinstance(how, tuple) else (how,)
             vals = [results[k] for k in keys if k in results and np.isfinite(results[k])]
-            if isinstance(how, tuple) and vals and len(vals) < len(keys): col = f"{col} ({len(vals)} of {len(keys)})"
+            if isinstance(how, tuple) and vals and len(vals) < len(keys):
+                col = f"{col} ({len(vals)} of {len(keys)})"
             scale = 1 if any(k.endswith(("/tie", "/lca")) for k in keys) else 100
             row[col] = f"{scale * float(np.mean(vals)):.1f}" if vals else "—"
         tables.append((title, pd.DataFrame([row], index=[label])))

@@ -1,4 +1,6 @@
-"""The world's protocols and probes: zero-shot classification, retrieval, compositional accuracy, ITT/TOT, PEP and geometry on scenes whose truth is known; relation and position probes; per-item records and the scene bootstrap.
+"""The world's protocols and probes: zero-shot classification, retrieval, compositional accuracy,
+ITT/TOT, PEP and geometry on scenes whose truth is known; relation and position probes; per-item
+records and the scene bootstrap.
 
 Docs: https://hierbench.github.io/hierbench/evaluation/world_eval.html.md"""
 
@@ -6,7 +8,8 @@ Docs: https://hierbench.github.io/hierbench/evaluation/world_eval.html.md"""
 
 # %% ../../nbs/evaluation/02_world_eval.ipynb #238e9caf
 from __future__ import annotations
-import math, re
+import math
+import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -19,14 +22,36 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from ..world import scenes as world
-from .encoding import (embedding_radius, encode_texts, encode_uint8_images, eval_mode, head_curv, head_geometry,
-                                pep_metrics)
+from hierbench.evaluation.encoding import (
+    embedding_radius,
+    encode_texts,
+    encode_uint8_images,
+    eval_mode,
+    head_curv,
+    head_geometry,
+    pep_metrics,
+)
 from ..geometry import half_aperture
 from ..data.loaders import SUGARCREPE_GROUPS
-from .metrics import (CHANCE_ITT_TOT, aggregate_accuracy, chance_choice, chance_classification,
-                               chance_hierarchical_metrics, chance_kendall, chance_key, choice_correct, group_means,
-                               hierarchical_metrics, itt_tot, kendall_per_chain, pep_score, rank_of_best_correct,
-                               retrieval_recalls, saturated_fraction, with_suffix)
+from hierbench.evaluation.metrics import (
+    CHANCE_ITT_TOT,
+    aggregate_accuracy,
+    chance_choice,
+    chance_classification,
+    chance_hierarchical_metrics,
+    chance_kendall,
+    chance_key,
+    choice_correct,
+    group_means,
+    hierarchical_metrics,
+    itt_tot,
+    kendall_per_chain,
+    pep_score,
+    rank_of_best_correct,
+    retrieval_recalls,
+    saturated_fraction,
+    with_suffix,
+)
 from ..stats import ap_replicates, auc_replicates, ratio_replicates
 
 # %% auto #0
@@ -36,7 +61,7 @@ __all__ = ['ZS_TEMPLATES', 'SCPP_TYPES', 'METRIC_SPLITS', 'PHI_BINS', 'WorldEval
            'metric_from_items', 'scene_counts', 'bootstrap_replicates', 'pep_angle_summary']
 
 # %% ../../nbs/evaluation/02_world_eval.ipynb #263be2c6
-ZS_TEMPLATES = ("{}", "{} and nothing else")   # "{}" is a bare noun phrase of the world: "a circle", "an ..."
+ZS_TEMPLATES = ("{}", "{} and nothing else")  # "{}" is a bare noun phrase of the world: "a circle", "an ..."
 
 SCPP_TYPES = ("replace_obj", "replace_att", "replace_rel", "swap_obj", "swap_att")
 
@@ -44,27 +69,35 @@ SCPP_TYPES = ("replace_obj", "replace_att", "replace_rel", "swap_obj", "swap_att
 @dataclass
 class WorldEvalData:
     "Everything the world protocols need from one split (no model inside)."
+
     split: str
-    images: np.ndarray              # uint8 (N, S, S, 3)
-    chains: list                    # N × 4 captions, general → specific
-    paraphrases: list               # N: a same-meaning paraphrase of the top caption (or None)
-    negatives: list                 # N: list of (type, text), verified false
-    class_images: np.ndarray        # uint8 (M, S, S, 3): what zero-shot classifies (whole image or isolated objects)
-    class_labels: list              # M leaf shape names
-    pool_negatives: list            # N: captions of the PEP pool verified false for scene i
+    images: np.ndarray  # uint8 (N, S, S, 3)
+    chains: list  # N × 4 captions, general → specific
+    paraphrases: list  # N: a same-meaning paraphrase of the top caption (or None)
+    negatives: list  # N: list of (type, text), verified false
+    class_images: np.ndarray  # uint8 (M, S, S, 3): what zero-shot classifies (whole image or isolated objects)
+    class_labels: list  # M leaf shape names
+    pool_negatives: list  # N: captions of the PEP pool verified false for scene i
     class_groups: np.ndarray | None = None  # M: the scene each class image comes from (per-item bootstrap)
 
 # %% ../../nbs/evaluation/02_world_eval.ipynb #c064cefb
 def isolated_object_images(ws, seed: int = 0) -> np.ndarray:
     """uint8 (M, S, S, 3), scene-major like `ws.crops`: each object of each scene of split `ws` drawn alone at its
-    own box on a new background (the world's renderer; the background and colour jitter are seeded by (seed, scene, object))."""
-    out = [world.render_image([o], np.random.default_rng([seed, i, k, 11]), ws.config)
-           for i in range(len(ws)) for k, o in enumerate(ws.objects(i))]
+    own box on a new background (the world's renderer; the background and colour jitter are seeded by (seed, scene,
+    object))."""
+    out = [
+        world.render_image([o], np.random.default_rng([seed, i, k, 11]), ws.config)
+        for i in range(len(ws))
+        for k, o in enumerate(ws.objects(i))
+    ]
     return np.stack(out) if out else np.zeros((0, ws.config.image_size, ws.config.image_size, 3), np.uint8)
 
 # %% ../../nbs/evaluation/02_world_eval.ipynb #efa6ebcc
-def world_eval_data(split: str, n: int, seed: int = 0, config=None, pep_pool: int = 100, cache_dir=None) -> WorldEvalData:
-    "Build (or load from the world cache; `cache_dir=False`: no cache) `n` scenes of `split` and extract the evaluation data."
+def world_eval_data(
+    split: str, n: int, seed: int = 0, config=None, pep_pool: int = 100, cache_dir=None
+) -> WorldEvalData:
+    """Build (or load from the world cache; `cache_dir=False`: no cache) `n` scenes of `split` and extract the
+    evaluation data."""
     ws = world.build_split(split, n, seed=seed, config=config, cache_dir=cache_dir)
     chains = ws.chains
     if split == "general":
@@ -85,11 +118,17 @@ def world_eval_data(split: str, n: int, seed: int = 0, config=None, pep_pool: in
         # ARGENT's pool: the captions with the lowest degree (here: true of the fewest images), first seen first
         pool = sorted(range(len(tops)), key=lambda c: (true_of[c].sum(), c))[:pep_pool]
         pool_neg = [[tops[c] for c in pool if not true_of[c, i]] for i in range(len(ws))]
-    return WorldEvalData(split=split, images=ws.images, chains=chains,
-                         paraphrases=[p[0] if p else None for p in ws.paraphrases],
-                         negatives=[[(ng.type, ng.text) for ng in negs] for negs in ws.negatives],
-                         class_images=class_images, class_labels=class_labels, pool_negatives=pool_neg,
-                         class_groups=class_groups)
+    return WorldEvalData(
+        split=split,
+        images=ws.images,
+        chains=chains,
+        paraphrases=[p[0] if p else None for p in ws.paraphrases],
+        negatives=[[(ng.type, ng.text) for ng in negs] for negs in ws.negatives],
+        class_images=class_images,
+        class_labels=class_labels,
+        pool_negatives=pool_neg,
+        class_groups=class_groups,
+    )
 
 # %% ../../nbs/evaluation/02_world_eval.ipynb #acce5e15
 def class_prototypes(model, prompts_per_class: Sequence[Sequence[str]], batch_size: int = 256) -> torch.Tensor:
@@ -97,44 +136,68 @@ def class_prototypes(model, prompts_per_class: Sequence[Sequence[str]], batch_si
     embeddings (a Euclidean scorer's prompts are normalised first, as CLIP_benchmark does: an encoder that does not
     normalise its outputs would otherwise let its longest prompt vectors dominate the mean)."""
     if hasattr(model, "encode_prototypes"):
-        with torch.no_grad(), eval_mode(model): return model.encode_prototypes(prompts_per_class).float()
-    if any(len(p) == 0 for p in prompts_per_class): raise ValueError("class_prototypes: every class needs at least one prompt")
+        with torch.no_grad(), eval_mode(model):
+            return model.encode_prototypes(prompts_per_class).float()
+    if any(len(p) == 0 for p in prompts_per_class):
+        raise ValueError("class_prototypes: every class needs at least one prompt")
     flat = [t for p in prompts_per_class for t in p]
-    embs = encode_texts(model, flat, batch_size).split([len(p) for p in prompts_per_class])   # distinct texts once, batched
+    embs = encode_texts(model, flat, batch_size).split(
+        [len(p) for p in prompts_per_class]
+    )  # distinct texts once, batched
     if getattr(getattr(model, "head", None), "geometry", "euclidean") == "euclidean":
         embs = [torch.nn.functional.normalize(e, dim=-1) for e in embs]
     protos = torch.stack([e.mean(0) for e in embs])
-    norms = torch.stack([e.norm(dim=-1).mean() for e in embs])   # keep the prompts' mean norm (matters for Lorentz)
+    norms = torch.stack([e.norm(dim=-1).mean() for e in embs])  # keep the prompts' mean norm (matters for Lorentz)
     return torch.nn.functional.normalize(protos, dim=-1) * norms[:, None]
 
 # %% ../../nbs/evaluation/02_world_eval.ipynb #441bdc54
-def zero_shot_metrics(model, class_emb: torch.Tensor, labels: Sequence[str], taxonomy, classes: Sequence[str],
-                      prompts_per_class: Sequence[Sequence[str]], suffix: str, batch_size: int = 256,
-                      items: dict | None = None, groups: Sequence[int] | None = None) -> dict[str, float]:
+def zero_shot_metrics(
+    model,
+    class_emb: torch.Tensor,
+    labels: Sequence[str],
+    taxonomy,
+    classes: Sequence[str],
+    prompts_per_class: Sequence[Sequence[str]],
+    suffix: str,
+    batch_size: int = 256,
+    items: dict | None = None,
+    groups: Sequence[int] | None = None,
+) -> dict[str, float]:
     """Strict zero-shot accuracy and hierarchical metrics (with chance levels) of embeddings `class_emb` (M, D).
     `items`: receives per-image correctness under `zs/<suffix>` (`groups`: the scene of each image)."""
     protos = class_prototypes(model, prompts_per_class, batch_size).to(class_emb.device)
-    with torch.no_grad(): scores = model.head.pairwise_sim(class_emb, protos).double().cpu().numpy()
+    with torch.no_grad():
+        scores = model.head.pairwise_sim(class_emb, protos).double().cpu().numpy()
     cls_index = {c: i for i, c in enumerate(classes)}
     missing = sorted(set(labels) - set(cls_index))
-    if missing: raise ValueError(f"zero-shot labels {missing} are not among the classes {list(classes)}")
+    if missing:
+        raise ValueError(f"zero-shot labels {missing} are not among the classes {list(classes)}")
     y = np.array([cls_index[l] for l in labels])
-    pred = [classes[i] for i in scores.argmax(1)]      # arg-max (first on ties) for the hierarchical metrics
+    pred = [classes[i] for i in scores.argmax(1)]  # arg-max (first on ties) for the hierarchical metrics
     ok = choice_correct(scores, y)
     out = {f"zs_acc/{suffix}": float(ok.mean()), f"zs_acc_chance/{suffix}": chance_classification(len(classes))}
     if items is not None:
         items[f"zs/{suffix}"] = dict(ok=ok, group=np.arange(len(ok)) if groups is None else np.asarray(groups))
     hm = hierarchical_metrics(pred, list(labels), taxonomy)
     ch = chance_hierarchical_metrics(list(labels), classes, taxonomy)
-    for k in hm: out[f"zs_{k}/{suffix}"], out[f"zs_{k}_chance/{suffix}"] = hm[k], ch[k]
+    for k in hm:
+        out[f"zs_{k}/{suffix}"], out[f"zs_{k}_chance/{suffix}"] = hm[k], ch[k]
     return out
 
 # %% ../../nbs/evaluation/02_world_eval.ipynb #321ba19a
-def compositional_metrics(model, img: torch.Tensor, captions: Sequence[str], negatives: Sequence[Sequence[tuple]],
-                          suffix: str = "", batch_size: int = 256, items: dict | None = None) -> dict[str, float]:
+def compositional_metrics(
+    model,
+    img: torch.Tensor,
+    captions: Sequence[str],
+    negatives: Sequence[Sequence[tuple]],
+    suffix: str = "",
+    batch_size: int = 256,
+    items: dict | None = None,
+) -> dict[str, float]:
     "Per-type, micro, macro (`comp_acc`) and Replace/Swap/Add group accuracy: sim(I, caption) > sim(I, negative)."
     rows = [(i, t, txt) for i, negs in enumerate(negatives) for t, txt in negs]
-    if not rows: return {}
+    if not rows:
+        return {}
     idx = torch.as_tensor([r[0] for r in rows], device=img.device)
     pos = encode_texts(model, list(captions), batch_size).to(img.device)
     neg = encode_texts(model, [r[2] for r in rows], batch_size).to(img.device)
@@ -145,7 +208,8 @@ def compositional_metrics(model, img: torch.Tensor, captions: Sequence[str], neg
     if items is not None:
         items["comp" + suffix] = dict(ok=ok, group=np.array([r[0] for r in rows]), type=np.array([r[1] for r in rows]))
     by_type = defaultdict(list)
-    for (_, t, _), c in zip(rows, ok): by_type[t].append(c)
+    for (_, t, _), c in zip(rows, ok):
+        by_type[t].append(c)
     agg = aggregate_accuracy(dict(sorted(by_type.items())), "comp_acc")
     per_type = {k.split("/", 1)[1]: v for k, v in agg.items()}
     agg.update({f"comp_acc/{g}": v for g, v in group_means(per_type, SUGARCREPE_GROUPS).items()})
@@ -155,16 +219,25 @@ def compositional_metrics(model, img: torch.Tensor, captions: Sequence[str], neg
     out = {}
     for k, v in agg.items():
         out[k + suffix] = v
-        if not k.endswith("swap_minus_replace"): out[chance_key(k + suffix)] = chance_choice(2)
+        if not k.endswith("swap_minus_replace"):
+            out[chance_key(k + suffix)] = chance_choice(2)
     return out
 
 # %% ../../nbs/evaluation/02_world_eval.ipynb #c45fbe1b
-def paraphrase_metrics(model, img: torch.Tensor, captions: Sequence[str], paraphrases: Sequence[str | None],
-                       negatives: Sequence[Sequence[tuple]], types: Sequence[str] = SCPP_TYPES,
-                       batch_size: int = 256, items: dict | None = None) -> dict[str, float]:
+def paraphrase_metrics(
+    model,
+    img: torch.Tensor,
+    captions: Sequence[str],
+    paraphrases: Sequence[str | None],
+    negatives: Sequence[Sequence[tuple]],
+    types: Sequence[str] = SCPP_TYPES,
+    batch_size: int = 256,
+    items: dict | None = None,
+) -> dict[str, float]:
     "ITT and TOT per negative type with P1 = caption, P2 = paraphrase, N = each negative of `types`; micro, macro."
     rows = [(i, t, txt) for i, negs in enumerate(negatives) if paraphrases[i] for t, txt in negs if t in types]
-    if not rows: return {}
+    if not rows:
+        return {}
     idx = torch.as_tensor([r[0] for r in rows], device=img.device)
     p1 = encode_texts(model, [captions[r[0]] for r in rows], batch_size).to(img.device)
     p2 = encode_texts(model, [paraphrases[r[0]] for r in rows], batch_size).to(img.device)
@@ -176,32 +249,48 @@ def paraphrase_metrics(model, img: torch.Tensor, captions: Sequence[str], paraph
     out = {}
     for name in ("itt", "tot"):
         by_type = defaultdict(list)
-        for (_, t, _), c in zip(rows, res[name]): by_type[t].append(c)
+        for (_, t, _), c in zip(rows, res[name]):
+            by_type[t].append(c)
         agg = aggregate_accuracy(dict(sorted(by_type.items())), f"{name}_acc")
         agg[f"{name}_acc"] = agg[f"{name}_acc/micro"]
-        for k, v in agg.items(): out[k], out[chance_key(k)] = v, CHANCE_ITT_TOT
+        for k, v in agg.items():
+            out[k], out[chance_key(k)] = v, CHANCE_ITT_TOT
     return out
 
 # %% ../../nbs/evaluation/02_world_eval.ipynb #96445fa3
-def geometry_metrics(model, img: torch.Tensor, chains: Sequence[Sequence[str]], batch_size: int = 256,
-                     saturation: float = 0.99, K: float = 0.1, items: dict | None = None) -> dict[str, float]:
+def geometry_metrics(
+    model,
+    img: torch.Tensor,
+    chains: Sequence[Sequence[str]],
+    batch_size: int = 256,
+    saturation: float = 0.99,
+    K: float = 0.1,
+    items: dict | None = None,
+) -> dict[str, float]:
     "d_corr of chain radii, norms and radii per modality and chain level, and (Lorentz) aperture saturation."
     geometry, c = head_geometry(model), head_curv(model)
     L = len(chains[0])
-    if any(len(ch) != L for ch in chains): raise ValueError("geometry_metrics: chains of different lengths")
+    if any(len(ch) != L for ch in chains):
+        raise ValueError("geometry_metrics: chains of different lengths")
     txt = encode_texts(model, [t for ch in chains for t in ch], batch_size).to(img.device).reshape(len(chains), L, -1)
     root = encode_texts(model, [""], batch_size)[0].to(img.device) if geometry == "euclidean" else None
     rad_txt = embedding_radius(txt.reshape(-1, txt.shape[-1]), geometry, c, root).reshape(len(chains), L)
     taus = kendall_per_chain(rad_txt.cpu().numpy())
     if items is not None:
         items["chains"] = dict(tau=taus, group=np.arange(len(chains)))
-        items["texts"] = dict(group=np.repeat(np.arange(len(chains)), L), level=np.tile(np.arange(L), len(chains)),
-                              norm=txt.reshape(-1, txt.shape[-1]).norm(dim=-1).double().cpu().numpy(),
-                              radius=rad_txt.reshape(-1).double().cpu().numpy())
+        items["texts"] = dict(
+            group=np.repeat(np.arange(len(chains)), L),
+            level=np.tile(np.arange(L), len(chains)),
+            norm=txt.reshape(-1, txt.shape[-1]).norm(dim=-1).double().cpu().numpy(),
+            radius=rad_txt.reshape(-1).double().cpu().numpy(),
+        )
         items["images"] = dict(group=np.arange(len(img)), norm=img.norm(dim=-1).double().cpu().numpy())
-    out = {"d_corr": float(taus.mean()), "d_corr_chance": chance_kendall(),
-           "norm/image": float(img.norm(dim=-1).mean()),
-           "radius/image": float(embedding_radius(img, geometry, c, root).mean())}
+    out = {
+        "d_corr": float(taus.mean()),
+        "d_corr_chance": chance_kendall(),
+        "norm/image": float(img.norm(dim=-1).mean()),
+        "radius/image": float(embedding_radius(img, geometry, c, root).mean()),
+    }
     for l in range(L):
         out[f"norm/text_l{l + 1}"] = float(txt[:, l].norm(dim=-1).mean())
         out[f"radius/text_l{l + 1}"] = float(rad_txt[:, l].mean())
@@ -209,14 +298,22 @@ def geometry_metrics(model, img: torch.Tensor, chains: Sequence[Sequence[str]], 
         flat = txt.reshape(-1, txt.shape[-1]).double()
         omega = half_aperture(flat, c, K)
         out["aperture_saturated"] = saturated_fraction(omega, saturation)
-        if items is not None: items["texts"]["saturated"] = (omega >= saturation * math.pi / 2).cpu().numpy()
+        if items is not None:
+            items["texts"]["saturated"] = (omega >= saturation * math.pi / 2).cpu().numpy()
         out["parent_norm"] = float(flat.norm(dim=-1).mean())
     return out
 
 # %% ../../nbs/evaluation/02_world_eval.ipynb #ec8f05e6
-def evaluate_world_split(model, data: WorldEvalData, full: bool = True, taxonomy=None, batch_size: int = 256,
-                         ks: Sequence[int] = (1, 5, 10), euclidean_phi: str = "angle",
-                         items: dict | None = None) -> dict[str, float]:
+def evaluate_world_split(
+    model,
+    data: WorldEvalData,
+    full: bool = True,
+    taxonomy=None,
+    batch_size: int = 256,
+    ks: Sequence[int] = (1, 5, 10),
+    euclidean_phi: str = "angle",
+    items: dict | None = None,
+) -> dict[str, float]:
     """World metrics of one split: zero-shot always; retrieval and compositional accuracy; with `full`, ITT/TOT, PEP,
     geometry. `items`: a dict that receives the per-item records behind the metrics (see `metric_from_items`)."""
     taxonomy = taxonomy or world.SHAPES
@@ -224,14 +321,28 @@ def evaluate_world_split(model, data: WorldEvalData, full: bool = True, taxonomy
     prompts = [[tpl.format(world.render_np(world.NP(c))) for tpl in ZS_TEMPLATES] for c in classes]
     out = {}
     cls_emb = encode_uint8_images(model, data.class_images, batch_size)
-    out.update(zero_shot_metrics(model, cls_emb, data.class_labels, taxonomy, classes, prompts, data.split, batch_size,
-                                 items, data.class_groups))
-    if data.split == "general": return out
+    out.update(
+        zero_shot_metrics(
+            model,
+            cls_emb,
+            data.class_labels,
+            taxonomy,
+            classes,
+            prompts,
+            data.split,
+            batch_size,
+            items,
+            data.class_groups,
+        )
+    )
+    if data.split == "general":
+        return out
     sfx = "" if full else f"/{data.split}"
     img = encode_uint8_images(model, data.images, batch_size)
     tops = [ch[-1] for ch in data.chains]
     txt = encode_texts(model, tops, batch_size).to(img.device)
-    with torch.no_grad(): sim = model.head.pairwise_sim(img, txt).double().cpu().numpy()
+    with torch.no_grad():
+        sim = model.head.pairwise_sim(img, txt).double().cpu().numpy()
     same = np.array(tops, dtype=object)
     correct = same[:, None] == same[None, :]
     out.update(with_suffix(retrieval_recalls(sim, correct=correct, ks=ks), sfx))
@@ -239,16 +350,35 @@ def evaluate_world_split(model, data: WorldEvalData, full: bool = True, taxonomy
         items["i2t" + sfx] = dict(rank=rank_of_best_correct(sim, correct), group=np.arange(len(sim)))
     out.update(compositional_metrics(model, img, tops, data.negatives, sfx, batch_size, items))
     if full:
-        out.update(paraphrase_metrics(model, img, tops, data.paraphrases, data.negatives, batch_size=batch_size, items=items))
+        out.update(
+            paraphrase_metrics(model, img, tops, data.paraphrases, data.negatives, batch_size=batch_size, items=items)
+        )
         out.update(pep_metrics(model, img, data.chains, data.pool_negatives, "pep", euclidean_phi, batch_size, items))
-        out.update(pep_metrics(model, img, data.chains, [[t for _, t in ng] for ng in data.negatives], "pep_hard",
-                               euclidean_phi, batch_size))
+        out.update(
+            pep_metrics(
+                model,
+                img,
+                data.chains,
+                [[t for _, t in ng] for ng in data.negatives],
+                "pep_hard",
+                euclidean_phi,
+                batch_size,
+            )
+        )
         out.update(geometry_metrics(model, img, data.chains, batch_size, items=items))
     return out
 
 # %% ../../nbs/evaluation/02_world_eval.ipynb #dae1ebde
-def evaluate_world(model, config=None, n_test: int = 500, seed: int = 0, batch_size: int = 256,
-                   cache_dir=None, pep_pool: int = 100, euclidean_phi: str = "angle") -> dict[str, float]:
+def evaluate_world(
+    model,
+    config=None,
+    n_test: int = 500,
+    seed: int = 0,
+    batch_size: int = 256,
+    cache_dir=None,
+    pep_pool: int = 100,
+    euclidean_phi: str = "angle",
+) -> dict[str, float]:
     "All world metrics as a flat `{name: value}` dict (chance levels under `chance_key(name)`)."
     out = {}
     for split, full in (("test-iid", True), ("test-comp", False), ("general", False)):
@@ -257,8 +387,11 @@ def evaluate_world(model, config=None, n_test: int = 500, seed: int = 0, batch_s
     return out
 
 # %% ../../nbs/evaluation/02_world_eval.ipynb #f9e85622
-def relation_sensitivity(model, n: int = 100, seed: int = 0, config=None, cache_dir=None, batch_size: int = 256) -> dict:
-    """Cosines that show whether a model encodes spatial relations, over the first `n` two-object `test-iid` world scenes
+def relation_sensitivity(
+    model, n: int = 100, seed: int = 0, config=None, cache_dir=None, batch_size: int = 256
+) -> dict:
+    """Cosines that show whether a model encodes spatial relations, over the first `n` two-object `test-iid` world
+    scenes
     whose top caption states a relation: `text_inverted` (caption vs. the same caption with its relation inverted),
     `image_mirrored` (image vs. its left-right mirror), `image_unrelated` (image vs. another scene's image), and the
     share of scenes whose image scores its own caption above the inverted one (`inverted_acc`, chance 0.5). Lorentz
@@ -268,19 +401,30 @@ def relation_sensitivity(model, n: int = 100, seed: int = 0, config=None, cache_
     for i in range(len(ws)):
         m = world.parse(ws.meta[i]["chain"][-1])
         c = m.clauses[0]
-        if len(m.clauses) != 1 or c.relation is None: continue
-        idx.append(i); caps.append(world.render(m))
+        if len(m.clauses) != 1 or c.relation is None:
+            continue
+        idx.append(i)
+        caps.append(world.render(m))
         inverted.append(world.render(replace(m, clauses=(replace(c, relation=world.INVERSE_RELATION[c.relation]),))))
-        if len(idx) == n: break
-    if len(idx) < 2: raise ValueError(f"only {len(idx)} relational scenes among {len(ws)}: raise n")
+        if len(idx) == n:
+            break
+    if len(idx) < 2:
+        raise ValueError(f"only {len(idx)} relational scenes among {len(ws)}: raise n")
     images = np.stack([np.asarray(ws.images[i]) for i in idx])
     unit = lambda x: torch.nn.functional.normalize(x.float(), dim=-1)
     with eval_mode(model):
-        img, mir = unit(encode_uint8_images(model, images, batch_size)), unit(encode_uint8_images(model, images[:, :, ::-1].copy(), batch_size))
+        img, mir = (
+            unit(encode_uint8_images(model, images, batch_size)),
+            unit(encode_uint8_images(model, images[:, :, ::-1].copy(), batch_size)),
+        )
         t, t_inv = unit(encode_texts(model, caps, batch_size)), unit(encode_texts(model, inverted, batch_size))
-    return {"n": len(idx), "text_inverted": float((t * t_inv).sum(-1).mean()), "image_mirrored": float((img * mir).sum(-1).mean()),
-            "image_unrelated": float((img * img.roll(1, 0)).sum(-1).mean()),
-            "inverted_acc": float(((img * t).sum(-1) > (img * t_inv).sum(-1)).float().mean())}
+    return {
+        "n": len(idx),
+        "text_inverted": float((t * t_inv).sum(-1).mean()),
+        "image_mirrored": float((img * mir).sum(-1).mean()),
+        "image_unrelated": float((img * img.roll(1, 0)).sum(-1).mean()),
+        "inverted_acc": float(((img * t).sum(-1) > (img * t_inv).sum(-1)).float().mean()),
+    }
 
 # %% ../../nbs/evaluation/02_world_eval.ipynb #26dc33c9
 def position_readout(model, n: int = 2000, seed: int = 0, config=None, cache_dir=None, batch_size: int = 256) -> dict:
@@ -293,7 +437,9 @@ def position_readout(model, n: int = 2000, seed: int = 0, config=None, cache_dir
     boxes = np.array([ws.meta[i]["objects"][0]["box"] for i in range(len(ws))], float)
     centre, margin = ws.config.image_size / 2, ws.config.margin_px
     with eval_mode(model):
-        feats = torch.nn.functional.normalize(encode_uint8_images(model, np.asarray(ws.images), batch_size).float(), dim=-1).numpy()
+        feats = torch.nn.functional.normalize(
+            encode_uint8_images(model, np.asarray(ws.images), batch_size).float(), dim=-1
+        ).numpy()
     fit = np.arange(len(ws)) < len(ws) // 2
     out = {}
     for name, lo, hi in (("left_right", 0, 2), ("above_below", 1, 3)):
@@ -301,7 +447,8 @@ def position_readout(model, n: int = 2000, seed: int = 0, config=None, cache_dir
         keep = np.abs(offset) > margin
         y = offset > 0
         a, b = keep & fit, keep & ~fit
-        if len(set(y[a])) < 2 or not b.any(): raise ValueError(f"position_readout: too few scenes off the centre ({name}); raise n")
+        if len(set(y[a])) < 2 or not b.any():
+            raise ValueError(f"position_readout: too few scenes off the centre ({name}); raise n")
         # the usual linear probe: standardised features, L2-regularised logistic regression (sklearn's defaults)
         probe = make_pipeline(StandardScaler(), LogisticRegression(max_iter=5000)).fit(feats[a], y[a])
         out[name] = float(probe.score(feats[b], y[b]))
@@ -317,44 +464,56 @@ def _w(rec: Mapping, weights, key: str = "group") -> np.ndarray:
 
 # %% ../../nbs/evaluation/02_world_eval.ipynb #613eb289
 def _wmean(x, w) -> float:
-    w = np.asarray(w, float); s = w.sum()
+    w = np.asarray(w, float)
+    s = w.sum()
     return float(np.dot(np.asarray(x, float), w) / s) if s > 0 else float("nan")
 
 # %% ../../nbs/evaluation/02_world_eval.ipynb #d3912676
 def _macro(rec, w, types=None) -> tuple[float, dict[str, float]]:
     "Macro accuracy over negative types (and the per-type values) of a per-negative record."
-    t = np.asarray(rec["type"]); per = {}
-    for k in (sorted(set(t.tolist())) if types is None else types):
+    t = np.asarray(rec["type"])
+    per = {}
+    for k in sorted(set(t.tolist())) if types is None else types:
         m = t == k
-        if m.any(): per[k] = _wmean(np.asarray(rec["ok"])[m], w[m])
+        if m.any():
+            per[k] = _wmean(np.asarray(rec["ok"])[m], w[m])
     return float(np.nanmean(list(per.values()))) if per else float("nan"), per
 
 # %% ../../nbs/evaluation/02_world_eval.ipynb #c8dea5f9
 METRIC_SPLITS = ("test-iid", "test-comp", "general")
 
-def metric_from_items(name: str, items: Mapping[str, Mapping], weights: Mapping[str, np.ndarray] | None = None) -> float:
+
+def metric_from_items(
+    name: str, items: Mapping[str, Mapping], weights: Mapping[str, np.ndarray] | None = None
+) -> float:
     """Metric `name` (as in `evaluate_world`) from per-item records `items[split][record]`; `weights[split]`
     (one number per scene of that split) weights every item by its scene. Unknown names raise KeyError."""
     wt = lambda split: None if weights is None else weights.get(split)
     head, _, tail = name.partition("/")
     if head == "zs_acc":
-        rec = items[tail][f"zs/{tail}"]; return _wmean(rec["ok"], _w(rec, wt(tail)))
+        rec = items[tail][f"zs/{tail}"]
+        return _wmean(rec["ok"], _w(rec, wt(tail)))
     split = "test-comp" if tail == "test-comp" else "test-iid"
     its, w = items[split], wt(split)
     sfx = "/test-comp" if split == "test-comp" else ""
     if re.fullmatch(r"i2t_R@\d+", head):
-        rec = its["i2t" + sfx]; return _wmean(np.asarray(rec["rank"]) < int(head.split("@")[1]), _w(rec, w))
+        rec = its["i2t" + sfx]
+        return _wmean(np.asarray(rec["rank"]) < int(head.split("@")[1]), _w(rec, w))
     if head == "comp_acc":
-        rec = its["comp" + sfx]; iw = _w(rec, w)
+        rec = its["comp" + sfx]
+        iw = _w(rec, w)
         macro, per = _macro(rec, iw)
-        if tail in ("", "test-comp"): return macro
+        if tail in ("", "test-comp"):
+            return macro
         if tail == "swap_minus_replace":
             g = lambda names: np.nanmean([per[k] for k in names if k in per])
             return float(g(SUGARCREPE_GROUPS["swap"]) - g(SUGARCREPE_GROUPS["replace"]))
-        if tail in per: return per[tail]
+        if tail in per:
+            return per[tail]
         raise KeyError(f"no per-item record for {name!r}")
     if head in ("tot_acc", "itt_acc") and tail == "":
-        rec = its[head[:3]]; return _wmean(rec["ok"], _w(rec, w))
+        rec = its[head[:3]]
+        return _wmean(rec["ok"], _w(rec, w))
     if head in ("pep_auc", "pep_ap", "pep_angle_auc") and tail == "":
         rec = its["pep"]
         pos, neg = np.asarray(rec["pos_phi"]), np.asarray(rec["neg_phi"])
@@ -365,10 +524,12 @@ def metric_from_items(name: str, items: Mapping[str, Mapping], weights: Mapping[
         f = average_precision_score if head == "pep_ap" else roc_auc_score
         return float(f(y[keep], s[keep], sample_weight=sw[keep]))
     if head == "d_corr" and tail == "":
-        rec = its["chains"]; return _wmean(rec["tau"], _w(rec, w))
+        rec = its["chains"]
+        return _wmean(rec["tau"], _w(rec, w))
     if head in ("aperture_saturated", "parent_norm") and tail == "":
         rec = its["texts"]
-        if head == "aperture_saturated" and "saturated" not in rec: raise KeyError(f"{name!r}: not a Lorentz model")
+        if head == "aperture_saturated" and "saturated" not in rec:
+            raise KeyError(f"{name!r}: not a Lorentz model")
         return _wmean(rec["saturated" if head == "aperture_saturated" else "norm"], _w(rec, w))
     raise KeyError(f"no per-item record for {name!r}")
 
@@ -380,7 +541,8 @@ def scene_counts(items: Mapping[str, Mapping]) -> dict[str, int]:
         n = 0
         for r in recs.values():
             for k in ("group", "pos_group", "neg_group"):
-                if k in r and len(r[k]): n = max(n, int(np.max(r[k])) + 1)
+                if k in r and len(r[k]):
+                    n = max(n, int(np.max(r[k])) + 1)
         out[split] = n
     return out
 
@@ -393,56 +555,80 @@ def bootstrap_replicates(name: str, items: Mapping[str, Mapping], weights: Mappi
     its, W = items[split], np.asarray(weights[split], float)
     sfx = "/test-comp" if split == "test-comp" else ""
     if head == "zs_acc":
-        rec = its[f"zs/{tail}"]; return ratio_replicates(W, np.asarray(rec["group"]), np.asarray(rec["ok"]))
+        rec = its[f"zs/{tail}"]
+        return ratio_replicates(W, np.asarray(rec["group"]), np.asarray(rec["ok"]))
     if re.fullmatch(r"i2t_R@\d+", head):
         rec = its["i2t" + sfx]
         return ratio_replicates(W, np.asarray(rec["group"]), np.asarray(rec["rank"]) < int(head.split("@")[1]))
     if head == "comp_acc":
-        rec = its["comp" + sfx]; t, g, ok = np.asarray(rec["type"]), np.asarray(rec["group"]), np.asarray(rec["ok"])
+        rec = its["comp" + sfx]
+        t, g, ok = np.asarray(rec["type"]), np.asarray(rec["group"]), np.asarray(rec["ok"])
         per = {k: ratio_replicates(W, g[t == k], ok[t == k]) for k in sorted(set(t.tolist()))}
-        if tail in ("", "test-comp"): return np.nanmean(np.stack(list(per.values())), 0)
+        if tail in ("", "test-comp"):
+            return np.nanmean(np.stack(list(per.values())), 0)
         if tail == "swap_minus_replace":
             grp = lambda names: np.nanmean(np.stack([per[k] for k in names if k in per]), 0)
             return grp(SUGARCREPE_GROUPS["swap"]) - grp(SUGARCREPE_GROUPS["replace"])
-        if tail in per: return per[tail]
+        if tail in per:
+            return per[tail]
     if head in ("tot_acc", "itt_acc") and tail == "":
-        rec = its[head[:3]]; return ratio_replicates(W, np.asarray(rec["group"]), np.asarray(rec["ok"]))
+        rec = its[head[:3]]
+        return ratio_replicates(W, np.asarray(rec["group"]), np.asarray(rec["ok"]))
     if head in ("pep_auc", "pep_ap", "pep_angle_auc") and tail == "":
-        rec = its["pep"]; pos, neg = np.asarray(rec["pos_phi"]), np.asarray(rec["neg_phi"])
+        rec = its["pep"]
+        pos, neg = np.asarray(rec["pos_phi"]), np.asarray(rec["neg_phi"])
         f = (lambda p: -p) if head == "pep_angle_auc" else pep_score
         replicates = ap_replicates if head == "pep_ap" else auc_replicates
         return replicates(W, f(pos), np.asarray(rec["pos_group"]), f(neg), np.asarray(rec["neg_group"]))
     if head == "d_corr" and tail == "":
-        rec = its["chains"]; return ratio_replicates(W, np.asarray(rec["group"]), np.asarray(rec["tau"]))
+        rec = its["chains"]
+        return ratio_replicates(W, np.asarray(rec["group"]), np.asarray(rec["tau"]))
     if head in ("aperture_saturated", "parent_norm") and tail == "":
         rec = its["texts"]
-        return ratio_replicates(W, np.asarray(rec["group"]), np.asarray(rec["saturated" if head == "aperture_saturated" else "norm"]))
+        return ratio_replicates(
+            W, np.asarray(rec["group"]), np.asarray(rec["saturated" if head == "aperture_saturated" else "norm"])
+        )
     # no fast form: one replicate at a time
     return np.array([metric_from_items(name, items, {s: W_s[r] for s, W_s in weights.items()}) for r in range(len(W))])
 
 # %% ../../nbs/evaluation/02_world_eval.ipynb #c6635257
-PHI_BINS = np.linspace(0, np.pi, 37)   # 5° bins
+PHI_BINS = np.linspace(0, np.pi, 37)  # 5° bins
 
 # %% ../../nbs/evaluation/02_world_eval.ipynb #65931caf
 def pep_angle_summary(items: Mapping[str, Mapping], bins: np.ndarray | None = None) -> dict:
-    "Angles and norms behind PEP from the per-item records of one `test-iid` evaluation (see above); JSON-able. `bins`: φ bin edges (default `PHI_BINS`)."
+    """Angles and norms behind PEP from the per-item records of one `test-iid` evaluation (see above); JSON-able.
+    `bins`: φ bin edges (default `PHI_BINS`)."""
     # the default is None, not the array itself: show_doc cannot render an array default (its truth value is ambiguous)
     bins = PHI_BINS if bins is None else bins
     rec = items["pep"]
     pos, neg, lev = np.asarray(rec["pos_phi"]), np.asarray(rec["neg_phi"]), np.asarray(rec["pos_level"])
+
     def describe(phi):
         q = np.quantile(phi, [0.25, 0.5, 0.75]) if len(phi) else [np.nan] * 3
-        return dict(n=int(len(phi)), q25=float(q[0]), median=float(q[1]), q75=float(q[2]),
-                    share_wide=float(np.mean(phi >= np.pi / 2)) if len(phi) else float("nan"),
-                    hist=np.histogram(phi, bins=bins)[0].tolist())
-    out = dict(bins=list(map(float, bins)), negatives=describe(neg),
-               positives={f"l{l + 1}": describe(pos[lev == l]) for l in range(int(lev.max()) + 1)},
-               pep_auc=metric_from_items("pep_auc", {"test-iid": items}),
-               angle_auc=metric_from_items("pep_angle_auc", {"test-iid": items}))
+        return dict(
+            n=int(len(phi)),
+            q25=float(q[0]),
+            median=float(q[1]),
+            q75=float(q[2]),
+            share_wide=float(np.mean(phi >= np.pi / 2)) if len(phi) else float("nan"),
+            hist=np.histogram(phi, bins=bins)[0].tolist(),
+        )
+
+    out = dict(
+        bins=list(map(float, bins)),
+        negatives=describe(neg),
+        positives={f"l{l + 1}": describe(pos[lev == l]) for l in range(int(lev.max()) + 1)},
+        pep_auc=metric_from_items("pep_auc", {"test-iid": items}),
+        angle_auc=metric_from_items("pep_angle_auc", {"test-iid": items}),
+    )
     if "texts" in items:
         t = items["texts"]
-        out["text_norm"] = {f"l{l + 1}": float(np.mean(np.asarray(t["norm"])[np.asarray(t["level"]) == l]))
-                            for l in range(int(np.max(t["level"])) + 1)}
-        if "saturated" in t: out["aperture_saturated"] = float(np.mean(t["saturated"]))
-    if "images" in items: out["image_norm"] = float(np.mean(items["images"]["norm"]))
+        out["text_norm"] = {
+            f"l{l + 1}": float(np.mean(np.asarray(t["norm"])[np.asarray(t["level"]) == l]))
+            for l in range(int(np.max(t["level"])) + 1)
+        }
+        if "saturated" in t:
+            out["aperture_saturated"] = float(np.mean(t["saturated"]))
+    if "images" in items:
+        out["image_norm"] = float(np.mean(items["images"]["norm"]))
     return out

@@ -1,4 +1,6 @@
-"""Classification datasets from the files researchers have — CLIP_benchmark's WebDataset layout, a torchvision ImageFolder, ImageNet-1k's validation folder — their images encoded once per model, and zero-shot classification as CLIP_benchmark computes it, for Euclidean and Lorentz models.
+"""Classification datasets from the files researchers have — CLIP_benchmark's WebDataset layout, a
+torchvision ImageFolder, ImageNet-1k's validation folder — their images encoded once per model,
+and zero-shot classification as CLIP_benchmark computes it, for Euclidean and Lorentz models.
 
 Docs: https://hierbench.github.io/hierbench/evaluation/zeroshot.html.md"""
 
@@ -6,7 +8,11 @@ Docs: https://hierbench.github.io/hierbench/evaluation/zeroshot.html.md"""
 
 # %% ../../nbs/evaluation/07_zeroshot.ipynb #e4e86be2
 from __future__ import annotations
-import io, json, re, tarfile, warnings
+import io
+import json
+import re
+import tarfile
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,11 +25,39 @@ from sklearn.metrics import balanced_accuracy_score
 from webdataset.tariterators import base_plus_ext
 
 from ..data.batch import CorruptImageError, DataFormatError, DataWarning
-from .encoding import encode_image_sources, similarity_name
+from .encoding import encode_image_sources, similarity_name  # noqa: F401 (re-exported here)
 from .world_eval import class_prototypes
 from .metrics import as_numpy, chance_key
 from .retrieval import wds_dataset_type, wds_shards
 from ..config import MissingFileError
+
+# %% auto #0
+__all__ = [
+    "IMAGE_EXTENSIONS",
+    "FOLDER_IMAGE_EXTENSIONS",
+    "SPLITS",
+    "read_lines",
+    "read_classnames",
+    "read_templates",
+    "fill_template",
+    "imagenet_metadata",
+    "is_imagenet_wnids",
+    "TarMember",
+    "WdsSample",
+    "wds_split",
+    "class_folders",
+    "image_folder_split",
+    "ClassificationSet",
+    "open_classification",
+    "classification_samples",
+    "EncodedSplit",
+    "encode_split",
+    "zeroshot_classifier",
+    "class_ranks",
+    "classification_metrics",
+    "zeroshot_classification",
+    "classification_results",
+]
 
 # %% auto #0
 __all__ = ['IMAGE_EXTENSIONS', 'FOLDER_IMAGE_EXTENSIONS', 'SPLITS', 'read_lines', 'read_classnames', 'read_templates',
@@ -34,62 +68,92 @@ __all__ = ['IMAGE_EXTENSIONS', 'FOLDER_IMAGE_EXTENSIONS', 'SPLITS', 'read_lines'
 
 # %% ../../nbs/evaluation/07_zeroshot.ipynb #df000aa4
 def read_lines(path: str | Path, what: str) -> list[str]:
-    "The stripped lines of `path`; trailing blank lines are dropped, any other blank line is an error naming it. `what` says what the file holds (for errors)."
+    """The stripped lines of `path`; trailing blank lines are dropped, any other blank line is an error naming it.
+    `what` says what the file holds (for errors)."""
     p = Path(path)
-    if not p.is_file(): raise DataFormatError(p, problem=f"missing ({what})")
+    if not p.is_file():
+        raise DataFormatError(p, problem=f"missing ({what})")
     lines = p.read_text(encoding="utf-8").splitlines()
-    while lines and not lines[-1].strip(): lines.pop()
+    while lines and not lines[-1].strip():
+        lines.pop()
     for i, line in enumerate(lines):
-        if not line.strip(): raise DataFormatError(p, f"line {i + 1}", problem=f"blank line ({what})")
+        if not line.strip():
+            raise DataFormatError(p, f"line {i + 1}", problem=f"blank line ({what})")
     return [line.strip() for line in lines]
+
 
 def read_classnames(path: str | Path) -> list[str]:
     "Class names, one per line in label order (CLIP_benchmark's `classnames.txt`)."
     names = read_lines(path, "class names, one per line in label order")
-    if not names: raise DataFormatError(path, problem="no class names")
+    if not names:
+        raise DataFormatError(path, problem="no class names")
     return names
 
+
 def read_templates(path: str | Path) -> list[str]:
-    "Zero-shot templates, one per line with `{c}` for the class name (CLIP_benchmark's `zeroshot_classification_templates.txt`)."
+    """Zero-shot templates, one per line with `{c}` for the class name (CLIP_benchmark's
+    `zeroshot_classification_templates.txt`)."""
     templates = read_lines(path, "zero-shot templates, one per line with {c} for the class name")
-    if not templates: raise DataFormatError(path, problem="empty template list: zero-shot classification needs at least one template")
+    if not templates:
+        raise DataFormatError(path, problem="empty template list: zero-shot classification needs at least one template")
     for i, t in enumerate(templates):
-        try: filled = t.format(c="CLASS")
+        try:
+            filled = t.format(c="CLASS")
         except (KeyError, IndexError, ValueError) as err:
-            raise DataFormatError(path, f"line {i + 1}", problem=f"template {t!r} cannot be filled ({type(err).__name__}: {err}); use {{c}} for the class name") from None
-        if "CLASS" not in filled: raise DataFormatError(path, f"line {i + 1}", problem=f"template {t!r} has no {{c}} for the class name")
+            raise DataFormatError(
+                path,
+                f"line {i + 1}",
+                problem=f"template {t!r} cannot be filled ({type(err).__name__}: {err}); use {{c}} for the class name",
+            ) from None
+        if "CLASS" not in filled:
+            raise DataFormatError(path, f"line {i + 1}", problem=f"template {t!r} has no {{c}} for the class name")
     return templates
 
+
 def fill_template(template: str | Callable, classname: str) -> str:
-    "A template filled with a class name: `template.format(c=name)` (CLIP_benchmark's files) or `template(name)` (open_clip's)."
+    """A template filled with a class name: `template.format(c=name)` (CLIP_benchmark's files) or `template(name)`
+    (open_clip's)."""
     return template(classname) if callable(template) else template.format(c=classname)
 
 # %% ../../nbs/evaluation/07_zeroshot.ipynb #ac9f8154
 def imagenet_metadata() -> tuple[list[str], list[Callable]]:
     "(OpenAI's 1,000 ImageNet class names, OpenAI's 80 templates), from open_clip's `zero_shot_metadata`."
     from open_clip.zero_shot_metadata import IMAGENET_CLASSNAMES, OPENAI_IMAGENET_TEMPLATES
+
     return list(IMAGENET_CLASSNAMES), list(OPENAI_IMAGENET_TEMPLATES)
+
 
 def is_imagenet_wnids(folders: Sequence[str]) -> bool:
     "Whether class folders are ImageNet-1k's 1,000 WordNet ids (`n01440764`, ...)."
     return len(folders) == 1000 and all(re.fullmatch(r"n\d{8}", f) for f in folders)
 
 # %% ../../nbs/evaluation/07_zeroshot.ipynb #a3c485fc
-IMAGE_EXTENSIONS = ("webp", "png", "jpg", "jpeg")   # the extensions CLIP_benchmark's loader takes, in its order of preference
+IMAGE_EXTENSIONS = (
+    "webp",
+    "png",
+    "jpg",
+    "jpeg",
+)  # the extensions CLIP_benchmark's loader takes, in its order of preference
+
 
 @dataclass(frozen=True)
 class TarMember:
-    "One member of an uncompressed tar file, read by seeking to its data: `shard` path, member `name`, byte `offset` and `size`."
+    """One member of an uncompressed tar file, read by seeking to its data: `shard` path, member `name`, byte `offset`
+    and `size`."""
+
     shard: str
     name: str
     offset: int
     size: int
+
     def read(self) -> bytes:
         with open(self.shard, "rb") as f:
             f.seek(self.offset)
             data = f.read(self.size)
-        if len(data) != self.size: raise DataFormatError(self.shard, self.name, problem=f"truncated: {len(data)} of {self.size} bytes")
+        if len(data) != self.size:
+            raise DataFormatError(self.shard, self.name, problem=f"truncated: {len(data)} of {self.size} bytes")
         return data
+
     def image(self) -> Image.Image:
         "The member decoded as an RGB image; `CorruptImageError` naming shard and member if it is not one."
         try:
@@ -98,16 +162,23 @@ class TarMember:
                 return im.convert("RGB")
         except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as err:
             raise CorruptImageError(f"{self.shard}:{self.name}", f"{type(err).__name__}: {err}") from err
-    def text(self) -> str: return self.read().decode("utf-8")
+
+    def text(self) -> str:
+        return self.read().decode("utf-8")
+
 
 @dataclass(frozen=True)
 class WdsSample:
     "The members of one WebDataset sample: `key`, its `shard`, and `members` (extension → `TarMember`)."
+
     key: str
     shard: str
     members: dict
+
     @property
-    def where(self) -> str: return f"{self.shard}:{self.key}"
+    def where(self) -> str:
+        return f"{self.shard}:{self.key}"
+
     def image_member(self) -> TarMember | None:
         "The sample's image member (the first of `IMAGE_EXTENSIONS` present), or None."
         return next((self.members[e] for e in IMAGE_EXTENSIONS if e in self.members), None)
@@ -121,224 +192,385 @@ def wds_split(folder: str | Path, split: str = "test") -> list[WdsSample]:
         try:
             with tarfile.open(shard, "r:") as tf:
                 for m in tf:
-                    if not m.isfile(): continue
+                    if not m.isfile():
+                        continue
                     key, ext = base_plus_ext(m.name)
-                    if key is None: unnamed.append(f"{shard}:{m.name}"); continue
+                    if key is None:
+                        unnamed.append(f"{shard}:{m.name}")
+                        continue
                     members = by_key.setdefault(key, {})
-                    if ext.lower() in members: raise DataFormatError(shard, m.name, problem=f"a second .{ext} member for sample {key!r}")
+                    if ext.lower() in members:
+                        raise DataFormatError(shard, m.name, problem=f"a second .{ext} member for sample {key!r}")
                     members[ext.lower()] = TarMember(str(shard), m.name, m.offset_data, m.size)
         except tarfile.TarError as err:
-            raise DataFormatError(shard, problem=f"not a readable uncompressed tar file ({type(err).__name__}: {err})") from None
+            raise DataFormatError(
+                shard, problem=f"not a readable uncompressed tar file ({type(err).__name__}: {err})"
+            ) from None
         samples += [WdsSample(k, str(shard), v) for k, v in by_key.items()]
-    if unnamed:   # webdataset skips members without an extension; they are no sample, but say so
-        warnings.warn(f"{len(unnamed)} tar member(s) without an extension are not part of any sample: {', '.join(unnamed[:3])}", DataWarning, stacklevel=2)
+    if unnamed:  # webdataset skips members without an extension; they are no sample, but say so
+        warnings.warn(
+            f"{len(unnamed)} tar member(s) without an extension are not part of any sample: {', '.join(unnamed[:3])}",
+            DataWarning,
+            stacklevel=2,
+        )
     return samples
 
 # %% ../../nbs/evaluation/07_zeroshot.ipynb #580af7fc
-FOLDER_IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")  # torchvision's IMG_EXTENSIONS
+FOLDER_IMAGE_EXTENSIONS = (
+    ".jpg",
+    ".jpeg",
+    ".png",
+    ".ppm",
+    ".bmp",
+    ".pgm",
+    ".tif",
+    ".tiff",
+    ".webp",
+)  # torchvision's IMG_EXTENSIONS
+
 
 def class_folders(folder: str | Path) -> list[str]:
     "The sorted names of the sub-folders of `folder` (torchvision's `find_classes`)."
     return sorted(e.name for e in Path(folder).iterdir() if e.is_dir() and not e.name.startswith("."))
 
+
 def image_folder_split(folder: str | Path) -> tuple[list[str], list[tuple[Path, int]], list[Path]]:
     "(class folders, [(image file, class index)] in torchvision's order, ignored non-image files) of an ImageFolder."
     folder = Path(folder)
     classes, files, ignored = class_folders(folder), [], []
-    if not classes: raise DataFormatError(folder, problem="no class folders: an ImageFolder holds one sub-folder per class")
+    if not classes:
+        raise DataFormatError(folder, problem="no class folders: an ImageFolder holds one sub-folder per class")
     for c, name in enumerate(classes):
         found = 0
         for p in sorted((folder / name).rglob("*")):
-            if not p.is_file() or p.name.startswith("."): continue
-            if p.suffix.lower() in FOLDER_IMAGE_EXTENSIONS: files.append((p, c)); found += 1
-            else: ignored.append(p)
-        if not found: raise DataFormatError(folder / name, problem=f"class folder without images ({', '.join(FOLDER_IMAGE_EXTENSIONS)})")
+            if not p.is_file() or p.name.startswith("."):
+                continue
+            if p.suffix.lower() in FOLDER_IMAGE_EXTENSIONS:
+                files.append((p, c))
+                found += 1
+            else:
+                ignored.append(p)
+        if not found:
+            raise DataFormatError(
+                folder / name, problem=f"class folder without images ({', '.join(FOLDER_IMAGE_EXTENSIONS)})"
+            )
     return classes, files, ignored
 
 # %% ../../nbs/evaluation/07_zeroshot.ipynb #a44c5ef6
 SPLITS = ("train", "val", "test")
 
+
 @dataclass
 class ClassificationSet:
-    "A classification dataset on disk: its name, folder, layout, splits, class names, templates and where they came from."
+    """A classification dataset on disk: its name, folder, layout, splits, class names, templates and where they came
+    from."""
+
     name: str
     root: Path
-    layout: str                       # 'wds' (CLIP_benchmark's WebDataset layout) or 'imagefolder'
-    splits: dict                      # split name -> its folder
+    layout: str  # 'wds' (CLIP_benchmark's WebDataset layout) or 'imagefolder'
+    splits: dict  # split name -> its folder
     classnames: list
-    templates: list | None            # str with {c}, or callables (open_clip's ImageNet templates); None: none found
-    class_ids: list                   # the label of each class as the files name it (folder name, or label index)
-    sources: dict = field(default_factory=dict)   # 'classnames' / 'templates' -> where they came from
+    templates: list | None  # str with {c}, or callables (open_clip's ImageNet templates); None: none found
+    class_ids: list  # the label of each class as the files name it (folder name, or label index)
+    sources: dict = field(default_factory=dict)  # 'classnames' / 'templates' -> where they came from
+
     @property
     def eval_split(self) -> str:
         "The split zero-shot classification is scored on: `test`, else `val`."
         for s in ("test", "val"):
-            if s in self.splits: return s
+            if s in self.splits:
+                return s
         raise DataFormatError(self.root, problem=f"no test or val split (found {sorted(self.splits)})")
+
     def require_templates(self) -> list:
-        if not self.templates: raise DataFormatError(self.root / "zeroshot_classification_templates.txt", problem="missing: zero-shot classification needs templates (one per line, {c} for the class name)")
+        if not self.templates:
+            raise DataFormatError(
+                self.root / "zeroshot_classification_templates.txt",
+                problem="missing: zero-shot classification needs templates (one per line, {c} for the class name)",
+            )
         return self.templates
 
 # %% ../../nbs/evaluation/07_zeroshot.ipynb #f0ef7b85
 def _first_file(folders: Sequence[Path], names: Sequence[str]) -> Path | None:
     return next((d / n for d in folders for n in names if (d / n).is_file()), None)
 
+
 def _folder_classnames(path: Path, folders: list[str]) -> list[str]:
-    "Class names of an ImageFolder's sorted class `folders` from a `.txt` (one per line, sorted-folder order) or `.json` (folder → name)."
+    """Class names of an ImageFolder's sorted class `folders` from a `.txt` (one per line, sorted-folder order) or
+    `.json` (folder → name)."""
     if path.suffix == ".json":
-        try: mapping = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as err: raise DataFormatError(path, problem=f"not JSON: {err.msg} (line {err.lineno})") from None
-        if not isinstance(mapping, dict): raise DataFormatError(path, problem="expected a JSON object: class folder -> class name")
+        try:
+            mapping = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as err:
+            raise DataFormatError(path, problem=f"not JSON: {err.msg} (line {err.lineno})") from None
+        if not isinstance(mapping, dict):
+            raise DataFormatError(path, problem="expected a JSON object: class folder -> class name")
         missing, extra = sorted(set(folders) - set(mapping)), sorted(set(mapping) - set(folders))
         if missing or extra:
-            raise DataFormatError(path, problem=f"classes disagree with the class folders: no name for {missing[:5]}, no folder for {extra[:5]}")
+            raise DataFormatError(
+                path,
+                problem=f"classes disagree with the class folders: no name for {missing[:5]}, no folder for "
+                f"{extra[:5]}",
+            )
         return [str(mapping[f]) for f in folders]
     names = read_classnames(path)
     if len(names) != len(folders):
-        raise DataFormatError(path, problem=f"{len(names)} class names for {len(folders)} class folders ({folders[0]} … {folders[-1]}): the classes disagree")
+        raise DataFormatError(
+            path,
+            problem=f"{len(names)} class names for {len(folders)} class folders ({folders[0]} … {folders[-1]}): the "
+            "classes disagree",
+        )
     return names
 
-def open_classification(folder: str | Path, classnames: str | Path | None = None, templates: str | Path | None = None,
-                        name: str | None = None) -> ClassificationSet:
+
+def open_classification(
+    folder: str | Path,
+    classnames: str | Path | None = None,
+    templates: str | Path | None = None,
+    name: str | None = None,
+) -> ClassificationSet:
     """The classification dataset in `folder` (CLIP_benchmark's WebDataset layout, an ImageFolder, ImageNet-1k's val
-    folder); `classnames` / `templates`: files that override the ones found beside the data; `name`: default the folder's."""
+    folder); `classnames` / `templates`: files that override the ones found beside the data; `name`: default the
+    folder's."""
     root = Path(folder)
-    if not root.is_dir(): raise MissingFileError(f"classification dataset folder not found: {root}")
+    if not root.is_dir():
+        raise MissingFileError(f"classification dataset folder not found: {root}")
     name = name or root.name
     wds_splits = {s: root / s for s in SPLITS if (root / s / "nshards.txt").is_file()}
     if wds_splits:
         kind = wds_dataset_type(root)
         if kind != "classification":
-            raise DataFormatError(root / "dataset_type.txt", problem=f"dataset type {kind!r}: not a (single-label) classification set" + (" — give it to --retrieval wds:DIR" if kind == "retrieval" else ""))
+            raise DataFormatError(
+                root / "dataset_type.txt",
+                problem=f"dataset type {kind!r}: not a (single-label) classification set"
+                + (" — give it to --retrieval wds:DIR" if kind == "retrieval" else ""),
+            )
         cn = Path(classnames) if classnames else root / "classnames.txt"
-        if not cn.is_file(): raise DataFormatError(cn, problem="missing: a CLIP_benchmark classification folder carries classnames.txt (one class name per line, in label order)")
+        if not cn.is_file():
+            raise DataFormatError(
+                cn,
+                problem="missing: a CLIP_benchmark classification folder carries classnames.txt (one class name per "
+                "line, in label order)",
+            )
         names = read_classnames(cn)
         tp = Path(templates) if templates else _first_file([root], ["zeroshot_classification_templates.txt"])
-        return ClassificationSet(name, root, "wds", wds_splits, names, read_templates(tp) if tp else None,
-                                 [str(i) for i in range(len(names))], dict(classnames=str(cn), templates=str(tp) if tp else "none"))
+        return ClassificationSet(
+            name,
+            root,
+            "wds",
+            wds_splits,
+            names,
+            read_templates(tp) if tp else None,
+            [str(i) for i in range(len(names))],
+            dict(classnames=str(cn), templates=str(tp) if tp else "none"),
+        )
     splits = {s: root / s for s in SPLITS if (root / s).is_dir() and class_folders(root / s)}
     if not splits:
-        if not class_folders(root): raise DataFormatError(root, problem="neither CLIP_benchmark's WebDataset layout (test/nshards.txt) nor an ImageFolder (class sub-folders)")
+        if not class_folders(root):
+            raise DataFormatError(
+                root,
+                problem="neither CLIP_benchmark's WebDataset layout (test/nshards.txt) nor an ImageFolder (class "
+                "sub-folders)",
+            )
         splits, beside = {"test": root}, [root, root.parent]
-    else: beside = [root, root.parent]
+    else:
+        beside = [root, root.parent]
     folders = {s: class_folders(d) for s, d in splits.items()}
     ref = next(iter(folders))
     for s, f in folders.items():
         if f != folders[ref]:
-            raise DataFormatError(splits[s], problem=f"class folders differ from {splits[ref]}'s: {sorted(set(f) ^ set(folders[ref]))[:5]}")
+            raise DataFormatError(
+                splits[s],
+                problem=f"class folders differ from {splits[ref]}'s: {sorted(set(f) ^ set(folders[ref]))[:5]}",
+            )
     classes = folders[ref]
     cn = Path(classnames) if classnames else _first_file(beside, ["classnames.txt", "classnames.json"])
-    tp = Path(templates) if templates else _first_file(beside, ["zeroshot_classification_templates.txt", "templates.txt"])
+    tp = (
+        Path(templates)
+        if templates
+        else _first_file(beside, ["zeroshot_classification_templates.txt", "templates.txt"])
+    )
     sources = {}
-    if cn is not None: names, sources["classnames"] = _folder_classnames(cn, classes), str(cn)
-    elif is_imagenet_wnids(classes): names, sources["classnames"] = imagenet_metadata()[0], "open_clip.zero_shot_metadata.IMAGENET_CLASSNAMES"
-    else: raise DataFormatError(root / "classnames.txt", problem=f"missing: an ImageFolder needs class names beside it (classnames.txt, one per line in sorted-folder order, or classnames.json: folder -> name) for its {len(classes)} class folders")
-    if tp is not None: tmpl, sources["templates"] = read_templates(tp), str(tp)
-    elif is_imagenet_wnids(classes): tmpl, sources["templates"] = imagenet_metadata()[1], "open_clip.zero_shot_metadata.OPENAI_IMAGENET_TEMPLATES"
-    else: tmpl, sources["templates"] = None, "none"
+    if cn is not None:
+        names, sources["classnames"] = _folder_classnames(cn, classes), str(cn)
+    elif is_imagenet_wnids(classes):
+        names, sources["classnames"] = imagenet_metadata()[0], "open_clip.zero_shot_metadata.IMAGENET_CLASSNAMES"
+    else:
+        raise DataFormatError(
+            root / "classnames.txt",
+            problem="missing: an ImageFolder needs class names beside it (classnames.txt, one per line in "
+            f"sorted-folder order, or classnames.json: folder -> name) for its {len(classes)} class folders",
+        )
+    if tp is not None:
+        tmpl, sources["templates"] = read_templates(tp), str(tp)
+    elif is_imagenet_wnids(classes):
+        tmpl, sources["templates"] = imagenet_metadata()[1], "open_clip.zero_shot_metadata.OPENAI_IMAGENET_TEMPLATES"
+    else:
+        tmpl, sources["templates"] = None, "none"
     return ClassificationSet(name, root, "imagefolder", splits, names, tmpl, classes, sources)
 
 # %% ../../nbs/evaluation/07_zeroshot.ipynb #61594d3e
-def classification_samples(cs: ClassificationSet, split: str, limit: int | None = None
-                           ) -> tuple[list, np.ndarray, list[str], list[str], list[str]]:
+def classification_samples(
+    cs: ClassificationSet, split: str, limit: int | None = None
+) -> tuple[list, np.ndarray, list[str], list[str], list[str]]:
     """(image sources, labels (N,), keys (N,), set-aside samples, ignored files) of a split's first `limit` samples
     (all: None); ignored files are an ImageFolder's non-image files (no samples to torchvision either)."""
-    if split not in cs.splits: raise DataFormatError(cs.root, problem=f"no {split!r} split (found {sorted(cs.splits)})")
+    if split not in cs.splits:
+        raise DataFormatError(cs.root, problem=f"no {split!r} split (found {sorted(cs.splits)})")
     sources, labels, keys, aside, ignored = [], [], [], [], []
     if cs.layout == "wds":
         n_classes = len(cs.classnames)
         for s in wds_split(cs.root, split)[:limit]:
             img = s.image_member()
-            if img is None: aside.append(f"{s.where}: no image ({'/'.join(IMAGE_EXTENSIONS)}) in the sample"); continue
-            if "cls" not in s.members: aside.append(f"{s.where}: no .cls label in the sample"); continue
+            if img is None:
+                aside.append(f"{s.where}: no image ({'/'.join(IMAGE_EXTENSIONS)}) in the sample")
+                continue
+            if "cls" not in s.members:
+                aside.append(f"{s.where}: no .cls label in the sample")
+                continue
             raw = s.members["cls"].read().decode("utf-8", "replace").strip()
             if not re.fullmatch(r"-?\d+", raw) or not 0 <= int(raw) < n_classes:
-                aside.append(f"{s.where}: label {raw[:20]!r} is not a class index in [0, {n_classes})"); continue
-            sources.append(img.image); labels.append(int(raw)); keys.append(f"{Path(s.shard).name}:{s.key}")
+                aside.append(f"{s.where}: label {raw[:20]!r} is not a class index in [0, {n_classes})")
+                continue
+            sources.append(img.image)
+            labels.append(int(raw))
+            keys.append(f"{Path(s.shard).name}:{s.key}")
     else:
         classes, files, other = image_folder_split(cs.splits[split])
-        if classes != list(cs.class_ids): raise DataFormatError(cs.splits[split], problem="class folders changed since the dataset was opened")
+        if classes != list(cs.class_ids):
+            raise DataFormatError(cs.splits[split], problem="class folders changed since the dataset was opened")
         ignored = [f"{p}: not an image file (extension {p.suffix or 'none'})" for p in other]
         for p, c in files[:limit]:
-            sources.append(p); labels.append(c); keys.append(str(p.relative_to(cs.splits[split])))
+            sources.append(p)
+            labels.append(c)
+            keys.append(str(p.relative_to(cs.splits[split])))
     return sources, np.asarray(labels, dtype=np.int64), keys, aside, ignored
+
 
 @dataclass
 class EncodedSplit:
-    "Image embeddings (M, D) of a split's readable samples, their labels (M,) and keys, the set-aside samples and the ignored files (one line each)."
+    """Image embeddings (M, D) of a split's readable samples, their labels (M,) and keys, the set-aside samples and the
+    ignored files (one line each)."""
+
     emb: torch.Tensor
     labels: np.ndarray
     keys: list
     set_aside: list
     ignored: list
-    @property
-    def n_samples(self) -> int: return len(self.keys) + len(self.set_aside)
 
-def encode_split(model, cs: ClassificationSet, split: str, preprocess: Callable | None = None, batch_size: int = 64,
-                 num_workers: int | None = None, limit: int | None = None) -> EncodedSplit:
-    "Each readable image of a split encoded once (decoded in DataLoader workers); unlabelled, missing and corrupt samples set aside and named."
+    @property
+    def n_samples(self) -> int:
+        return len(self.keys) + len(self.set_aside)
+
+
+def encode_split(
+    model,
+    cs: ClassificationSet,
+    split: str,
+    preprocess: Callable | None = None,
+    batch_size: int = 64,
+    num_workers: int | None = None,
+    limit: int | None = None,
+) -> EncodedSplit:
+    """Each readable image of a split encoded once (decoded in DataLoader workers); unlabelled, missing and corrupt
+    samples set aside and named."""
     sources, labels, keys, aside, ignored = classification_samples(cs, split, limit)
-    if not sources: raise DataFormatError(cs.splits[split], problem=f"no usable sample ({len(aside)} set aside: {'; '.join(aside[:3])})")
+    if not sources:
+        raise DataFormatError(
+            cs.splits[split], problem=f"no usable sample ({len(aside)} set aside: {'; '.join(aside[:3])})"
+        )
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DataWarning)   # the set-aside lines are returned and reported by the caller
+        warnings.simplefilter("ignore", DataWarning)  # the set-aside lines are returned and reported by the caller
         emb, rows, failed = encode_image_sources(model, sources, preprocess, batch_size, num_workers, names=keys)
     good = rows >= 0
-    if not good.any(): raise DataFormatError(cs.splits[split], problem=f"no image could be read ({'; '.join(failed[:3])})")
-    return EncodedSplit(emb[torch.as_tensor(rows[good], device=emb.device)], labels[good], [k for k, g in zip(keys, good) if g],
-                        aside + failed, ignored)
+    if not good.any():
+        raise DataFormatError(cs.splits[split], problem=f"no image could be read ({'; '.join(failed[:3])})")
+    return EncodedSplit(
+        emb[torch.as_tensor(rows[good], device=emb.device)],
+        labels[good],
+        [k for k, g in zip(keys, good) if g],
+        aside + failed,
+        ignored,
+    )
 
 # %% ../../nbs/evaluation/07_zeroshot.ipynb #3688d88d
 def zeroshot_classifier(model, classnames: Sequence[str], templates: Sequence, batch_size: int = 256) -> torch.Tensor:
     "Class prototypes (C, D) in the head's geometry from each class's filled templates (`evaluate.class_prototypes`)."
-    if not templates: raise ValueError("zeroshot_classifier: empty template list")
-    if not classnames: raise ValueError("zeroshot_classifier: no class names")
+    if not templates:
+        raise ValueError("zeroshot_classifier: empty template list")
+    if not classnames:
+        raise ValueError("zeroshot_classifier: no class names")
     return class_prototypes(model, [[fill_template(t, c) for t in templates] for c in classnames], batch_size)
 
+
 def class_ranks(scores, labels, chunk: int = 4096) -> np.ndarray:
-    "0-based rank (N,) of each item's true class: classes scoring higher, plus tied classes of lower index (arg-max's order). `scores` (N, C)."
+    """0-based rank (N,) of each item's true class: classes scoring higher, plus tied classes of lower index (arg-max's
+    order). `scores` (N, C)."""
     s = as_numpy(scores, "scores", ndim=2)
     y = as_numpy(labels, "labels", ndim=1, dtype=np.int64)
-    if len(y) != len(s): raise ValueError(f"{len(y)} labels for {len(s)} score rows")
-    if len(y) and (y.min() < 0 or y.max() >= s.shape[1]): raise ValueError(f"labels outside [0, {s.shape[1]})")
+    if len(y) != len(s):
+        raise ValueError(f"{len(y)} labels for {len(s)} score rows")
+    if len(y) and (y.min() < 0 or y.max() >= s.shape[1]):
+        raise ValueError(f"labels outside [0, {s.shape[1]})")
     idx, out = np.arange(s.shape[1])[None, :], np.empty(len(y), dtype=np.int64)
-    for a in range(0, len(y), chunk):   # (chunk, C) at a time: ImageNet's 50,000 x 1,000 would be 400 MB at once
-        sa, ya = s[a:a + chunk], y[a:a + chunk]
+    for a in range(0, len(y), chunk):  # (chunk, C) at a time: ImageNet's 50,000 x 1,000 would be 400 MB at once
+        sa, ya = s[a : a + chunk], y[a : a + chunk]
         true = sa[np.arange(len(ya)), ya][:, None]
-        out[a:a + chunk] = ((sa > true) | ((sa == true) & (idx < ya[:, None]))).sum(1)
+        out[a : a + chunk] = ((sa > true) | ((sa == true) & (idx < ya[:, None]))).sum(1)
     return out
 
+
 def classification_metrics(scores, labels, n_classes: int | None = None) -> dict[str, float]:
-    "CLIP_benchmark's `acc1`, `acc5` (not below 5 classes) and `mean_per_class_recall` of scores (N, C), with chance levels under `_chance` keys."
+    """CLIP_benchmark's `acc1`, `acc5` (not below 5 classes) and `mean_per_class_recall` of scores (N, C), with chance
+    levels under `_chance` keys."""
     s = as_numpy(scores, "scores", ndim=2)
     C = n_classes or s.shape[1]
     rank, pred = class_ranks(s, labels), s.argmax(1)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)   # "y_pred contains classes not in y_true": expected with many classes
+        warnings.simplefilter(
+            "ignore", UserWarning
+        )  # "y_pred contains classes not in y_true": expected with many classes
         mpcr = float(balanced_accuracy_score(np.asarray(labels), pred))
     out = {"acc1": float((rank < 1).mean()), "acc1_chance": 1 / C}
-    if C >= 5: out.update(acc5=float((rank < 5).mean()), acc5_chance=5 / C)
+    if C >= 5:
+        out.update(acc5=float((rank < 5).mean()), acc5_chance=5 / C)
     out.update(mean_per_class_recall=mpcr, mean_per_class_recall_chance=1 / C)
     return out
 
 # %% ../../nbs/evaluation/07_zeroshot.ipynb #849966ea
 @torch.no_grad()
-def zeroshot_classification(model, cs: ClassificationSet, test: EncodedSplit, batch_size: int = 256, prefix: str = "zeroshot"
-                            ) -> tuple[dict[str, float], pd.DataFrame]:
+def zeroshot_classification(
+    model, cs: ClassificationSet, test: EncodedSplit, batch_size: int = 256, prefix: str = "zeroshot"
+) -> tuple[dict[str, float], pd.DataFrame]:
     "Zero-shot metrics of an encoded split (`{prefix}/NAME/acc1`, ...) and its per-image rows."
     protos = zeroshot_classifier(model, cs.classnames, cs.require_templates(), batch_size).to(test.emb.device)
     scores = model.head.pairwise_sim(test.emb, protos).float().cpu().numpy()
     return classification_results(scores, test, cs, prefix)
 
-def classification_results(scores: np.ndarray, test: EncodedSplit, cs: ClassificationSet, prefix: str
-                           ) -> tuple[dict[str, float], pd.DataFrame]:
-    "Metrics under `{prefix}/NAME/...` (chance levels under `{prefix}_chance/...`) and per-image rows of class scores (N, C)."
+
+def classification_results(
+    scores: np.ndarray, test: EncodedSplit, cs: ClassificationSet, prefix: str
+) -> tuple[dict[str, float], pd.DataFrame]:
+    """Metrics under `{prefix}/NAME/...` (chance levels under `{prefix}_chance/...`) and per-image rows of class scores
+    (N, C)."""
     m = classification_metrics(scores, test.labels, len(cs.classnames))
     key = lambda k: f"{prefix}/{cs.name}/{k.removesuffix('_chance')}"
     out = {(chance_key(key(k)) if k.endswith("_chance") else key(k)): v for k, v in m.items()}
     out[f"{prefix}/{cs.name}/n_images"] = float(len(test.labels))
-    if test.set_aside: out[f"{prefix}/{cs.name}/set_aside"] = float(len(test.set_aside))
+    if test.set_aside:
+        out[f"{prefix}/{cs.name}/set_aside"] = float(len(test.set_aside))
     rank = class_ranks(scores, test.labels)
     C = scores.shape[1]
-    rows = pd.DataFrame(dict(benchmark=f"{prefix}/{cs.name}", id=list(test.keys), label=test.labels, pred=scores.argmax(1),
-                             rank=rank, acc1=rank < 1, acc5=(rank < 5) if C >= 5 else np.full(len(rank), np.nan), ok=rank < 1))
+    rows = pd.DataFrame(
+        dict(
+            benchmark=f"{prefix}/{cs.name}",
+            id=list(test.keys),
+            label=test.labels,
+            pred=scores.argmax(1),
+            rank=rank,
+            acc1=rank < 1,
+            acc5=(rank < 5) if C >= 5 else np.full(len(rank), np.nan),
+            ok=rank < 1,
+        )
+    )
     return out, rows

@@ -1,4 +1,6 @@
-"""A `Budget` fixes the steps, scenes, batches and seeds of one `hierbench compare` run; `BUDGETS` names the four the workbench ships (smoke, quick, standard, full), and `plan_runs` orders recipes so that every fine-tune comes after the checkpoint it starts from.
+"""A `Budget` fixes the steps, scenes, batches and seeds of one `hierbench compare` run; `BUDGETS`
+names the four the workbench ships (smoke, quick, standard, full), and `plan_runs` orders recipes
+so that every fine-tune comes after the checkpoint it starts from.
 
 Docs: https://hierbench.github.io/hierbench/ledger/budgets.html.md"""
 
@@ -6,7 +8,8 @@ Docs: https://hierbench.github.io/hierbench/ledger/budgets.html.md"""
 
 # %% ../../nbs/ledger/00_budgets.ipynb #e2c44e48
 from __future__ import annotations
-import dataclasses, json
+import dataclasses
+import json
 from dataclasses import dataclass
 from typing import Mapping
 from fastcore.basics import patch
@@ -20,8 +23,21 @@ __all__ = ['PRETRAIN_RECIPES', 'FINETUNE_RECIPES', 'ALL_RECIPES', 'QUICK_RECIPES
 
 # %% ../../nbs/ledger/00_budgets.ipynb #e3cf4a9c
 PRETRAIN_RECIPES = ("clip", "meru", "hycoclip", "argent", "argent-no-weight", "argent-weight-all", "argent-no-reg")
-FINETUNE_RECIPES = ("clip-ft", "negclip", "negclip-img", "degla", "degla-base", "degla-no-distill", "read", "read-base",
-                    "read-recon-only", "read-align-only", "read-recon-self", "argent+degla", "argent+read")
+FINETUNE_RECIPES = (
+    "clip-ft",
+    "negclip",
+    "negclip-img",
+    "degla",
+    "degla-base",
+    "degla-no-distill",
+    "read",
+    "read-base",
+    "read-recon-only",
+    "read-align-only",
+    "read-recon-self",
+    "argent+degla",
+    "argent+read",
+)
 ALL_RECIPES = PRETRAIN_RECIPES + FINETUNE_RECIPES
 # the headline recipes and the references their claims need; argent-no-reg and the ablations (a hyperbolic
 # pre-training each, twice CLIP's step or more) are left to `standard`
@@ -34,27 +50,30 @@ STANDARD_RECIPES = ALL_RECIPES
 @dataclass(frozen=True)
 class Budget:
     "How much work one `compare` run does."
+
     name: str
-    arch: str                  # architecture of hierbench.models.family (e.g. 'world-tiny')
-    pretrain_steps: int        # optimizer steps of each stage-1 recipe
-    finetune_steps: int        # optimizer steps of each stage-2 recipe (the same for all: a fair comparison)
-    decoder_steps: int         # READ decoder pre-training steps (once per compare run)
-    n_train: int               # training scenes (the world's train split, shared by every recipe and seed)
-    n_test: int                # scenes per evaluation split (test-iid, test-comp, general)
-    pep_pool: int = 100        # PEP negative pool: captions verified false for each image
-    batch_size: int | None = None           # pre-training batch (None: each recipe's world default)
+    arch: str  # architecture of hierbench.models.family (e.g. 'world-tiny')
+    pretrain_steps: int  # optimizer steps of each stage-1 recipe
+    finetune_steps: int  # optimizer steps of each stage-2 recipe (the same for all: a fair comparison)
+    decoder_steps: int  # READ decoder pre-training steps (once per compare run)
+    n_train: int  # training scenes (the world's train split, shared by every recipe and seed)
+    n_test: int  # scenes per evaluation split (test-iid, test-comp, general)
+    pep_pool: int = 100  # PEP negative pool: captions verified false for each image
+    batch_size: int | None = None  # pre-training batch (None: each recipe's world default)
     finetune_batch_size: int | None = None  # fine-tuning batch (None: each recipe's world default)
-    recipes: tuple = ALL_RECIPES            # what runs when no recipes are named
-    seeds: int = 3                          # seeds when none are given
-    validate_every: int = 50   # fine-tunes: the recipe's terms on held-out scenes every so many steps (plateau rule)
-    snapshots: tuple = (0.25, 0.5)          # pre-training: fractions of the run whose weights are kept (PEP analysis)
-    n_boot: int = 1000                      # evaluation-bootstrap replicates per claim row
-    precision: str = "fp32"                 # training precision (`hierbench.models.precision`: fp32, bf16, fp16, amp_bf16, amp_fp16)
-    report_to: tuple = ()                   # dashboards each run also logs to (`hierbench.training.tracking`): not a number's input
+    recipes: tuple = ALL_RECIPES  # what runs when no recipes are named
+    seeds: int = 3  # seeds when none are given
+    validate_every: int = 50  # fine-tunes: the recipe's terms on held-out scenes every so many steps (plateau rule)
+    snapshots: tuple = (0.25, 0.5)  # pre-training: fractions of the run whose weights are kept (PEP analysis)
+    n_boot: int = 1000  # evaluation-bootstrap replicates per claim row
+    precision: str = "fp32"  # training precision (`hierbench.models.precision`: fp32, bf16, fp16, amp_bf16, amp_fp16)
+    report_to: tuple = ()  # dashboards each run also logs to (`hierbench.training.tracking`): not a number's input
 
     def __post_init__(self):
-        try: check_precision(self.precision)
-        except ValueError as e: raise SettingsError(f"budget {self.name!r}: {e}") from None
+        try:
+            check_precision(self.precision)
+        except ValueError as e:
+            raise SettingsError(f"budget {self.name!r}: {e}") from None
 
     def run_key(self) -> dict:
         "The fields a finished run's numbers depend on (what may not change for a run to be reused)."
@@ -63,48 +82,106 @@ class Budget:
         # field was called `model_preset` when those runs were recorded: the key keeps that name, so renaming the
         # attribute to `arch` does not make every finished run of every user look like another budget's.
         key = {("model_preset" if k == "arch" else k): v for k, v in dataclasses.asdict(self).items() if k not in skip}
-        if key["precision"] == "fp32": del key["precision"]   # runs recorded before `precision` existed ran fp32: reused
-        else: key["precision"] = check_precision(key["precision"])
+        if key["precision"] == "fp32":
+            del key["precision"]  # runs recorded before `precision` existed ran fp32: reused
+        else:
+            key["precision"] = check_precision(key["precision"])
         return json.loads(json.dumps(key))
 
 # %% ../../nbs/ledger/00_budgets.ipynb #dd73e8b9
 @patch(cls_method=True)
 def from_dict(cls: Budget, d: Mapping) -> Budget:
-    "A `Budget` from its `dataclasses.asdict` form (JSON lists become tuples; an old `model_preset` field is read as `arch`)."
+    """A `Budget` from its `dataclasses.asdict` form (JSON lists become tuples; an old `model_preset` field is read as
+    `arch`)."""
     d = dict(d)
-    if "model_preset" in d: d.setdefault("arch", d.pop("model_preset"))
+    if "model_preset" in d:
+        d.setdefault("arch", d.pop("model_preset"))
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(d) - known)
-    if unknown: raise SettingsError(f"budget {d.get('name')!r}: unknown field(s) {unknown}; known: {sorted(known)}")
-    missing = sorted(f.name for f in dataclasses.fields(cls) if f.name not in d
-                     and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
-    if missing: raise SettingsError(f"budget {d.get('name')!r}: missing field(s) {missing}")
+    if unknown:
+        raise SettingsError(f"budget {d.get('name')!r}: unknown field(s) {unknown}; known: {sorted(known)}")
+    missing = sorted(
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.name not in d and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    )
+    if missing:
+        raise SettingsError(f"budget {d.get('name')!r}: missing field(s) {missing}")
     return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
 
 # %% ../../nbs/ledger/00_budgets.ipynb #23a8fa7c
 def budget_from_meta(meta: Mapping) -> Budget:
     "The `Budget` recorded in a compare output's `meta` (key `budget`, or `preset` in older files)."
     d = meta.get("budget", meta.get("preset"))
-    if not isinstance(d, Mapping): raise SettingsError(f"meta: no budget recorded (keys: {sorted(meta)})")
+    if not isinstance(d, Mapping):
+        raise SettingsError(f"meta: no budget recorded (keys: {sorted(meta)})")
     return Budget.from_dict(d)
 
 # %% ../../nbs/ledger/00_budgets.ipynb #4b835e58
 BUDGETS = {
     # tests: every code path, seconds per recipe; the numbers mean nothing
-    "smoke": Budget("smoke", "world-debug", pretrain_steps=6, finetune_steps=4, decoder_steps=20, n_train=256, n_test=64,
-                    pep_pool=20, batch_size=16, finetune_batch_size=16, seeds=1, validate_every=2, n_boot=50),
-    # laptop CPU, the README's main job: the headline recipes, 2 seeds. 2,000 pre-training steps at batch 64 (the samples
+    "smoke": Budget(
+        "smoke",
+        "world-debug",
+        pretrain_steps=6,
+        finetune_steps=4,
+        decoder_steps=20,
+        n_train=256,
+        n_test=64,
+        pep_pool=20,
+        batch_size=16,
+        finetune_batch_size=16,
+        seeds=1,
+        validate_every=2,
+        n_boot=50,
+    ),
+    # laptop CPU, the README's main job: the headline recipes, 2 seeds. 2,000 pre-training steps at batch 64 (the
+    # samples
     # of 500 x 256, four times the updates) let CLIP meet the world's recognition targets; the fine-tunes keep their
     # world defaults
-    "quick": Budget("quick", "world-tiny", pretrain_steps=2000, finetune_steps=150, decoder_steps=1500, n_train=4000,
-                    n_test=300, pep_pool=100, batch_size=64, recipes=QUICK_RECIPES, seeds=2),
+    "quick": Budget(
+        "quick",
+        "world-tiny",
+        pretrain_steps=2000,
+        finetune_steps=150,
+        decoder_steps=1500,
+        n_train=4000,
+        n_test=300,
+        pep_pool=100,
+        batch_size=64,
+        recipes=QUICK_RECIPES,
+        seeds=2,
+    ),
     # decides the claims: every recipe, 5 seeds (the ledger: --until-decided up to 15). Every run setting equals quick's
     # (run_key), so a standard run into quick's folder reuses quick's finished runs and adds the rest
-    "standard": Budget("standard", "world-tiny", pretrain_steps=2000, finetune_steps=150, decoder_steps=1500, n_train=4000,
-                       n_test=300, pep_pool=100, batch_size=64, recipes=STANDARD_RECIPES, seeds=5),
+    "standard": Budget(
+        "standard",
+        "world-tiny",
+        pretrain_steps=2000,
+        finetune_steps=150,
+        decoder_steps=1500,
+        n_train=4000,
+        n_test=300,
+        pep_pool=100,
+        batch_size=64,
+        recipes=STANDARD_RECIPES,
+        seeds=5,
+    ),
     # GPU: larger model, more data and steps
-    "full": Budget("full", "world-small", pretrain_steps=5000, finetune_steps=1000, decoder_steps=3000, n_train=20000,
-                   n_test=1000, pep_pool=100, batch_size=512, finetune_batch_size=256, seeds=5, validate_every=100),
+    "full": Budget(
+        "full",
+        "world-small",
+        pretrain_steps=5000,
+        finetune_steps=1000,
+        decoder_steps=3000,
+        n_train=20000,
+        n_test=1000,
+        pep_pool=100,
+        batch_size=512,
+        finetune_batch_size=256,
+        seeds=5,
+        validate_every=100,
+    ),
 }
 
 # %% ../../nbs/ledger/00_budgets.ipynb #3dcddbe8
@@ -112,14 +189,20 @@ def plan_runs(recipes: list[str] | None = None) -> list[str]:
     "Recipes to train, parents (stage-1 checkpoints) first; unknown names are an error that lists the known ones."
     wanted = list(ALL_RECIPES if not recipes else recipes)
     unknown = [r for r in wanted if r not in list_recipes()]
-    if unknown: raise SettingsError(f"unknown recipe(s) {unknown}; known: {list_recipes()}")
+    if unknown:
+        raise SettingsError(f"unknown recipe(s) {unknown}; known: {list_recipes()}")
     order: list[str] = []
+
     def add(name):
-        if name in order: return
+        if name in order:
+            return
         parent = get_recipe(name).init_from if get_recipe(name).stage == "finetune" else None
-        if parent: add(parent)
+        if parent:
+            add(parent)
         order.append(name)
-    for r in wanted: add(r)
+
+    for r in wanted:
+        add(r)
     return order
 
 # %% ../../nbs/ledger/00_budgets.ipynb #635aec9d

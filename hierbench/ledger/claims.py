@@ -1,4 +1,8 @@
-"""The papers' claims as testable rows — recipe A against recipe B on one metric, in a stated direction, the two recipes differing in declared fields only — and the ledger that reads each row off paired differences over seeds (one 95% interval, or a group-sequential rule when seeds are added until a claim is decided), with an evaluation bootstrap over scenes, the power of the design and how fragile each verdict is.
+"""The papers' claims as testable rows — recipe A against recipe B on one metric, in a stated
+direction, the two recipes differing in declared fields only — and the ledger that reads each row
+off paired differences over seeds (one 95% interval, or a group-sequential rule when seeds are
+added until a claim is decided), with an evaluation bootstrap over scenes, the power of the design
+and how fragile each verdict is.
 
 Docs: https://hierbench.github.io/hierbench/ledger/claims.html.md"""
 
@@ -9,15 +13,49 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Mapping
-import numpy as np, pandas as pd
+import numpy as np
+import pandas as pd
 from .budgets import BUDGETS, Budget, eval_scene_counts, plan_runs
 from ..evaluation.world_eval import bootstrap_replicates, scene_counts
 from ..config import HierbenchError
 from ..plugins import PluginError, note_registration, plugins_providing
 from ..recipes.registry import get_recipe, recipe_diff
 from .run_folder import json_safe, results_rows
-from ..stats import (SequentialPlan, bootstrap_weights, fragility, mean_interval, min_detectable_effect,
-                             normality, seeds_for_half_width, sequential_verdict, t_half_width)
+from hierbench.stats import (
+    SequentialPlan,
+    bootstrap_weights,
+    fragility,
+    mean_interval,  # noqa: F401 (re-exported here)
+    min_detectable_effect,
+    normality,
+    seeds_for_half_width,
+    sequential_verdict,
+    t_half_width,
+)
+
+# %% auto #0
+__all__ = [
+    "ENTAILMENT",
+    "NORM_REG",
+    "WEIGHT_MODE",
+    "HARD_NEGATIVES",
+    "HYPERBOLIC",
+    "CLAIMS",
+    "SUMMARY_METRICS",
+    "HALF_WIDTH_TARGETS",
+    "Claim",
+    "claim_rows",
+    "register_claim",
+    "unfair_claims",
+    "plugins_used",
+    "deciding_budget",
+    "evaluate_claims",
+    "recipes_to_extend",
+    "power_table",
+    "claims_ledger",
+    "claims_document",
+    "variance_components",
+]
 
 # %% auto #0
 __all__ = ['ENTAILMENT', 'NORM_REG', 'WEIGHT_MODE', 'HARD_NEGATIVES', 'HYPERBOLIC', 'CLAIMS', 'SUMMARY_METRICS',
@@ -29,137 +67,326 @@ __all__ = ['ENTAILMENT', 'NORM_REG', 'WEIGHT_MODE', 'HARD_NEGATIVES', 'HYPERBOLI
 @dataclass(frozen=True)
 class Claim:
     "One testable row of the ledger: recipe `a` vs recipe `b` on `metric`, expected `direction`."
+
     id: str
     source: str
     text: str
     a: str
     b: str
     metric: str
-    direction: str = "higher"     # 'higher' | 'lower' | 'no_worse'
-    margin: float = 0.02          # non-inferiority margin for 'no_worse' (absolute, in the metric's units)
-    differs_in: tuple = ()        # the recipe fields (hierbench.recipes.registry.recipe_fields) in which a and b may differ
-    note: str = ""                # e.g. "the paper's comparison, two differences"
+    direction: str = "higher"  # 'higher' | 'lower' | 'no_worse'
+    margin: float = 0.02  # non-inferiority margin for 'no_worse' (absolute, in the metric's units)
+    differs_in: tuple = ()  # the recipe fields (hierbench.recipes.registry.recipe_fields) in which a and b may differ
+    note: str = ""  # e.g. "the paper's comparison, two differences"
 
 # %% ../../nbs/ledger/02_claims.ipynb #dac43a1e
 def claim_rows(id, source, text, pairs, metrics, direction="higher", margin=0.02, differs=(), note=""):
-    return [Claim(id, source, text, a, b, m, direction, margin, tuple(sorted(differs)), note) for a, b in pairs for m in metrics]
+    return [
+        Claim(id, source, text, a, b, m, direction, margin, tuple(sorted(differs)), note)
+        for a, b in pairs
+        for m in metrics
+    ]
 
 # %% ../../nbs/ledger/02_claims.ipynb #90b659d8
 # what each comparison changes, by name (the fields of `recipe_diff`)
-ENTAILMENT = ("weights.entailment", "weights.adaent")              # cone vs adaptive angle
+ENTAILMENT = ("weights.entailment", "weights.adaent")  # cone vs adaptive angle
 NORM_REG = ("weights.reg",)
 WEIGHT_MODE = ("adaent.weight_mode",)
-_FINETUNING = ("contrastive", "init_from", "negative_types", "num_negatives", "stage", "world.batch_size", "world.eps",
-               "world.lr", "world.min_lr_ratio", "world.steps", "world.warmup_steps", "world.weight_decay")
+_FINETUNING = (
+    "contrastive",
+    "init_from",
+    "negative_types",
+    "num_negatives",
+    "stage",
+    "world.batch_size",
+    "world.eps",
+    "world.lr",
+    "world.min_lr_ratio",
+    "world.steps",
+    "world.warmup_steps",
+    "world.weight_decay",
+)
 _DEGLA_TERMS = ("ema_decay", "ema_horizon", "weights.distill", "weights.igc", "weights.tgc")
 HARD_NEGATIVES = ("contrastive", "negative_types", "num_negatives")
 HYPERBOLIC = ("geometry", "init_from", "weights.adaent", "weights.reg")
 
 # %% ../../nbs/ledger/02_claims.ipynb #b8be0e40
-CLAIMS: list[Claim] = []   # the registry: the workbench's rows first, then each plugin's, in registration order
+CLAIMS: list[Claim] = []  # the registry: the workbench's rows first, then each plugin's, in registration order
 
-# the metrics a world run reports (`hierbench.evaluation.world_eval.evaluate_world_split`, `hierbench.ledger.compare.results_rows`)
-_WORLD_METRIC = re.compile(r"zs_(acc|h_precision|h_recall|jaccard|lca|tie)/(test-iid|test-comp|general)"
-                           r"|(i2t|t2i)_R@\d+(/test-comp)?|comp_acc(/[a-z_]+)?(/test-comp)?|(tot|itt)_acc(/[a-z_]+)?"
-                           r"|pep_(hard_)?(auc|ap|angle_auc)|d_corr|aperture_saturated|parent_norm"
-                           r"|(norm|radius)/(image|text_l\d+)|train_seconds|samples_per_second")
+# the metrics a world run reports (`hierbench.evaluation.world_eval.evaluate_world_split`,
+# `hierbench.ledger.compare.results_rows`)
+_WORLD_METRIC = re.compile(
+    r"zs_(acc|h_precision|h_recall|jaccard|lca|tie)/(test-iid|test-comp|general)"
+    r"|(i2t|t2i)_R@\d+(/test-comp)?|comp_acc(/[a-z_]+)?(/test-comp)?|(tot|itt)_acc(/[a-z_]+)?"
+    r"|pep_(hard_)?(auc|ap|angle_auc)|d_corr|aperture_saturated|parent_norm"
+    r"|(norm|radius)/(image|text_l\d+)|train_seconds|samples_per_second"
+)
 
-def _claim_key(c: Claim) -> tuple: return (c.id, c.a, c.b, c.metric)
+
+def _claim_key(c: Claim) -> tuple:
+    return (c.id, c.a, c.b, c.metric)
 
 # %% ../../nbs/ledger/02_claims.ipynb #262cec0e
 def _check_claim(c: Claim):
     "A `PluginError` naming the row when it cannot be a row of the ledger."
     where = f"claim {c.id} ({c.a} vs {c.b}, {c.metric})"
-    if not isinstance(c, Claim): raise PluginError(f"register_claim takes Claim(...) rows, got {type(c).__name__}")
+    if not isinstance(c, Claim):
+        raise PluginError(f"register_claim takes Claim(...) rows, got {type(c).__name__}")
     if c.direction not in ("higher", "lower", "no_worse"):
         raise PluginError(f"{where}: direction {c.direction!r}; use 'higher', 'lower' or 'no_worse'")
-    if c.a == c.b: raise PluginError(f"{where}: a recipe against itself")
+    if c.a == c.b:
+        raise PluginError(f"{where}: a recipe against itself")
     for r in (c.a, c.b):
-        try: get_recipe(r)
-        except HierbenchError as e: raise PluginError(f"{where}: {e}") from None
+        try:
+            get_recipe(r)
+        except HierbenchError as e:
+            raise PluginError(f"{where}: {e}") from None
     if not _WORLD_METRIC.fullmatch(c.metric):
-        raise PluginError(f"{where}: unknown metric {c.metric!r}; the world reports e.g. zs_acc/test-iid, i2t_R@5, "
-                          "comp_acc, comp_acc/swap_att, tot_acc, pep_auc, pep_ap, d_corr")
+        raise PluginError(
+            f"{where}: unknown metric {c.metric!r}; the world reports e.g. zs_acc/test-iid, i2t_R@5, "
+            "comp_acc, comp_acc/swap_att, tot_acc, pep_auc, pep_ap, d_corr"
+        )
     actual, declared = recipe_diff(c.a, c.b), set(c.differs_in)
     if actual != declared:
         extra, equal = sorted(actual - declared), sorted(declared - actual)
-        raise PluginError(f"{where}: the recipes differ in {sorted(actual) or 'nothing'}, the claim declares "
-                          f"{sorted(declared) or 'nothing'}" + (f"; undeclared: {extra}" if extra else "")
-                          + (f"; declared but equal: {equal}" if equal else ""))
+        raise PluginError(
+            f"{where}: the recipes differ in {sorted(actual) or 'nothing'}, the claim declares "
+            f"{sorted(declared) or 'nothing'}"
+            + (f"; undeclared: {extra}" if extra else "")
+            + (f"; declared but equal: {equal}" if equal else "")
+        )
 
 # %% ../../nbs/ledger/02_claims.ipynb #a561cc0f
 def register_claim(*claims: Claim) -> list[Claim]:
     """Add rows to the ledger (`CLAIMS`), each checked (`_check_claim`); a row already registered with the same content
-    (a re-run cell, a re-imported plugin) is left as it is, a different row under the same id, recipes and metric refused."""
+    (a re-run cell, a re-imported plugin) is left as it is, a different row under the same id, recipes and metric
+    refused."""
     for c in claims:
         _check_claim(c)
         old = next((o for o in CLAIMS if _claim_key(o) == _claim_key(c)), None)
         if old is not None and old != c:
             raise PluginError(f"claim {c.id} ({c.a} vs {c.b}, {c.metric}) is already registered with other content")
-        if old is None: CLAIMS.append(c)
+        if old is None:
+            CLAIMS.append(c)
         note_registration("claim", c.id)
     return list(claims)
 
 # %% ../../nbs/ledger/02_claims.ipynb #6a247dbc
 _ = register_claim(
-    *claim_rows("ARG-1", "ARGENT Tab. 2", "adaptive angular entailment improves hierarchy over cone entailment",
-         [("argent-no-reg", "hycoclip")], ["pep_auc", "pep_ap"], differs=ENTAILMENT),
-    *claim_rows("ARG-1", "ARGENT Tab. 2", "adaptive angular entailment improves hierarchy over cone entailment",
-         [("argent", "hycoclip")], ["pep_auc", "pep_ap"], differs=ENTAILMENT + NORM_REG,
-         note="the paper's comparison: entailment term and norm regulariser change together"),
-    *claim_rows("ARG-2", "ARGENT Tab. 2", "... without hurting classification", [("argent-no-reg", "hycoclip")],
-         ["zs_acc/test-iid"], "no_worse", differs=ENTAILMENT),
-    *claim_rows("ARG-3", "ARGENT Tab. 3b", "weighting all pairs damages PEP badly", [("argent-weight-all", "argent")],
-         ["pep_auc", "pep_ap"], "lower", differs=WEIGHT_MODE),
-    *claim_rows("ARG-4", "ARGENT Tab. 3b", "intra-modal weighting beats no weighting", [("argent", "argent-no-weight")],
-         ["pep_ap", "zs_acc/test-iid"], differs=WEIGHT_MODE),
-    *claim_rows("ARG-5", "ARGENT Tab. 3c", "removing the norm regulariser lowers classification and retrieval",
-         [("argent-no-reg", "argent")], ["zs_acc/test-iid", "i2t_R@5"], "lower", differs=NORM_REG),
-    *claim_rows("ARG-6", "ARGENT §2", "cone apertures saturate under HyCoCLIP (parents shrink toward the origin)",
-         [("hycoclip", "argent-no-reg")], ["aperture_saturated"], differs=ENTAILMENT),
-    *claim_rows("ARG-6", "ARGENT §2", "cone apertures saturate under HyCoCLIP (parents shrink toward the origin)",
-         [("hycoclip", "argent-no-reg")], ["parent_norm"], "lower", differs=ENTAILMENT),
-    *claim_rows("HYP-1", "MERU/HyCoCLIP", "hyperbolic embeddings order general → specific by distance to origin",
-         [("meru", "clip")], ["d_corr"], differs=("geometry", "weights.entailment")),
-    *claim_rows("HYP-1", "MERU/HyCoCLIP", "hyperbolic embeddings order general → specific by distance to origin",
-         [("hycoclip", "clip")], ["d_corr"], differs=("contrastive", "geometry", "use_boxes", "weights.entailment")),
-    *claim_rows("HYP-1", "MERU/HyCoCLIP", "hyperbolic embeddings order general → specific by distance to origin",
-         [("argent", "clip")], ["d_corr"], differs=("contrastive", "geometry", "use_boxes", "weights.adaent", "weights.reg")),
-    *claim_rows("DEG-1", "DeGLA Tab. 3-4", "hard-negative fine-tuning raises compositional accuracy",
-         [("negclip", "clip")], ["comp_acc"], differs=_FINETUNING),
-    *claim_rows("DEG-1", "DeGLA Tab. 3-4", "hard-negative fine-tuning raises compositional accuracy",
-         [("degla", "clip")], ["comp_acc"], differs=_FINETUNING + _DEGLA_TERMS),
-    *claim_rows("DEG-1", "DeGLA Tab. 3-4", "hard-negative fine-tuning raises compositional accuracy",
-         [("negclip", "clip-ft")], ["comp_acc"], differs=HARD_NEGATIVES,
-         note="against CLIP fine-tuned as long on the same data without negatives"),
-    *claim_rows("DEG-1", "DeGLA Tab. 3-4", "hard-negative fine-tuning raises compositional accuracy",
-         [("degla", "clip-ft")], ["comp_acc"], differs=HARD_NEGATIVES + _DEGLA_TERMS,
-         note="against CLIP fine-tuned as long on the same data without negatives"),
-    *claim_rows("DEG-2", "DeGLA Tab. 7", "DeGLA forgets less general ability than plain hard-negative fine-tuning",
-         [("degla", "degla-base")], ["zs_acc/general"], differs=_DEGLA_TERMS[2:]),
-    *claim_rows("DEG-3", "DeGLA Tab. 7", "self-distillation is what preserves zero-shot ability",
-         [("degla", "degla-no-distill")], ["zs_acc/general"], differs=("weights.distill",)),
-    *claim_rows("DEG-4", "DeGLA critique", "gains concentrate on order/swap types, not relation/attribute replacement",
-         [("degla", "clip")], ["comp_acc/swap_minus_replace"], differs=_FINETUNING + _DEGLA_TERMS),
-    *claim_rows("READ-1", "READ ablation", "reconstruction and alignment are complementary", [("read", "read-recon-only")],
-         ["comp_acc"], differs=("weights.align",)),
-    *claim_rows("READ-1", "READ ablation", "reconstruction and alignment are complementary", [("read", "read-align-only")],
-         ["comp_acc"], differs=("weights.recon",)),
-    *claim_rows("READ-1", "READ ablation", "reconstruction and alignment are complementary", [("read", "read-base")],
-         ["comp_acc"], differs=("weights.align", "weights.recon")),
-    *claim_rows("READ-2", "READ §5", "alignment improves paraphrase consistency", [("read-align-only", "read-base")],
-         ["tot_acc"], differs=("weights.align",)),
-    *claim_rows("READ-3", "READ §5.3", "reconstructing an alternative caption beats reconstructing the input",
-         [("read", "read-recon-self")], ["tot_acc"], differs=("recon_target",)),
-    *claim_rows("GEN-1", "workbench", "compositional fine-tuning in hyperbolic space keeps the hierarchy",
-         [("argent+degla", "degla"), ("argent+read", "read")], ["pep_auc"], differs=HYPERBOLIC),
-    *claim_rows("GEN-1", "workbench", "compositional fine-tuning in hyperbolic space keeps the hierarchy",
-         [("argent+degla", "degla"), ("argent+read", "read")], ["comp_acc"], "no_worse", differs=HYPERBOLIC),
+    *claim_rows(
+        "ARG-1",
+        "ARGENT Tab. 2",
+        "adaptive angular entailment improves hierarchy over cone entailment",
+        [("argent-no-reg", "hycoclip")],
+        ["pep_auc", "pep_ap"],
+        differs=ENTAILMENT,
+    ),
+    *claim_rows(
+        "ARG-1",
+        "ARGENT Tab. 2",
+        "adaptive angular entailment improves hierarchy over cone entailment",
+        [("argent", "hycoclip")],
+        ["pep_auc", "pep_ap"],
+        differs=ENTAILMENT + NORM_REG,
+        note="the paper's comparison: entailment term and norm regulariser change together",
+    ),
+    *claim_rows(
+        "ARG-2",
+        "ARGENT Tab. 2",
+        "... without hurting classification",
+        [("argent-no-reg", "hycoclip")],
+        ["zs_acc/test-iid"],
+        "no_worse",
+        differs=ENTAILMENT,
+    ),
+    *claim_rows(
+        "ARG-3",
+        "ARGENT Tab. 3b",
+        "weighting all pairs damages PEP badly",
+        [("argent-weight-all", "argent")],
+        ["pep_auc", "pep_ap"],
+        "lower",
+        differs=WEIGHT_MODE,
+    ),
+    *claim_rows(
+        "ARG-4",
+        "ARGENT Tab. 3b",
+        "intra-modal weighting beats no weighting",
+        [("argent", "argent-no-weight")],
+        ["pep_ap", "zs_acc/test-iid"],
+        differs=WEIGHT_MODE,
+    ),
+    *claim_rows(
+        "ARG-5",
+        "ARGENT Tab. 3c",
+        "removing the norm regulariser lowers classification and retrieval",
+        [("argent-no-reg", "argent")],
+        ["zs_acc/test-iid", "i2t_R@5"],
+        "lower",
+        differs=NORM_REG,
+    ),
+    *claim_rows(
+        "ARG-6",
+        "ARGENT §2",
+        "cone apertures saturate under HyCoCLIP (parents shrink toward the origin)",
+        [("hycoclip", "argent-no-reg")],
+        ["aperture_saturated"],
+        differs=ENTAILMENT,
+    ),
+    *claim_rows(
+        "ARG-6",
+        "ARGENT §2",
+        "cone apertures saturate under HyCoCLIP (parents shrink toward the origin)",
+        [("hycoclip", "argent-no-reg")],
+        ["parent_norm"],
+        "lower",
+        differs=ENTAILMENT,
+    ),
+    *claim_rows(
+        "HYP-1",
+        "MERU/HyCoCLIP",
+        "hyperbolic embeddings order general → specific by distance to origin",
+        [("meru", "clip")],
+        ["d_corr"],
+        differs=("geometry", "weights.entailment"),
+    ),
+    *claim_rows(
+        "HYP-1",
+        "MERU/HyCoCLIP",
+        "hyperbolic embeddings order general → specific by distance to origin",
+        [("hycoclip", "clip")],
+        ["d_corr"],
+        differs=("contrastive", "geometry", "use_boxes", "weights.entailment"),
+    ),
+    *claim_rows(
+        "HYP-1",
+        "MERU/HyCoCLIP",
+        "hyperbolic embeddings order general → specific by distance to origin",
+        [("argent", "clip")],
+        ["d_corr"],
+        differs=("contrastive", "geometry", "use_boxes", "weights.adaent", "weights.reg"),
+    ),
+    *claim_rows(
+        "DEG-1",
+        "DeGLA Tab. 3-4",
+        "hard-negative fine-tuning raises compositional accuracy",
+        [("negclip", "clip")],
+        ["comp_acc"],
+        differs=_FINETUNING,
+    ),
+    *claim_rows(
+        "DEG-1",
+        "DeGLA Tab. 3-4",
+        "hard-negative fine-tuning raises compositional accuracy",
+        [("degla", "clip")],
+        ["comp_acc"],
+        differs=_FINETUNING + _DEGLA_TERMS,
+    ),
+    *claim_rows(
+        "DEG-1",
+        "DeGLA Tab. 3-4",
+        "hard-negative fine-tuning raises compositional accuracy",
+        [("negclip", "clip-ft")],
+        ["comp_acc"],
+        differs=HARD_NEGATIVES,
+        note="against CLIP fine-tuned as long on the same data without negatives",
+    ),
+    *claim_rows(
+        "DEG-1",
+        "DeGLA Tab. 3-4",
+        "hard-negative fine-tuning raises compositional accuracy",
+        [("degla", "clip-ft")],
+        ["comp_acc"],
+        differs=HARD_NEGATIVES + _DEGLA_TERMS,
+        note="against CLIP fine-tuned as long on the same data without negatives",
+    ),
+    *claim_rows(
+        "DEG-2",
+        "DeGLA Tab. 7",
+        "DeGLA forgets less general ability than plain hard-negative fine-tuning",
+        [("degla", "degla-base")],
+        ["zs_acc/general"],
+        differs=_DEGLA_TERMS[2:],
+    ),
+    *claim_rows(
+        "DEG-3",
+        "DeGLA Tab. 7",
+        "self-distillation is what preserves zero-shot ability",
+        [("degla", "degla-no-distill")],
+        ["zs_acc/general"],
+        differs=("weights.distill",),
+    ),
+    *claim_rows(
+        "DEG-4",
+        "DeGLA critique",
+        "gains concentrate on order/swap types, not relation/attribute replacement",
+        [("degla", "clip")],
+        ["comp_acc/swap_minus_replace"],
+        differs=_FINETUNING + _DEGLA_TERMS,
+    ),
+    *claim_rows(
+        "READ-1",
+        "READ ablation",
+        "reconstruction and alignment are complementary",
+        [("read", "read-recon-only")],
+        ["comp_acc"],
+        differs=("weights.align",),
+    ),
+    *claim_rows(
+        "READ-1",
+        "READ ablation",
+        "reconstruction and alignment are complementary",
+        [("read", "read-align-only")],
+        ["comp_acc"],
+        differs=("weights.recon",),
+    ),
+    *claim_rows(
+        "READ-1",
+        "READ ablation",
+        "reconstruction and alignment are complementary",
+        [("read", "read-base")],
+        ["comp_acc"],
+        differs=("weights.align", "weights.recon"),
+    ),
+    *claim_rows(
+        "READ-2",
+        "READ §5",
+        "alignment improves paraphrase consistency",
+        [("read-align-only", "read-base")],
+        ["tot_acc"],
+        differs=("weights.align",),
+    ),
+    *claim_rows(
+        "READ-3",
+        "READ §5.3",
+        "reconstructing an alternative caption beats reconstructing the input",
+        [("read", "read-recon-self")],
+        ["tot_acc"],
+        differs=("recon_target",),
+    ),
+    *claim_rows(
+        "GEN-1",
+        "workbench",
+        "compositional fine-tuning in hyperbolic space keeps the hierarchy",
+        [("argent+degla", "degla"), ("argent+read", "read")],
+        ["pep_auc"],
+        differs=HYPERBOLIC,
+    ),
+    *claim_rows(
+        "GEN-1",
+        "workbench",
+        "compositional fine-tuning in hyperbolic space keeps the hierarchy",
+        [("argent+degla", "degla"), ("argent+read", "read")],
+        ["comp_acc"],
+        "no_worse",
+        differs=HYPERBOLIC,
+    ),
 )
 
 # %% ../../nbs/ledger/02_claims.ipynb #7f96f11c
 def unfair_claims(claims: list[Claim] | None = None) -> list[tuple[Claim, set]]:
-    "Claim rows whose recipes differ in anything but their declared `differs_in` (or not in all of it): (claim, actual)."
+    """Claim rows whose recipes differ in anything but their declared `differs_in` (or not in all of it): (claim,
+    actual)."""
     return [(c, d) for c in (CLAIMS if claims is None else claims) if (d := recipe_diff(c.a, c.b)) != set(c.differs_in)]
 
 # %% ../../nbs/ledger/02_claims.ipynb #aa1fcb32
@@ -179,6 +406,7 @@ SUMMARY_METRICS = ("zs_acc/test-iid", "zs_acc/general", "i2t_R@5", "comp_acc", "
 # the interval half-widths the design aims at (issue targets): the metric family -> half-width
 HALF_WIDTH_TARGETS = {"comp_acc": 0.02, "tot_acc": 0.02, "pep_auc": 0.02, "pep_ap": 0.02, "zs_acc": 0.03}
 
+
 def _target(metric: str) -> float | None:
     head = metric.split("/")[0]
     return HALF_WIDTH_TARGETS.get(metric, HALF_WIDTH_TARGETS.get(head))
@@ -188,7 +416,8 @@ def deciding_budget(claim: Claim) -> str:
     "The smallest budget that runs both recipes of `claim` with the seeds the power targets need (5)."
     for name in ("standard", "full"):
         b = BUDGETS[name]
-        if {claim.a, claim.b} <= set(plan_runs(list(b.recipes))) and b.seeds >= 5: return name
+        if {claim.a, claim.b} <= set(plan_runs(list(b.recipes))) and b.seeds >= 5:
+            return name
     return "none"
 
 # %% ../../nbs/ledger/02_claims.ipynb #247d381e
@@ -197,9 +426,12 @@ def _boot_replicates(items: dict, runs: list, metric: str, W: dict) -> np.ndarra
     reps = []
     for key in runs:
         its = items.get(key)
-        if its is None: return None
-        try: reps.append(bootstrap_replicates(metric, its, W))
-        except KeyError: return None
+        if its is None:
+            return None
+        try:
+            reps.append(bootstrap_replicates(metric, its, W))
+        except KeyError:
+            return None
     return np.stack(reps)
 
 # %% ../../nbs/ledger/02_claims.ipynb #693c93e3
@@ -208,60 +440,131 @@ def _boot_interval(c: Claim, seeds: list, items: dict, W: dict, cache: dict) -> 
     reps = []
     for arm in (c.a, c.b):
         key = (arm, c.metric, tuple(seeds))
-        if key not in cache: cache[key] = _boot_replicates(items, [(arm, s) for s in seeds], c.metric, W)
+        if key not in cache:
+            cache[key] = _boot_replicates(items, [(arm, s) for s in seeds], c.metric, W)
         reps.append(cache[key])
-    if reps[0] is None or reps[1] is None: return np.nan, np.nan
+    if reps[0] is None or reps[1] is None:
+        return np.nan, np.nan
     diff = np.nanmean(reps[0] - reps[1], axis=0)
     return tuple(float(x) for x in np.nanpercentile(diff, [2.5, 97.5]))
 
 # %% ../../nbs/ledger/02_claims.ipynb #c3bcc6cf
-_NOT_RUN = dict(mean_a=np.nan, mean_b=np.nan, effect=np.nan, ci_low=np.nan, ci_high=np.nan, level=np.nan, n=0,
-                seeds_available=0, seed_sd=np.nan, seed_half_width=np.nan, mde=np.nan, boot_low=np.nan, boot_high=np.nan,
-                boot_half_width=np.nan, verdict="not run", rule="", look=0, stopped="", fixed_verdict="not run",
-                first_look_fixed_verdict="not run", loso_kept=0, fragile=None, skewness=np.nan, shapiro_p=np.nan,
-                t_verdict="not run", t_n=0, t_low=np.nan, t_high=np.nan, rules_agree=None, history=[])
+_NOT_RUN = dict(
+    mean_a=np.nan,
+    mean_b=np.nan,
+    effect=np.nan,
+    ci_low=np.nan,
+    ci_high=np.nan,
+    level=np.nan,
+    n=0,
+    seeds_available=0,
+    seed_sd=np.nan,
+    seed_half_width=np.nan,
+    mde=np.nan,
+    boot_low=np.nan,
+    boot_high=np.nan,
+    boot_half_width=np.nan,
+    verdict="not run",
+    rule="",
+    look=0,
+    stopped="",
+    fixed_verdict="not run",
+    first_look_fixed_verdict="not run",
+    loso_kept=0,
+    fragile=None,
+    skewness=np.nan,
+    shapiro_p=np.nan,
+    t_verdict="not run",
+    t_n=0,
+    t_low=np.nan,
+    t_high=np.nan,
+    rules_agree=None,
+    history=[],
+)
 
-def _claim_row(c: Claim, wide: pd.DataFrame, items: dict | None, W: dict | None, cache: dict,
-               plan: SequentialPlan | None = None) -> dict:
+
+def _claim_row(
+    c: Claim, wide: pd.DataFrame, items: dict | None, W: dict | None, cache: dict, plan: SequentialPlan | None = None
+) -> dict:
     """The ledger row of claim row `c` from `wide` (index (metric, seed), one column per recipe). Without `plan`: one
     95% interval over every seed both arms have (`n`); with it: `sequential_verdict` at the plan's looks, the row
     using the seeds up to its deciding (or last) look. Either way by the plan's interval (the skew-guarded t-interval
-    unless the plan says 't'), `loso_kept` of the `n` leave-one-seed-out intervals (same level, rule and allowance) keep the
+    unless the plan says 't'), `loso_kept` of the `n` leave-one-seed-out intervals (same level, rule and allowance) keep
+    the
     verdict, and `fragile` says whether a single seed overturns it. Diagnostics of the differences over every seed both
     arms have: `skewness` (G1), `shapiro_p` (Shapiro–Wilk), and what the plain t-rule says of the same seeds under the
     same plan (`t_verdict` over `t_n` seeds, `[t_low, t_high]`; `rules_agree`)."""
-    base = dict(id=c.id, source=c.source, claim=c.text, a=c.a, b=c.b, metric=c.metric, direction=c.direction,
-                differs_in=", ".join(c.differs_in), note=c.note, target_half_width=_target(c.metric),
-                decided_by=deciding_budget(c))
+    base = dict(
+        id=c.id,
+        source=c.source,
+        claim=c.text,
+        a=c.a,
+        b=c.b,
+        metric=c.metric,
+        direction=c.direction,
+        differs_in=", ".join(c.differs_in),
+        note=c.note,
+        target_half_width=_target(c.metric),
+        decided_by=deciding_budget(c),
+    )
     if c.metric not in wide.index.get_level_values(0) or c.a not in wide.columns or c.b not in wide.columns:
         return {**base, **_NOT_RUN}
-    both = wide.loc[c.metric][[c.a, c.b]].dropna().sort_index()       # the seeds both arms have, in seed order
+    both = wide.loc[c.metric][[c.a, c.b]].dropna().sort_index()  # the seeds both arms have, in seed order
     diffs = (both[c.a] - both[c.b]).to_numpy()
     # no plan: one 95% interval over every seed (a plan with a single look at all of them)
     rule = plan or SequentialPlan((max(len(diffs), 1),))
     seq = sequential_verdict(diffs, rule, c.direction, c.margin)
-    w, level = both.iloc[:seq["n"]], (seq["level"] if plan else 0.95)   # the seeds the verdict used
-    d = diffs[:seq["n"]]
+    w, level = both.iloc[: seq["n"]], (seq["level"] if plan else 0.95)  # the seeds the verdict used
+    d = diffs[: seq["n"]]
     sd = float(np.std(d, ddof=1)) if len(d) > 1 else float("nan")
     boot_low, boot_high = _boot_interval(c, list(w.index), items, W, cache) if W is not None else (np.nan, np.nan)
-    left_out = fragility(d, c.direction, c.margin, level if np.isfinite(level) else 0.95, rule.interval, seq["allowance"])
+    left_out = fragility(
+        d, c.direction, c.margin, level if np.isfinite(level) else 0.95, rule.interval, seq["allowance"]
+    )
     last = plan is None or seq["n"] >= plan.looks[-1]
-    return {**base, "mean_a": float(w[c.a].mean()) if len(w) else np.nan, "mean_b": float(w[c.b].mean()) if len(w) else np.nan,
-            "effect": seq["effect"], "ci_low": seq["low"], "ci_high": seq["high"], "level": level, "n": len(d),
-            "seeds_available": len(diffs), "seed_sd": sd, "seed_half_width": t_half_width(sd, len(d)),
-            "mde": min_detectable_effect(sd, len(d)), "boot_low": boot_low, "boot_high": boot_high, "boot_half_width": (boot_high - boot_low) / 2,
-            "verdict": seq["verdict"], "rule": rule.rule,
-            "look": seq["look"], "stopped": "decided" if seq["verdict"] != "inconclusive" else "max seeds" if last else "open",
-            "fixed_verdict": seq["fixed_verdict"],
-            "first_look_fixed_verdict": seq["history"][0]["fixed_verdict"] if seq["history"] else seq["fixed_verdict"],
-            "loso_kept": left_out["kept"], "fragile": left_out["fragile"], **normality(diffs),
-            "t_verdict": seq["t_verdict"], "t_n": seq["t_n"], "t_low": seq["t_low"], "t_high": seq["t_high"],
-            "rules_agree": seq["verdict"] == seq["t_verdict"], "history": seq["history"]}
+    return {
+        **base,
+        "mean_a": float(w[c.a].mean()) if len(w) else np.nan,
+        "mean_b": float(w[c.b].mean()) if len(w) else np.nan,
+        "effect": seq["effect"],
+        "ci_low": seq["low"],
+        "ci_high": seq["high"],
+        "level": level,
+        "n": len(d),
+        "seeds_available": len(diffs),
+        "seed_sd": sd,
+        "seed_half_width": t_half_width(sd, len(d)),
+        "mde": min_detectable_effect(sd, len(d)),
+        "boot_low": boot_low,
+        "boot_high": boot_high,
+        "boot_half_width": (boot_high - boot_low) / 2,
+        "verdict": seq["verdict"],
+        "rule": rule.rule,
+        "look": seq["look"],
+        "stopped": "decided" if seq["verdict"] != "inconclusive" else "max seeds" if last else "open",
+        "fixed_verdict": seq["fixed_verdict"],
+        "first_look_fixed_verdict": seq["history"][0]["fixed_verdict"] if seq["history"] else seq["fixed_verdict"],
+        "loso_kept": left_out["kept"],
+        "fragile": left_out["fragile"],
+        **normality(diffs),
+        "t_verdict": seq["t_verdict"],
+        "t_n": seq["t_n"],
+        "t_low": seq["t_low"],
+        "t_high": seq["t_high"],
+        "rules_agree": seq["verdict"] == seq["t_verdict"],
+        "history": seq["history"],
+    }
 
 # %% ../../nbs/ledger/02_claims.ipynb #e1b70663
-def evaluate_claims(results: pd.DataFrame, claims: list[Claim] | None = None, items: dict | None = None,
-                    n_boot: int = 1000, seed: int = 0, plan: SequentialPlan | None = None,
-                    scenes: Mapping[str, int] | None = None) -> pd.DataFrame:
+def evaluate_claims(
+    results: pd.DataFrame,
+    claims: list[Claim] | None = None,
+    items: dict | None = None,
+    n_boot: int = 1000,
+    seed: int = 0,
+    plan: SequentialPlan | None = None,
+    scenes: Mapping[str, int] | None = None,
+) -> pd.DataFrame:
     """The ledger: one row per claim row. `results` has columns recipe, seed, metric, value. Per row: effect A−B paired
     by seed with its 95% t-interval (training-seed variance), the minimum detectable effect at that seed count, and —
     when `items[(recipe, seed)]` holds the per-item records — a paired evaluation bootstrap over scenes (evaluation-
@@ -289,24 +592,36 @@ def power_table(ledger: pd.DataFrame) -> pd.DataFrame:
     """Per metric family: median seed and bootstrap half-widths and MDE over the ledger's rows, beside the target, and
     `seeds_needed`: the seeds at which the median row's seed sd would give the target half-width."""
     ledger_rows = ledger[ledger.verdict != "not run"].copy()
-    if ledger_rows.empty: return pd.DataFrame(columns=["rows", "seed_half_width", "boot_half_width", "mde", "target", "met",
-                                               "seeds_needed"])
+    if ledger_rows.empty:
+        return pd.DataFrame(
+            columns=["rows", "seed_half_width", "boot_half_width", "mde", "target", "met", "seeds_needed"]
+        )
     ledger_rows["family"] = [m if m in HALF_WIDTH_TARGETS else m.split("/")[0] for m in ledger_rows.metric]
     g = ledger_rows.groupby("family")
-    out = pd.DataFrame({"rows": g.size(), "seed_half_width": g.seed_half_width.median(),
-                        "boot_half_width": g.boot_half_width.median(), "mde": g.mde.median()})
+    out = pd.DataFrame(
+        {
+            "rows": g.size(),
+            "seed_half_width": g.seed_half_width.median(),
+            "boot_half_width": g.boot_half_width.median(),
+            "mde": g.mde.median(),
+        }
+    )
     out["target"] = [_target(f) for f in out.index]
     # a family without a target (NaN once in the column) is neither met nor missed
-    out["met"] = [bool(np.isfinite(h) and h <= t) if pd.notna(t) else None for h, t in zip(out.seed_half_width, out.target)]
+    out["met"] = [
+        bool(np.isfinite(h) and h <= t) if pd.notna(t) else None for h, t in zip(out.seed_half_width, out.target)
+    ]
     sd = g.seed_sd.median() if "seed_sd" in ledger_rows else pd.Series(np.nan, index=out.index)
     out["seeds_needed"] = [seeds_for_half_width(s, t) if pd.notna(t) else np.nan for s, t in zip(sd, out.target)]
     return out
 
 # %% ../../nbs/ledger/02_claims.ipynb #97a9a006
-def claims_ledger(runs: list[dict], items: Mapping, budget: Budget, plan: SequentialPlan | None = None,
-                  still_open: str = "open") -> tuple[pd.DataFrame, pd.DataFrame]:
+def claims_ledger(
+    runs: list[dict], items: Mapping, budget: Budget, plan: SequentialPlan | None = None, still_open: str = "open"
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The result rows and the claims ledger of finished `runs` (their rows) and `items` (`{(recipe, seed): per-item
-    records}`): what `compare_outputs` writes, and what `hierbench.ledger.records` recomputes from a ledger's records alone."""
+    records}`): what `compare_outputs` writes, and what `hierbench.ledger.records` recomputes from a ledger's records
+    alone."""
     results = pd.DataFrame(results_rows(runs))
     ledger = evaluate_claims(results, items=items, n_boot=budget.n_boot, plan=plan, scenes=eval_scene_counts(budget))
     ledger.loc[ledger.stopped == "open", "stopped"] = still_open
@@ -315,11 +630,20 @@ def claims_ledger(runs: list[dict], items: Mapping, budget: Budget, plan: Sequen
 # %% ../../nbs/ledger/02_claims.ipynb #655eb25f
 def claims_document(meta: dict, ledger: pd.DataFrame) -> dict:
     "What claims.json holds: how the runs were made (`meta`), the ledger's rows and its power table; JSON-safe."
-    return json_safe(dict(meta=meta, claims=ledger.to_dict("records"), power=power_table(ledger).reset_index().to_dict("records")))
+    return json_safe(
+        dict(meta=meta, claims=ledger.to_dict("records"), power=power_table(ledger).reset_index().to_dict("records"))
+    )
 
 # %% ../../nbs/ledger/02_claims.ipynb #9453780c
-def variance_components(ledger: pd.DataFrame, results: pd.DataFrame, items: Mapping, scenes: Mapping[str, int],
-                        n_boot: int = 1000, seed: int = 0, level: float = 0.95) -> pd.DataFrame:
+def variance_components(
+    ledger: pd.DataFrame,
+    results: pd.DataFrame,
+    items: Mapping,
+    scenes: Mapping[str, int],
+    n_boot: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> pd.DataFrame:
     """Per claim row, over the `n` seeds it read: the seed variance of the paired effect (`seed_var`) split into its
     evaluation part (`eval_in_seed`: each seed's effect measured on finite scenes) and its training part (`train`, the
     rest); `eval_shared`, the evaluation noise common to all seeds, which no seed count removes; the seed interval's
@@ -332,15 +656,27 @@ def variance_components(ledger: pd.DataFrame, results: pd.DataFrame, items: Mapp
         both = wide.loc[c.metric][[c.a, c.b]].dropna().sort_index().iloc[: int(c.n)]
         d, n = (both[c.a] - both[c.b]).to_numpy(), len(both)
         ra, rb = (_boot_replicates(items, [(arm, s) for s in both.index], c.metric, W) for arm in (c.a, c.b))
-        if ra is None or rb is None: continue
-        D = ra - rb                                             # (seeds, replicates): each seed's effect, resampled
+        if ra is None or rb is None:
+            continue
+        D = ra - rb  # (seeds, replicates): each seed's effect, resampled
         within, of_mean = np.nanmean(np.nanvar(D, axis=1, ddof=1)), np.nanvar(np.nanmean(D, axis=0), ddof=1)
-        in_seed = max(0.0, (within - of_mean) * n / (n - 1))   # D = effect + shared + seed-specific evaluation noise
+        in_seed = max(0.0, (within - of_mean) * n / (n - 1))  # D = effect + shared + seed-specific evaluation noise
         seed_var = float(np.var(d, ddof=1))
         train = max(0.0, seed_var - in_seed)
-        out.append(dict(id=c.id, a=c.a, b=c.b, metric=c.metric, n=n, seed_var=seed_var, train=train, eval_in_seed=in_seed,
-                        eval_share=in_seed / seed_var if seed_var > 0 else np.nan,
-                        eval_shared=max(0.0, of_mean - in_seed / n),
-                        half_width=t_half_width(np.sqrt(seed_var), n, level),
-                        half_width_no_eval=t_half_width(np.sqrt(train), n, level)))
+        out.append(
+            dict(
+                id=c.id,
+                a=c.a,
+                b=c.b,
+                metric=c.metric,
+                n=n,
+                seed_var=seed_var,
+                train=train,
+                eval_in_seed=in_seed,
+                eval_share=in_seed / seed_var if seed_var > 0 else np.nan,
+                eval_shared=max(0.0, of_mean - in_seed / n),
+                half_width=t_half_width(np.sqrt(seed_var), n, level),
+                half_width_no_eval=t_half_width(np.sqrt(train), n, level),
+            )
+        )
     return pd.DataFrame(out)

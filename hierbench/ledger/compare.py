@@ -1,4 +1,6 @@
-"""`hierbench compare` trains the papers' recipes on the built-in world, evaluates them, re-tests the papers' claims with seed and evaluation intervals and the smallest effect the design can detect, and writes a report.
+"""`hierbench compare` trains the papers' recipes on the built-in world, evaluates them, re-tests the
+papers' claims with seed and evaluation intervals and the smallest effect the design can detect,
+and writes a report.
 
 Docs: https://hierbench.github.io/hierbench/ledger/compare.html.md"""
 
@@ -6,22 +8,44 @@ Docs: https://hierbench.github.io/hierbench/ledger/compare.html.md"""
 
 # %% ../../nbs/ledger/09_compare.ipynb #ca21d6b4
 from __future__ import annotations
-import contextlib, dataclasses, functools, html, inspect, json, math, resource, shutil, time, warnings
+import contextlib
+import dataclasses
+import functools
+import inspect
+import json
+import math
+import resource
+import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
-import numpy as np, pandas as pd
-import plotly, torch
-from .budgets import BUDGETS, Budget, eval_scene_counts, plan_runs
-from .claims import (claims_document, claims_ledger, evaluate_claims, plugins_used, power_table,
-                              recipes_to_extend)
-from ..config import (FolderLock, MissingFileError, SettingsError, atomic_write, atomic_write_text,
-                              load_settings, run_once, sweep_temporary_files)
+import pandas as pd
+import torch
+from .budgets import BUDGETS, Budget, eval_scene_counts, plan_runs  # noqa: F401 (re-exported here)
+from hierbench.ledger.claims import (
+    claims_document,
+    claims_ledger,
+    evaluate_claims,
+    plugins_used,
+    power_table,
+    recipes_to_extend,
+)
+from hierbench.config import (
+    FolderLock,
+    MissingFileError,
+    SettingsError,
+    atomic_write,
+    atomic_write_text,
+    load_settings,
+    run_once,  # noqa: F401 (re-exported here)
+    sweep_temporary_files,
+)
 from ..models.decoder import CaptionDecoder, load_or_pretrain_decoder
 from ..evaluation.world_eval import evaluate_world_split, pep_angle_summary, world_eval_data
 from ..recipes.recipe_run import Validation
 from ..models.family import load_model, save_model
-from ..plugins import load_plugins, loaded_plugins, require_plugins
+from ..plugins import load_plugins, require_plugins
 from .launchers import LaunchOptions, default_launcher, make_launcher
 from .run_graph import DECODER_TASK, task_graph, task_runs
 from ..recipes.registry import get_recipe
@@ -30,15 +54,54 @@ from ..data.sources import WorldData, WorldDataset, world_captions
 from ..training.metrics_log import read_metrics
 from ..training.trainer import Preempted, plateau_step
 from ..world.scenes import build_split
-from .records import (RunPlan, finished_runs, read_plan, read_records, report_only_meta, restore_records,
-                                     trained_elsewhere)
+from hierbench.ledger.records import (
+    RunPlan,
+    finished_runs,
+    read_plan,
+    read_records,
+    report_only_meta,
+    restore_records,
+    trained_elsewhere,
+)
 from .reproduction import reproduction_check
 from .progress import CompareProgress, duration, prior_decoder_seconds
 from ..stats import SequentialPlan, look_schedule
 from ..recipes.seed_batch import train_seeds
-# a run's folder, its fingerprint and reuse check, per-item records and result rows (re-exported: `compare.run_dir`, ...)
-from .run_folder import (RunRow, file_sha256, finished_run, json_safe, load_items, results_rows, run_dir,
-                                  run_fingerprint, save_items, settings_hash)
+
+# a run's folder, its fingerprint and reuse check, per-item records and result rows (re-exported: `compare.run_dir`,
+# ...)
+from hierbench.ledger.run_folder import (
+    RunRow,
+    file_sha256,
+    finished_run,
+    json_safe,
+    load_items,
+    results_rows,
+    run_dir,
+    run_fingerprint,
+    save_items,
+    settings_hash,
+)
+
+# %% auto #0
+__all__ = [
+    "FIRST_LOOK",
+    "SEEDS_PER_PROCESS",
+    "read_decoder",
+    "build_eval_data",
+    "evaluate_run",
+    "run_recipe_seeds",
+    "run_recipe",
+    "parent_cache",
+    "retrain_recorded",
+    "compare_outputs",
+    "main_job_dir",
+    "CompareOptions",
+    "compare_options",
+    "run_compare",
+    "rebuild_report",
+    "launch_compare",
+]
 
 # %% auto #0
 __all__ = ['FIRST_LOOK', 'SEEDS_PER_PROCESS', 'read_decoder', 'build_eval_data', 'evaluate_run', 'run_recipe_seeds', 'run_recipe',
@@ -47,15 +110,18 @@ __all__ = ['FIRST_LOOK', 'SEEDS_PER_PROCESS', 'read_decoder', 'build_eval_data',
 
 # %% ../../nbs/ledger/09_compare.ipynb #13eb1a27
 def read_decoder(out: str | Path, budget: Budget, quiet: bool = True) -> CaptionDecoder:
-    "READ's frozen decoder for this compare run: `out/decoder.safetensors`, or pre-trained on the world's captions once."
+    """READ's frozen decoder for this compare run: `out/decoder.safetensors`, or pre-trained on the world's captions
+    once."""
     captions = world_captions(WorldDataset("train", n=min(budget.n_train, 2000)))
     return load_or_pretrain_decoder(Path(out) / "decoder.safetensors", captions, steps=budget.decoder_steps, seed=0)
 
 # %% ../../nbs/ledger/09_compare.ipynb #b5cd535d
 def build_eval_data(budget: Budget) -> dict:
     "The evaluation scenes of every split, built once (world seed 0; training never sees these splits)."
-    return {split: world_eval_data(split, budget.n_test, seed=0, pep_pool=budget.pep_pool if split == "test-iid" else 0)
-            for split in ("test-iid", "test-comp", "general")}
+    return {
+        split: world_eval_data(split, budget.n_test, seed=0, pep_pool=budget.pep_pool if split == "test-iid" else 0)
+        for split in ("test-iid", "test-comp", "general")
+    }
 
 # %% ../../nbs/ledger/09_compare.ipynb #40d3d3a5
 def evaluate_run(model, eval_data: dict, items: dict | None = None) -> dict[str, float]:
@@ -65,13 +131,18 @@ def evaluate_run(model, eval_data: dict, items: dict | None = None) -> dict[str,
     for split, data in eval_data.items():
         its = {} if items is not None else None
         out.update(evaluate_world_split(model, data, full=split == "test-iid", items=its))
-        if items is not None: items[split] = its
+        if items is not None:
+            items[split] = its
     return out
 
 # %% ../../nbs/ledger/09_compare.ipynb #2bd60db4
 class _Snapshots:
-    "Callback: save the model (hierbench.models.family.save_model) at the given steps, for the training-length analysis."
-    def __init__(self, folder: Path, steps: set[int]): self.folder, self.steps = Path(folder), set(steps)
+    """Callback: save the model (hierbench.models.family.save_model) at the given steps, for the training-length
+    analysis."""
+
+    def __init__(self, folder: Path, steps: set[int]):
+        self.folder, self.steps = Path(folder), set(steps)
+
     def __call__(self, event, state):
         if event == "step_end" and state["step"] in self.steps:
             save_model(state["model"], self.folder / f"step-{state['step']:06d}.safetensors")
@@ -80,36 +151,61 @@ class _Snapshots:
 def _stage_summary(run_dir: Path, steps: int) -> dict:
     "A fine-tune's validation terms at its start and end, and the plateau step of its hard-negative objective."
     val = [m for m in read_metrics(run_dir) if any(k.startswith("val_") for k in m)]
-    if not val: return {}
+    if not val:
+        return {}
     pick = lambda m: {k[4:]: float(v) for k, v in m.items() if k.startswith("val_")}
     curve = [(m["step"], m["val_contrastive"]) for m in val if "val_contrastive" in m]
     plateau = plateau_step(*zip(*curve)) if len(curve) > 2 else None
-    return dict(start=pick(val[0]), end=pick(val[-1]), start_step=val[0]["step"], end_step=val[-1]["step"],
-                plateau=plateau, budget=steps, curve=curve)
+    return dict(
+        start=pick(val[0]),
+        end=pick(val[-1]),
+        start_step=val[0]["step"],
+        end_step=val[-1]["step"],
+        plateau=plateau,
+        budget=steps,
+        curve=curve,
+    )
 
 # %% ../../nbs/ledger/09_compare.ipynb #fd4a35a4
 def _train_runs(recipe, seeds: list[int], budget: Budget, out: Path, decoder=None, quiet: bool = True) -> float:
-    """Train `recipe` for `seeds` into `out/runs/RECIPE/seed<k>` with the budget's settings, side by side in this process
+    """Train `recipe` for `seeds` into `out/runs/RECIPE/seed<k>` with the budget's settings, side by side in this
+    process
     (`seed_batch.train_seeds`; partial runs resume); returns the training seconds of the whole group."""
     finetune = recipe.stage == "finetune"
     steps = budget.finetune_steps if finetune else budget.pretrain_steps
     inits = {s: run_dir(out, recipe.init_from, s) for s in seeds} if finetune else None
     for s, init in (inits or {}).items():
         if not (init / "model.safetensors").exists():
-            raise MissingFileError(f"{recipe.name} fine-tunes {recipe.init_from}, but {init / 'model.safetensors'} is "
-                                    "missing: train the parent first (plan_runs orders them)")
+            raise MissingFileError(
+                f"{recipe.name} fine-tunes {recipe.init_from}, but {init / 'model.safetensors'} is "
+                "missing: train the parent first (plan_runs orders them)"
+            )
     snaps = {max(1, round(f * steps)) for f in budget.snapshots} if not finetune else set()
     snapshots = lambda s: [_Snapshots(run_dir(out, recipe.name, s) / "snapshots", snaps)] if snaps else []
     t0 = time.perf_counter()
-    results = train_seeds(recipe, Path(out) / "runs" / recipe.name, seeds, WorldData(n_train=budget.n_train),
-                          arch=budget.arch, steps=steps, init_checkpoint=inits,
-                          batch_size=budget.finetune_batch_size if finetune else budget.batch_size,
-                          decoder=decoder, resume=True, quiet=quiet, precision=budget.precision, report_to=budget.report_to,
-                          validation=Validation(every=budget.validate_every) if finetune else None,
-                          log_every=math.gcd(10, budget.validate_every), callbacks=snapshots)
+    results = train_seeds(
+        recipe,
+        Path(out) / "runs" / recipe.name,
+        seeds,
+        WorldData(n_train=budget.n_train),
+        arch=budget.arch,
+        steps=steps,
+        init_checkpoint=inits,
+        batch_size=budget.finetune_batch_size if finetune else budget.batch_size,
+        decoder=decoder,
+        resume=True,
+        quiet=quiet,
+        precision=budget.precision,
+        report_to=budget.report_to,
+        validation=Validation(every=budget.validate_every) if finetune else None,
+        log_every=math.gcd(10, budget.validate_every),
+        callbacks=snapshots,
+    )
     for res in results:
-        if res.preempted: raise Preempted(res.preempted, res.run_dir)   # a launcher that can requeue resumes it
-        if res.weights_path is None: raise RuntimeError(f"{res.run_dir}: training ended without final weights")
+        if res.preempted:
+            raise Preempted(res.preempted, res.run_dir)  # a launcher that can requeue resumes it
+        if res.weights_path is None:
+            raise RuntimeError(f"{res.run_dir}: training ended without final weights")
     return time.perf_counter() - t0
 
 # %% ../../nbs/ledger/09_compare.ipynb #d0b32e94
@@ -134,19 +230,33 @@ def _record_run(name: str, recipe, seed: int, budget: Budget, folder: Path, eval
     save_items(folder / "items.npz", items)
     config = json.loads((folder / "config.json").read_text())
     batch = config["batch_size"]
-    row = RunRow(recipe=name, seed=seed, budget_name=budget.name, run_key=budget.run_key(), steps=steps,
-                 batch_size=batch, seed_group=config.get("seed_group", [seed]), train_seconds=train_s,
-                 eval_seconds=time.perf_counter() - t1, samples_per_second=steps * batch / max(train_s, 1e-9),
-                 final_loss=float([m for m in read_metrics(folder) if "loss" in m][-1]["loss"]),
-                 metrics=metrics, weights_sha256=file_sha256(weights), run_fingerprint=run_fingerprint(recipe),
-                 plugins=plugins_used([name]) or None)   # the files (and their hashes) its recipe and terms came from
-    if finetune: row.stage = _stage_summary(folder, steps)
-    else: row.pep_analysis = _pep_analysis(folder, steps, items, eval_data)
+    row = RunRow(
+        recipe=name,
+        seed=seed,
+        budget_name=budget.name,
+        run_key=budget.run_key(),
+        steps=steps,
+        batch_size=batch,
+        seed_group=config.get("seed_group", [seed]),
+        train_seconds=train_s,
+        eval_seconds=time.perf_counter() - t1,
+        samples_per_second=steps * batch / max(train_s, 1e-9),
+        final_loss=float([m for m in read_metrics(folder) if "loss" in m][-1]["loss"]),
+        metrics=metrics,
+        weights_sha256=file_sha256(weights),
+        run_fingerprint=run_fingerprint(recipe),
+        plugins=plugins_used([name]) or None,
+    )  # the files (and their hashes) its recipe and terms came from
+    if finetune:
+        row.stage = _stage_summary(folder, steps)
+    else:
+        row.pep_analysis = _pep_analysis(folder, steps, items, eval_data)
     return row.write(folder)
 
 # %% ../../nbs/ledger/09_compare.ipynb #0d4b2695
-def run_recipe_seeds(name: str, seeds: list[int], budget: Budget, out: str | Path, eval_data: dict, decoder=None,
-                     quiet: bool = True) -> list[dict]:
+def run_recipe_seeds(
+    name: str, seeds: list[int], budget: Budget, out: str | Path, eval_data: dict, decoder=None, quiet: bool = True
+) -> list[dict]:
     """Train (or reuse) recipe `name` for `seeds` and evaluate each; returns one row per seed, in order ({metrics,
     train_seconds, samples_per_second, stage (fine-tunes), pep_analysis (pre-training, at the snapshots too), ...}).
     A finished run is reused only when its recorded run key (the budget fields its numbers depend on) and weights hash
@@ -155,25 +265,39 @@ def run_recipe_seeds(name: str, seeds: list[int], budget: Budget, out: str | Pat
     recipe, rows = get_recipe(name), {s: finished_run(name, s, budget, out) for s in seeds}
     todo = [s for s in seeds if rows[s] is None]
     # weights whose eval.json does not belong to them (edited, or left from another run): evaluate them again
-    stale = {s: RunRow.read(run_dir(out, name, s)).train_seconds or float("nan")
-             for s in todo if (run_dir(out, name, s) / "eval.json").exists() and (run_dir(out, name, s) / "model.safetensors").exists()}
+    stale = {
+        s: RunRow.read(run_dir(out, name, s)).train_seconds or float("nan")
+        for s in todo
+        if (run_dir(out, name, s) / "eval.json").exists() and (run_dir(out, name, s) / "model.safetensors").exists()
+    }
     train = [s for s in todo if s not in stale]
     share = _train_runs(recipe, train, budget, Path(out), decoder, quiet) / len(train) if train else 0.0
-    for s in todo: rows[s] = _record_run(name, recipe, s, budget, run_dir(out, name, s), eval_data, stale.get(s, share))
+    for s in todo:
+        rows[s] = _record_run(name, recipe, s, budget, run_dir(out, name, s), eval_data, stale.get(s, share))
     return [rows[s] for s in seeds]
 
-def run_recipe(name: str, seed: int, budget: Budget, out: str | Path, eval_data: dict, decoder=None,
-               quiet: bool = True) -> dict:
+
+def run_recipe(
+    name: str, seed: int, budget: Budget, out: str | Path, eval_data: dict, decoder=None, quiet: bool = True
+) -> dict:
     "`run_recipe_seeds` for one seed: its row."
     return run_recipe_seeds(name, [seed], budget, out, eval_data, decoder, quiet)[0]
 
 # %% ../../nbs/ledger/09_compare.ipynb #3ebb0c84
 def parent_cache(row: Mapping) -> Path:
-    "Where this machine keeps weights it retrained for recorded run `row` (its settings hash and seed): reused by any compare."
-    return load_settings().cache_dir / "retrained" / settings_hash(row["run_key"], row["run_fingerprint"])[:24] / f"seed{row['seed']}"
+    """Where this machine keeps weights it retrained for recorded run `row` (its settings hash and seed): reused by any
+    compare."""
+    return (
+        load_settings().cache_dir
+        / "retrained"
+        / settings_hash(row["run_key"], row["run_fingerprint"])[:24]
+        / f"seed{row['seed']}"
+    )
 
-def retrain_recorded(name: str, seeds: list[int], budget: Budget, out: str | Path, eval_data: dict,
-                     quiet: bool = True) -> list[int]:
+
+def retrain_recorded(
+    name: str, seeds: list[int], budget: Budget, out: str | Path, eval_data: dict, quiet: bool = True
+) -> list[int]:
     """Train again the weights of recorded runs `(name, seed)` restored in `out` without them (their eval.json says
     `recorded`), with the budget's settings — or take them from this machine's cache of such runs (`parent_cache`);
     record `retrained` (weights hash, equal to the recorded one or not, seconds, this machine's metrics) in each
@@ -181,32 +305,44 @@ def retrain_recorded(name: str, seeds: list[int], budget: Budget, out: str | Pat
     todo = [s for s in seeds if not (run_dir(out, name, s) / "model.safetensors").exists()]
     rows = {s: RunRow.read(run_dir(out, name, s)).as_dict() for s in todo}
     cached = [s for s in todo if (parent_cache(rows[s]) / "retrained.json").is_file()]
-    for s in cached:   # a parent another compare of this machine retrained: its bits, its measurements
+    for s in cached:  # a parent another compare of this machine retrained: its bits, its measurements
         shutil.copy(parent_cache(rows[s]) / "model.safetensors", run_dir(out, name, s) / "model.safetensors")
-        rows[s]["retrained"] = {**json.loads((parent_cache(rows[s]) / "retrained.json").read_text()), "from_cache": True}
+        rows[s]["retrained"] = {
+            **json.loads((parent_cache(rows[s]) / "retrained.json").read_text()),
+            "from_cache": True,
+        }
         RunRow.from_dict(rows[s]).write(run_dir(out, name, s))
     train = [s for s in todo if s not in cached]
     secs = _train_runs(get_recipe(name), train, budget, Path(out), quiet=quiet) / len(train) if train else 0.0
     for s in train:
         folder, weights = run_dir(out, name, s), run_dir(out, name, s) / "model.safetensors"
         sha = file_sha256(weights)
-        rows[s]["retrained"] = retrained = dict(weights_sha256=sha, same_weights=sha == rows[s].get("weights_sha256"),
-                                                train_seconds=secs, metrics=evaluate_run(load_model(weights), eval_data),
-                                                plugins=plugins_used([name]))
+        rows[s]["retrained"] = retrained = dict(
+            weights_sha256=sha,
+            same_weights=sha == rows[s].get("weights_sha256"),
+            train_seconds=secs,
+            metrics=evaluate_run(load_model(weights), eval_data),
+            plugins=plugins_used([name]),
+        )
         RunRow.from_dict(rows[s]).write(folder)
-        cache = parent_cache(rows[s]); cache.mkdir(parents=True, exist_ok=True)
+        cache = parent_cache(rows[s])
+        cache.mkdir(parents=True, exist_ok=True)
         atomic_write(cache / "model.safetensors", lambda tmp: shutil.copy(weights, tmp))
-        atomic_write_text(cache / "retrained.json", json.dumps(json_safe(retrained), indent=1))   # last: the commit point
+        atomic_write_text(
+            cache / "retrained.json", json.dumps(json_safe(retrained), indent=1)
+        )  # last: the commit point
     return train
 
 # %% ../../nbs/ledger/09_compare.ipynb #f840dfa6
 _EVAL_CACHE: dict = {}
+
 
 @dataclass(frozen=True)
 class _TaskRunner:
     """Run one task `(seeds, recipe)` of a compare run (or `DECODER_TASK`: READ's decoder) in this process; picklable.
     `plugins`: loaded first, in whatever process runs the task (a pool worker, a SLURM job); `retrain`: runs
     `(recipe, seed)` known only from ledger records whose weights a fine-tune of this round needs."""
+
     budget: Budget
     out: str
     quiet: bool = True
@@ -214,30 +350,38 @@ class _TaskRunner:
     retrain: frozenset = frozenset()
 
     def __call__(self, task: tuple) -> list[dict] | dict:
-        load_plugins(self.plugins)   # a no-op where they are loaded already
+        load_plugins(self.plugins)  # a no-op where they are loaded already
         seeds, name = task
         if task == DECODER_TASK:
             read_decoder(Path(self.out), self.budget, self.quiet)
             return {}
-        if self.budget not in _EVAL_CACHE: _EVAL_CACHE[self.budget] = build_eval_data(self.budget)
+        if self.budget not in _EVAL_CACHE:
+            _EVAL_CACHE[self.budget] = build_eval_data(self.budget)
         redo = [s for s in seeds if (name, s) in self.retrain]
         rows = [finished_run(name, s, self.budget, self.out) for s in seeds]
-        if all(r is not None for r in rows) and not redo: return rows
-        decoder = (CaptionDecoder.load(Path(self.out) / "decoder.safetensors").freeze()
-                   if get_recipe(name).needs_decoder else None)
+        if all(r is not None for r in rows) and not redo:
+            return rows
+        decoder = (
+            CaptionDecoder.load(Path(self.out) / "decoder.safetensors").freeze()
+            if get_recipe(name).needs_decoder
+            else None
+        )
         # the runs' own locks: another launcher's job on the same shared folder trains them once; this one then
         # reuses them (sorted: two groups that share a seed take their locks in one order)
         with contextlib.ExitStack() as held:
-            for s in sorted(seeds): held.enter_context(FolderLock(run_dir(self.out, name, s), timeout=None))
-            if redo: retrain_recorded(name, redo, self.budget, self.out, _EVAL_CACHE[self.budget], self.quiet)
-            return run_recipe_seeds(name, list(seeds), self.budget, self.out, _EVAL_CACHE[self.budget],
-                                    decoder=decoder, quiet=self.quiet)   # lines printed by the parent (`hierbench.ledger.progress`)
+            for s in sorted(seeds):
+                held.enter_context(FolderLock(run_dir(self.out, name, s), timeout=None))
+            if redo:
+                retrain_recorded(name, redo, self.budget, self.out, _EVAL_CACHE[self.budget], self.quiet)
+            return run_recipe_seeds(
+                name, list(seeds), self.budget, self.out, _EVAL_CACHE[self.budget], decoder=decoder, quiet=self.quiet
+            )  # lines printed by the parent (`hierbench.ledger.progress`)
 
 # %% ../../nbs/ledger/09_compare.ipynb #4a120848
 def _prepare_world(budget: Budget):
     "Build the world's train and validation splits and this budget's evaluation scenes once (cached on disk and here)."
     build_split("train", budget.n_train, seed=0)  # warm the cache once: workers then only read it
-    build_split("val", 256, seed=0)               # the fine-tunes' validation scenes
+    build_split("val", 256, seed=0)  # the fine-tunes' validation scenes
     _EVAL_CACHE[budget] = build_eval_data(budget)
 
 # %% ../../nbs/ledger/09_compare.ipynb #fc2c0f2f
@@ -248,69 +392,117 @@ def _peak_rss_mb() -> float:
     return max(own, kids) / 1024
 
 # %% ../../nbs/ledger/09_compare.ipynb #91bf0076
-def _write_outputs(out: Path, meta: dict, results: pd.DataFrame, ledger: pd.DataFrame, runs: list[dict], reproduction: dict):
+def _write_outputs(
+    out: Path, meta: dict, results: pd.DataFrame, ledger: pd.DataFrame, runs: list[dict], reproduction: dict
+):
     "results.json, claims.json, report.html (plotly.min.js beside it) and the figures' PNG copies in `out/figures`."
-    extras = dict(stages={f"{r['recipe']}/seed{r['seed']}": r["stage"] for r in runs if r.get("stage")},
-                  pep_analysis={f"{r['recipe']}/seed{r['seed']}": r["pep_analysis"] for r in runs if r.get("pep_analysis")})
-    atomic_write_text(out / "results.json", json.dumps(json_safe(dict(meta=meta, rows=results.to_dict("records"), **extras)), indent=1))
-    atomic_write_text(out / "claims.json", json.dumps({**claims_document(meta, ledger), "reproduction": json_safe(reproduction)}, indent=1))
+    extras = dict(
+        stages={f"{r['recipe']}/seed{r['seed']}": r["stage"] for r in runs if r.get("stage")},
+        pep_analysis={f"{r['recipe']}/seed{r['seed']}": r["pep_analysis"] for r in runs if r.get("pep_analysis")},
+    )
+    atomic_write_text(
+        out / "results.json",
+        json.dumps(json_safe(dict(meta=meta, rows=results.to_dict("records"), **extras)), indent=1),
+    )
+    atomic_write_text(
+        out / "claims.json",
+        json.dumps({**claims_document(meta, ledger), "reproduction": json_safe(reproduction)}, indent=1),
+    )
     write_report(out, results, ledger, meta, runs, reproduction)
 
 # %% ../../nbs/ledger/09_compare.ipynb #bf7a45ec
-def compare_outputs(out: Path, budget: Budget, seeds: int, order: list[str], runs: list[dict], meta: dict,
-                    plan: SequentialPlan | None = None, still_open: str = "open", records=None) -> dict:
+def compare_outputs(
+    out: Path,
+    budget: Budget,
+    seeds: int,
+    order: list[str],
+    runs: list[dict],
+    meta: dict,
+    plan: SequentialPlan | None = None,
+    still_open: str = "open",
+    records=None,
+) -> dict:
     """The results table, claims ledger and report of the finished `runs`, written into `out` (`meta`: how they were
     run). `plan`: the looks of a seeds-until-decided run (the ledger reads them); `still_open`: what the ledger's
     `stopped` says of rows left undecided below the last look (e.g. 'time cap'). The runs are checked against ledger
-    records (`hierbench.ledger.reproduction`): `records`, else settings.ini's `ledger_records` (the committed ledger)."""
+    records (`hierbench.ledger.reproduction`): `records`, else settings.ini's `ledger_records` (the committed
+    ledger)."""
     items = {(r["recipe"], r["seed"]): load_items(run_dir(out, r["recipe"], r["seed"]) / "items.npz") for r in runs}
     results, ledger = claims_ledger(runs, items, budget, plan, still_open)
     meta = dict(budget=dataclasses.asdict(budget), seeds=seeds, recipes=order, **meta)
     reproduction = reproduction_check(out, runs, records if records is not None else load_settings().ledger_records)
     _write_outputs(out, meta, results, ledger, runs, reproduction)
-    return dict(results=results, ledger=ledger, meta=meta, summary=summary_table(results), runs=runs,
-                power=power_table(ledger), stages=stage_table(runs), reproduction=reproduction)
+    return dict(
+        results=results,
+        ledger=ledger,
+        meta=meta,
+        summary=summary_table(results),
+        runs=runs,
+        power=power_table(ledger),
+        stages=stage_table(runs),
+        reproduction=reproduction,
+    )
 
 # %% ../../nbs/ledger/09_compare.ipynb #5d1e3a5a
 # --until-decided's first look when no --seeds are given. A look at 2 seeds has one degree of freedom: at the level an
 # O'Brien–Fleming plan spends there (99.99x %) its t-interval is some 10^4 standard errors wide, so it cannot decide and
-# a round spent on it is lost. 5 is the standard budget's first look (the ledger's plan); quick's 2 seeds start there too.
+# a round spent on it is lost. 5 is the standard budget's first look (the ledger's plan); quick's 2 seeds start there
+# too.
 FIRST_LOOK = 5
+
 
 def _until_decided_plan(first: int, max_seeds: int | None, round_seeds: int, spending: str) -> SequentialPlan:
     "The looks of `--until-decided`, or a one-line error naming the flag that does not fit."
-    if max_seeds is None: raise SettingsError("--until-decided needs --max-seeds N, the most seeds a claim may take")
+    if max_seeds is None:
+        raise SettingsError("--until-decided needs --max-seeds N, the most seeds a claim may take")
     if max_seeds < first:
-        raise SettingsError(f"--max-seeds {max_seeds} is below the {first} seeds the first round trains (the budget's or "
-                         "--seeds): give at least as many")
-    if round_seeds < 1: raise SettingsError(f"--round-seeds {round_seeds}: a round adds at least one seed")
+        raise SettingsError(
+            f"--max-seeds {max_seeds} is below the {first} seeds the first round trains (the budget's or "
+            "--seeds): give at least as many"
+        )
+    if round_seeds < 1:
+        raise SettingsError(f"--round-seeds {round_seeds}: a round adds at least one seed")
     return SequentialPlan(look_schedule(first, max_seeds, round_seeds), spending=spending)
+
 
 def _refuse_other_budgets(out: Path, budget: Budget):
     "Before anything trains: a finished run of another budget in `out` is an error (its seeds are not this budget's)."
     for ev in sorted(Path(out).glob("runs/*/seed*/eval.json")):
-        try: row = RunRow.read(ev.parent)
-        except ValueError: continue   # a half-written record: the run is redone when its turn comes
+        try:
+            row = RunRow.read(ev.parent)
+        except ValueError:
+            continue  # a half-written record: the run is redone when its turn comes
         if row.run_key != budget.run_key():
-            raise SettingsError(f"{ev.parent} holds a run of another budget ({row.budget_name!r}, not {budget.name!r}): "
-                             "--until-decided adds seeds to one budget's runs; use another --out folder")
+            raise SettingsError(
+                f"{ev.parent} holds a run of another budget ({row.budget_name!r}, not {budget.name!r}): "
+                "--until-decided adds seeds to one budget's runs; use another --out folder"
+            )
+
 
 def _refuse_another_plan(out: Path, plan: SequentialPlan):
-    "An earlier --until-decided run in `out` planned other looks: changing them after seeing results breaks the rule's error rate."
-    try: before = RunPlan.read(out).sequential
-    except (OSError, ValueError, KeyError): return   # no plan recorded (or a half-written one): nothing was decided by it
+    """An earlier --until-decided run in `out` planned other looks: changing them after seeing results breaks the rule's
+    error rate."""
+    try:
+        before = RunPlan.read(out).sequential
+    except (OSError, ValueError, KeyError):
+        return  # no plan recorded (or a half-written one): nothing was decided by it
     if before and (before.looks, before.alpha, before.spending) != (plan.looks, plan.alpha, plan.spending):
-        raise SettingsError(f"{out} was run --until-decided with looks at {list(before.looks)} seeds ({before.spending} spending); "
-                         f"this run plans {list(plan.looks)} ({plan.spending}): a plan changed after its results were seen "
-                         "no longer keeps its error rate; repeat the same flags, or use another --out folder")
+        raise SettingsError(
+            f"{out} was run --until-decided with looks at {list(before.looks)} seeds ({before.spending} spending); "
+            f"this run plans {list(plan.looks)} ({plan.spending}): a plan changed after its results were seen "
+            "no longer keeps its error rate; repeat the same flags, or use another --out folder"
+        )
+
 
 def _launch(launcher, tasks: list, deps: dict, run, progress) -> dict:
     "Run the graph; a launcher that takes no `progress` (a user's own) gets its lines said when it returns."
     takes = "progress" in inspect.signature(launcher).parameters
     done = launcher(tasks, deps, run, progress=progress) if takes else launcher(tasks, deps, run)
     if not takes:
-        for t in tasks: progress.finished(t, done[t])
+        for t in tasks:
+            progress.finished(t, done[t])
     return done
+
 
 def _task_rows(result) -> list[dict]:
     "A task's run rows: one row, several (a task that trains several seeds), or none (READ's decoder)."
@@ -322,26 +514,38 @@ def _task_rows(result) -> list[dict]:
 # balance over the workers — stays the default; K > 1 is `--seeds-per-process K`
 SEEDS_PER_PROCESS = 1
 
+
 def _seeds_per_process(k: int | None, seeds: int, round_seeds: int | None = None) -> int:
     "The group size of a compare: `k` checked against the seeds of a round, or the default cut to them."
-    if k is None: return max(1, min(SEEDS_PER_PROCESS, seeds, round_seeds or seeds))
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1: raise SettingsError(f"--seeds-per-process {k!r}: give an integer >= 1")
-    if k > seeds: raise SettingsError(f"--seeds-per-process {k} is larger than the {seeds} seed(s) asked for: give at most {seeds}")
+    if k is None:
+        return max(1, min(SEEDS_PER_PROCESS, seeds, round_seeds or seeds))
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise SettingsError(f"--seeds-per-process {k!r}: give an integer >= 1")
+    if k > seeds:
+        raise SettingsError(
+            f"--seeds-per-process {k} is larger than the {seeds} seed(s) asked for: give at most {seeds}"
+        )
     if round_seeds is not None and k > round_seeds:
-        raise SettingsError(f"--seeds-per-process {k} is larger than the {round_seeds} seed(s) a round adds (--round-seeds): "
-                         f"give at most {round_seeds}")
+        raise SettingsError(
+            f"--seeds-per-process {k} is larger than the {round_seeds} seed(s) a round adds (--round-seeds): "
+            f"give at most {round_seeds}"
+        )
     return k
 
 # %% ../../nbs/ledger/09_compare.ipynb #c0de9b0c
 def _budget_of(budget: str | Budget | None, records) -> Budget:
     "The budget of this compare: the given one (default smoke) or, continuing `records`, theirs — another's refused."
     given = BUDGETS[budget] if isinstance(budget, str) else budget
-    if records is None: return given or BUDGETS["smoke"]
+    if records is None:
+        return given or BUDGETS["smoke"]
     theirs = records.plan.budget
     if given is not None and given.run_key() != theirs.run_key():
-        raise SettingsError(f"--budget {given.name}: the records in {records.folder} were made under another budget "
-                            f"({theirs.name!r}, other run settings); leave --budget out to continue them under theirs")
+        raise SettingsError(
+            f"--budget {given.name}: the records in {records.folder} were made under another budget "
+            f"({theirs.name!r}, other run settings); leave --budget out to continue them under theirs"
+        )
     return theirs
+
 
 def _kept_verdicts(records) -> set:
     """The claim rows `(id, a, b, metric)` the records finished — decided, or undecided at the plan's most seeds: their
@@ -352,17 +556,27 @@ def _kept_verdicts(records) -> set:
 # %% ../../nbs/ledger/09_compare.ipynb #1339081c
 def _parents_to_retrain(wanted: dict, rows: Mapping, out: Path) -> set:
     """Runs known only from ledger records (restored, no weights here) that a fine-tune in `wanted` starts from — and,
-    for a parent that is itself a fine-tune, its own — added to `wanted` (their task retrains them, `retrain_recorded`)."""
+    for a parent that is itself a fine-tune, its own — added to `wanted` (their task retrains them,
+    `retrain_recorded`)."""
     need, stack = set(), [(r, s) for r in wanted for s in wanted[r]]
     while stack:
         r, s = stack.pop()
         recipe = get_recipe(r)
-        if recipe.stage != "finetune": continue
+        if recipe.stage != "finetune":
+            continue
         p = (recipe.init_from, s)
-        if p in rows and "recorded" in rows[p] and not (run_dir(out, *p) / "model.safetensors").exists() and p not in need:
-            need.add(p); stack.append(p)
-    for r, s in need: wanted[r] = sorted(set(wanted.get(r, ())) | {s})
+        if (
+            p in rows
+            and "recorded" in rows[p]
+            and not (run_dir(out, *p) / "model.safetensors").exists()
+            and p not in need
+        ):
+            need.add(p)
+            stack.append(p)
+    for r, s in need:
+        wanted[r] = sorted(set(wanted.get(r, ())) | {s})
     return need
+
 
 def _uncached(retrain: set, rows: Mapping) -> set:
     "The parents of `retrain` this machine has not retrained before (`parent_cache`): each costs a run."
@@ -375,7 +589,8 @@ def _job_plan(options: CompareOptions, records) -> tuple:
     o = options
     budget = _budget_of(o.budget, records)
     seeds = o.seeds if o.seeds is not None else max(budget.seeds, FIRST_LOOK) if o.until_decided else budget.seeds
-    if seeds < 1: raise SettingsError(f"seeds must be >= 1, got {seeds}")
+    if seeds < 1:
+        raise SettingsError(f"seeds must be >= 1, got {seeds}")
     if not o.until_decided and (o.max_seeds is not None or o.max_hours is not None):
         raise SettingsError("--max-seeds and --max-hours go with --until-decided")
     if o.max_hours is not None and not o.max_hours > 0:
@@ -383,21 +598,34 @@ def _job_plan(options: CompareOptions, records) -> tuple:
     plan = _until_decided_plan(seeds, o.max_seeds, o.round_seeds, o.spending) if o.until_decided else None
     return budget, seeds, plan, plan or (records.plan.sequential if records is not None else None)
 
+
 def _job_meta(launcher, k: int, wall: float, shown, records, plugins: list) -> dict:
-    "How the job ran: launcher, seeds per process, wall time beside the first estimate, memory, plugins, records continued."
-    return dict(jobs=getattr(launcher, "jobs", None), launcher=type(launcher).__name__, seeds_per_process=k,
-                wall_seconds=wall, peak_rss_mb=_peak_rss_mb(), torch=torch.__version__,
-                threads=getattr(launcher, "threads", None) or torch.get_num_threads(),
-                first_estimate=shown.first_estimate,   # what the job said it would take, beside wall_seconds
-                **({"plugins": plugins} if plugins else {}),
-                **({"continued_from": str(records.folder)} if records is not None else {}))
+    """How the job ran: launcher, seeds per process, wall time beside the first estimate, memory, plugins, records
+    continued."""
+    return dict(
+        jobs=getattr(launcher, "jobs", None),
+        launcher=type(launcher).__name__,
+        seeds_per_process=k,
+        wall_seconds=wall,
+        peak_rss_mb=_peak_rss_mb(),
+        torch=torch.__version__,
+        threads=getattr(launcher, "threads", None) or torch.get_num_threads(),
+        first_estimate=shown.first_estimate,  # what the job said it would take, beside wall_seconds
+        **({"plugins": plugins} if plugins else {}),
+        **({"continued_from": str(records.folder)} if records is not None else {}),
+    )
+
 
 def _machines(runs: list, order: list, records, log) -> dict:
-    "`{trained_elsewhere}` (said once) where runs restored from `records` trained on another CPU meet runs trained here."
+    """`{trained_elsewhere}` (said once) where runs restored from `records` trained on another CPU meet runs trained
+    here."""
     elsewhere = trained_elsewhere(runs, order) if records is not None else {}
-    if not elsewhere or all("recorded" in r for r in runs): return {}
-    log(f"compare: the records' runs were trained on {', '.join(sorted({c for v in elsewhere.values() for c in v}))}, "
-        "this job's here: a claim row pairing the two differs in the machine too (the reproduction check measures it)")
+    if not elsewhere or all("recorded" in r for r in runs):
+        return {}
+    log(
+        f"compare: the records' runs were trained on {', '.join(sorted({c for v in elsewhere.values() for c in v}))}, "
+        "this job's here: a claim row pairing the two differs in the machine too (the reproduction check measures it)"
+    )
     return dict(trained_elsewhere=elsewhere)
 
 # %% ../../nbs/ledger/09_compare.ipynb #fa78be4d
@@ -410,24 +638,43 @@ def _run_compare(options: CompareOptions, launcher, records, log: Callable) -> d
     k = _seeds_per_process(o.seeds_per_process, seeds, o.round_seeds if plan else None)
     out.mkdir(parents=True, exist_ok=True)
     base = list(records.plan.recipes) if records is not None else []
-    order = plan_runs(base + [r for r in (list(budget.recipes) if recipes is None and records is None else list(recipes or []))
-                              if r not in base])
-    if plan: _refuse_other_budgets(out, budget); _refuse_another_plan(out, plan)
+    order = plan_runs(
+        base
+        + [
+            r
+            for r in (list(budget.recipes) if recipes is None and records is None else list(recipes or []))
+            if r not in base
+        ]
+    )
+    if plan:
+        _refuse_other_budgets(out, budget)
+        _refuse_another_plan(out, plan)
     launcher = launcher or default_launcher(jobs, math.ceil(seeds / k) * len(order))
     t_start = time.perf_counter()
-    log(f"compare: budget {budget.name}, {seeds} seed(s), {len(order)} recipes, "
+    log(
+        f"compare: budget {budget.name}, {seeds} seed(s), {len(order)} recipes, "
         f"{getattr(launcher, 'jobs', '?')} process(es), up to {k} seed(s) each → {out}"
-        + (f"; until decided: looks at {', '.join(map(str, plan.looks))} seeds" if plan else ""))
+        + (f"; until decided: looks at {', '.join(map(str, plan.looks))} seeds" if plan else "")
+    )
     # the plan, so that the outputs can be rebuilt from the folder alone (`hierbench compare --report-only`)
-    used = plugins_used(order, plugins)   # the plugins this plan depends on, not all this process has loaded
+    used = plugins_used(order, plugins)  # the plugins this plan depends on, not all this process has loaded
     run_plan = RunPlan(budget, seeds, tuple(order), plugins=tuple(used))
     run_plan.write(out)
     _prepare_world(budget)
-    shown = CompareProgress(budget, task_runs, functools.partial(run_dir, out), jobs=getattr(launcher, "jobs", None),
-                            log=log if progress else (lambda *a: None), bar=None if progress and quiet else False,
-                            decoder_seconds=0.0 if (out / "decoder.safetensors").exists() else prior_decoder_seconds(budget))
+    shown = CompareProgress(
+        budget,
+        task_runs,
+        functools.partial(run_dir, out),
+        jobs=getattr(launcher, "jobs", None),
+        log=log if progress else (lambda *a: None),
+        bar=None if progress and quiet else False,
+        decoder_seconds=0.0 if (out / "decoder.safetensors").exists() else prior_decoder_seconds(budget),
+    )
     # the recorded runs stand in for their folders; the rows the records read keep their verdicts
-    rows = {(r["recipe"], r["seed"]): finished_run(r["recipe"], r["seed"], budget, out) for r in (records.runs if records else [])}
+    rows = {
+        (r["recipe"], r["seed"]): finished_run(r["recipe"], r["seed"], budget, out)
+        for r in (records.runs if records else [])
+    }
     rows, kept = {key: row for key, row in rows.items() if row is not None}, _kept_verdicts(records)
     wanted = {r: [s for s in range(seeds) if (r, s) not in rows] for r in order}
     n, stopped, rounds = seeds, "open", []
@@ -438,40 +685,76 @@ def _run_compare(options: CompareOptions, launcher, records, log: Callable) -> d
         shown.begin(tasks, deps, label=f"round {len(rounds) + 1}:" if plan else "", retrain=_uncached(retrain, rows))
         done = _launch(launcher, tasks, deps, runner, shown)
         shown.end()
-        for t in tasks: rows.update({(r["recipe"], r["seed"]): r for r in _task_rows(done[t])})
-        if plan is None: break
+        for t in tasks:
+            rows.update({(r["recipe"], r["seed"]): r for r in _task_rows(done[t])})
+        if plan is None:
+            break
         ledger = evaluate_claims(pd.DataFrame(results_rows(list(rows.values()))), plan=plan)
         new = ledger[[(c.id, c.a, c.b, c.metric) not in kept for c in ledger.itertuples()]]
         need, later = recipes_to_extend(new), [x for x in plan.looks if x > n]
-        rounds.append(dict(seeds=n, recipes=[r for r in wanted if wanted[r]], runs=sum(len(task_runs(t)) for t in tasks),
-                           decided=int(new.stopped.eq("decided").sum()), open=int(new.stopped.eq("open").sum())))
-        log(f"compare: round {len(rounds)} at {n} seeds: {rounds[-1]['decided']} claim rows decided, {rounds[-1]['open']} open"
-            + (f" (besides the {len(ledger) - len(new)} rows the records decided)" if kept else ""))
-        dataclasses.replace(run_plan, seeds=n, until_decided=dict(   # the rounds done
-            plan=dataclasses.asdict(plan), seeds_per_recipe=_seeds_per_recipe(rows, order), rounds=rounds)).write(out)
-        if not need:   # open rows are below the last look: none left means each row is decided or at the most seeds
-            stopped = "max seeds" if new.stopped.eq("max seeds").any() else "every claim decided"; break
+        rounds.append(
+            dict(
+                seeds=n,
+                recipes=[r for r in wanted if wanted[r]],
+                runs=sum(len(task_runs(t)) for t in tasks),
+                decided=int(new.stopped.eq("decided").sum()),
+                open=int(new.stopped.eq("open").sum()),
+            )
+        )
+        log(
+            f"compare: round {len(rounds)} at {n} seeds: {rounds[-1]['decided']} claim rows decided, "
+            f"{rounds[-1]['open']} open"
+            + (f" (besides the {len(ledger) - len(new)} rows the records decided)" if kept else "")
+        )
+        dataclasses.replace(
+            run_plan,
+            seeds=n,
+            until_decided=dict(  # the rounds done
+                plan=dataclasses.asdict(plan), seeds_per_recipe=_seeds_per_recipe(rows, order), rounds=rounds
+            ),
+        ).write(out)
+        if not need:  # open rows are below the last look: none left means each row is decided or at the most seeds
+            stopped = "max seeds" if new.stopped.eq("max seeds").any() else "every claim decided"
+            break
         # both arms of each open row and their parents, every seed below the next look they lack (no gaps)
         wanted = {r: [s for s in range(later[0]) if (r, s) not in rows] for r in plan_runs(need)}
         if max_hours is not None:
-            nxt = {r: list(v) for r, v in wanted.items()}   # with the parents that round would retrain
+            nxt = {r: list(v) for r, v in wanted.items()}  # with the parents that round would retrain
             again = _uncached(_parents_to_retrain(nxt, rows, out), rows)
             left = max_hours * 3600 - (time.perf_counter() - t_start)
             cost = shown.estimate(*task_graph([r for r in order if r in nxt], nxt, k), retrain=again)
             if cost > left:
-                log(f"compare: round {len(rounds) + 1} (about {duration(cost)}) does not fit in the {duration(left)} left "
-                    f"of --max-hours {max_hours:g}: stopping with {rounds[-1]['open']} row(s) open")
-                stopped = "time cap"; break
+                log(
+                    f"compare: round {len(rounds) + 1} (about {duration(cost)}) does not fit in the {duration(left)} "
+                    "left "
+                    f"of --max-hours {max_hours:g}: stopping with {rounds[-1]['open']} row(s) open"
+                )
+                stopped = "time cap"
+                break
         n = later[0]
     runs = [rows[k] for k in sorted(rows, key=lambda k: (k[1], order.index(k[0])))]
     meta = _job_meta(launcher, k, time.perf_counter() - t_start, shown, records, used)
     meta.update(_machines(runs, order, records, log))
-    if looks:   # also a fixed-seed run continuing records: its seeds per recipe and the looks its rows are read at
-        meta["until_decided"] = dict(plan=dataclasses.asdict(looks), seeds_per_recipe=_seeds_per_recipe(rows, order),
-                                     rounds=rounds, stopped=stopped if plan else "fixed seeds")
+    if looks:  # also a fixed-seed run continuing records: its seeds per recipe and the looks its rows are read at
+        meta["until_decided"] = dict(
+            plan=dataclasses.asdict(looks),
+            seeds_per_recipe=_seeds_per_recipe(rows, order),
+            rounds=rounds,
+            stopped=stopped if plan else "fixed seeds",
+        )
         dataclasses.replace(run_plan, seeds=n, until_decided=meta["until_decided"]).write(out)
-    return compare_outputs(out, budget, n, order, runs, meta, plan=looks, still_open="time cap" if stopped == "time cap" else "open",
-                           records=records)
+    return compare_outputs(
+        out,
+        budget,
+        n,
+        order,
+        runs,
+        meta,
+        plan=looks,
+        still_open="time cap" if stopped == "time cap" else "open",
+        records=records,
+    )
+
 
 def _seeds_per_recipe(rows: Mapping, order: list[str]) -> dict:
     "How many seeds each recipe of the plan has (its seeds are 0..n−1: the rounds leave no gaps)."
@@ -479,7 +762,8 @@ def _seeds_per_recipe(rows: Mapping, order: list[str]) -> dict:
 
 # %% ../../nbs/ledger/09_compare.ipynb #1e9f6b7e
 def main_job_dir() -> Path:
-    "The main job's folder, RUNS_DIR/compare (settings.ini's `runs_dir`): `compare` writes there by default, the tutorials read it."
+    """The main job's folder, RUNS_DIR/compare (settings.ini's `runs_dir`): `compare` writes there by default, the
+    tutorials read it."""
     return load_settings().runs_dir / "compare"
 
 # %% ../../nbs/ledger/09_compare.ipynb #049712c7
@@ -533,9 +817,18 @@ def compare_options(options: CompareOptions | None = None, **fields) -> CompareO
     return dataclasses.replace(options, **fields)
 
 # %% ../../nbs/ledger/09_compare.ipynb #9353a1df
-def run_compare(budget: str | Budget | None = None, seeds: int | None = None, out: str | Path | None = None,
-                recipes: Sequence[str] | None = None, *, log: Callable = print, launcher=None, records=None,
-                options: CompareOptions | None = None, **fields) -> dict:
+def run_compare(
+    budget: str | Budget | None = None,
+    seeds: int | None = None,
+    out: str | Path | None = None,
+    recipes: Sequence[str] | None = None,
+    *,
+    log: Callable = print,
+    launcher=None,
+    records=None,
+    options: CompareOptions | None = None,
+    **fields,
+) -> dict:
     """Train and evaluate `recipes` (default: the budget's) over `seeds` seeds (default: the budget's); write
     results.json, claims.json, report.html into `out`. The other keywords are the fields of `CompareOptions` (or pass
     `options`). `launcher` runs the run graph (default: `jobs` processes, `default_launcher`). `out` is locked for the
@@ -571,13 +864,28 @@ def rebuild_report(out: str | Path, log: Callable = print) -> dict:
     with FolderLock(out):
         rows = finished_runs(out, plan)
         log(f"compare: rebuilding the outputs of {out} from {len(rows)} finished runs")
-        return compare_outputs(out, plan.budget, plan.seeds, list(plan.recipes), rows, report_only_meta(plan),
-                               plan=plan.sequential, still_open=plan.still_open)
+        return compare_outputs(
+            out,
+            plan.budget,
+            plan.seeds,
+            list(plan.recipes),
+            rows,
+            report_only_meta(plan),
+            plan=plan.sequential,
+            still_open=plan.still_open,
+        )
 
 
-def launch_compare(budget: str | Budget | None = None, seeds: int | None = None, out: str | Path | None = None,
-                   recipes: Sequence[str] | None = None, *, log: Callable = print,
-                   options: CompareOptions | None = None, **fields) -> dict:
+def launch_compare(
+    budget: str | Budget | None = None,
+    seeds: int | None = None,
+    out: str | Path | None = None,
+    recipes: Sequence[str] | None = None,
+    *,
+    log: Callable = print,
+    options: CompareOptions | None = None,
+    **fields,
+) -> dict:
     """`hierbench compare`: the job with the launcher its options name (`LaunchOptions`: the process pool, submitit's
     local executor or SLURM), after loading its plugins and restoring the records it continues; or, with
     `report_only`, its outputs rebuilt from the folder. Keywords: the fields of `CompareOptions` and `LaunchOptions`."""

@@ -1,4 +1,6 @@
-"""Run a compare job's task graph: one task after another in this process, on a pool of spawned worker processes that each die with their parent, or as submitit jobs (local processes or SLURM) with preemption turned into a requeue that resumes exactly.
+"""Run a compare job's task graph: one task after another in this process, on a pool of spawned
+worker processes that each die with their parent, or as submitit jobs (local processes or SLURM)
+with preemption turned into a requeue that resumes exactly.
 
 Docs: https://hierbench.github.io/hierbench/ledger/launchers.html.md"""
 
@@ -6,7 +8,9 @@ Docs: https://hierbench.github.io/hierbench/ledger/launchers.html.md"""
 
 # %% ../../nbs/ledger/08_launchers.ipynb #3a560b02
 from __future__ import annotations
-import ctypes, os, signal
+import ctypes
+import os
+import signal
 import multiprocessing as mp
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Callable, Mapping
@@ -14,10 +18,9 @@ import torch
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Sequence
 
 import submitit
-import torch
 from submitit.helpers import Checkpointable, DelayedSubmission
 
 from ..config import LAUNCHERS, FolderLock, SettingsError
@@ -27,60 +30,93 @@ from ..recipes.recipe_run import train_recipe
 from ..training.trainer import Preempted
 
 # %% auto #0
+__all__ = [
+    "InProcess",
+    "ProcessPool",
+    "default_launcher",
+    "requeue",
+    "Requeueable",
+    "train_run",
+    "SubmititLauncher",
+    "parse_slurm_extra",
+    "executor_parameters",
+    "make_executor",
+    "LaunchOptions",
+    "make_launcher",
+]
+
+# %% auto #0
 __all__ = ['InProcess', 'ProcessPool', 'default_launcher', 'requeue', 'Requeueable', 'train_run', 'SubmititLauncher',
            'parse_slurm_extra', 'executor_parameters', 'make_executor', 'LaunchOptions', 'make_launcher']
 
 # %% ../../nbs/ledger/08_launchers.ipynb #7ad44bcb
 class InProcess:
     "Launcher: run the tasks one after another in this process (torch's thread setting untouched)."
+
     jobs, threads = 1, None
-    def __call__(self, tasks: list[tuple], deps: Mapping[tuple, list[tuple]], run: Callable[[tuple], dict],
-                 progress=None) -> dict:
+
+    def __call__(
+        self, tasks: list[tuple], deps: Mapping[tuple, list[tuple]], run: Callable[[tuple], dict], progress=None
+    ) -> dict:
         done: dict = {}
         for t in tasks:
             missing = [d for d in deps.get(t, []) if d not in done]
-            if missing: raise ValueError(f"task {t} needs {missing}, which do not come before it")
-            if progress: progress.started(t)
+            if missing:
+                raise ValueError(f"task {t} needs {missing}, which do not come before it")
+            if progress:
+                progress.started(t)
             done[t] = run(t)
-            if progress: progress.finished(t, done[t])
+            if progress:
+                progress.finished(t, done[t])
         return done
 
 # %% ../../nbs/ledger/08_launchers.ipynb #1497a7c0
 def _die_with_parent():
     "Worker initializer (Linux): the kernel kills this worker when the compare process dies, even by SIGKILL."
     try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
-    except (OSError, AttributeError): pass   # not Linux: workers end when their pipe closes
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: workers end when their pipe closes
 
 # %% ../../nbs/ledger/08_launchers.ipynb #817e7183
 def _worker_init(threads: int | None):
     "Initializer of a pool worker: die with the parent, and use `threads` torch threads."
     _die_with_parent()
-    if threads: torch.set_num_threads(threads)
+    if threads:
+        torch.set_num_threads(threads)
 
 # %% ../../nbs/ledger/08_launchers.ipynb #c7ecf90c
 class ProcessPool:
     "Launcher: `jobs` spawned worker processes (`threads` torch threads each) take ready tasks as they free up."
-    def __init__(self, jobs: int, threads: int = 1, poll_s: float = 2.0): self.jobs, self.threads, self.poll_s = jobs, threads, poll_s
-    def __call__(self, tasks: list[tuple], deps: Mapping[tuple, list[tuple]], run: Callable[[tuple], dict],
-                 progress=None) -> dict:
+
+    def __init__(self, jobs: int, threads: int = 1, poll_s: float = 2.0):
+        self.jobs, self.threads, self.poll_s = jobs, threads, poll_s
+
+    def __call__(
+        self, tasks: list[tuple], deps: Mapping[tuple, list[tuple]], run: Callable[[tuple], dict], progress=None
+    ) -> dict:
         done, pending, running = {}, list(tasks), {}
         # spawn: a fresh interpreter per worker (forking a process that holds torch's thread pools can hang)
-        with ProcessPoolExecutor(self.jobs, mp_context=mp.get_context("spawn"), initializer=_worker_init,
-                                 initargs=(self.threads,)) as ex:
+        with ProcessPoolExecutor(
+            self.jobs, mp_context=mp.get_context("spawn"), initializer=_worker_init, initargs=(self.threads,)
+        ) as ex:
             while pending or running:
                 for t in [t for t in pending if all(d in done for d in deps.get(t, []))][: self.jobs - len(running)]:
                     pending.remove(t)
                     running[ex.submit(run, t)] = t
-                    if progress: progress.started(t)
-                if not running: raise ValueError(f"tasks {pending} wait for tasks that are not in the graph")
+                    if progress:
+                        progress.started(t)
+                if not running:
+                    raise ValueError(f"tasks {pending} wait for tasks that are not in the graph")
                 # the parent prints what the workers did (their own output is lost in a notebook): wake up to say it
                 finished, _ = wait(running, timeout=self.poll_s if progress else None, return_when=FIRST_COMPLETED)
                 for f in finished:
                     t = running.pop(f)
                     done[t] = f.result()
-                    if progress: progress.finished(t, done[t])
-                if progress and not finished: progress.tick()
+                    if progress:
+                        progress.finished(t, done[t])
+                if progress and not finished:
+                    progress.tick()
         return done
 
 # %% ../../nbs/ledger/08_launchers.ipynb #4ca60599
@@ -91,78 +127,109 @@ def default_launcher(jobs: int | None, n_tasks: int):
 
 # %% ../../nbs/ledger/08_launchers.ipynb #6ad1307a
 def requeue(err: Preempted):
-    "Inside a submitit job: call submitit's preemption handler (checkpoint, then requeue and exit); elsewhere raise `err`."
-    if not os.environ.get("SUBMITIT_EXECUTOR"): raise err
+    """Inside a submitit job: call submitit's preemption handler (checkpoint, then requeue and exit); elsewhere raise
+    `err`."""
+    if not os.environ.get("SUBMITIT_EXECUTOR"):
+        raise err
     env = submitit.JobEnvironment()
     sig = getattr(signal, "SIG" + env.USR_SIG)
     handler = signal.getsignal(sig)
-    if not callable(handler): raise err
-    handler(sig, None)   # submitit's `checkpoint_and_try_requeue`: dumps `checkpoint()`'s call, requeues, exits
-    raise err            # only reached if the handler returned (a task of rank > 0)
+    if not callable(handler):
+        raise err
+    handler(sig, None)  # submitit's `checkpoint_and_try_requeue`: dumps `checkpoint()`'s call, requeues, exits
+    raise err  # only reached if the handler returned (a task of rank > 0)
 
 # %% ../../nbs/ledger/08_launchers.ipynb #05ca167d
 class Requeueable(Checkpointable):
-    "A submitit job that calls `fn(*args, **kwargs)`; preempted, it is requeued as it is and resumes from the run's checkpoint."
-    def __init__(self, fn: Callable, *args, **kwargs): self.fn, self.args, self.kwargs = fn, args, kwargs
+    """A submitit job that calls `fn(*args, **kwargs)`; preempted, it is requeued as it is and resumes from the run's
+    checkpoint."""
+
+    def __init__(self, fn: Callable, *args, **kwargs):
+        self.fn, self.args, self.kwargs = fn, args, kwargs
+
     def __call__(self):
-        try: return self.fn(*self.args, **self.kwargs)
-        except Preempted as e: requeue(e)
+        try:
+            return self.fn(*self.args, **self.kwargs)
+        except Preempted as e:
+            requeue(e)
+
     def checkpoint(self, *args, **kwargs) -> DelayedSubmission:
         "The call to run after a requeue: the same one, since every run resumes from its latest checkpoint."
         return DelayedSubmission(self)
-    def __repr__(self): return f"Requeueable({getattr(self.fn, '__name__', self.fn)!r})"
+
+    def __repr__(self):
+        return f"Requeueable({getattr(self.fn, '__name__', self.fn)!r})"
 
 # %% ../../nbs/ledger/08_launchers.ipynb #45072a00
-def train_run(recipe: str,                   # recipe name
-              run_dir: str | Path,           # run folder; resumed from its latest checkpoint when there is one
-              *args,                         # more `train_recipe` arguments (data, arch, steps, seed, ...)
-              lock_wait: float | None = None, # seconds to wait for a process training the same folder (None: no limit)
-              **kwargs) -> dict:
+def train_run(
+    recipe: str,  # recipe name
+    run_dir: str | Path,  # run folder; resumed from its latest checkpoint when there is one
+    *args,  # more `train_recipe` arguments (data, arch, steps, seed, ...)
+    lock_wait: float | None = None,  # seconds to wait for a process training the same folder (None: no limit)
+    **kwargs,
+) -> dict:
     "Train `recipe` into `run_dir` (resuming) under the run's lock; raise `Preempted` on a preemption signal."
     with FolderLock(run_dir, timeout=lock_wait):
         res = train_recipe(recipe, run_dir, *args, resume=True, **kwargs)
-    if res.preempted: raise Preempted(res.preempted, run_dir)
+    if res.preempted:
+        raise Preempted(res.preempted, run_dir)
     return dict(run_dir=str(res.run_dir), step=res.step, weights=str(res.weights_path), loss=res.metrics.get("loss"))
 
 # %% ../../nbs/ledger/08_launchers.ipynb #f3f0e970
 def _levels(tasks: Sequence[tuple], deps: Mapping[tuple, list[tuple]]) -> list[list[tuple]]:
     "The tasks in stages: a task's stage is one after the latest stage of the tasks it needs (among `tasks`)."
     level: dict = {}
-    for t in tasks:   # tasks come in an order that puts every task after the tasks it needs
+    for t in tasks:  # tasks come in an order that puts every task after the tasks it needs
         need = [d for d in deps.get(t, []) if d in tasks]
         missing = [d for d in need if d not in level]
-        if missing: raise ValueError(f"task {t} needs {missing}, which do not come before it")
+        if missing:
+            raise ValueError(f"task {t} needs {missing}, which do not come before it")
         level[t] = 1 + max((level[d] for d in need), default=-1)
     return [[t for t in tasks if level[t] == k] for k in range(max(level.values(), default=-1) + 1)]
 
 # %% ../../nbs/ledger/08_launchers.ipynb #3f402f02
 @dataclass(frozen=True)
 class _GraphJob:
-    "One task of the compare graph inside a submitit job: torch's threads as asked, then `run(task)` (`compare._TaskRunner`)."
+    """One task of the compare graph inside a submitit job: torch's threads as asked, then `run(task)`
+    (`compare._TaskRunner`)."""
+
     run: Callable
     threads: int | None = None
+
     def __call__(self, task: tuple) -> dict:
-        if self.threads: torch.set_num_threads(self.threads)
+        if self.threads:
+            torch.set_num_threads(self.threads)
         return self.run(task)
 
 # %% ../../nbs/ledger/08_launchers.ipynb #8395c58a
 class SubmititLauncher:
     "Launcher of `compare.run_compare`: the run graph as submitit jobs (SLURM job arrays, or local processes)."
-    def __init__(self, executor: submitit.AutoExecutor,  # where the jobs go (`make_executor`)
-                 jobs: int | None = None,                # local executor: jobs at once (None: all ready tasks)
-                 threads: int | None = None,             # torch threads in each job (None: torch's default)
-                 slurm_extra: Mapping[str, str] | None = None,  # sbatch options every job gets (besides the dependency)
-                 poll_s: float = 0.5, log: Callable = print):
+
+    def __init__(
+        self,
+        executor: submitit.AutoExecutor,  # where the jobs go (`make_executor`)
+        jobs: int | None = None,  # local executor: jobs at once (None: all ready tasks)
+        threads: int | None = None,  # torch threads in each job (None: torch's default)
+        slurm_extra: Mapping[str, str] | None = None,  # sbatch options every job gets (besides the dependency)
+        poll_s: float = 0.5,
+        log: Callable = print,
+    ):
         self.executor, self.jobs, self.threads, self.poll_s, self.log = executor, jobs, threads, poll_s, log
         self.slurm_extra, self.cluster = dict(slurm_extra or {}), executor.cluster
 
     def pending(self, tasks, deps, run) -> tuple[dict, list]:
         "`(done, todo)`: the rows of the runs finished in `run.out`, and the tasks still to run, in order."
-        rows = {t: [finished_run(r, s, run.budget, run.out) for r, s in task_runs(t)] for t in tasks if t != DECODER_TASK}
-        done = {t: rs for t, rs in rows.items() if rs and all(x is not None for x in rs)}   # a task's rows, as it returns them
+        rows = {
+            t: [finished_run(r, s, run.budget, run.out) for r, s in task_runs(t)] for t in tasks if t != DECODER_TASK
+        }
+        done = {
+            t: rs for t, rs in rows.items() if rs and all(x is not None for x in rs)
+        }  # a task's rows, as it returns them
         todo = [t for t in tasks if t not in done and t != DECODER_TASK]
-        if any(DECODER_TASK in deps.get(t, []) for t in todo): todo.insert(0, DECODER_TASK)
-        elif DECODER_TASK in tasks: done[DECODER_TASK] = {}
+        if any(DECODER_TASK in deps.get(t, []) for t in todo):
+            todo.insert(0, DECODER_TASK)
+        elif DECODER_TASK in tasks:
+            done[DECODER_TASK] = {}
         return done, todo
 
     def submit_stages(self, todo, deps, work) -> dict:
@@ -171,11 +238,13 @@ class SubmititLauncher:
         for stage in _levels(todo, deps):
             need = sorted({array[d] for t in stage for d in deps.get(t, []) if d in array})
             extra = dict(self.slurm_extra)
-            if need: extra["dependency"] = ",".join(filter(None, [extra.get("dependency"), "afterok:" + ":".join(need)]))
+            if need:
+                extra["dependency"] = ",".join(filter(None, [extra.get("dependency"), "afterok:" + ":".join(need)]))
             self.executor.update_parameters(slurm_additional_parameters=extra)
             with self.executor.batch():
                 submitted = [self.executor.submit(Requeueable(work, t)) for t in stage]
-            for t, job in zip(stage, submitted): jobs[t], array[t] = job, str(job.job_id).split("_")[0]
+            for t, job in zip(stage, submitted):
+                jobs[t], array[t] = job, str(job.job_id).split("_")[0]
         return jobs
 
     def run_local(self, todo, deps, work, done: dict, progress=None) -> dict:
@@ -183,45 +252,60 @@ class SubmititLauncher:
         pending, running, limit = list(todo), {}, self.jobs or len(todo)
         while pending or running:
             for t in [t for t in pending if all(d in done for d in deps.get(t, []))][: limit - len(running)]:
-                pending.remove(t); running[t] = self.executor.submit(Requeueable(work, t))
-                if progress: progress.started(t)
-            if not running: raise ValueError(f"tasks {pending} wait for tasks that are not in the graph")
+                pending.remove(t)
+                running[t] = self.executor.submit(Requeueable(work, t))
+                if progress:
+                    progress.started(t)
+            if not running:
+                raise ValueError(f"tasks {pending} wait for tasks that are not in the graph")
             self._collect(running, done, progress)
             time.sleep(self.poll_s)
         return done
 
     def _collect(self, running: dict, done: dict, progress=None):
-        "Move the finished jobs of `running` into `done`, saying each one's runs (the parent prints: job logs stay quiet)."
+        """Move the finished jobs of `running` into `done`, saying each one's runs (the parent prints: job logs stay
+        quiet)."""
         finished = [t for t, job in running.items() if job.done()]
         for t in finished:
             done[t] = running.pop(t).result()
-            if progress: progress.finished(t, done[t])
-        if progress and not finished: progress.tick()
+            if progress:
+                progress.finished(t, done[t])
+        if progress and not finished:
+            progress.tick()
 
     def __call__(self, tasks, deps, run, progress=None) -> dict:
         done, todo = self.pending(tasks, deps, run)
         if progress:
-            for t in done: progress.finished(t, done[t])   # finished in the folder: said (and counted) at once
+            for t in done:
+                progress.finished(t, done[t])  # finished in the folder: said (and counted) at once
         n_done = len([t for t in done if t != DECODER_TASK])
         self.log(f"compare: {n_done} run(s) already finished in {run.out}, {len(todo)} task(s) as {self.cluster} jobs")
         work = _GraphJob(run, self.threads)
-        if self.cluster != "slurm": return self.run_local(todo, deps, work, done, progress)
+        if self.cluster != "slurm":
+            return self.run_local(todo, deps, work, done, progress)
         jobs = self.submit_stages(todo, deps, work)
-        self.log(f"compare: submitted {len(jobs)} job(s) in {len({str(j.job_id).split('_')[0] for j in jobs.values()})} "
-                 f"array(s); waiting (logs in {self.executor.folder})")
+        self.log(
+            f"compare: submitted {len(jobs)} job(s) in {len({str(j.job_id).split('_')[0] for j in jobs.values()})} "
+            f"array(s); waiting (logs in {self.executor.folder})"
+        )
         running = dict(jobs)
         if progress:
-            for t in running: progress.started(t)
-        while running:   # poll gently: every look asks SLURM (submitit caches its answers)
+            for t in running:
+                progress.started(t)
+        while running:  # poll gently: every look asks SLURM (submitit caches its answers)
             self._collect(running, done, progress)
-            if running: time.sleep(max(self.poll_s, 10.0))
+            if running:
+                time.sleep(max(self.poll_s, 10.0))
         return done
 
 # %% ../../nbs/ledger/08_launchers.ipynb #1ade283a
 def parse_slurm_extra(items: Sequence[str] | Mapping[str, str] | None) -> dict[str, str]:
-    "`['qos=high', 'mem=64G']` (or a mapping) as sbatch options {option: value}; a malformed item is an error naming it."
-    if items is None: return {}
-    if isinstance(items, Mapping): return {str(k): str(v) for k, v in items.items()}
+    """`['qos=high', 'mem=64G']` (or a mapping) as sbatch options {option: value}; a malformed item is an error naming
+    it."""
+    if items is None:
+        return {}
+    if isinstance(items, Mapping):
+        return {str(k): str(v) for k, v in items.items()}
     out = {}
     for item in items:
         key, eq, value = str(item).partition("=")
@@ -231,25 +315,35 @@ def parse_slurm_extra(items: Sequence[str] | Mapping[str, str] | None) -> dict[s
     return out
 
 # %% ../../nbs/ledger/08_launchers.ipynb #c0cd8887
-def executor_parameters(kind: str,                           # 'submitit-local' or 'slurm'
-                        *, name: str = "hierbench",
-                        slurm_partition: str | None = None, slurm_account: str | None = None,
-                        gpus_per_run: int | None = None,     # GPUs of each run's job
-                        cpus_per_run: int | None = None,     # CPUs of each run's job
-                        timeout_min: int | None = None,      # time limit of each job (default: 4 h on SLURM, 1 day locally)
-                        slurm_extra: Sequence[str] | Mapping[str, str] | None = None) -> dict:
+def executor_parameters(
+    kind: str,  # 'submitit-local' or 'slurm'
+    *,
+    name: str = "hierbench",
+    slurm_partition: str | None = None,
+    slurm_account: str | None = None,
+    gpus_per_run: int | None = None,  # GPUs of each run's job
+    cpus_per_run: int | None = None,  # CPUs of each run's job
+    timeout_min: int | None = None,  # time limit of each job (default: 4 h on SLURM, 1 day locally)
+    slurm_extra: Sequence[str] | Mapping[str, str] | None = None,
+) -> dict:
     "The `AutoExecutor.update_parameters` of the compare jobs."
-    if kind not in ("submitit-local", "slurm"): raise SettingsError(f"launcher {kind!r}: submitit executors are 'submitit-local' and 'slurm'")
+    if kind not in ("submitit-local", "slurm"):
+        raise SettingsError(f"launcher {kind!r}: submitit executors are 'submitit-local' and 'slurm'")
     params = dict(name=name, timeout_min=int(timeout_min or (240 if kind == "slurm" else 24 * 60)))
-    if gpus_per_run: params["gpus_per_node"] = int(gpus_per_run)
-    if cpus_per_run: params["cpus_per_task"] = int(cpus_per_run)
+    if gpus_per_run:
+        params["gpus_per_node"] = int(gpus_per_run)
+    if cpus_per_run:
+        params["cpus_per_task"] = int(cpus_per_run)
     if kind == "slurm":
         params["slurm_additional_parameters"] = parse_slurm_extra(slurm_extra)
-        if slurm_partition: params["slurm_partition"] = slurm_partition
-        if slurm_account: params["slurm_account"] = slurm_account
+        if slurm_partition:
+            params["slurm_partition"] = slurm_partition
+        if slurm_account:
+            params["slurm_account"] = slurm_account
     elif slurm_partition or slurm_account or slurm_extra:
         raise SettingsError("--slurm-partition, --slurm-account and --slurm-extra need --launcher slurm")
     return params
+
 
 def make_executor(kind: str, folder: str | Path, **options) -> submitit.AutoExecutor:
     "A submitit executor for the compare jobs (`options`: `executor_parameters`'): SLURM's (`sbatch`) or the local one."
@@ -274,11 +368,18 @@ class LaunchOptions:
     def __post_init__(self):
         if self.launcher not in LAUNCHERS:
             raise SettingsError(f"launcher {self.launcher!r}: expected one of {LAUNCHERS}")
-        cluster = (self.slurm_partition, self.slurm_account, self.gpus_per_run, self.cpus_per_run, self.timeout_min,
-                   self.slurm_extra)
+        cluster = (
+            self.slurm_partition,
+            self.slurm_account,
+            self.gpus_per_run,
+            self.cpus_per_run,
+            self.timeout_min,
+            self.slurm_extra,
+        )
         if self.launcher == "processes" and any(v for v in cluster):
-            raise SettingsError("--slurm-*, --gpus-per-run, --cpus-per-run and --timeout-min need --launcher "
-                                "submitit-local or slurm")
+            raise SettingsError(
+                "--slurm-*, --gpus-per-run, --cpus-per-run and --timeout-min need --launcher submitit-local or slurm"
+            )
 
 
 def make_launcher(options: LaunchOptions, jobs: int | None, n_tasks: int, folder: str | Path, log: Callable = print):
@@ -286,11 +387,22 @@ def make_launcher(options: LaunchOptions, jobs: int | None, n_tasks: int, folder
     `SubmititLauncher` whose jobs log into `folder/submitit`."""
     if options.launcher == "processes":
         return default_launcher(jobs, n_tasks)
-    executor = make_executor(options.launcher, Path(folder) / "submitit", name=f"hierbench-{Path(folder).name}",
-                             slurm_partition=options.slurm_partition, slurm_account=options.slurm_account,
-                             gpus_per_run=options.gpus_per_run, cpus_per_run=options.cpus_per_run,
-                             timeout_min=options.timeout_min, slurm_extra=options.slurm_extra)
+    executor = make_executor(
+        options.launcher,
+        Path(folder) / "submitit",
+        name=f"hierbench-{Path(folder).name}",
+        slurm_partition=options.slurm_partition,
+        slurm_account=options.slurm_account,
+        gpus_per_run=options.gpus_per_run,
+        cpus_per_run=options.cpus_per_run,
+        timeout_min=options.timeout_min,
+        slurm_extra=options.slurm_extra,
+    )
     local = options.launcher == "submitit-local"
-    return SubmititLauncher(executor, jobs=(jobs or os.cpu_count() or 1) if local else None,
-                            threads=options.cpus_per_run or (1 if local else None),
-                            slurm_extra=parse_slurm_extra(options.slurm_extra), log=log)
+    return SubmititLauncher(
+        executor,
+        jobs=(jobs or os.cpu_count() or 1) if local else None,
+        threads=options.cpus_per_run or (1 if local else None),
+        slurm_extra=parse_slurm_extra(options.slurm_extra),
+        log=log,
+    )

@@ -1,4 +1,7 @@
-"""What `hierbench compare` shows while it runs — runs done of the total, elapsed time and time left, a line per finished run and a heartbeat while runs train — estimated from recorded run costs scaled to this machine by a few timed steps, and refined as runs finish; a fastprogress bar in notebooks and terminals, everything printed by the parent process.
+"""What `hierbench compare` shows while it runs — runs done of the total, elapsed time and time left,
+a line per finished run and a heartbeat while runs train — estimated from recorded run costs
+scaled to this machine by a few timed steps, and refined as runs finish; a fastprogress bar in
+notebooks and terminals, everything printed by the parent process.
 
 Docs: https://hierbench.github.io/hierbench/ledger/progress.html.md"""
 
@@ -6,7 +9,16 @@ Docs: https://hierbench.github.io/hierbench/ledger/progress.html.md"""
 
 # %% ../../nbs/ledger/06_progress.ipynb #3fd60500
 from __future__ import annotations
-import dataclasses, heapq, json, math, platform, shutil, statistics, sys, tempfile, time, warnings
+import dataclasses
+import heapq
+import math
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import warnings
 from pathlib import Path
 from typing import Callable, Collection, Mapping, Sequence
 import torch
@@ -19,6 +31,38 @@ from ..training.metrics_log import read_metrics
 from .run_folder import RunRow
 
 # %% auto #0
+__all__ = [
+    "RECORDED_TRAIN_SECONDS",
+    "RECORDED_RUN",
+    "RECORDED_EVAL_SECONDS",
+    "DECODER_STEP_SECONDS",
+    "PROBES",
+    "SIDE_BY_SIDE",
+    "CALIBRATE_ABOVE_S",
+    "cost_class",
+    "recorded_step_seconds",
+    "prior_run_seconds",
+    "prior_decoder_seconds",
+    "RunCosts",
+    "eta_seconds",
+    "duration",
+    "run_line",
+    "Calibration",
+    "probe_step",
+    "calibrate",
+    "calibration_words",
+    "CompareProgress",
+    "eta",
+    "estimate",
+    "say",
+    "begin",
+    "started",
+    "finished",
+    "tick",
+    "end",
+]
+
+# %% auto #0
 __all__ = ['RECORDED_TRAIN_SECONDS', 'RECORDED_RUN', 'RECORDED_EVAL_SECONDS', 'DECODER_STEP_SECONDS', 'PROBES', 'SIDE_BY_SIDE',
            'CALIBRATE_ABOVE_S', 'cost_class', 'recorded_step_seconds', 'prior_run_seconds', 'prior_decoder_seconds',
            'RunCosts', 'eta_seconds', 'duration', 'run_line', 'Calibration', 'probe_step', 'calibrate',
@@ -27,35 +71,62 @@ __all__ = ['RECORDED_TRAIN_SECONDS', 'RECORDED_RUN', 'RECORDED_EVAL_SECONDS', 'D
 
 # %% ../../nbs/ledger/06_progress.ipynb #0959120c
 # read off the standard ledger's records (results/data/ledger-standard; where and how they were trained: results page
-# 2026-12-06_ledger-15-seeds): each recipe's median training seconds over its 5-15 seeds, at 2,000 pre-training steps of batch 64 and 150
+# 2026-12-06_ledger-15-seeds): each recipe's median training seconds over its 5-15 seeds, at 2,000 pre-training steps of
+# batch 64 and 150
 # fine-tuning steps of batch 128 (the fine-tunes' validation and the snapshots included, evaluation apart). ARGENT's
 # two weighting ablations, added to the records later from another machine, are left out: they follow their probe
 RECORDED_TRAIN_SECONDS = {
-    "clip": 204, "meru": 235, "hycoclip": 431, "argent": 396, "argent-no-reg": 399, "clip-ft": 30, "negclip": 35,
-    "negclip-img": 38, "degla": 69, "degla-base": 49, "degla-no-distill": 69, "read": 49, "read-base": 39,
-    "read-recon-only": 46, "read-align-only": 45, "read-recon-self": 49, "argent+degla": 81, "argent+read": 56}
-RECORDED_RUN = {"pretrain": (2000, 64), "finetune": (150, 128)}   # (steps, batch) of the recorded runs
-RECORDED_EVAL_SECONDS = 2.7      # one evaluation pass of a world-tiny run, 300 scenes per split: the records' median
-DECODER_STEP_SECONDS = 0.03      # READ's decoder pre-training, per step (an estimate: no record holds it)
+    "clip": 204,
+    "meru": 235,
+    "hycoclip": 431,
+    "argent": 396,
+    "argent-no-reg": 399,
+    "clip-ft": 30,
+    "negclip": 35,
+    "negclip-img": 38,
+    "degla": 69,
+    "degla-base": 49,
+    "degla-no-distill": 69,
+    "read": 49,
+    "read-base": 39,
+    "read-recon-only": 46,
+    "read-align-only": 45,
+    "read-recon-self": 49,
+    "argent+degla": 81,
+    "argent+read": 56,
+}
+RECORDED_RUN = {"pretrain": (2000, 64), "finetune": (150, 128)}  # (steps, batch) of the recorded runs
+RECORDED_EVAL_SECONDS = 2.7  # one evaluation pass of a world-tiny run, 300 scenes per split: the records' median
+DECODER_STEP_SECONDS = 0.03  # READ's decoder pre-training, per step (an estimate: no record holds it)
 # the recipe whose step each cost class is timed by (`calibrate`): a pre-training that encodes crops costs twice
 PROBES = {"images": "clip", "crops": "hycoclip", "finetune": "negclip"}
+
 
 def cost_class(recipe: str) -> str:
     "The probe a recipe's cost follows: 'finetune', 'crops' (a pre-training that also encodes box crops) or 'images'."
     r = get_recipe(recipe)
     return "finetune" if r.stage == "finetune" else "crops" if "crops" in r.fields else "images"
 
+
 def _stage_run(recipe: str, budget: Budget) -> tuple[str, int, int]:
     "(stage, steps, batch) of a run of `recipe` under `budget`."
     r = get_recipe(recipe)
-    if r.stage == "finetune": return "finetune", budget.finetune_steps, budget.finetune_batch_size or r.world.batch_size
+    if r.stage == "finetune":
+        return "finetune", budget.finetune_steps, budget.finetune_batch_size or r.world.batch_size
     return "pretrain", budget.pretrain_steps, budget.batch_size or r.world.batch_size
+
 
 def recorded_step_seconds(recipe: str, budget: Budget) -> float:
     "The records' seconds of a step of `recipe` at the budget's batch (a recipe they lack: its probe's)."
     stage, _, batch = _stage_run(recipe, budget)
     steps, ref_batch = RECORDED_RUN[stage]
-    return RECORDED_TRAIN_SECONDS.get(recipe, RECORDED_TRAIN_SECONDS[PROBES[cost_class(recipe)]]) / steps * batch / ref_batch
+    return (
+        RECORDED_TRAIN_SECONDS.get(recipe, RECORDED_TRAIN_SECONDS[PROBES[cost_class(recipe)]])
+        / steps
+        * batch
+        / ref_batch
+    )
+
 
 def prior_run_seconds(recipe: str, budget: Budget, speed: Mapping[str, float] | None = None) -> float:
     """A run's expected seconds before any run of its recipe has finished: the budget's steps at the records' cost of
@@ -63,9 +134,11 @@ def prior_run_seconds(recipe: str, budget: Budget, speed: Mapping[str, float] | 
     evaluation passes × `speed['other']`."""
     stage, steps, _ = _stage_run(recipe, budget)
     speed = speed or {}
-    passes = 1 if stage == "finetune" else 1 + len(budget.snapshots)   # pre-trainings also evaluate their snapshots
-    return (steps * recorded_step_seconds(recipe, budget) * speed.get(cost_class(recipe), 1.0)
-            + passes * RECORDED_EVAL_SECONDS * budget.n_test / 300 * speed.get("other", 1.0))
+    passes = 1 if stage == "finetune" else 1 + len(budget.snapshots)  # pre-trainings also evaluate their snapshots
+    return steps * recorded_step_seconds(recipe, budget) * speed.get(
+        cost_class(recipe), 1.0
+    ) + passes * RECORDED_EVAL_SECONDS * budget.n_test / 300 * speed.get("other", 1.0)
+
 
 def prior_decoder_seconds(budget: Budget, speed: Mapping[str, float] | None = None) -> float:
     "READ's decoder pre-training (once per compare folder)."
@@ -77,6 +150,7 @@ class RunCosts:
     recorded training + evaluation seconds), else its prior at `speed` (a calibration's, `calibrate`) scaled by how the
     finished runs of other recipes compared with their own priors (a slower machine slows every estimate after its
     first finished run)."""
+
     def __init__(self, budget: Budget, speed: Mapping[str, float] | None = None):
         self.budget, self.speed, self.measured = budget, dict(speed or {}), {}
 
@@ -88,7 +162,8 @@ class RunCosts:
     def add_row(self, row: Mapping):
         "Record a compare row (`eval.json`): its `train_seconds` + `eval_seconds`."
         secs = [row.get(k) for k in ("train_seconds", "eval_seconds")]
-        if all(isinstance(s, (int, float)) and math.isfinite(s) for s in secs): self.add(row["recipe"], sum(secs))
+        if all(isinstance(s, (int, float)) and math.isfinite(s) for s in secs):
+            self.add(row["recipe"], sum(secs))
 
     def prior(self, recipe: str) -> float:
         "The prior of a run of `recipe` at this machine's `speed`."
@@ -101,12 +176,14 @@ class RunCosts:
 
     def seconds(self, recipe: str) -> float:
         "The expected seconds of one run of `recipe`."
-        if recipe in self.measured: return statistics.median(self.measured[recipe])
+        if recipe in self.measured:
+            return statistics.median(self.measured[recipe])
         return self.prior(recipe) * self.correction()
 
 # %% ../../nbs/ledger/06_progress.ipynb #d8973409
-def eta_seconds(todo: Sequence, deps: Mapping, seconds: Mapping, jobs: int | None = None,
-                running: Mapping | None = None) -> float:
+def eta_seconds(
+    todo: Sequence, deps: Mapping, seconds: Mapping, jobs: int | None = None, running: Mapping | None = None
+) -> float:
     """Seconds until the last task finishes, when `jobs` workers (None: no limit) start each task of `todo` (not yet
     started, in the launchers' order) once the tasks it needs are done, `running` maps the tasks already running to
     their seconds left, and each task takes `seconds[task]`. Tasks needed but in neither are done."""
@@ -118,9 +195,11 @@ def eta_seconds(todo: Sequence, deps: Mapping, seconds: Mapping, jobs: int | Non
     while pending or finish:
         ready = [t for t in pending if not any(d in unfinished for d in deps.get(t, ()))]
         for t in ready[: max(0, jobs - len(finish))]:
-            pending.remove(t); k += 1
+            pending.remove(t)
+            k += 1
             heapq.heappush(finish, (clock + float(seconds[t]), k, t))
-        if not finish: raise ValueError(f"tasks {pending} wait for tasks that never run")
+        if not finish:
+            raise ValueError(f"tasks {pending} wait for tasks that never run")
         clock, _, t = heapq.heappop(finish)
         unfinished.discard(t)
     return clock
@@ -128,66 +207,108 @@ def eta_seconds(todo: Sequence, deps: Mapping, seconds: Mapping, jobs: int | Non
 # %% ../../nbs/ledger/06_progress.ipynb #cbb21806
 def duration(seconds: float) -> str:
     "'42 s', '12 min', '1 h 05 min' ('?' when unknown)."
-    if seconds is None or not math.isfinite(seconds): return "?"
+    if seconds is None or not math.isfinite(seconds):
+        return "?"
     s = max(0, round(seconds))
-    if s < 100: return f"{s} s"
-    if s < 3600: return f"{round(s / 60)} min"
+    if s < 100:
+        return f"{s} s"
+    if s < 3600:
+        return f"{round(s / 60)} min"
     return f"{s // 3600} h {round(s % 3600 / 60):02d} min"
+
 
 def run_line(row: Mapping, seconds: float | None = None) -> str:
     "A finished run's line: seed, recipe, its headline metrics, and its seconds (None: reused from the folder)."
     m = row.get("metrics", {})
     g = lambda k: m.get(k) if m.get(k) is not None else float("nan")
     took = "reused" if seconds is None else duration(seconds)
-    return (f"seed {row['seed']} {row['recipe']:18s} zs {g('zs_acc/general'):.3f}  R@5 {g('i2t_R@5'):.3f}  "
-            f"comp {g('comp_acc'):.3f}  tot {g('tot_acc'):.3f}  pep_auc {g('pep_auc'):.3f}  ({took})")
+    return (
+        f"seed {row['seed']} {row['recipe']:18s} zs {g('zs_acc/general'):.3f}  R@5 {g('i2t_R@5'):.3f}  "
+        f"comp {g('comp_acc'):.3f}  tot {g('tot_acc'):.3f}  pep_auc {g('pep_auc'):.3f}  ({took})"
+    )
 
 # %% ../../nbs/ledger/06_progress.ipynb #33f00bcc
-SIDE_BY_SIDE = 1.15        # a step of one of several workers sharing the cores, against the same step alone (an estimate)
+SIDE_BY_SIDE = 1.15  # a step of one of several workers sharing the cores, against the same step alone (an estimate)
 CALIBRATE_ABOVE_S = 120.0  # calibrate only a job the records say takes minutes (not smoke's seconds)
+
 
 @dataclasses.dataclass
 class Calibration:
     "What `calibrate` measured on this machine and what an estimate assumes from it (`dataclasses.asdict`: JSON)."
-    step_seconds: dict          # probe recipe -> its median seconds a step here, at `threads`
-    setup_seconds: dict         # probe recipe -> seconds to its first step's end (model, data, the first step)
-    speed: dict                 # cost class -> seconds here per recorded second; 'other': their median (evaluation, decoder)
-    threads: int                # torch threads a probe ran at: a worker's
-    jobs: int                   # workers side by side
-    side_by_side: float         # what a step is taken to slow by with `jobs` workers side by side
-    seconds: float              # what the calibration took
-    cpu: str = ""               # this machine's processor, for the record
+
+    step_seconds: dict  # probe recipe -> its median seconds a step here, at `threads`
+    setup_seconds: dict  # probe recipe -> seconds to its first step's end (model, data, the first step)
+    speed: dict  # cost class -> seconds here per recorded second; 'other': their median (evaluation, decoder)
+    threads: int  # torch threads a probe ran at: a worker's
+    jobs: int  # workers side by side
+    side_by_side: float  # what a step is taken to slow by with `jobs` workers side by side
+    seconds: float  # what the calibration took
+    cpu: str = ""  # this machine's processor, for the record
+
 
 def _cpu() -> str:
     "This machine's processor: /proc/cpuinfo's model name, else what `platform` says."
-    try: names = [l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("model name")]
-    except OSError: names = []
+    try:
+        names = [
+            l.split(":", 1)[1].strip()
+            for l in Path("/proc/cpuinfo").read_text().splitlines()
+            if l.startswith("model name")
+        ]
+    except OSError:
+        names = []
     return names[0] if names else platform.processor() or platform.machine()
 
 # %% ../../nbs/ledger/06_progress.ipynb #1e2c992e
-def probe_step(recipe: str, budget: Budget, threads: int | None = 1, steps: int = 5, warmup: int = 2,
-               clock: Callable = time.perf_counter) -> tuple[float, float]:
+def probe_step(
+    recipe: str,
+    budget: Budget,
+    threads: int | None = 1,
+    steps: int = 5,
+    warmup: int = 2,
+    clock: Callable = time.perf_counter,
+) -> tuple[float, float]:
     """(median seconds a step, seconds to the first step's end) of `recipe` on this machine: `warmup + steps` steps of
     the trainer's own loop — the world's train split, the budget's architecture, batch and precision — at `threads`
     torch threads (None: as they are), in a temporary folder (a fine-tune starts from a random init: the same step)."""
-    if steps < 1 or warmup < 1: raise ValueError(f"need steps >= 1 and warmup >= 1, got steps={steps}, warmup={warmup}")
+    if steps < 1 or warmup < 1:
+        raise ValueError(f"need steps >= 1 and warmup >= 1, got steps={steps}, warmup={warmup}")
     ends, before = [], torch.get_num_threads()
+
     def on_step(event, state):
-        if event == "step_end": ends.append(clock())
+        if event == "step_end":
+            ends.append(clock())
+
     try:
-        if threads: torch.set_num_threads(threads)
+        if threads:
+            torch.set_num_threads(threads)
         with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
-            warnings.simplefilter("ignore")   # "... was given: training from a random init"
+            warnings.simplefilter("ignore")  # "... was given: training from a random init"
             t0 = clock()
-            train_recipe(recipe, Path(tmp) / "probe", data=WorldData(n_train=budget.n_train), arch=budget.arch,
-                         steps=warmup + steps, batch_size=_stage_run(recipe, budget)[2], precision=budget.precision,
-                         quiet=True, log_every=warmup + steps, callbacks=[on_step])
-    finally: torch.set_num_threads(before)
-    return statistics.median(b - a for a, b in zip(ends[warmup - 1:], ends[warmup:])), ends[0] - t0
+            train_recipe(
+                recipe,
+                Path(tmp) / "probe",
+                data=WorldData(n_train=budget.n_train),
+                arch=budget.arch,
+                steps=warmup + steps,
+                batch_size=_stage_run(recipe, budget)[2],
+                precision=budget.precision,
+                quiet=True,
+                log_every=warmup + steps,
+                callbacks=[on_step],
+            )
+    finally:
+        torch.set_num_threads(before)
+    return statistics.median(b - a for a, b in zip(ends[warmup - 1 :], ends[warmup:])), ends[0] - t0
 
 # %% ../../nbs/ledger/06_progress.ipynb #8763aed2
-def calibrate(budget: Budget, recipes: Sequence[str], jobs: int = 1, threads: int | None = 1,
-              probe: Callable = probe_step, clock: Callable = time.perf_counter) -> Calibration:
+def calibrate(
+    budget: Budget,
+    recipes: Sequence[str],
+    jobs: int = 1,
+    threads: int | None = 1,
+    probe: Callable = probe_step,
+    clock: Callable = time.perf_counter,
+) -> Calibration:
     """Time one recipe of each cost class among `recipes` on this machine (`probe(recipe, budget, threads)`) and turn
     each into its class's speed: (the step here × `SIDE_BY_SIDE` when `jobs` > 1) / the records' step."""
     t0, side = clock(), SIDE_BY_SIDE if jobs > 1 else 1.0
@@ -199,43 +320,61 @@ def calibrate(budget: Budget, recipes: Sequence[str], jobs: int = 1, threads: in
     speed["other"] = statistics.median(speed.values()) if speed else 1.0
     return Calibration(steps, setup, speed, threads or torch.get_num_threads(), jobs, side, clock() - t0, _cpu())
 
+
 def calibration_words(cal: Calibration) -> str:
     "What an estimate assumed from `cal`, in a line's words."
     steps = ", ".join(f"{r} {s:.3f} s" for r, s in cal.step_seconds.items())
     side = f", × {cal.side_by_side:g} for {cal.jobs} workers side by side" if cal.jobs > 1 else ""
     speeds = "/".join(f"{v:.2f}×" for c, v in cal.speed.items() if c != "other")
-    return (f"calibrated on this CPU in {duration(cal.seconds)} ({cal.threads} thread(s) a worker): a step of {steps}"
-            f"{side} = {speeds} the records' seconds")
+    return (
+        f"calibrated on this CPU in {duration(cal.seconds)} ({cal.threads} thread(s) a worker): a step of {steps}"
+        f"{side} = {speeds} the records' seconds"
+    )
 
 # %% ../../nbs/ledger/06_progress.ipynb #4cddaef2
 def _is_terminal() -> bool:
     "Whether stdout is a terminal (a bar can redraw itself there)."
-    try: return sys.stdout.isatty()
-    except (AttributeError, ValueError): return False   # replaced or closed streams
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False  # replaced or closed streams
+
 
 def _finished_row(folder: Path) -> dict | None:
     """The `eval.json` row of a finished run folder: its weights exist, or it was restored from ledger records (its row
     says `"recorded"`, and it has no weights). A cheap look: `compare.finished_run` checks it fully."""
-    try: row = RunRow.read(folder).as_dict()
-    except (OSError, ValueError): return None
+    try:
+        row = RunRow.read(folder).as_dict()
+    except (OSError, ValueError):
+        return None
     return row if (folder / "model.safetensors").exists() or "recorded" in row else None
+
 
 class CompareProgress:
     "What compare shows while it runs: lines per finished run, time left, heartbeats, a bar; printed by the parent."
-    def __init__(self, budget: Budget,
-                 runs_of: Callable,                  # task -> [(recipe, seed), ...] (READ's decoder: [])
-                 run_folder: Callable,               # (recipe, seed) -> the run's folder
-                 jobs: int | None = None,            # workers (None: no limit, e.g. SLURM)
-                 log: Callable = print,
-                 bar: bool | None = None,            # None: in a notebook or a terminal, when `log` is print
-                 heartbeat_s: float = 300.0,         # a 'still training' line after this long without one
-                 refresh_s: float = 5.0,             # the bar's refresh interval
-                 decoder_seconds: float = 0.0,       # the decoder task's cost (0 when its file exists)
-                 clock: Callable = time.monotonic,
-                 threads: int | None = None,         # a worker's torch threads (None: 1 with several workers, else torch's)
-                 calibrate_with: Callable | None = calibrate):   # times this machine before the first estimate (None: not)
+
+    def __init__(
+        self,
+        budget: Budget,
+        runs_of: Callable,  # task -> [(recipe, seed), ...] (READ's decoder: [])
+        run_folder: Callable,  # (recipe, seed) -> the run's folder
+        jobs: int | None = None,  # workers (None: no limit, e.g. SLURM)
+        log: Callable = print,
+        bar: bool | None = None,  # None: in a notebook or a terminal, when `log` is print
+        heartbeat_s: float = 300.0,  # a 'still training' line after this long without one
+        refresh_s: float = 5.0,  # the bar's refresh interval
+        decoder_seconds: float = 0.0,  # the decoder task's cost (0 when its file exists)
+        clock: Callable = time.monotonic,
+        threads: int | None = None,  # a worker's torch threads (None: 1 with several workers, else torch's)
+        calibrate_with: Callable | None = calibrate,
+    ):  # times this machine before the first estimate (None: not)
         self.budget, self.runs_of, self.run_folder, self.jobs, self.log = budget, runs_of, run_folder, jobs, log
-        self.heartbeat_s, self.refresh_s, self.decoder_seconds, self.clock = heartbeat_s, refresh_s, decoder_seconds, clock
+        self.heartbeat_s, self.refresh_s, self.decoder_seconds, self.clock = (
+            heartbeat_s,
+            refresh_s,
+            decoder_seconds,
+            clock,
+        )
         # fastprogress's own `printing()` takes any stdout for a terminal (it tests that `isatty` exists, not its
         # answer): a bar would fill a log file with carriage returns, so ask the stream itself
         self.want_bar = (log is print and (fp.IN_NOTEBOOK or _is_terminal())) if bar is None else bar
@@ -243,7 +382,7 @@ class CompareProgress:
         self.calibrate_with, self.calibration, self.first_estimate = calibrate_with, None, None
         self.costs, self.t0, self.label = RunCosts(budget), clock(), ""
         self.tasks, self.deps, self.running, self.finished_tasks, self.reused = [], {}, {}, set(), set()
-        self.retrain = set()                 # restored runs the current tasks train again (`begin`)
+        self.retrain = set()  # restored runs the current tasks train again (`begin`)
         self.total = self.done = 0
         self._bar, self._said, self._drawn = None, clock(), 0.0
 
@@ -251,19 +390,25 @@ class CompareProgress:
 def _task_seconds(self: CompareProgress, task) -> float:
     "The expected seconds of a task: its runs not reused from the folder (the decoder task: `decoder_seconds`)."
     runs = self.runs_of(task)
-    if not runs: return self.decoder_seconds
+    if not runs:
+        return self.decoder_seconds
     return sum(0.0 if self._free(run) else self.costs.seconds(run[0]) for run in runs)
+
 
 def _free(self: CompareProgress, run) -> bool:
     "A run the folder already holds that this round does not train again (`retrain`)."
     return run in self.reused and run not in self.retrain
 
+
 def _run_fraction(self: CompareProgress, recipe: str, seed: int) -> float:
     "How far a training run is: its last logged step / its steps (0 before its first line)."
     steps = self.budget.finetune_steps if get_recipe(recipe).stage == "finetune" else self.budget.pretrain_steps
-    try: lines = read_metrics(self.run_folder(recipe, seed))
-    except (OSError, ValueError): return 0.0
+    try:
+        lines = read_metrics(self.run_folder(recipe, seed))
+    except (OSError, ValueError):
+        return 0.0
     return min(1.0, max((m.get("step", 0) for m in lines), default=0) / max(1, steps))
+
 
 def eta(self: CompareProgress) -> float:
     "Seconds left for the current tasks: the running ones' remaining share, the rest by `eta_seconds`."
@@ -272,20 +417,24 @@ def eta(self: CompareProgress) -> float:
         est = self._task_seconds(t)
         runs = [r for r in self.runs_of(t) if not self._free(r)]
         frac = sum(self._run_fraction(*r) for r in runs) / len(runs) if runs else 0.0
-        left[t] = max(0.05 * est, est * (1 - frac))   # the last 5%: evaluation after the last step
+        left[t] = max(0.05 * est, est * (1 - frac))  # the last 5%: evaluation after the last step
     todo = [t for t in self.tasks if t not in self.running and t not in self.finished_tasks]
     return eta_seconds(todo, self.deps, {t: self._task_seconds(t) for t in todo}, self.jobs, left)
+
 
 def _note_finished(self: CompareProgress, runs) -> None:
     """Runs of `runs` the folder already holds (this budget's): they cost nothing now; the seconds of those trained
     here feed the costs (a run restored from ledger records was timed on the machine that made them). A restored run
     this round trains again (`self.retrain`: a new fine-tune's parent, the records keep no weights) costs a run."""
     for r in runs:
-        if r in self.reused or r in self.retrain: continue
+        if r in self.reused or r in self.retrain:
+            continue
         row = _finished_row(Path(self.run_folder(*r)))
         if row is not None and row.get("run_key") == self.budget.run_key():
             self.reused.add(r)
-            if "recorded" not in row: self.costs.add_row(row)
+            if "recorded" not in row:
+                self.costs.add_row(row)
+
 
 def estimate(self: CompareProgress, tasks: Sequence, deps: Mapping, retrain: Collection = ()) -> float:
     """Seconds `tasks` would take from now with nothing running (for a time cap: does a round fit?); finished runs cost
@@ -294,7 +443,12 @@ def estimate(self: CompareProgress, tasks: Sequence, deps: Mapping, retrain: Col
     self._note_finished([r for t in tasks for r in self.runs_of(t)])
     return eta_seconds(list(tasks), deps, {t: self._task_seconds(t) for t in tasks}, self.jobs)
 
-CompareProgress._task_seconds, CompareProgress._run_fraction, CompareProgress._free = _task_seconds, _run_fraction, _free
+
+CompareProgress._task_seconds, CompareProgress._run_fraction, CompareProgress._free = (
+    _task_seconds,
+    _run_fraction,
+    _free,
+)
 CompareProgress.eta, CompareProgress.estimate, CompareProgress._note_finished = eta, estimate, _note_finished
 
 # %% ../../nbs/ledger/06_progress.ipynb #d94d3530
@@ -303,42 +457,57 @@ def _status(self: CompareProgress) -> str:
     head = f"{self.label}[{self.done}/{self.total} runs]"
     return f"{head} · {duration(self.clock() - self.t0)} elapsed · about {duration(self.eta())} left"
 
+
 def say(self: CompareProgress, line: str):
     "Print a line (through `log`), keeping a terminal bar below it."
     console = self._bar is not None and not fp.IN_NOTEBOOK
-    if console: print("\r" + " " * (shutil.get_terminal_size((100, 40)).columns - 1) + "\r", end="", flush=True)
+    if console:
+        print("\r" + " " * (shutil.get_terminal_size((100, 40)).columns - 1) + "\r", end="", flush=True)
     self.log(line)
     self._said = self.clock()
-    if self._bar is not None: self._draw(force=True)
+    if self._bar is not None:
+        self._draw(force=True)
+
 
 def _draw(self: CompareProgress, force: bool = False):
     "Refresh the bar (at most every `refresh_s`) with the status words."
-    if self._bar is None or (not force and self.clock() - self._drawn < self.refresh_s): return
+    if self._bar is None or (not force and self.clock() - self._drawn < self.refresh_s):
+        return
     self._drawn = self.clock()
     self._bar.on_update(self.done, _status(self))
+
 
 CompareProgress._status, CompareProgress.say, CompareProgress._draw = _status, say, _draw
 
 # %% ../../nbs/ledger/06_progress.ipynb #811b0389
 def _calibrate(self: CompareProgress, new: Sequence) -> None:
     """Time this machine once (`calibrate_with`) when the `new` runs train on its workers (a worker limit), some recipe
-    has no measured run yet, and the records say the job takes minutes; a probe that fails leaves the records' seconds."""
-    if self.calibrate_with is None or self.calibration is not None or not self.jobs: return
-    if all(r in self.costs.measured for r, _ in new) or self.eta() < CALIBRATE_ABOVE_S: return
-    try: self.calibration = self.calibrate_with(self.budget, [r for r, _ in new], jobs=self.jobs, threads=self.threads)
-    except Exception as e:   # the estimate is a courtesy: it never stops the runs
+    has no measured run yet, and the records say the job takes minutes; a probe that fails leaves the records'
+    seconds."""
+    if self.calibrate_with is None or self.calibration is not None or not self.jobs:
+        return
+    if all(r in self.costs.measured for r, _ in new) or self.eta() < CALIBRATE_ABOVE_S:
+        return
+    try:
+        self.calibration = self.calibrate_with(self.budget, [r for r, _ in new], jobs=self.jobs, threads=self.threads)
+    except Exception as e:  # the estimate is a courtesy: it never stops the runs
         why = f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"
         self.say(f"compare: no calibration ({why}); the estimate uses the records' seconds")
-        self.calibrate_with = None; return
+        self.calibrate_with = None
+        return
     self.costs.speed = dict(self.calibration.speed)
     self.decoder_seconds *= self.calibration.speed.get("other", 1.0)
+
 
 def _basis(self: CompareProgress) -> str:
     "What the estimate comes from, in the first line's words."
     words = "the measured runs" if self.costs.measured else "the records' run costs"
-    if self.calibration is not None: words += ", " + calibration_words(self.calibration)
-    elif not self.costs.measured: words += " (AMD EPYC)"
+    if self.calibration is not None:
+        words += ", " + calibration_words(self.calibration)
+    elif not self.costs.measured:
+        words += " (AMD EPYC)"
     return f"estimated from {words}; refined as runs finish"
+
 
 CompareProgress._calibrate, CompareProgress._basis = _calibrate, _basis
 
@@ -358,40 +527,59 @@ def begin(self: CompareProgress, tasks: Sequence, deps: Mapping, label: str = ""
     new = [r for r in runs if not self._free(r)]
     self._calibrate(new)
     eta = self.eta()
-    again = f" ({len(self.retrain & set(new))} of them parents the records keep no weights of)" if self.retrain & set(new) else ""
-    line = (f"compare: {self.label}{self.total} runs, {self.total - len(new)} already in the folder, {len(new)} to train{again}; "
-            f"about {duration(eta)} " + (f"on {self.jobs} worker(s)" if self.jobs else "with no limit on workers")
-            + f" ({self._basis()})")
-    if new and self.first_estimate is None:   # what a finished compare can hold its wall time against
-        self.first_estimate = dict(seconds=eta, runs=len(new), jobs=self.jobs, line=line,
-                                   calibration=dataclasses.asdict(self.calibration) if self.calibration else None)
+    again = (
+        f" ({len(self.retrain & set(new))} of them parents the records keep no weights of)"
+        if self.retrain & set(new)
+        else ""
+    )
+    line = (
+        f"compare: {self.label}{self.total} runs, {self.total - len(new)} already in the folder, {len(new)} to "
+        f"train{again}; "
+        f"about {duration(eta)} "
+        + (f"on {self.jobs} worker(s)" if self.jobs else "with no limit on workers")
+        + f" ({self._basis()})"
+    )
+    if new and self.first_estimate is None:  # what a finished compare can hold its wall time against
+        self.first_estimate = dict(
+            seconds=eta,
+            runs=len(new),
+            jobs=self.jobs,
+            line=line,
+            calibration=dataclasses.asdict(self.calibration) if self.calibration else None,
+        )
     self.say(line)
     if self.want_bar and self.total:
         self._bar = fp.progress_bar(range(self.total), total=self.total, leave=True)
         self._bar.update(0)
         self._draw(force=True)
 
+
 def started(self: CompareProgress, task):
     "A launcher started `task`."
     self.running[task] = self.clock()
 
+
 def finished(self: CompareProgress, task, result):
     "A launcher's `task` is done: `result` is its row, or a list of rows (several seeds in one task)."
-    start = self.running.pop(task, None)
+    self.running.pop(task, None)
     self.finished_tasks.add(task)
     rows = result if isinstance(result, list) else [result] if isinstance(result, Mapping) and result else []
     for row in rows:
         key = (row["recipe"], row["seed"])
         again = row.get("retrained") if key in self.retrain else None
-        if again is not None:   # a restored parent trained again here: its seconds are this machine's, its row the records'
+        if (
+            again is not None
+        ):  # a restored parent trained again here: its seconds are this machine's, its row the records'
             took = float(again.get("train_seconds") or 0.0)
             self.costs.add_row(dict(recipe=row["recipe"], train_seconds=took, eval_seconds=0.0))
         else:
             reused = key in self.reused
-            if not reused: self.costs.add_row(row)
+            if not reused:
+                self.costs.add_row(row)
             took = None if reused else sum(float(row.get(k) or 0) for k in ("train_seconds", "eval_seconds"))
         self.done += 1
         self.say(f"{self._status()}  {run_line(row, took)}")
+
 
 def tick(self: CompareProgress):
     "Called while the launcher waits: refresh the bar; after `heartbeat_s` of silence, say what is training."
@@ -399,17 +587,23 @@ def tick(self: CompareProgress):
         parts = []
         for t in self.running:
             for r in self.runs_of(t):
-                if not self._free(r): parts.append(f"{r[0]} seed {r[1]} {100 * self._run_fraction(*r):.0f}%")
+                if not self._free(r):
+                    parts.append(f"{r[0]} seed {r[1]} {100 * self._run_fraction(*r):.0f}%")
         self.say(f"{self._status()}  training: {', '.join(parts) or 'READ decoder'}")
-    else: self._draw()
+    else:
+        self._draw()
+
 
 def end(self: CompareProgress):
     "Close the bar (the lines stay)."
-    if self._bar is None: return
+    if self._bar is None:
+        return
     self._draw(force=True)
     self._bar.on_iter_end()
-    if not fp.IN_NOTEBOOK: print(flush=True)
+    if not fp.IN_NOTEBOOK:
+        print(flush=True)
     self._bar = None
+
 
 CompareProgress.begin, CompareProgress.started, CompareProgress.finished = begin, started, finished
 CompareProgress.tick, CompareProgress.end = tick, end

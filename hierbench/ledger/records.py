@@ -1,4 +1,7 @@
-"""The claims ledger's records in the repository: every run's recipe, seed, settings hash, final metrics and the per-item rows the evaluation bootstrap reads — what `hierbench claims` recomputes `claims.json`, the README's table and the forest plot from, in seconds, with no checkpoint; and what a `compare --until-decided` continues from on any machine.
+"""The claims ledger's records in the repository: every run's recipe, seed, settings hash, final
+metrics and the per-item rows the evaluation bootstrap reads — what `hierbench claims` recomputes
+`claims.json`, the README's table and the forest plot from, in seconds, with no checkpoint; and
+what a `compare --until-decided` continues from on any machine.
 
 Docs: https://hierbench.github.io/hierbench/ledger/records.html.md"""
 
@@ -6,22 +9,68 @@ Docs: https://hierbench.github.io/hierbench/ledger/records.html.md"""
 
 # %% ../../nbs/ledger/03_records.ipynb #9e2b55b1
 from __future__ import annotations
-import dataclasses, gzip, hashlib, json, platform, shutil, subprocess, time, zipfile, zlib
+import dataclasses
+import gzip
+import json
+import platform
+import shutil
+import subprocess
+import time
+import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from collections import Counter
 from typing import Mapping, Sequence
-import numpy as np, pandas as pd
+import numpy as np
+import pandas as pd
 from .budgets import Budget, budget_from_meta, eval_scene_counts
-from .claims import CLAIMS, claims_document, claims_ledger
-from .run_folder import (RunRow, finished_run, json_safe, load_items, run_dir, run_fingerprint, save_items,
-                                  settings_hash)   # re-exported: `records.settings_hash`
-from ..config import FolderStateError, HierbenchError, MissingFileError, atomic_write, atomic_write_text
+from .claims import CLAIMS, claims_document, claims_ledger  # noqa: F401 (re-exported here)
+from hierbench.ledger.run_folder import (
+    RunRow,
+    finished_run,
+    json_safe,
+    load_items,
+    run_dir,
+    run_fingerprint,
+    save_items,
+    settings_hash,
+)  # re-exported: `records.settings_hash`
+from ..config import FolderStateError, HierbenchError, MissingFileError, atomic_write, atomic_write_text  # noqa: F401 (re-exported here)
 from ..evaluation.world_eval import metric_from_items
 from ..models.family import resolve_architecture
 from ..plugins import require_plugins
 from ..recipes.registry import get_recipe, list_recipes
 from ..stats import SequentialPlan
+
+# %% auto #0
+__all__ = [
+    "RECORDS_FORMAT",
+    "LEDGER_FILE",
+    "RUNS_FILE",
+    "ITEMS_FILE",
+    "CLAIMS_FILE",
+    "SHARED",
+    "PLAN_FILE",
+    "RecordsError",
+    "records_read",
+    "made_on",
+    "RunPlan",
+    "read_plan",
+    "finished_runs",
+    "report_only_meta",
+    "run_made",
+    "trained_elsewhere",
+    "write_records",
+    "NotKeptError",
+    "LedgerRecords",
+    "read_records",
+    "ledger_from_records",
+    "ledger_differences",
+    "restore_records",
+    "ledger_from_folder",
+    "forest_title",
+]
 
 # %% auto #0
 __all__ = ['RECORDS_FORMAT', 'LEDGER_FILE', 'RUNS_FILE', 'ITEMS_FILE', 'CLAIMS_FILE', 'SHARED', 'PLAN_FILE', 'RecordsError',
@@ -32,24 +81,33 @@ __all__ = ['RECORDS_FORMAT', 'LEDGER_FILE', 'RUNS_FILE', 'ITEMS_FILE', 'CLAIMS_F
 # %% ../../nbs/ledger/03_records.ipynb #0abb420b
 RECORDS_FORMAT = "hierbench-ledger-records/1"
 LEDGER_FILE, RUNS_FILE, ITEMS_FILE, CLAIMS_FILE = "ledger.json", "runs.jsonl.gz", "items.npz", "claims.json"
-SHARED = "*"   # items.npz keys 'RECIPE|SEED|split|record|field'; a field equal in every run is stored once under '*|*|...'
+SHARED = (
+    "*"  # items.npz keys 'RECIPE|SEED|split|record|field'; a field equal in every run is stored once under '*|*|...'
+)
+
 
 class RecordsError(HierbenchError, ValueError):
     "A ledger-records folder that cannot be read as it is: the message names the file, the record and what is wrong."
 
 # %% ../../nbs/ledger/03_records.ipynb #71b595bf
 def records_read(metric: str, items: Mapping) -> list[tuple[str, str]]:
-    "The `(split, record)` pairs of per-item records that `metric` is computed from, found by computing it once on `items`."
+    """The `(split, record)` pairs of per-item records that `metric` is computed from, found by computing it once on
+    `items`."""
     seen: list = []
+
     class _Split(dict):
         def __getitem__(self, record):
             seen.append((self.split, record))
             return dict.__getitem__(self, record)
+
     tracked = {}
     for split, recs in items.items():
-        tracked[split] = _Split(recs); tracked[split].split = split
-    try: metric_from_items(metric, tracked)
-    except KeyError: pass   # a metric this run cannot give (the ledger's bootstrap fails alike): what it read so far
+        tracked[split] = _Split(recs)
+        tracked[split].split = split
+    try:
+        metric_from_items(metric, tracked)
+    except KeyError:
+        pass  # a metric this run cannot give (the ledger's bootstrap fails alike): what it read so far
     return list(dict.fromkeys(seen))
 
 # %% ../../nbs/ledger/03_records.ipynb #6f5af7cc
@@ -58,12 +116,14 @@ def records_read(metric: str, items: Mapping) -> list[tuple[str, str]]:
 _PEP_EXACT = {"pep_auc", "pep_ap"}
 _ANGLE_FIELDS = ("pos_phi", "neg_phi")
 
+
 def _reduce_record(record: Mapping, metrics: set) -> dict:
     "A per-item record as the records keep it: PEP's angles floored at π/2 when only PEP AUC/AP read them."
     out = dict(record)
     if metrics <= _PEP_EXACT:
         for f in _ANGLE_FIELDS:
-            if f in out: out[f] = np.minimum(np.asarray(out[f]), np.pi / 2)
+            if f in out:
+                out[f] = np.minimum(np.asarray(out[f]), np.pi / 2)
     return out
 
 # %% ../../nbs/ledger/03_records.ipynb #5e0a64cc
@@ -73,11 +133,13 @@ def _kept_records(ledger: pd.DataFrame, runs: Mapping, items: Mapping) -> dict:
     from records keeps only what they kept: a record it lacks is not kept again."""
     keep, read = {}, {}
     for row in ledger.itertuples():
-        if not row.n: continue
+        if not row.n:
+            continue
         seeds = sorted(set(s for r, s in runs if r == row.a) & set(s for r, s in runs if r == row.b))[: int(row.n)]
         for arm in (row.a, row.b):
             for s in seeds:
-                if (row.metric, arm) not in read: read[(row.metric, arm)] = records_read(row.metric, items[(arm, s)])
+                if (row.metric, arm) not in read:
+                    read[(row.metric, arm)] = records_read(row.metric, items[(arm, s)])
                 for split, rec in read[(row.metric, arm)]:
                     if rec in items[(arm, s)].get(split, {}):
                         keep.setdefault((arm, s), {}).setdefault((split, rec), set()).add(row.metric)
@@ -86,15 +148,38 @@ def _kept_records(ledger: pd.DataFrame, runs: Mapping, items: Mapping) -> dict:
 # %% ../../nbs/ledger/03_records.ipynb #2e7ae6bb
 def made_on() -> dict:
     "Where records are written: the commit of hierbench's checkout (when it is one), the CPU, Python and torch."
-    import torch, hierbench
-    root = Path(hierbench.__file__).resolve().parents[1]   # the checkout (also where a notebook has no __file__)
-    try: commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                 timeout=10).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError): commit = None
-    cpu = next((l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
-                if l.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else platform.processor()
-    return dict(commit=commit, cpu=cpu, python=platform.python_version(), torch=torch.__version__,
-                date=time.strftime("%Y-%m-%d"))
+    import torch
+    import hierbench
+
+    root = Path(hierbench.__file__).resolve().parents[1]  # the checkout (also where a notebook has no __file__)
+    try:
+        commit = (
+            subprocess.run(
+                ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
+            ).stdout.strip()
+            or None
+        )
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    cpu = (
+        next(
+            (
+                l.split(":", 1)[1].strip()
+                for l in Path("/proc/cpuinfo").read_text().splitlines()
+                if l.startswith("model name")
+            ),
+            platform.processor(),
+        )
+        if Path("/proc/cpuinfo").exists()
+        else platform.processor()
+    )
+    return dict(
+        commit=commit,
+        cpu=cpu,
+        python=platform.python_version(),
+        torch=torch.__version__,
+        date=time.strftime("%Y-%m-%d"),
+    )
 
 # %% ../../nbs/ledger/03_records.ipynb #7f494313
 PLAN_FILE = "plan.json"  # what a compare folder holds: its runs' budget, recipes, seeds and looks
@@ -104,16 +189,23 @@ PLAN_FILE = "plan.json"  # what a compare folder holds: its runs' budget, recipe
 class RunPlan:
     """Which runs a compare folder (its plan.json) or a ledger's records hold: the budget, the recipes in plan order,
     the seeds of each (every recipe `seeds`, or `--until-decided`'s own count per recipe) and the sequential plan."""
+
     budget: Budget
     seeds: int
     recipes: tuple
     until_decided: dict | None = None
-    plugins: tuple = ()          # the plugins (`hierbench.plugins.Plugin.record`) its recipes and claims came from
+    plugins: tuple = ()  # the plugins (`hierbench.plugins.Plugin.record`) its recipes and claims came from
 
     @classmethod
     def from_record(cls, d: Mapping) -> "RunPlan":
         "From plan.json's form (also a results.json's `meta`): `budget`, `seeds`, `recipes`, optional `until_decided`."
-        return cls(budget_from_meta(d), int(d["seeds"]), tuple(d["recipes"]), d.get("until_decided"), tuple(d.get("plugins", ())))
+        return cls(
+            budget_from_meta(d),
+            int(d["seeds"]),
+            tuple(d["recipes"]),
+            d.get("until_decided"),
+            tuple(d.get("plugins", ())),
+        )
 
     def write(self, out: str | Path) -> Path:
         "Write compare folder `out`'s plan.json (atomically): the one writer of that file."
@@ -127,24 +219,31 @@ class RunPlan:
         out = Path(out)
         src = out / PLAN_FILE if (out / PLAN_FILE).is_file() else out / "results.json"
         if not src.is_file():
-            raise MissingFileError(f"{out}: neither plan.json nor results.json; not a compare folder "
-                                   f"(run `hierbench compare --out {out}`)")
+            raise MissingFileError(
+                f"{out}: neither plan.json nor results.json; not a compare folder (run `hierbench compare --out {out}`)"
+            )
         d = json.loads(src.read_text())
         return cls.from_record(d.get("meta", d))
 
     def record(self) -> dict:
         "plan.json's form."
-        return dict(budget=dataclasses.asdict(self.budget), seeds=self.seeds, recipes=list(self.recipes),
-                    **({"until_decided": self.until_decided} if self.until_decided else {}),
-                    **({"plugins": list(self.plugins)} if self.plugins else {}))
+        return dict(
+            budget=dataclasses.asdict(self.budget),
+            seeds=self.seeds,
+            recipes=list(self.recipes),
+            **({"until_decided": self.until_decided} if self.until_decided else {}),
+            **({"plugins": list(self.plugins)} if self.plugins else {}),
+        )
 
     def seeds_of(self, recipe: str) -> int:
         return int(self.until_decided["seeds_per_recipe"][recipe]) if self.until_decided else self.seeds
 
     def runs(self) -> list[tuple[str, int]]:
         "Every run `(recipe, seed)` of the plan, seed-major in recipe order (the order compare lists its runs in)."
-        return sorted(((r, s) for r in self.recipes for s in range(self.seeds_of(r))),
-                      key=lambda k: (k[1], self.recipes.index(k[0])))
+        return sorted(
+            ((r, s) for r in self.recipes for s in range(self.seeds_of(r))),
+            key=lambda k: (k[1], self.recipes.index(k[0])),
+        )
 
     @property
     def sequential(self) -> SequentialPlan | None:
@@ -160,7 +259,7 @@ class RunPlan:
 def read_plan(out: str | Path) -> RunPlan:
     "The `RunPlan` of compare folder `out`: its plan.json (or, in folders older than plan.json, results.json's meta)."
     plan = RunPlan.read(out)
-    require_plugins(plan.plugins, Path(out) / PLAN_FILE)   # a plugin's recipes are unknown until it is loaded
+    require_plugins(plan.plugins, Path(out) / PLAN_FILE)  # a plugin's recipes are unknown until it is loaded
     return plan
 
 # %% ../../nbs/ledger/03_records.ipynb #6954dbbc
@@ -169,16 +268,26 @@ def finished_runs(out: str | Path, plan: RunPlan) -> list[dict]:
     rows = {k: finished_run(*k, plan.budget, out) for k in plan.runs()}
     missing = [f"{r}/seed{s}" for (r, s), row in rows.items() if row is None]
     if missing:
-        raise FolderStateError(f"{out}: {len(missing)} of {len(rows)} runs are not finished ({', '.join(missing[:8])}"
-                           f"{', ...' if len(missing) > 8 else ''}); run the compare again: finished runs are reused")
+        raise FolderStateError(
+            f"{out}: {len(missing)} of {len(rows)} runs are not finished ({', '.join(missing[:8])}"
+            f"{', ...' if len(missing) > 8 else ''}); run the compare again: finished runs are reused"
+        )
     return list(rows.values())
 
 # %% ../../nbs/ledger/03_records.ipynb #a0560b63
 def report_only_meta(plan: RunPlan) -> dict:
     "The meta of outputs rebuilt from a folder (no run time of their own)."
     import torch
-    return dict(jobs=None, launcher="report-only", wall_seconds=None, peak_rss_mb=None, torch=torch.__version__,
-                threads=None, **({"until_decided": plan.until_decided} if plan.until_decided else {}))
+
+    return dict(
+        jobs=None,
+        launcher="report-only",
+        wall_seconds=None,
+        peak_rss_mb=None,
+        torch=torch.__version__,
+        threads=None,
+        **({"until_decided": plan.until_decided} if plan.until_decided else {}),
+    )
 
 # %% ../../nbs/ledger/03_records.ipynb #a740403e
 def _write_npz(path: Path, arrays: Mapping):
@@ -187,30 +296,39 @@ def _write_npz(path: Path, arrays: Mapping):
         for key in sorted(arrays):
             info = zipfile.ZipInfo(f"{key}.npy", date_time=(1980, 1, 1, 0, 0, 0))
             info.compress_type = zipfile.ZIP_DEFLATED
-            with z.open(info, "w", force_zip64=True) as f: np.lib.format.write_array(f, np.asarray(arrays[key]), allow_pickle=False)
+            with z.open(info, "w", force_zip64=True) as f:
+                np.lib.format.write_array(f, np.asarray(arrays[key]), allow_pickle=False)
+
 
 def _fields_of(arrays: Mapping) -> dict:
     "`{'split|record': {field, ...}}` of per-item arrays keyed 'RECIPE|SEED|split|record|field'."
     out: dict = {}
     for key in arrays:
-        _, _, split, rec, f = key.split("|"); out.setdefault(f"{split}|{rec}", set()).add(f)
+        _, _, split, rec, f = key.split("|")
+        out.setdefault(f"{split}|{rec}", set()).add(f)
     return out
+
 
 def _share(arrays: dict) -> dict:
     "Store once under '*|*|split|record|field' each field that is equal in every run holding it (scene indices, types)."
     by: dict = {}
-    for key, a in arrays.items(): by.setdefault(key.split("|", 2)[2], []).append(key)
+    for key, a in arrays.items():
+        by.setdefault(key.split("|", 2)[2], []).append(key)
     out = {}
     for tail, keys in by.items():
         first = arrays[keys[0]]
         if len(keys) > 1 and all(arrays[k].dtype == first.dtype and np.array_equal(arrays[k], first) for k in keys[1:]):
             out[f"{SHARED}|{SHARED}|{tail}"] = first
-        else: out.update({k: arrays[k] for k in keys})
+        else:
+            out.update({k: arrays[k] for k in keys})
     return out
 
 # %% ../../nbs/ledger/03_records.ipynb #73504d09
-_RUN_FIELDS_DROPPED = ("run_key", "run_fingerprint",   # the settings hash stands for them (ledger.json keeps them once)
-                       "recorded")                     # a restored run's marker: a path of that folder (`made` says where it trained)
+_RUN_FIELDS_DROPPED = (
+    "run_key",
+    "run_fingerprint",  # the settings hash stands for them (ledger.json keeps them once)
+    "recorded",
+)  # a restored run's marker: a path of that folder (`made` says where it trained)
 _RECORDS_README = """# Ledger records: {name}
 
 What `hierbench claims` recomputes the claims ledger from, with no checkpoint and no training: every run of the
@@ -237,34 +355,60 @@ CPU they were trained on and the records they first entered: {trained}.
 # %% ../../nbs/ledger/03_records.ipynb #036cee4e
 def _folder_meta(out: Path, plan: RunPlan) -> dict:
     "The compare's own meta when its claims.json is of this plan's runs, else that of outputs rebuilt from the folder."
-    try: meta = json.loads((out / "claims.json").read_text())["meta"]
-    except (OSError, ValueError, KeyError): meta = None
-    same = meta is not None and meta.get("seeds") == plan.seeds and (
-        (meta.get("until_decided") or {}).get("seeds_per_recipe") == (plan.until_decided or {}).get("seeds_per_recipe"))
-    return meta if same else dict(budget=dataclasses.asdict(plan.budget), seeds=plan.seeds, recipes=list(plan.recipes),
-                                  **report_only_meta(plan))
+    try:
+        meta = json.loads((out / "claims.json").read_text())["meta"]
+    except (OSError, ValueError, KeyError):
+        meta = None
+    same = (
+        meta is not None
+        and meta.get("seeds") == plan.seeds
+        and (
+            (meta.get("until_decided") or {}).get("seeds_per_recipe")
+            == (plan.until_decided or {}).get("seeds_per_recipe")
+        )
+    )
+    return (
+        meta
+        if same
+        else dict(
+            budget=dataclasses.asdict(plan.budget),
+            seeds=plan.seeds,
+            recipes=list(plan.recipes),
+            **report_only_meta(plan),
+        )
+    )
 
 # %% ../../nbs/ledger/03_records.ipynb #9766b880
 _MADE_KEYS = ("cpu", "commit", "date")
 
+
 def run_made(row: Mapping, here: Mapping) -> dict:
-    """Where run `row` comes from: the `cpu` it was trained on, the `commit` and `date` of the records it first entered —
+    """Where run `row` comes from: the `cpu` it was trained on, the `commit` and `date` of the records it first entered
+    —
     its own `made` (records written since runs carry it), its records' `made` for a run restored from records, else
     this machine and these records (`here`, `made_on()`)."""
-    if row.get("made"): return {k: row["made"].get(k) for k in _MADE_KEYS}
+    if row.get("made"):
+        return {k: row["made"].get(k) for k in _MADE_KEYS}
     rec = row.get("recorded")
-    if rec is None: return {k: here.get(k) for k in _MADE_KEYS}
+    if rec is None:
+        return {k: here.get(k) for k in _MADE_KEYS}
     made = rec.get("made")
-    if made is None:   # restored before the marker carried it: the records' ledger.json, where that folder still is
-        try: made = json.loads((Path(rec["records"]) / LEDGER_FILE).read_text()).get("made")
-        except (OSError, ValueError, KeyError, TypeError): made = None
+    if made is None:  # restored before the marker carried it: the records' ledger.json, where that folder still is
+        try:
+            made = json.loads((Path(rec["records"]) / LEDGER_FILE).read_text()).get("made")
+        except (OSError, ValueError, KeyError, TypeError):
+            made = None
     return {k: (made or {}).get(k) for k in _MADE_KEYS}
+
 
 def _trained_words(made: Sequence[Mapping]) -> str:
     "How many runs were trained where, for the records' README."
     n = Counter((m.get("cpu"), m.get("commit"), m.get("date")) for m in made)
-    return "; ".join(f"{c} on {cpu or 'an unrecorded CPU'} at commit `{(commit or '?')[:7]}` ({date or 'date unrecorded'})"
-                     for (cpu, commit, date), c in n.items())
+    return "; ".join(
+        f"{c} on {cpu or 'an unrecorded CPU'} at commit `{(commit or '?')[:7]}` ({date or 'date unrecorded'})"
+        for (cpu, commit, date), c in n.items()
+    )
+
 
 def trained_elsewhere(runs: Sequence[Mapping], names: Sequence[str]) -> dict[str, list[str]]:
     """`{recipe: [CPU, ...]}` of the runs of `names` restored from ledger records that were trained on another CPU than
@@ -273,7 +417,8 @@ def trained_elsewhere(runs: Sequence[Mapping], names: Sequence[str]) -> dict[str
     for r in runs:
         if r["recipe"] in names and "recorded" in r:
             cpu = run_made(r, {})["cpu"]
-            if cpu and cpu != here: out.setdefault(r["recipe"], set()).add(cpu)
+            if cpu and cpu != here:
+                out.setdefault(r["recipe"], set()).add(cpu)
     return {k: sorted(v) for k, v in out.items()}
 
 # %% ../../nbs/ledger/03_records.ipynb #4d36912e
@@ -283,132 +428,217 @@ def write_records(compare_dir: str | Path, out: str | Path) -> Path:
     compare_dir, out = Path(compare_dir), Path(out)
     plan = read_plan(compare_dir)
     runs = finished_runs(compare_dir, plan)
-    items = {(r["recipe"], r["seed"]): load_items(run_dir(compare_dir, r["recipe"], r["seed"]) / "items.npz") for r in runs}
+    items = {
+        (r["recipe"], r["seed"]): load_items(run_dir(compare_dir, r["recipe"], r["seed"]) / "items.npz") for r in runs
+    }
     results, ledger = claims_ledger(runs, items, plan.budget, plan.sequential, plan.still_open)
     meta = _folder_meta(compare_dir, plan)
     keep = _kept_records(ledger, list(items), items)
-    arrays = {f"{r}|{s}|{split}|{rec}|{f}": np.asarray(v) for (r, s), pairs in keep.items()
-              for (split, rec), metrics in pairs.items()
-              for f, v in _reduce_record(items[(r, s)][split][rec], metrics).items()}
+    arrays = {
+        f"{r}|{s}|{split}|{rec}|{f}": np.asarray(v)
+        for (r, s), pairs in keep.items()
+        for (split, rec), metrics in pairs.items()
+        for f, v in _reduce_record(items[(r, s)][split][rec], metrics).items()
+    }
     made = made_on()
     ledger_json = dict(
-        format=RECORDS_FORMAT, plan=plan.record(), run_key=plan.budget.run_key(),
+        format=RECORDS_FORMAT,
+        plan=plan.record(),
+        run_key=plan.budget.run_key(),
         fingerprints={r: run_fingerprint(get_recipe(r)) for r in plan.recipes},
         arch=json.loads(json.dumps(resolve_architecture(plan.budget.arch))),
         scenes=eval_scene_counts(plan.budget),
         kept={f"{r}/seed{s}": sorted(f"{split}|{rec}" for split, rec in pairs) for (r, s), pairs in keep.items()},
         fields={k: sorted(v) for k, v in _fields_of(arrays).items()},
-        meta=meta, made={**made, "source": str(compare_dir)},
-        **({"plugins": list(plan.plugins)} if plan.plugins else {}))
+        meta=meta,
+        made={**made, "source": str(compare_dir)},
+        **({"plugins": list(plan.plugins)} if plan.plugins else {}),
+    )
     trained = [run_made(r, made) for r in runs]
-    lines = [json.dumps(json_safe({**{k: v for k, v in r.items() if k not in _RUN_FIELDS_DROPPED}, "made": m,
-                                    "settings_sha256": settings_hash(r["run_key"], r["run_fingerprint"])}))
-             for r, m in zip(runs, trained)]
+    lines = [
+        json.dumps(
+            json_safe(
+                {
+                    **{k: v for k, v in r.items() if k not in _RUN_FIELDS_DROPPED},
+                    "made": m,
+                    "settings_sha256": settings_hash(r["run_key"], r["run_fingerprint"]),
+                }
+            )
+        )
+        for r, m in zip(runs, trained)
+    ]
     until = plan.until_decided or {}
     readme = _RECORDS_README.format(
-        name=out.name, budget=plan.budget.name, n_runs=len(runs), n_recipes=len(plan.recipes),
-        seeds=", ".join(f"{r} {plan.seeds_of(r)}" for r in plan.recipes), rel=out, fmt=RECORDS_FORMAT,
-        max_seeds=(until.get("plan") or {}).get("looks", [plan.seeds])[-1], date=made["date"], source=compare_dir,
-        commit=made["commit"], cpu=made["cpu"], python=made["python"], torch=made["torch"], trained=_trained_words(trained))
+        name=out.name,
+        budget=plan.budget.name,
+        n_runs=len(runs),
+        n_recipes=len(plan.recipes),
+        seeds=", ".join(f"{r} {plan.seeds_of(r)}" for r in plan.recipes),
+        rel=out,
+        fmt=RECORDS_FORMAT,
+        max_seeds=(until.get("plan") or {}).get("looks", [plan.seeds])[-1],
+        date=made["date"],
+        source=compare_dir,
+        commit=made["commit"],
+        cpu=made["cpu"],
+        python=made["python"],
+        torch=made["torch"],
+        trained=_trained_words(trained),
+    )
     tmp = out.with_name(f".{out.name}.writing")
-    if tmp.exists(): shutil.rmtree(tmp)
+    if tmp.exists():
+        shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
     (tmp / LEDGER_FILE).write_text(json.dumps(json_safe(ledger_json), indent=1))
-    with gzip.GzipFile(tmp / RUNS_FILE, "wb", compresslevel=9, mtime=0) as f: f.write(("\n".join(lines) + "\n").encode())
+    with gzip.GzipFile(tmp / RUNS_FILE, "wb", compresslevel=9, mtime=0) as f:
+        f.write(("\n".join(lines) + "\n").encode())
     _write_npz(tmp / ITEMS_FILE, _share(arrays))
     (tmp / CLAIMS_FILE).write_text(json.dumps(claims_document(meta, ledger), indent=1))
     (tmp / "README.md").write_text(readme)
-    for p in plan.plugins:   # for the reader (never executed from here: `--plugin` names the file to load, hash checked)
-        (tmp / "plugins").mkdir(exist_ok=True); shutil.copy(p["path"], tmp / "plugins" / Path(p["path"]).name)
+    for p in plan.plugins:  # for the reader (never executed from here: `--plugin` names the file to load, hash checked)
+        (tmp / "plugins").mkdir(exist_ok=True)
+        shutil.copy(p["path"], tmp / "plugins" / Path(p["path"]).name)
     old = out.with_name(f".{out.name}.old")
-    if out.exists(): out.replace(old)
+    if out.exists():
+        out.replace(old)
     tmp.replace(out)
-    if old.exists(): shutil.rmtree(old)
+    if old.exists():
+        shutil.rmtree(old)
     return out
 
 # %% ../../nbs/ledger/03_records.ipynb #a3034907
 class NotKeptError(RecordsError, KeyError):
     """A per-item record the records do not keep. Also a `KeyError`: the ledger's evaluation bootstrap reads it as a run
     without items (no interval rather than a wrong one), and `hierbench claims` names the rows it left without one."""
-    __str__ = Exception.__str__          # the message as written (a KeyError would quote it)
+
+    __str__ = Exception.__str__  # the message as written (a KeyError would quote it)
+
 
 class _Kept(dict):
-    "Per-item records as a run keeps them: asking for one it does not keep names it (`NotKeptError`, never a silent NaN)."
+    """Per-item records as a run keeps them: asking for one it does not keep names it (`NotKeptError`, never a silent
+    NaN)."""
+
     def __init__(self, data: Mapping, where: str):
-        super().__init__(data); self.where = where
+        super().__init__(data)
+        self.where = where
+
     def __missing__(self, key):
-        raise NotKeptError(f"{self.where} keeps no per-item record {key!r}: records keep what the ledger's rows read, "
-                           "at the seeds each row read")
+        raise NotKeptError(
+            f"{self.where} keeps no per-item record {key!r}: records keep what the ledger's rows read, "
+            "at the seeds each row read"
+        )
 
 # %% ../../nbs/ledger/03_records.ipynb #784432b8
 @dataclass
 class LedgerRecords:
     "A ledger-records folder, read and checked: its plan, the runs' rows in plan order and their per-item records."
+
     folder: Path
-    ledger: dict                 # ledger.json
+    ledger: dict  # ledger.json
     plan: RunPlan
-    runs: list                   # rows as `compare.finished_run` gives them (run key and fingerprint: today's, checked)
-    items: dict                  # {(recipe, seed): per-item records as kept}
-    claims: dict | None          # claims.json, the reference a recomputation must equal
+    runs: list  # rows as `compare.finished_run` gives them (run key and fingerprint: today's, checked)
+    items: dict  # {(recipe, seed): per-item records as kept}
+    claims: dict | None  # claims.json, the reference a recomputation must equal
 
 # %% ../../nbs/ledger/03_records.ipynb #561f6403
 def _read_json(path: Path) -> dict:
-    try: return json.loads(path.read_text())
-    except FileNotFoundError: raise RecordsError(f"{path}: missing: not a ledger-records folder (write one with "
-                                                 "`hierbench claims COMPARE_DIR --records OUT`)") from None
-    except ValueError as e: raise RecordsError(f"{path}: not JSON ({e})") from None
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise RecordsError(
+            f"{path}: missing: not a ledger-records folder (write one with "
+            "`hierbench claims COMPARE_DIR --records OUT`)"
+        ) from None
+    except ValueError as e:
+        raise RecordsError(f"{path}: not JSON ({e})") from None
 
 # %% ../../nbs/ledger/03_records.ipynb #fc8d1179
 def _read_runs(path: Path, plan: RunPlan) -> list[dict]:
     "runs.jsonl.gz's rows in plan order, after checking each against the plan and today's recipes (one-line errors)."
     try:
-        with gzip.open(path, "rt") as f: lines = f.read().splitlines()
-    except FileNotFoundError: raise RecordsError(f"{path}: missing") from None
-    except (OSError, EOFError) as e: raise RecordsError(f"{path}: not a gzip file ({e})") from None
+        with gzip.open(path, "rt") as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        raise RecordsError(f"{path}: missing") from None
+    except (OSError, EOFError) as e:
+        raise RecordsError(f"{path}: not a gzip file ({e})") from None
     wanted, run_key, rows = set(plan.runs()), plan.budget.run_key(), {}
     for i, line in enumerate(lines, 1):
-        if not line.strip(): continue
-        try: row = json.loads(line)
-        except ValueError as e: raise RecordsError(f"{path} line {i}: not JSON ({e})") from None
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as e:
+            raise RecordsError(f"{path} line {i}: not JSON ({e})") from None
         lack = [k for k in ("recipe", "seed", "settings_sha256", "metrics") if k not in row]
-        if lack: raise RecordsError(f"{path} line {i}: no field {', '.join(lack)}")
+        if lack:
+            raise RecordsError(f"{path} line {i}: no field {', '.join(lack)}")
         name, key = f"{row['recipe']}/seed{row['seed']}", (row["recipe"], row["seed"])
-        if key in rows: raise RecordsError(f"{path} line {i}: {name} is recorded twice (first on line {rows[key][0]})")
+        if key in rows:
+            raise RecordsError(f"{path} line {i}: {name} is recorded twice (first on line {rows[key][0]})")
         if key not in wanted:
-            raise RecordsError(f"{path} line {i}: {name} is not a run of the plan in {LEDGER_FILE} "
-                               f"(budget {plan.budget.name!r}): records from another plan")
-        if row["recipe"] not in list_recipes(): raise RecordsError(f"{path} line {i}: {name}: unknown recipe")
+            raise RecordsError(
+                f"{path} line {i}: {name} is not a run of the plan in {LEDGER_FILE} "
+                f"(budget {plan.budget.name!r}): records from another plan"
+            )
+        if row["recipe"] not in list_recipes():
+            raise RecordsError(f"{path} line {i}: {name}: unknown recipe")
         fingerprint = run_fingerprint(get_recipe(row["recipe"]))
         expect = settings_hash(run_key, fingerprint)
         if row["settings_sha256"] != expect:
-            raise RecordsError(f"{path} line {i}: {name}: settings hash {str(row['settings_sha256'])[:12]}… disagrees with "
-                               f"recipe {row['recipe']!r} under budget {plan.budget.name!r} today ({expect[:12]}…): "
-                               "recorded under another definition, nothing is recomputed from it")
-        rows[key] = (i, {**{k: v for k, v in row.items() if k != "settings_sha256"}, "run_key": run_key,
-                         "run_fingerprint": fingerprint})
+            raise RecordsError(
+                f"{path} line {i}: {name}: settings hash {str(row['settings_sha256'])[:12]}… disagrees with "
+                f"recipe {row['recipe']!r} under budget {plan.budget.name!r} today ({expect[:12]}…): "
+                "recorded under another definition, nothing is recomputed from it"
+            )
+        rows[key] = (
+            i,
+            {
+                **{k: v for k, v in row.items() if k != "settings_sha256"},
+                "run_key": run_key,
+                "run_fingerprint": fingerprint,
+            },
+        )
     absent = [f"{r}/seed{s}" for r, s in plan.runs() if (r, s) not in rows]
     if absent:
-        raise RecordsError(f"{path}: {len(absent)} run(s) of the plan are not recorded ({', '.join(absent[:6])}"
-                           f"{', ...' if len(absent) > 6 else ''}): nothing is recomputed from a partial set")
+        raise RecordsError(
+            f"{path}: {len(absent)} run(s) of the plan are not recorded ({', '.join(absent[:6])}"
+            f"{', ...' if len(absent) > 6 else ''}): nothing is recomputed from a partial set"
+        )
     return [rows[k][1] for k in plan.runs()]
 
 # %% ../../nbs/ledger/03_records.ipynb #74846ddb
 def _read_items(path: Path, kept: Mapping, fields: Mapping, runs: list) -> dict:
     """`{(recipe, seed): _Kept per-item records}` from items.npz; a field of a record that `kept` names (`fields`: each
     record's fields) and the file lacks is an error."""
-    try: z = np.load(path, allow_pickle=False)
-    except FileNotFoundError: raise RecordsError(f"{path}: missing") from None
-    except (OSError, ValueError, zipfile.BadZipFile) as e: raise RecordsError(f"{path}: not a .npz file ({e})") from None
+    try:
+        z = np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise RecordsError(f"{path}: missing") from None
+    except (OSError, ValueError, zipfile.BadZipFile) as e:
+        raise RecordsError(f"{path}: not a .npz file ({e})") from None
     shared, own = {}, {}
     with z:
         for key in z.files:
             parts = key.split("|")
-            if len(parts) != 5: raise RecordsError(f"{path}: key {key!r} is not RECIPE|SEED|split|record|field")
+            if len(parts) != 5:
+                raise RecordsError(f"{path}: key {key!r} is not RECIPE|SEED|split|record|field")
             r, s, split, rec, f = parts
-            try: value = z[key]
-            except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:   # a truncated or damaged member
-                raise RecordsError(f"{path}: array {key!r} cannot be read ({type(e).__name__}: {e}): the file is damaged") from None
-            (shared if r == SHARED else own).setdefault((split, rec) if r == SHARED else (r, s, split, rec), {})[f] = value
+            try:
+                value = z[key]
+            except (
+                OSError,
+                ValueError,
+                EOFError,
+                zipfile.BadZipFile,
+                zlib.error,
+            ) as e:  # a truncated or damaged member
+                raise RecordsError(
+                    f"{path}: array {key!r} cannot be read ({type(e).__name__}: {e}): the file is damaged"
+                ) from None
+            (shared if r == SHARED else own).setdefault((split, rec) if r == SHARED else (r, s, split, rec), {})[f] = (
+                value
+            )
     items = {}
     for row in runs:
         r, s = row["recipe"], row["seed"]
@@ -418,8 +648,11 @@ def _read_items(path: Path, kept: Mapping, fields: Mapping, runs: list) -> dict:
             split, rec = pair.split("|")
             got = {**shared.get((split, rec), {}), **own.get((r, str(s), split, rec), {})}
             lack = sorted(set(fields.get(pair, ())) - set(got)) if got else ["all"]
-            if lack: raise RecordsError(f"{where}: ledger.json says it keeps per-item record {pair!r}, whose field(s) "
-                                        f"{', '.join(lack)} the file lacks")
+            if lack:
+                raise RecordsError(
+                    f"{where}: ledger.json says it keeps per-item record {pair!r}, whose field(s) "
+                    f"{', '.join(lack)} the file lacks"
+                )
             recs.setdefault(split, {})[rec] = got
         items[(r, s)] = _Kept({sp: _Kept(v, f"{where} [{sp}]") for sp, v in recs.items()}, where)
     return items
@@ -432,11 +665,13 @@ def read_records(folder: str | Path) -> LedgerRecords:
     ledger = _read_json(folder / LEDGER_FILE)
     if ledger.get("format") != RECORDS_FORMAT:
         raise RecordsError(f"{folder / LEDGER_FILE}: format {ledger.get('format')!r}, expected {RECORDS_FORMAT!r}")
-    try: plan = RunPlan.from_record(ledger["plan"])
-    except (KeyError, TypeError, ValueError) as e: raise RecordsError(f"{folder / LEDGER_FILE}: plan: {e}") from None
+    try:
+        plan = RunPlan.from_record(ledger["plan"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise RecordsError(f"{folder / LEDGER_FILE}: plan: {e}") from None
     if ledger.get("run_key") != plan.budget.run_key():
         raise RecordsError(f"{folder / LEDGER_FILE}: run_key is not that of its own budget {plan.budget.name!r}")
-    require_plugins(ledger.get("plugins"), folder)   # their recipes and claims are in the records: load them first
+    require_plugins(ledger.get("plugins"), folder)  # their recipes and claims are in the records: load them first
     runs = _read_runs(folder / RUNS_FILE, plan)
     items = _read_items(folder / ITEMS_FILE, ledger.get("kept", {}), ledger.get("fields", {}), runs)
     claims = json.loads((folder / CLAIMS_FILE).read_text()) if (folder / CLAIMS_FILE).is_file() else None
@@ -445,27 +680,33 @@ def read_records(folder: str | Path) -> LedgerRecords:
 # %% ../../nbs/ledger/03_records.ipynb #4b6cf1fd
 def ledger_from_records(records: LedgerRecords) -> dict:
     "The claims ledger recomputed from records alone: results, ledger, meta, claims.json's document and the items read."
-    results, ledger = claims_ledger(records.runs, records.items, records.plan.budget, records.plan.sequential,
-                                    records.plan.still_open)
+    results, ledger = claims_ledger(
+        records.runs, records.items, records.plan.budget, records.plan.sequential, records.plan.still_open
+    )
     meta = records.ledger.get("meta") or {}
     return dict(results=results, ledger=ledger, meta=meta, document=claims_document(meta, ledger), items=records.items)
 
 # %% ../../nbs/ledger/03_records.ipynb #fe6ec556
 def ledger_differences(document: Mapping, reference: Mapping) -> list[str]:
-    """Where a recomputed claims.json differs from `reference` (row by row, field by field); empty when equal. A row that
+    """Where a recomputed claims.json differs from `reference` (row by row, field by field); empty when equal. A row
+    that
     did not run and is on one side only — a claim of a plugin loaded on one side, on recipes these runs do not have —
     is not a difference."""
     key = lambda r: (r.get("id"), r.get("a"), r.get("b"), r.get("metric"))
     keep = lambda rows, other: [x for x in rows if x.get("verdict") != "not run" or key(x) in {key(y) for y in other}]
     a = keep(document.get("claims", []), reference.get("claims", []))
     b = keep(reference.get("claims", []), document.get("claims", []))
-    if len(a) != len(b): return [f"{len(a)} claim rows, the reference has {len(b)}"]
+    if len(a) != len(b):
+        return [f"{len(a)} claim rows, the reference has {len(b)}"]
     out = []
     for x, y in zip(a, b):
         for k in sorted(set(x) | set(y)):
             if x.get(k) != y.get(k):
-                out.append(f"{x.get('id')} {x.get('a')} − {x.get('b')} {x.get('metric')}: {k} {x.get(k)!r} ≠ {y.get(k)!r}")
-    if document.get("power") != reference.get("power"): out.append("the power table differs")
+                out.append(
+                    f"{x.get('id')} {x.get('a')} − {x.get('b')} {x.get('metric')}: {k} {x.get(k)!r} ≠ {y.get(k)!r}"
+                )
+    if document.get("power") != reference.get("power"):
+        out.append("the power table differs")
     return out
 
 # %% ../../nbs/ledger/03_records.ipynb #9d67714e
@@ -476,14 +717,22 @@ def restore_records(records: LedgerRecords, out: str | Path) -> int:
     out, written = Path(out), 0
     for row in records.runs:
         r, s = row["recipe"], row["seed"]
-        if finished_run(r, s, records.plan.budget, out) is not None: continue
+        if finished_run(r, s, records.plan.budget, out) is not None:
+            continue
         folder = run_dir(out, r, s)
         save_items(folder / "items.npz", {sp: dict(v) for sp, v in records.items[(r, s)].items()})
-        RunRow.from_dict({**row, "recorded": dict(
-            records=str(records.folder), arch=records.ledger["arch"],
-            made=row.get("made") or {k: (records.ledger.get("made") or {}).get(k) for k in _MADE_KEYS})}).write(folder)
+        RunRow.from_dict(
+            {
+                **row,
+                "recorded": dict(
+                    records=str(records.folder),
+                    arch=records.ledger["arch"],
+                    made=row.get("made") or {k: (records.ledger.get("made") or {}).get(k) for k in _MADE_KEYS},
+                ),
+            }
+        ).write(folder)
         written += 1
-    if not (out / PLAN_FILE).exists():   # the plan the records were made under: a continuation must keep it
+    if not (out / PLAN_FILE).exists():  # the plan the records were made under: a continuation must keep it
         records.plan.write(out)
     return written
 
@@ -498,17 +747,33 @@ def ledger_from_folder(out: str | Path) -> dict:
     results, ledger = claims_ledger(runs, items, plan.budget, plan.sequential, plan.still_open)
     meta = _folder_meta(out, plan)
     same = (out / "claims.json").is_file() and json.loads((out / "claims.json").read_text()).get("meta") == meta
-    return dict(results=results, ledger=ledger, meta=meta, document=claims_document(meta, ledger), items=items,
-                reference=json.loads((out / "claims.json").read_text()) if same else None)
+    return dict(
+        results=results,
+        ledger=ledger,
+        meta=meta,
+        document=claims_document(meta, ledger),
+        items=items,
+        reference=json.loads((out / "claims.json").read_text()) if same else None,
+    )
 
 # %% ../../nbs/ledger/03_records.ipynb #2f0e10e1
 def forest_title(meta: Mapping, ledger: pd.DataFrame) -> str:
     "The forest plot's title: the budget, the seeds the rows took and the rule of their intervals."
     run = ledger[ledger.verdict != "not run"]
-    n = f"{run.n.min()}–{run.n.max()} seeds" if len(run) and run.n.min() != run.n.max() else f"{meta.get('seeds', '?')} seeds"
+    n = (
+        f"{run.n.min()}–{run.n.max()} seeds"
+        if len(run) and run.n.min() != run.n.max()
+        else f"{meta.get('seeds', '?')} seeds"
+    )
     guarded = "rule" in ledger and run.rule.astype(str).str.contains("skew-guarded").any()
     kind = "skew-guarded " if guarded else ""
-    rule = (f"the {kind}interval of each row's last look (group-sequential rule)" if meta.get("until_decided")
-            else f"its 95% {kind}seed interval")
+    rule = (
+        f"the {kind}interval of each row's last look (group-sequential rule)"
+        if meta.get("until_decided")
+        else f"its 95% {kind}seed interval"
+    )
     # two lines: the rule does not fit beside the budget in the plot's width (plotly titles take <br> and <sup>)
-    return f"Claims ledger, {(meta.get('budget') or {}).get('name', '?')} budget, {n}<br><sup>effect A − B with {rule}</sup>"
+    return (
+        f"Claims ledger, {(meta.get('budget') or {}).get('name', '?')} budget, {n}<br><sup>effect A − B with "
+        f"{rule}</sup>"
+    )

@@ -1,4 +1,7 @@
-"""What `hierbench compare` shows: summary tables with chance levels and seed intervals, the learnability and saturation checks, the fine-tuning stages, the angles behind PEP, the claims ledger as a forest plot and a table, the papers' numbers beside ours, and `report.html` with static copies of its figures.
+"""What `hierbench compare` shows: summary tables with chance levels and seed intervals, the
+learnability and saturation checks, the fine-tuning stages, the angles behind PEP, the claims
+ledger as a forest plot and a table, the papers' numbers beside ours, and `report.html` with
+static copies of its figures.
 
 Docs: https://hierbench.github.io/hierbench/ledger/report.html.md"""
 
@@ -6,10 +9,14 @@ Docs: https://hierbench.github.io/hierbench/ledger/report.html.md"""
 
 # %% ../../nbs/ledger/05_report.ipynb #3846cab3
 from __future__ import annotations
-import html, math, os, re
+import html
+import math
+import os
+import re
 from pathlib import Path
 from typing import Mapping, Sequence
-import numpy as np, pandas as pd
+import numpy as np
+import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.colors import qualitative
@@ -34,24 +41,53 @@ __all__ = ['KEY_METRICS', 'TYPE_METRICS', 'SIGNED_METRICS', 'UNIT_METRICS', 'T_S
            'papers_figure', 'save_static_figures', 'render_report', 'write_report']
 
 # %% ../../nbs/ledger/05_report.ipynb #3aba15a2
-KEY_METRICS = ("zs_acc/test-iid", "zs_acc/test-comp", "zs_acc/general", "i2t_R@5", "t2i_R@5", "comp_acc",
-               "comp_acc/test-comp", "itt_acc", "tot_acc", "pep_auc", "pep_ap", "pep_angle_auc", "d_corr",
-               "aperture_saturated")
-TYPE_METRICS = tuple(f"comp_acc/{t}" for t in ("replace_obj", "replace_att", "replace_rel", "swap_obj", "swap_att",
-                                               "reshuffle", "add_obj", "add_att"))
+KEY_METRICS = (
+    "zs_acc/test-iid",
+    "zs_acc/test-comp",
+    "zs_acc/general",
+    "i2t_R@5",
+    "t2i_R@5",
+    "comp_acc",
+    "comp_acc/test-comp",
+    "itt_acc",
+    "tot_acc",
+    "pep_auc",
+    "pep_ap",
+    "pep_angle_auc",
+    "d_corr",
+    "aperture_saturated",
+)
+TYPE_METRICS = tuple(
+    f"comp_acc/{t}"
+    for t in ("replace_obj", "replace_att", "replace_rel", "swap_obj", "swap_att", "reshuffle", "add_obj", "add_att")
+)
 
 # %% ../../nbs/ledger/05_report.ipynb #19737405
 # the values a metric can take: accuracies, recalls, AUC/AP and shares in [0, 1]; a mean Kendall τ and the gap between
 # two accuracies in [−1, 1]; any other metric (seconds, norms, tree distances) has no known range
 SIGNED_METRICS = ("d_corr", "comp_acc/swap_minus_replace")
-UNIT_METRICS = ("zs_acc", "zs_h_precision", "zs_h_recall", "zs_jaccard", "i2t_R@", "t2i_R@", "comp_acc", "itt_acc",
-                "tot_acc", "pep_", "aperture_saturated")
-T_SPREAD_2_SEEDS = t_half_width(1.0, 2) * math.sqrt(2)   # 12.7: a 95% t-interval of 2 seeds is ± 12.7 × sd/√2
+UNIT_METRICS = (
+    "zs_acc",
+    "zs_h_precision",
+    "zs_h_recall",
+    "zs_jaccard",
+    "i2t_R@",
+    "t2i_R@",
+    "comp_acc",
+    "itt_acc",
+    "tot_acc",
+    "pep_",
+    "aperture_saturated",
+)
+T_SPREAD_2_SEEDS = t_half_width(1.0, 2) * math.sqrt(2)  # 12.7: a 95% t-interval of 2 seeds is ± 12.7 × sd/√2
+
 
 def metric_range(metric: str) -> tuple[float, float] | None:
     "The values `metric` can take, (low, high), or None when no range is known."
-    if any(metric == m or metric.startswith(m + "/") for m in SIGNED_METRICS): return (-1.0, 1.0)
+    if any(metric == m or metric.startswith(m + "/") for m in SIGNED_METRICS):
+        return (-1.0, 1.0)
     return (0.0, 1.0) if metric.startswith(UNIT_METRICS) else None
+
 
 def seed_cell(values, metric: str, pm: str = " ± ") -> tuple[str, str]:
     """One recipe's seed values of `metric` as a table cell, and which spelling it took: 'interval' (3 seeds or more:
@@ -60,30 +96,43 @@ def seed_cell(values, metric: str, pm: str = " ± ") -> tuple[str, str]:
     v = np.asarray(values, float)
     v = v[np.isfinite(v)]
     mean, low, high, n = mean_interval(v)
-    if n == 0: return "—", "none"
-    if n == 1: return f"{mean:.3f}", "one"
+    if n == 0:
+        return "—", "none"
+    if n == 1:
+        return f"{mean:.3f}", "one"
     spread = f"{mean:.3f} ({v.min():.3f} / {v.max():.3f})"
-    if n < 3: return spread, "seeds"
+    if n < 3:
+        return spread, "seeds"
     rng = metric_range(metric)
-    if rng is not None and high - low > rng[1] - rng[0]: return spread, "range"
+    if rng is not None and high - low > rng[1] - rng[0]:
+        return spread, "range"
     return f"{mean:.3f}{pm}{high - mean:.3f}", "interval"
 
 # %% ../../nbs/ledger/05_report.ipynb #170c7940
 def seed_caption(kinds: Mapping[tuple, str], seeds: Mapping[str, int]) -> str:
     "What a table of `seed_cell`s shows, and why: `kinds` {(recipe, metric): spelling}, `seeds` {recipe: seeds}."
     ns = sorted(set(seeds.values()))
-    head = (f"{ns[0]} seed{'s' * (ns[0] != 1)} a recipe" if len(ns) == 1
-            else "seeds a recipe: " + ", ".join(f"{r} {n}" for r, n in seeds.items()))
+    head = (
+        f"{ns[0]} seed{'s' * (ns[0] != 1)} a recipe"
+        if len(ns) == 1
+        else "seeds a recipe: " + ", ".join(f"{r} {n}" for r, n in seeds.items())
+    )
     said, parts = set(kinds.values()) - {"none"}, []
     mixed = len(said) > 1
-    if "interval" in said: parts.append("mean ± 95% half-width over seeds (t-interval)" + (" at 3 seeds or more" * mixed))
+    if "interval" in said:
+        parts.append("mean ± 95% half-width over seeds (t-interval)" + (" at 3 seeds or more" * mixed))
     if "seeds" in said:
-        parts.append("at 2 seeds " * mixed + "the mean (lowest / highest seed) and no interval: a t-interval from 2 "
-                     f"seeds has one degree of freedom, its 95% half-width is {T_SPREAD_2_SEEDS:.1f} × sd/√2")
+        parts.append(
+            "at 2 seeds " * mixed + "the mean (lowest / highest seed) and no interval: a t-interval from 2 "
+            f"seeds has one degree of freedom, its 95% half-width is {T_SPREAD_2_SEEDS:.1f} × sd/√2"
+        )
     if "range" in said:
-        parts.append("the mean (lowest / highest seed) where the 95% interval would be wider than the metric's whole range: "
-                     + ", ".join(f"{r} {m}" for (r, m), k in kinds.items() if k == "range"))
-    if "one" in said: parts.append("one seed: its value")
+        parts.append(
+            "the mean (lowest / highest seed) where the 95% interval would be wider than the metric's whole range: "
+            + ", ".join(f"{r} {m}" for (r, m), k in kinds.items() if k == "range")
+        )
+    if "one" in said:
+        parts.append("one seed: its value")
     return head + ": " + "; ".join(parts)
 
 # %% ../../nbs/ledger/05_report.ipynb #1c93ab7d
@@ -93,7 +142,8 @@ def summary_table(results: pd.DataFrame, metrics=KEY_METRICS) -> pd.DataFrame:
     out, kinds = {}, {}
     for metric in metrics:
         sub = results[results.metric == metric]
-        if sub.empty: continue
+        if sub.empty:
+            continue
         col = {}
         for recipe, g in sub.groupby("recipe", sort=False):
             col[recipe], kinds[(recipe, metric)] = seed_cell(g.value, metric)
@@ -101,37 +151,58 @@ def summary_table(results: pd.DataFrame, metrics=KEY_METRICS) -> pd.DataFrame:
         col["(chance)"] = f"{ch.mean():.3f}" if len(ch) else "—"
         out[metric] = col
     df = pd.DataFrame(out)
-    if df.empty: return df   # none of `metrics` was measured
+    if df.empty:
+        return df  # none of `metrics` was measured
     df = df.loc[["(chance)"] + [r for r in df.index if r != "(chance)"]]
     seeds = results[results.metric.isin(list(out))].groupby("recipe", sort=False).seed.nunique()
     df.attrs["caption"] = seed_caption(kinds, seeds.to_dict()) + "; first row: chance"
     return df
 
 # %% ../../nbs/ledger/05_report.ipynb #e87e8d06
-HEADLINE_RECIPES = {"clip": "CLIP", "meru": "MERU", "hycoclip": "HyCoCLIP", "argent": "ARGENT", "negclip": "NegCLIP",
-                    "degla": "DeGLA", "read": "READ"}
-HEADLINE_METRICS = {"zs_acc/test-iid": "zero-shot shape, test-iid", "i2t_R@5": "image→text R@5 of {n_test}",
-                    "comp_acc": "compositional accuracy", "pep_auc": "PEP AUC"}
+HEADLINE_RECIPES = {
+    "clip": "CLIP",
+    "meru": "MERU",
+    "hycoclip": "HyCoCLIP",
+    "argent": "ARGENT",
+    "negclip": "NegCLIP",
+    "degla": "DeGLA",
+    "read": "READ",
+}
+HEADLINE_METRICS = {
+    "zs_acc/test-iid": "zero-shot shape, test-iid",
+    "i2t_R@5": "image→text R@5 of {n_test}",
+    "comp_acc": "compositional accuracy",
+    "pep_auc": "PEP AUC",
+}
 
-def headline_table(results: pd.DataFrame, n_test: int, recipes: Mapping = HEADLINE_RECIPES,
-                   metrics: Mapping = HEADLINE_METRICS) -> str:
+
+def headline_table(
+    results: pd.DataFrame, n_test: int, recipes: Mapping = HEADLINE_RECIPES, metrics: Mapping = HEADLINE_METRICS
+) -> str:
     """The README's table (markdown): each recipe's seeds (`seed_cell`: mean ± 95% half-width at 3 seeds or more), the
     seeds first, chance in brackets; below it, when a cell has no interval, the line that says why (`seed_caption`)."""
     have = [r for r in recipes if r in set(results.recipe)]
     seeds = results.groupby("recipe").seed.nunique()
-    lines = ["| | " + " | ".join(recipes[r] for r in have) + " |", "|---" * (len(have) + 1) + "|",
-             "| seeds | " + " | ".join(str(seeds[r]) for r in have) + " |"]
+    lines = [
+        "| | " + " | ".join(recipes[r] for r in have) + " |",
+        "|---" * (len(have) + 1) + "|",
+        "| seeds | " + " | ".join(str(seeds[r]) for r in have) + " |",
+    ]
     kinds = {}
     for metric, label in metrics.items():
         sub = results[results.metric == metric]
-        if sub.empty: continue
+        if sub.empty:
+            continue
         cells = []
         for r in have:
             cell, kinds[(r, metric)] = seed_cell(sub[sub.recipe == r].value, metric, pm="±")
             cells.append(cell)
         ch = sub.chance.dropna()
-        lines.append(f"| {label.format(n_test=n_test)} ({f'{ch.mean():.2g}' if len(ch) else '—'}) | " + " | ".join(cells) + " |")
-    if set(kinds.values()) - {"interval", "none"}: lines += ["", seed_caption(kinds, {r: int(seeds[r]) for r in have}) + "."]
+        lines.append(
+            f"| {label.format(n_test=n_test)} ({f'{ch.mean():.2g}' if len(ch) else '—'}) | " + " | ".join(cells) + " |"
+        )
+    if set(kinds.values()) - {"interval", "none"}:
+        lines += ["", seed_caption(kinds, {r: int(seeds[r]) for r in have}) + "."]
     return "\n".join(lines)
 
 # %% ../../nbs/ledger/05_report.ipynb #b868391c
@@ -140,24 +211,34 @@ def stage_table(runs: list[dict]) -> pd.DataFrame:
     rows = {}
     for r in runs:
         st = r.get("stage")
-        if not st: continue
+        if not st:
+            continue
         d = rows.setdefault(r["recipe"], dict(budget=st["budget"], plateau=[], start={}, end={}))
         d["plateau"].append(st["plateau"])
         for which in ("start", "end"):
-            for k, v in st[which].items(): d[which].setdefault(k, []).append(v)
+            for k, v in st[which].items():
+                d[which].setdefault(k, []).append(v)
     table = []
     for recipe, d in rows.items():
-        row = {"recipe": recipe, "steps": d["budget"],
-               "plateau step per seed": ", ".join("—" if p is None else str(p) for p in d["plateau"]),
-               "plateaued": f"{sum(p is not None for p in d['plateau'])}/{len(d['plateau'])}"}
-        for k in d["start"]: row[k] = f"{np.mean(d['start'][k]):.3f} → {np.mean(d['end'][k]):.3f}"
+        row = {
+            "recipe": recipe,
+            "steps": d["budget"],
+            "plateau step per seed": ", ".join("—" if p is None else str(p) for p in d["plateau"]),
+            "plateaued": f"{sum(p is not None for p in d['plateau'])}/{len(d['plateau'])}",
+        }
+        for k in d["start"]:
+            row[k] = f"{np.mean(d['start'][k]):.3f} → {np.mean(d['end'][k]):.3f}"
         table.append(row)
     return pd.DataFrame(table).set_index("recipe") if table else pd.DataFrame()
 
 # %% ../../nbs/ledger/05_report.ipynb #cdbce063
-LEARNABILITY_TARGETS = (("zs_acc/test-iid", 0.50), ("zs_acc/general", 0.60), ("i2t_R@5", 0.90),
-                        *((m, 0.60) for m in TYPE_METRICS))  # every negative type clearly above its chance of 0.5
-SATURATION_LIMIT = 0.95   # the types the claims compare must stay at or below this (add_* may saturate)
+LEARNABILITY_TARGETS = (
+    ("zs_acc/test-iid", 0.50),
+    ("zs_acc/general", 0.60),
+    ("i2t_R@5", 0.90),
+    *((m, 0.60) for m in TYPE_METRICS),
+)  # every negative type clearly above its chance of 0.5
+SATURATION_LIMIT = 0.95  # the types the claims compare must stay at or below this (add_* may saturate)
 COMPARED_TYPES = tuple(m for m in TYPE_METRICS if not m.startswith("comp_acc/add_"))
 
 # %% ../../nbs/ledger/05_report.ipynb #ace4095b
@@ -169,42 +250,69 @@ def learnability_table(results: pd.DataFrame, recipe: str = "clip", targets=LEAR
         sub = results[(results.recipe == recipe) & (results.metric == metric)].sort_values("seed")
         v = sub.value.to_numpy(float)
         ok = v >= low
-        rows.append({"metric": metric, "target": f">= {low:.2f}", "chance": sub.chance.dropna().mean() if len(sub) else np.nan,
-                     "per seed": " ".join(f"{x:.3f}" for x in v), "min": v.min() if len(v) else np.nan,
-                     "seeds met": f"{int(ok.sum())}/{len(v)}", "met": bool(ok.all()) if len(v) else None})
+        rows.append(
+            {
+                "metric": metric,
+                "target": f">= {low:.2f}",
+                "chance": sub.chance.dropna().mean() if len(sub) else np.nan,
+                "per seed": " ".join(f"{x:.3f}" for x in v),
+                "min": v.min() if len(v) else np.nan,
+                "seeds met": f"{int(ok.sum())}/{len(v)}",
+                "met": bool(ok.all()) if len(v) else None,
+            }
+        )
     return pd.DataFrame(rows).set_index("metric")
 
 # %% ../../nbs/ledger/05_report.ipynb #6d6c7290
 def saturation_table(results: pd.DataFrame, types=COMPARED_TYPES, limit: float = SATURATION_LIMIT) -> pd.DataFrame:
-    "Per recipe: the highest seed-mean accuracy over the compared negative `types`, which type, and whether it stays <= `limit`."
+    """Per recipe: the highest seed-mean accuracy over the compared negative `types`, which type, and whether it stays
+    <= `limit`."""
     sub = results[results.metric.isin(types)]
-    if sub.empty: return pd.DataFrame(columns=["highest type", "mean", "within limit"])
+    if sub.empty:
+        return pd.DataFrame(columns=["highest type", "mean", "within limit"])
     means = sub.groupby(["recipe", "metric"]).value.mean().unstack()
-    return pd.DataFrame({"highest type": means.idxmax(axis=1).str.removeprefix("comp_acc/"), "mean": means.max(axis=1),
-                         "within limit": means.max(axis=1) <= limit})
+    return pd.DataFrame(
+        {
+            "highest type": means.idxmax(axis=1).str.removeprefix("comp_acc/"),
+            "mean": means.max(axis=1),
+            "within limit": means.max(axis=1) <= limit,
+        }
+    )
 
 # %% ../../nbs/ledger/05_report.ipynb #9068221b
 PEP_RECIPES = ("clip", "meru", "hycoclip", "argent", "argent-no-reg")
 
 # %% ../../nbs/ledger/05_report.ipynb #41d290cd
 def pep_analysis_table(runs: list[dict], recipes=PEP_RECIPES) -> pd.DataFrame:
-    """The angles and norms behind PEP (`hierbench.evaluation.world_eval.pep_angle_summary`) per recipe and training step, averaged
+    """The angles and norms behind PEP (`hierbench.evaluation.world_eval.pep_angle_summary`) per recipe and training
+    step, averaged
     over seeds: median φ and the share of pairs with φ ≥ π/2 for positives of each chain level and for the pool
     negatives, the PEP AUC next to the AUC of −φ, and embedding norms per chain level and for images."""
     rows = []
     for r in runs:
-        if r["recipe"] not in recipes or not r.get("pep_analysis"): continue
+        if r["recipe"] not in recipes or not r.get("pep_analysis"):
+            continue
         for step, s in r["pep_analysis"].items():
-            row = dict(recipe=r["recipe"], seed=r["seed"], step=int(step), pep_auc=s["pep_auc"], angle_auc=s["angle_auc"],
-                       neg_median=s["negatives"]["median"], neg_wide=s["negatives"]["share_wide"])
-            for lvl, d in s["positives"].items(): row[f"{lvl}_median"], row[f"{lvl}_wide"] = d["median"], d["share_wide"]
-            for lvl, v in s.get("text_norm", {}).items(): row[f"norm_text_{lvl}"] = v
+            row = dict(
+                recipe=r["recipe"],
+                seed=r["seed"],
+                step=int(step),
+                pep_auc=s["pep_auc"],
+                angle_auc=s["angle_auc"],
+                neg_median=s["negatives"]["median"],
+                neg_wide=s["negatives"]["share_wide"],
+            )
+            for lvl, d in s["positives"].items():
+                row[f"{lvl}_median"], row[f"{lvl}_wide"] = d["median"], d["share_wide"]
+            for lvl, v in s.get("text_norm", {}).items():
+                row[f"norm_text_{lvl}"] = v
             row["norm_image"] = s.get("image_norm", np.nan)
             row["aperture_saturated"] = s.get("aperture_saturated", np.nan)
             rows.append(row)
-    if not rows: return pd.DataFrame()
+    if not rows:
+        return pd.DataFrame()
     df = pd.DataFrame(rows)
-    order = {n: k for k, n in enumerate(dict.fromkeys(df.recipe))}     # recipes as they came, steps ascending
+    order = {n: k for k, n in enumerate(dict.fromkeys(df.recipe))}  # recipes as they came, steps ascending
     df = df.assign(_o=df.recipe.map(order)).sort_values(["_o", "step"], kind="stable").drop(columns=["_o", "seed"])
     return df.groupby(["recipe", "step"], sort=False).mean(numeric_only=True)
 
@@ -214,17 +322,24 @@ def pep_diagnosis(table: pd.DataFrame) -> list[str]:
     AUCs, by a fixed rule: the floor hides an order when −φ separates far better than the floored score (≥ 0.05);
     it cannot be the protocol when positives sit below π/2 and the angles themselves do not separate."""
     out = []
-    if table.empty: return out
+    if table.empty:
+        return out
     for recipe, g in table.groupby(level=0, sort=False):
         s = g.iloc[-1]
         pos_wide = float(np.nanmean([s[c] for c in s.index if c.startswith("l") and c.endswith("_wide")]))
         gap = s.angle_auc - s.pep_auc
-        if gap >= 0.05: why = "the π/2 floor hides an order the angles have (AUC of −φ much higher)"
-        elif pos_wide > 0.5 and s.neg_wide > 0.5: why = "most positives and negatives sit at or above π/2: PEP can only tie them"
-        elif s.angle_auc < 0.75: why = "the angles themselves barely separate positives from negatives: the model does not order them"
-        else: why = "positives sit at smaller angles than negatives: PEP sees the order"
-        out.append(f"{recipe} (step {g.index[-1][1]}): PEP AUC {s.pep_auc:.3f}, AUC of −φ {s.angle_auc:.3f}; "
-                   f"positives at ≥ π/2 {100 * pos_wide:.0f}% (mean over levels), negatives {100 * s.neg_wide:.0f}% — {why}")
+        if gap >= 0.05:
+            why = "the π/2 floor hides an order the angles have (AUC of −φ much higher)"
+        elif pos_wide > 0.5 and s.neg_wide > 0.5:
+            why = "most positives and negatives sit at or above π/2: PEP can only tie them"
+        elif s.angle_auc < 0.75:
+            why = "the angles themselves barely separate positives from negatives: the model does not order them"
+        else:
+            why = "positives sit at smaller angles than negatives: PEP sees the order"
+        out.append(
+            f"{recipe} (step {g.index[-1][1]}): PEP AUC {s.pep_auc:.3f}, AUC of −φ {s.angle_auc:.3f}; "
+            f"positives at ≥ π/2 {100 * pos_wide:.0f}% (mean over levels), negatives {100 * s.neg_wide:.0f}% — {why}"
+        )
     return out
 
 # %% ../../nbs/ledger/05_report.ipynb #1ab5ce17
@@ -232,28 +347,39 @@ def pep_conclusion(table: pd.DataFrame, hyperbolic=("meru", "hycoclip", "argent"
     """The answer to "why is ARGENT's PEP AUC what it is?", by fixed rules over `pep_analysis_table`: the protocol
     (the π/2 floor ties most pairs of the hyperbolic models although −φ orders them), the budget (does PEP AUC move
     between the first and the last snapshot?), and the method (ARGENT vs HyCoCLIP on the angles themselves)."""
-    if table.empty: return []
+    if table.empty:
+        return []
     last = {r: g.iloc[-1] for r, g in table.groupby(level=0, sort=False)}
     first = {r: g.iloc[0] for r, g in table.groupby(level=0, sort=False)}
     hyp = [r for r in hyperbolic if r in last]
     out = []
     if hyp:
         floored = [r for r in hyp if last[r].angle_auc - last[r].pep_auc >= 0.05 and last[r].neg_wide >= 0.9]
-        out.append(f"Protocol: for {len(floored)} of {len(hyp)} hyperbolic recipes ({', '.join(floored) or 'none'}) at least "
-                   "90% of the negative pairs and many positives sit at φ ≥ π/2, where PEP's score is 0 and ties, while the "
-                   "angle itself (AUC of −φ) orders positives before negatives by ≥ 0.05 more than PEP does: the floor, "
-                   "not the absence of an order, sets their PEP AUC." if floored else
-                   "Protocol: no hyperbolic recipe loses ≥ 0.05 AUC to the π/2 floor: PEP reads the angles' order.")
+        out.append(
+            f"Protocol: for {len(floored)} of {len(hyp)} hyperbolic recipes ({', '.join(floored) or 'none'}) at least "
+            "90% of the negative pairs and many positives sit at φ ≥ π/2, where PEP's score is 0 and ties, while the "
+            "angle itself (AUC of −φ) orders positives before negatives by ≥ 0.05 more than PEP does: the floor, "
+            "not the absence of an order, sets their PEP AUC."
+            if floored
+            else "Protocol: no hyperbolic recipe loses ≥ 0.05 AUC to the π/2 floor: PEP reads the angles' order."
+        )
         moves = {r: (first[r].pep_auc, last[r].pep_auc, first[r].angle_auc, last[r].angle_auc) for r in hyp}
-        out.append("Budget: from the first to the last snapshot PEP AUC moves " + "; ".join(
-            f"{r} {a:.3f} → {b:.3f} (−φ {c:.3f} → {d:.3f})" for r, (a, b, c, d) in moves.items())
-            + (" — more steps sharpen the angles but do not lift the floored score." if all(abs(b - a) < 0.05 for a, b, _, _ in moves.values())
-               else "."))
+        out.append(
+            "Budget: from the first to the last snapshot PEP AUC moves "
+            + "; ".join(f"{r} {a:.3f} → {b:.3f} (−φ {c:.3f} → {d:.3f})" for r, (a, b, c, d) in moves.items())
+            + (
+                " — more steps sharpen the angles but do not lift the floored score."
+                if all(abs(b - a) < 0.05 for a, b, _, _ in moves.values())
+                else "."
+            )
+        )
     if "argent" in last and "hycoclip" in last:
         a, h = last["argent"], last["hycoclip"]
-        out.append(f"Method: on the angles themselves ARGENT orders {'worse' if a.angle_auc < h.angle_auc else 'better'} than "
-                   f"HyCoCLIP (AUC of −φ {a.angle_auc:.3f} vs {h.angle_auc:.3f}; PEP AUC {a.pep_auc:.3f} vs {h.pep_auc:.3f}); "
-                   "the score is computed as specified (benchmarks.md's toy case is a test), so this is not a bug.")
+        out.append(
+            f"Method: on the angles themselves ARGENT orders {'worse' if a.angle_auc < h.angle_auc else 'better'} than "
+            f"HyCoCLIP (AUC of −φ {a.angle_auc:.3f} vs {h.angle_auc:.3f}; PEP AUC {a.pep_auc:.3f} vs {h.pep_auc:.3f}); "
+            "the score is computed as specified (benchmarks.md's toy case is a test), so this is not a bug."
+        )
     return out
 
 # %% ../../nbs/ledger/05_report.ipynb #7e690fa9
@@ -261,17 +387,25 @@ def _pep_figures(runs: list[dict], recipes=PEP_RECIPES) -> list:
     "Histograms of φ (last step, seed-pooled) per recipe, and the share ≥ π/2 and PEP AUC over training steps."
     have = [r for r in runs if r["recipe"] in recipes and r.get("pep_analysis")]
     names = [n for n in recipes if any(r["recipe"] == n for r in have)]
-    if not names: return []
-    hist = angle_histograms_figure({n: [r["pep_analysis"][max(r["pep_analysis"], key=int)] for r in have if r["recipe"] == n]
-                                    for n in names})   # the last step's summary of each seed
+    if not names:
+        return []
+    hist = angle_histograms_figure(
+        {n: [r["pep_analysis"][max(r["pep_analysis"], key=int)] for r in have if r["recipe"] == n] for n in names}
+    )  # the last step's summary of each seed
     table = pep_analysis_table(runs, recipes)
-    steps = make_subplots(rows=1, cols=2, subplot_titles=("share of positive pairs with φ ≥ π/2", "PEP AUC (solid) and AUC of −φ (dashed)"))
+    steps = make_subplots(
+        rows=1,
+        cols=2,
+        subplot_titles=("share of positive pairs with φ ≥ π/2", "PEP AUC (solid) and AUC of −φ (dashed)"),
+    )
     for n in names:
         g = table.loc[n]
         wide = g[[c for c in g.columns if c.startswith("l") and c.endswith("_wide")]].mean(axis=1)
         steps.add_trace(go.Scatter(x=g.index, y=wide, mode="lines+markers", name=n), 1, 1)
         steps.add_trace(go.Scatter(x=g.index, y=g.pep_auc, mode="lines+markers", name=n, showlegend=False), 1, 2)
-        steps.add_trace(go.Scatter(x=g.index, y=g.angle_auc, mode="lines", line=dict(dash="dash"), name=n, showlegend=False), 1, 2)
+        steps.add_trace(
+            go.Scatter(x=g.index, y=g.angle_auc, mode="lines", line=dict(dash="dash"), name=n, showlegend=False), 1, 2
+        )
     steps.update_xaxes(title_text="training step")
     steps.update_layout(height=330, width=900, margin=dict(l=40, r=10, t=50, b=40))
     return [hist, steps]
@@ -282,45 +416,101 @@ def forest_figure(ledger: pd.DataFrame):
     interval (thin), coloured by verdict; a fragile verdict (one seed left out overturns it) has an open marker, and a
     row whose verdict the plain t-rule would have read otherwise names that verdict in its label."""
     decided = ledger[ledger.verdict != "not run"].reset_index(drop=True)
-    fragile = decided["fragile"].eq(True) if "fragile" in decided else pd.Series(False, index=decided.index)   # old ledgers: none
+    fragile = (
+        decided["fragile"].eq(True) if "fragile" in decided else pd.Series(False, index=decided.index)
+    )  # old ledgers: none
     colour = {"supported": "#2ca02c", "contradicted": "#d62728", "inconclusive": "#999999"}
-    differ = decided.rules_agree.eq(False) if "rules_agree" in decided else pd.Series(False, index=decided.index)   # old ledgers
-    labels = [f"{r.id} {r.a} − {r.b} · {r.metric}" + (f" (t-rule: {r.t_verdict})" if d else "")
-              for r, d in zip(decided.itertuples(), differ)]
+    differ = (
+        decided.rules_agree.eq(False) if "rules_agree" in decided else pd.Series(False, index=decided.index)
+    )  # old ledgers
+    labels = [
+        f"{r.id} {r.a} − {r.b} · {r.metric}" + (f" (t-rule: {r.t_verdict})" if d else "")
+        for r, d in zip(decided.itertuples(), differ)
+    ]
     fig = go.Figure()
     for v in ("supported", "contradicted", "inconclusive"):
         m = decided.verdict == v
-        if not m.any(): continue
+        if not m.any():
+            continue
         sub = decided[m]
-        fig.add_trace(go.Scatter(x=sub.effect, y=[labels[i] for i in sub.index], mode="markers", name=v,
-                                 marker=dict(color=colour[v], size=8,
-                                             symbol=["circle-open" if f else "circle" for f in fragile[m]]),
-                                 error_x=dict(type="data", symmetric=False, array=sub.ci_high - sub.effect,
-                                              arrayminus=sub.effect - sub.ci_low, thickness=3, width=0)))
-        fig.add_trace(go.Scatter(x=sub.effect, y=[labels[i] for i in sub.index], mode="markers", showlegend=False,
-                                 marker=dict(color=colour[v], size=1),
-                                 error_x=dict(type="data", symmetric=False, array=(sub.boot_high - sub.effect).fillna(0),
-                                              arrayminus=(sub.effect - sub.boot_low).fillna(0), thickness=1, width=4)))
+        fig.add_trace(
+            go.Scatter(
+                x=sub.effect,
+                y=[labels[i] for i in sub.index],
+                mode="markers",
+                name=v,
+                marker=dict(color=colour[v], size=8, symbol=["circle-open" if f else "circle" for f in fragile[m]]),
+                error_x=dict(
+                    type="data",
+                    symmetric=False,
+                    array=sub.ci_high - sub.effect,
+                    arrayminus=sub.effect - sub.ci_low,
+                    thickness=3,
+                    width=0,
+                ),
+            )
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=sub.effect,
+                y=[labels[i] for i in sub.index],
+                mode="markers",
+                showlegend=False,
+                marker=dict(color=colour[v], size=1),
+                error_x=dict(
+                    type="data",
+                    symmetric=False,
+                    array=(sub.boot_high - sub.effect).fillna(0),
+                    arrayminus=(sub.effect - sub.boot_low).fillna(0),
+                    thickness=1,
+                    width=4,
+                ),
+            )
+        )
     fig.add_vline(x=0, line=dict(color="#444"))
-    fig.update_layout(title="Claims: effect A − B with the seed interval that decides it (thick), the evaluation bootstrap "
-                            "(thin); open: fragile",
-                      height=max(300, 22 * len(decided) + 120), width=1000, margin=dict(l=330, r=20, t=50, b=40),
-                      yaxis=dict(autorange="reversed"))
+    fig.update_layout(
+        title="Claims: effect A − B with the seed interval that decides it (thick), the evaluation bootstrap "
+        "(thin); open: fragile",
+        height=max(300, 22 * len(decided) + 120),
+        width=1000,
+        margin=dict(l=330, r=20, t=50, b=40),
+        yaxis=dict(autorange="reversed"),
+    )
     return fig
 
 # %% ../../nbs/ledger/05_report.ipynb #3af457ba
 def type_accuracy_figure(results: pd.DataFrame, types=TYPE_METRICS):
     "Mean accuracy per negative type (columns) and recipe (rows) over seeds, as an annotated heatmap (chance 0.5)."
     sub = results[results.metric.isin(types)]
-    table = sub.groupby(["recipe", "metric"]).value.mean().unstack("metric").reindex(columns=[t for t in types if t in set(sub.metric)])
+    table = (
+        sub.groupby(["recipe", "metric"])
+        .value.mean()
+        .unstack("metric")
+        .reindex(columns=[t for t in types if t in set(sub.metric)])
+    )
     order = [r for r in dict.fromkeys(results.recipe) if r in table.index]
     table = table.loc[order]
     names = [c.split("/", 1)[1] for c in table.columns]
-    fig = go.Figure(go.Heatmap(z=table.to_numpy(), x=names, y=list(table.index), zmin=0.5, zmax=1.0, colorscale="Viridis",
-                               text=np.round(table.to_numpy(), 3), texttemplate="%{text}", colorbar=dict(title="acc")))
-    fig.update_layout(title="Accuracy per negative type (mean over seeds; chance 0.5 — the colour scale starts there)",
-                      height=max(300, 26 * len(order) + 120), width=900, yaxis=dict(autorange="reversed"),
-                      margin=dict(l=140, r=20, t=50, b=40))
+    fig = go.Figure(
+        go.Heatmap(
+            z=table.to_numpy(),
+            x=names,
+            y=list(table.index),
+            zmin=0.5,
+            zmax=1.0,
+            colorscale="Viridis",
+            text=np.round(table.to_numpy(), 3),
+            texttemplate="%{text}",
+            colorbar=dict(title="acc"),
+        )
+    )
+    fig.update_layout(
+        title="Accuracy per negative type (mean over seeds; chance 0.5 — the colour scale starts there)",
+        height=max(300, 26 * len(order) + 120),
+        width=900,
+        yaxis=dict(autorange="reversed"),
+        margin=dict(l=140, r=20, t=50, b=40),
+    )
     return fig
 
 # %% ../../nbs/ledger/05_report.ipynb #5461f298
@@ -333,11 +523,24 @@ def training_curves_by_recipe_figure(run_root: str | Path, recipes: Sequence[str
         col = 2 if get_recipe(name).stage == "finetune" else 1
         for j, run in enumerate(sorted(Path(run_root, name).glob("seed*"))):
             rows = [r for r in read_metrics(run) if key in r] if (run / "metrics.jsonl").exists() else []
-            if not rows: continue
-            fig.add_trace(go.Scatter(x=[r["step"] for r in rows], y=[r[key] for r in rows], mode="lines", name=name,
-                                     legendgroup=name, showlegend=j == 0, line=dict(color=palette[k % len(palette)], width=1),
-                                     hovertext=f"{name} {run.name}"), row=1, col=col)
-    fig.update_xaxes(title_text="step"); fig.update_yaxes(title_text=key)
+            if not rows:
+                continue
+            fig.add_trace(
+                go.Scatter(
+                    x=[r["step"] for r in rows],
+                    y=[r[key] for r in rows],
+                    mode="lines",
+                    name=name,
+                    legendgroup=name,
+                    showlegend=j == 0,
+                    line=dict(color=palette[k % len(palette)], width=1),
+                    hovertext=f"{name} {run.name}",
+                ),
+                row=1,
+                col=col,
+            )
+    fig.update_xaxes(title_text="step")
+    fig.update_yaxes(title_text=key)
     fig.update_layout(title=f"Training {key} per recipe (one line per seed)", height=450, width=1100)
     return fig
 
@@ -345,16 +548,32 @@ def training_curves_by_recipe_figure(run_root: str | Path, recipes: Sequence[str
 PAPER_TABLES = {
     "ARGENT Table 3 (HyCoCLIP-S, CC3M; Cls. Acc. / Ret. R@5 / PEP AUC / PEP AP)": dict(
         columns=("zs_acc/test-iid", "i2t_R@5", "pep_auc", "pep_ap"),
-        rows={"hycoclip": (22.9, 54.8, 94.6, 76.2), "argent-no-weight": (20.9, 51.3, 94.9, 74.3),
-              "argent-weight-all": (21.6, 54.9, 71.1, 40.2), "argent": (22.8, 55.5, 97.3, 76.9),
-              "argent-no-reg": (20.8, 52.6, 96.2, 75.6)}),
+        rows={
+            "hycoclip": (22.9, 54.8, 94.6, 76.2),
+            "argent-no-weight": (20.9, 51.3, 94.9, 74.3),
+            "argent-weight-all": (21.6, 54.9, 71.1, 40.2),
+            "argent": (22.8, 55.5, 97.3, 76.9),
+            "argent-no-reg": (20.8, 52.6, 96.2, 75.6),
+        },
+    ),
     "DeGLA Table 7 (ViT-B/32; ARO avg / 11-dataset zero-shot) — ours: comp. acc / zero-shot on general": dict(
         columns=("comp_acc", "zs_acc/general"),
-        rows={"clip": (None, 61.0), "degla-base": (80.8, 55.4), "degla-no-distill": (86.2, 56.9), "degla": (86.1, 58.7)}),
+        rows={
+            "clip": (None, 61.0),
+            "degla-base": (80.8, 55.4),
+            "degla-no-distill": (86.2, 56.9),
+            "degla": (86.1, 58.7),
+        },
+    ),
     "READ ablation (ViT-B/32; 5-benchmark avg / SugarCrepe++ TOT) — ours: comp. acc / TOT": dict(
         columns=("comp_acc", "tot_acc"),
-        rows={"read-base": (62.2, None), "read-recon-only": (63.9, None), "read-align-only": (63.8, 67.0),
-              "read": (64.1, 66.2)}),
+        rows={
+            "read-base": (62.2, None),
+            "read-recon-only": (63.9, None),
+            "read-align-only": (63.8, 67.0),
+            "read": (64.1, 66.2),
+        },
+    ),
 }
 
 # %% ../../nbs/ledger/05_report.ipynb #224b6ada
@@ -366,7 +585,9 @@ def _paper_table(title: str, spec: dict, results: pd.DataFrame) -> str:
         cells = ""
         for c, pv in zip(spec["columns"], vals):
             ours = means.get((recipe, c), float("nan"))
-            cells += f"<td>{'—' if pv is None else pv}</td><td>{'—' if not np.isfinite(ours) else f'{100 * ours:.1f}'}</td>"
+            cells += (
+                f"<td>{'—' if pv is None else pv}</td><td>{'—' if not np.isfinite(ours) else f'{100 * ours:.1f}'}</td>"
+            )
         body += f"<tr><td>{html.escape(recipe)}</td>{cells}</tr>"
     return f"<h3>{html.escape(title)}</h3><table><tr><th>recipe</th>{head}</tr>{body}</table>"
 
@@ -377,19 +598,35 @@ def papers_figure(results: pd.DataFrame, tables: Mapping = PAPER_TABLES):
     panels = [(title, j, col) for title, spec in tables.items() for j, col in enumerate(spec["columns"])]
     means = results.groupby(["recipe", "metric"]).value.mean() if len(results) else pd.Series(dtype=float)
     n_rows = max(1, math.ceil(len(panels) / 2))
-    fig = make_subplots(rows=n_rows, cols=2, vertical_spacing=min(0.15, 0.6 / n_rows),
-                        subplot_titles=[f"{t.split(' (')[0]}: {c}" for t, _, c in panels])
+    fig = make_subplots(
+        rows=n_rows,
+        cols=2,
+        vertical_spacing=min(0.15, 0.6 / n_rows),
+        subplot_titles=[f"{t.split(' (')[0]}: {c}" for t, _, c in panels],
+    )
     for k, (title, j, col) in enumerate(panels):
         rows = tables[title]["rows"]
         paper = [np.nan if v[j] is None else v[j] for v in rows.values()]
         ours = [100 * means.get((r, col), np.nan) for r in rows]
         where = dict(row=k // 2 + 1, col=k % 2 + 1)
-        fig.add_bar(x=list(rows), y=paper, name="paper", marker_color="#999999", legendgroup="paper",
-                    showlegend=k == 0, **where)
-        fig.add_bar(x=list(rows), y=ours, name="ours (world)", marker_color="#1f77b4", legendgroup="ours",
-                    showlegend=k == 0, **where)
-    fig.update_layout(title="The papers' numbers beside ours (%; different data and scale: compare directions)",
-                      barmode="group", height=300 * n_rows + 100, width=1100)
+        fig.add_bar(
+            x=list(rows), y=paper, name="paper", marker_color="#999999", legendgroup="paper", showlegend=k == 0, **where
+        )
+        fig.add_bar(
+            x=list(rows),
+            y=ours,
+            name="ours (world)",
+            marker_color="#1f77b4",
+            legendgroup="ours",
+            showlegend=k == 0,
+            **where,
+        )
+    fig.update_layout(
+        title="The papers' numbers beside ours (%; different data and scale: compare directions)",
+        barmode="group",
+        height=300 * n_rows + 100,
+        width=1100,
+    )
     fig.update_xaxes(tickangle=-20)
     return fig
 
@@ -398,27 +635,40 @@ def save_static_figures(figures: Mapping[str, object], folder: str | Path, fmt: 
     """Write each plotly figure of `figures` (name -> figure) as `folder/NAME.fmt` with kaleido, which draws them in a
     local Chrome/Chromium (nothing is downloaded). Returns {'written': [paths], 'skipped': reason or None}: without
     kaleido or a browser the report keeps its interactive figures and says why the static copies are missing."""
-    if not figures: return dict(written=[], skipped=None)
+    if not figures:
+        return dict(written=[], skipped=None)
     tmp: list[Path] = []
     try:
-        folder = Path(folder); folder.mkdir(parents=True, exist_ok=True)
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
         paths = [folder / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', name)}.{fmt}" for name in figures]
         tmp = [p.with_name(p.stem + ".tmp." + fmt) for p in paths]
-        figs = list(figures.values())   # kaleido draws at 700×500 unless told the layout's size
-        pio.write_images(figs, tmp, format=fmt, width=[f.layout.width or 1000 for f in figs],
-                         height=[f.layout.height or 500 for f in figs])
-        for t, p in zip(tmp, paths): os.replace(t, p)   # a figure file is whole or absent
+        figs = list(figures.values())  # kaleido draws at 700×500 unless told the layout's size
+        pio.write_images(
+            figs,
+            tmp,
+            format=fmt,
+            width=[f.layout.width or 1000 for f in figs],
+            height=[f.layout.height or 500 for f in figs],
+        )
+        for t, p in zip(tmp, paths):
+            os.replace(t, p)  # a figure file is whole or absent
         return dict(written=[str(p) for p in paths], skipped=None)
     except Exception as e:  # kaleido missing, no Chrome found, a browser that failed to start
-        for t in tmp: t.unlink(missing_ok=True)   # no half-written copies
-        reason = " ".join(f"{type(e).__name__}: {e}".split())[:300]   # plotly's message starts with a newline
-        return dict(written=[], skipped=reason + (" (the [docs] extra installs kaleido)" if "Kaleido" in reason else ""))
+        for t in tmp:
+            t.unlink(missing_ok=True)  # no half-written copies
+        reason = " ".join(f"{type(e).__name__}: {e}".split())[:300]  # plotly's message starts with a newline
+        return dict(
+            written=[], skipped=reason + (" (the [docs] extra installs kaleido)" if "Kaleido" in reason else "")
+        )
 
 # %% ../../nbs/ledger/05_report.ipynb #b3dc8c12
 class _Figures:
     "Collect the report's figures by name; each call returns the figure's HTML (plotly.js with the first one only)."
+
     def __init__(self, plotlyjs: str | bool = True, named: dict | None = None):
         self.plotlyjs, self.named, self.count = plotlyjs, {} if named is None else named, 0
+
     def __call__(self, fig, name: str) -> str:
         self.named[name] = fig
         self.count += 1
@@ -426,9 +676,12 @@ class _Figures:
 
 # %% ../../nbs/ledger/05_report.ipynb #a2367251
 _VERDICT_COLOUR = {"supported": "#d7f0d7", "contradicted": "#f6d5d5", "inconclusive": "#f3f0d0", "not run": "#eeeeee"}
-_STYLE = ("<style>body{font-family:sans-serif;margin:2em;max-width:1500px}table{border-collapse:collapse;margin:1em 0;"
-          "font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}th{background:#f4f4f4}"
-          "td:first-child{text-align:left}</style>")
+_STYLE = (
+    "<style>body{font-family:sans-serif;margin:2em;max-width:1500px}table{border-collapse:collapse;margin:1em 0;"
+    "font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}th{background:#f4f4f4}"
+    "td:first-child{text-align:left}</style>"
+)
+
 
 def _fmt(v, digits=4):
     return "—" if v is None or (isinstance(v, float) and not np.isfinite(v)) else f"{v:.{digits}f}"
@@ -436,104 +689,193 @@ def _fmt(v, digits=4):
 # %% ../../nbs/ledger/05_report.ipynb #baa8962e
 def _facts_html(meta: dict) -> str:
     "The run facts: budget, seeds, recipes, wall time, memory, torch, processes (`meta` of results.json, old or new)."
-    budget = meta.get("budget") or meta.get("preset") or {}   # files written before budgets had their name: 'preset'
-    head = f"<p>budget <b>{html.escape(str(budget.get('name')))}</b>, {meta['seeds']} seed(s), {len(meta['recipes'])} recipes, "
-    if meta.get("wall_seconds") is None:   # `hierbench compare --report-only`: rebuilt from the folder's finished runs
-        return head + f"torch {html.escape(meta['torch'])}; rebuilt from the run folder (wall time and memory not recorded).</p>"
-    return (head + f"wall time {meta['wall_seconds'] / 60:.1f} min, peak memory {meta['peak_rss_mb']:.0f} MB, "
-            f"torch {html.escape(meta['torch'])}, {meta.get('jobs', 1)} process(es) × {meta['threads']} thread(s).</p>")
+    budget = meta.get("budget") or meta.get("preset") or {}  # files written before budgets had their name: 'preset'
+    head = (
+        f"<p>budget <b>{html.escape(str(budget.get('name')))}</b>, {meta['seeds']} seed(s), "
+        f"{len(meta['recipes'])} recipes, "
+    )
+    if meta.get("wall_seconds") is None:  # `hierbench compare --report-only`: rebuilt from the folder's finished runs
+        return (
+            head + f"torch {html.escape(meta['torch'])}; rebuilt from the run folder (wall time and memory not "
+            "recorded).</p>"
+        )
+    return (
+        head + f"wall time {meta['wall_seconds'] / 60:.1f} min, peak memory {meta['peak_rss_mb']:.0f} MB, "
+        f"torch {html.escape(meta['torch'])}, {meta.get('jobs', 1)} process(es) × {meta['threads']} thread(s).</p>"
+    )
 
 # %% ../../nbs/ledger/05_report.ipynb #4f27fff4
 def _learnability_html(results: pd.DataFrame) -> str:
     "The section 'Does the baseline learn the world?': CLIP's targets on every seed and the saturation check."
     learn, sat = learnability_table(results), saturation_table(results)
-    return ("<h2>Does the baseline learn the world?</h2><p>The world's targets for CLIP on every seed (a mean can "
-            "hide a seed that never learned): zero-shot shape naming, retrieval among the test scenes, and every "
-            "negative type clearly above chance. "
-            + (f"Met: {sum(m is True for m in learn.met)} of {int(learn.met.notna().sum())} measured targets."
-               if learn.met.notna().any() else "CLIP did not run: nothing to check.") + "</p>"
-            + (learn.to_html(float_format=lambda v: f"{v:.3f}", escape=True) if learn.met.notna().any() else "")
-            + f"<p>The negative types the claims compare stay at or below {SATURATION_LIMIT} for every recipe, so "
-            "differences stay visible: "
-            + (("yes" if bool(sat["within limit"].all()) else "no") + f" (highest: {sat['mean'].max():.3f}, "
-               f"{html.escape(str(sat['highest type'][sat['mean'].idxmax()]))} of {html.escape(str(sat['mean'].idxmax()))})"
-               if len(sat) else "not measured") + ".</p>")
+    return (
+        "<h2>Does the baseline learn the world?</h2><p>The world's targets for CLIP on every seed (a mean can "
+        "hide a seed that never learned): zero-shot shape naming, retrieval among the test scenes, and every "
+        "negative type clearly above chance. "
+        + (
+            f"Met: {sum(m is True for m in learn.met)} of {int(learn.met.notna().sum())} measured targets."
+            if learn.met.notna().any()
+            else "CLIP did not run: nothing to check."
+        )
+        + "</p>"
+        + (learn.to_html(float_format=lambda v: f"{v:.3f}", escape=True) if learn.met.notna().any() else "")
+        + f"<p>The negative types the claims compare stay at or below {SATURATION_LIMIT} for every recipe, so "
+        "differences stay visible: "
+        + (
+            ("yes" if bool(sat["within limit"].all()) else "no") + f" (highest: {sat['mean'].max():.3f}, "
+            f"{html.escape(str(sat['highest type'][sat['mean'].idxmax()]))} of "
+            f"{html.escape(str(sat['mean'].idxmax()))})"
+            if len(sat)
+            else "not measured"
+        )
+        + ".</p>"
+    )
 
 # %% ../../nbs/ledger/05_report.ipynb #8813efd9
-_LEDGER_COLUMNS = {"id": "id", "claim": "claim", "a": "A", "b": "B", "metric": "metric", "direction": "direction",
-                   "differs_in": "A and B differ in", "mean_a": "mean A", "mean_b": "mean B", "effect": "effect A−B",
-                   "ci_low": "seed low", "ci_high": "seed high", "level": "interval level",
-                   "boot_low": "eval-bootstrap low (percentile, scenes)", "boot_high": "eval-bootstrap high",
-                   "mde": "min. detectable (paired t)", "n": "seeds", "verdict": "verdict", "loso_kept": "kept without one seed",
-                   "look": "look", "stopped": "stopped", "skewness": "skewness of the seed differences",
-                   "shapiro_p": "Shapiro–Wilk p", "t_verdict": "plain t-rule", "decided_by": "decided by (budget)"}
-_SEQUENTIAL_ONLY = ("look", "stopped")   # columns a ledger of one 95% interval leaves out
-_DIAGNOSTICS = ("skewness", "shapiro_p", "t_verdict")   # issue 48's: ledgers from before it have none
+_LEDGER_COLUMNS = {
+    "id": "id",
+    "claim": "claim",
+    "a": "A",
+    "b": "B",
+    "metric": "metric",
+    "direction": "direction",
+    "differs_in": "A and B differ in",
+    "mean_a": "mean A",
+    "mean_b": "mean B",
+    "effect": "effect A−B",
+    "ci_low": "seed low",
+    "ci_high": "seed high",
+    "level": "interval level",
+    "boot_low": "eval-bootstrap low (percentile, scenes)",
+    "boot_high": "eval-bootstrap high",
+    "mde": "min. detectable (paired t)",
+    "n": "seeds",
+    "verdict": "verdict",
+    "loso_kept": "kept without one seed",
+    "look": "look",
+    "stopped": "stopped",
+    "skewness": "skewness of the seed differences",
+    "shapiro_p": "Shapiro–Wilk p",
+    "t_verdict": "plain t-rule",
+    "decided_by": "decided by (budget)",
+}
+_SEQUENTIAL_ONLY = ("look", "stopped")  # columns a ledger of one 95% interval leaves out
+_DIAGNOSTICS = ("skewness", "shapiro_p", "t_verdict")  # issue 48's: ledgers from before it have none
+
 
 def _ledger_cell(r, c: str) -> str:
     "One cell of the ledger table: numbers to 4 digits, the verdict marked fragile, LOSO as kept/n (old ledgers: —)."
     v = getattr(r, c, None)
-    if c == "verdict" and getattr(r, "fragile", None) is True: return f"{v} · fragile"
-    if c == "loso_kept": return "—" if v is None or getattr(r, "n", 0) == 0 else f"{int(v)}/{int(r.n)}"
-    if c == "level": return "—" if v is None or not np.isfinite(v) else f"{100 * v:.2f}%"
-    if c == "t_verdict":   # the plain t-rule on the same seeds: 'agrees', or its verdict and the seeds it took
-        return "—" if v in (None, "not run") else "agrees" if getattr(r, "rules_agree", None) is True else f"{v} ({int(r.t_n)} seeds)"
+    if c == "verdict" and getattr(r, "fragile", None) is True:
+        return f"{v} · fragile"
+    if c == "loso_kept":
+        return "—" if v is None or getattr(r, "n", 0) == 0 else f"{int(v)}/{int(r.n)}"
+    if c == "level":
+        return "—" if v is None or not np.isfinite(v) else f"{100 * v:.2f}%"
+    if c == "t_verdict":  # the plain t-rule on the same seeds: 'agrees', or its verdict and the seeds it took
+        return (
+            "—"
+            if v in (None, "not run")
+            else "agrees"
+            if getattr(r, "rules_agree", None) is True
+            else f"{v} ({int(r.t_n)} seeds)"
+        )
     return _fmt(v) if isinstance(v, float) else "—" if v is None else str(v)
+
 
 def _ledger_table_html(ledger: pd.DataFrame) -> str:
     "The ledger as an HTML table, one row per claim row coloured by verdict, its note (if any) in a row below."
     sequential = "rule" in ledger and ledger.rule.astype(str).str.startswith("group-sequential").any()
-    cols = [c for c in _LEDGER_COLUMNS if (sequential or c not in _SEQUENTIAL_ONLY) and (c in ledger or c not in _DIAGNOSTICS)]
+    cols = [
+        c
+        for c in _LEDGER_COLUMNS
+        if (sequential or c not in _SEQUENTIAL_ONLY) and (c in ledger or c not in _DIAGNOSTICS)
+    ]
     rows = "".join(
-        f"<tr style='background:{_VERDICT_COLOUR.get(r.verdict, '#fff')}'>" + "".join(f"<td>{html.escape(_ledger_cell(r, c))}</td>" for c in cols)
-        + "</tr>" + (f"<tr><td colspan={len(cols)} style='text-align:left;font-size:11px'>{html.escape(r.note)}</td></tr>" if r.note else "")
-        for r in ledger.itertuples())
+        f"<tr style='background:{_VERDICT_COLOUR.get(r.verdict, '#fff')}'>"
+        + "".join(f"<td>{html.escape(_ledger_cell(r, c))}</td>" for c in cols)
+        + "</tr>"
+        + (
+            f"<tr><td colspan={len(cols)} style='text-align:left;font-size:11px'>{html.escape(r.note)}</td></tr>"
+            if r.note
+            else ""
+        )
+        for r in ledger.itertuples()
+    )
     return "<table><tr>" + "".join(f"<th>{_LEDGER_COLUMNS[c]}</th>" for c in cols) + "</tr>" + rows + "</table>"
+
 
 def _rule_html(ledger: pd.DataFrame) -> str:
     "How this ledger's verdicts were decided, and which are fragile, in one paragraph's words (old ledgers: nothing)."
-    if "rule" not in ledger or ledger.empty: return ""
+    if "rule" not in ledger or ledger.empty:
+        return ""
     run = ledger[ledger.verdict != "not run"]
     rules = sorted(set(run.rule.astype(str)) - {""})
     text = "Rule: " + html.escape("; ".join(rules) or "t-interval 95%") + "."
     if any("skew-guarded" in r for r in rules):
         differ = run[run.rules_agree.eq(False)] if "rules_agree" in run else run.iloc[:0]
-        text += (" A skew-guarded interval is the t-interval widened on the side the seed differences' skewness makes "
-                 "short (Hall's correction with an allowance for the tail a sample may have missed, larger at the looks "
-                 "before a plan's last; no verdict where "
-                 "too few seeds meet too extreme a level), which keeps the error rate under the skewed seed noise "
-                 "the rows show (<code>hierbench.stats.guarded_interval</code>); the columns <i>skewness</i> and "
-                 f"<i>Shapiro–Wilk p</i> describe each row's differences, and <i>plain t-rule</i> is what the t-interval "
-                 f"alone says of the same seeds ({len(differ)} of {len(run)} rows differ).")
+        text += (
+            " A skew-guarded interval is the t-interval widened on the side the seed differences' skewness makes "
+            "short (Hall's correction with an allowance for the tail a sample may have missed, larger at the looks "
+            "before a plan's last; no verdict where "
+            "too few seeds meet too extreme a level), which keeps the error rate under the skewed seed noise "
+            "the rows show (<code>hierbench.stats.guarded_interval</code>); the columns <i>skewness</i> and "
+            f"<i>Shapiro–Wilk p</i> describe each row's differences, and <i>plain t-rule</i> is what the t-interval "
+            f"alone says of the same seeds ({len(differ)} of {len(run)} rows differ)."
+        )
     if any(r.startswith("group-sequential") for r in rules):
-        text += (" Seeds were added in rounds while a row stayed undecided: each row's interval is the one of its "
-                 "deciding (or last) look, at that look's level, which keeps the chance of a false verdict over all "
-                 "looks at 5% (2.5% a side; <code>hierbench.stats</code> derives it); <i>seeds</i> is what the verdict took, "
-                 "<i>stopped</i> why the row took no more.")
-    fragile = int((run.get("fragile") == True).sum()) if "fragile" in run else 0   # noqa: E712 (None for old rows)
-    return text + (f" Fragile: {fragile} of {len(run)} verdicts change when one seed is left out (column <i>kept "
-                   "without one seed</i>; the verdict says <i>fragile</i>): read them as near their interval's bound.")
+        text += (
+            " Seeds were added in rounds while a row stayed undecided: each row's interval is the one of its "
+            "deciding (or last) look, at that look's level, which keeps the chance of a false verdict over all "
+            "looks at 5% (2.5% a side; <code>hierbench.stats</code> derives it); <i>seeds</i> is what the verdict "
+            "took, "
+            "<i>stopped</i> why the row took no more."
+        )
+    fragile = int((run.get("fragile") == True).sum()) if "fragile" in run else 0  # noqa: E712 (None for old rows)
+    return text + (
+        f" Fragile: {fragile} of {len(run)} verdicts change when one seed is left out (column <i>kept "
+        "without one seed</i>; the verdict says <i>fragile</i>): read them as near their interval's bound."
+    )
 
 # %% ../../nbs/ledger/05_report.ipynb #c63c968e
 def _pep_html(runs: list[dict], add: _Figures) -> str:
     "The section 'The angles behind PEP' (empty without pre-training runs that kept their PEP analysis)."
     pep_tab = pep_analysis_table(runs)
-    if pep_tab.empty: return ""
+    if pep_tab.empty:
+        return ""
     pep_figs = "".join(add(f, f"pep_{k}") for k, f in enumerate(_pep_figures(runs)))
-    show = pep_tab[[c for c in pep_tab.columns if c.endswith("_wide") or c in ("pep_auc", "angle_auc", "aperture_saturated")
-                    or c.startswith("norm_")]]
-    return ("<h2>The angles behind PEP</h2><p>Per recipe and training step (mean over seeds): the share of "
-            "(caption, image) pairs with φ ≥ π/2 — where PEP's score is 0 — for the positives of each chain "
-            "level (l1 = the most general caption) and for the pool negatives; the PEP AUC next to the AUC of −φ "
-            "itself; embedding norms per chain level and for images.</p>" + show.to_html(float_format=lambda v: f"{v:.3f}")
-            + "<ul>" + "".join(f"<li>{html.escape(l)}</li>" for l in pep_diagnosis(pep_tab)) + "</ul>"
-            + "<h3>Conclusion</h3><ul>" + "".join(f"<li>{html.escape(l)}</li>" for l in pep_conclusion(pep_tab))
-            + "</ul>" + pep_figs)
+    show = pep_tab[
+        [
+            c
+            for c in pep_tab.columns
+            if c.endswith("_wide") or c in ("pep_auc", "angle_auc", "aperture_saturated") or c.startswith("norm_")
+        ]
+    ]
+    return (
+        "<h2>The angles behind PEP</h2><p>Per recipe and training step (mean over seeds): the share of "
+        "(caption, image) pairs with φ ≥ π/2 — where PEP's score is 0 — for the positives of each chain "
+        "level (l1 = the most general caption) and for the pool negatives; the PEP AUC next to the AUC of −φ "
+        "itself; embedding norms per chain level and for images.</p>"
+        + show.to_html(float_format=lambda v: f"{v:.3f}")
+        + "<ul>"
+        + "".join(f"<li>{html.escape(l)}</li>" for l in pep_diagnosis(pep_tab))
+        + "</ul>"
+        + "<h3>Conclusion</h3><ul>"
+        + "".join(f"<li>{html.escape(l)}</li>" for l in pep_conclusion(pep_tab))
+        + "</ul>"
+        + pep_figs
+    )
 
 # %% ../../nbs/ledger/05_report.ipynb #c7afcec3
-def render_report(results: pd.DataFrame, ledger: pd.DataFrame, meta: dict, runs: list[dict] | None = None,
-                  plotlyjs: str | bool = True, run_root: str | Path | None = None,
-                  figures: dict | None = None) -> str:
+def render_report(
+    results: pd.DataFrame,
+    ledger: pd.DataFrame,
+    meta: dict,
+    runs: list[dict] | None = None,
+    plotlyjs: str | bool = True,
+    run_root: str | Path | None = None,
+    figures: dict | None = None,
+) -> str:
     """A self-contained HTML report: run facts, the power of the design, the claims ledger (forest plot and table),
     the summary with chance levels, the fine-tuning stages, the angles behind PEP, the papers' tables, plots.
     `plotlyjs`: True embeds plotly.js once (a 4.6 MB self-contained file); 'directory' loads `plotly.min.js` from the
@@ -542,43 +884,73 @@ def render_report(results: pd.DataFrame, ledger: pd.DataFrame, meta: dict, runs:
     copies: `save_static_figures`)."""
     runs, add = runs or [], _Figures(plotlyjs, figures)
     power = power_table(ledger)
-    power_html = power.to_html(float_format=lambda v: f"{v:.4f}", escape=True) if not power.empty else "<p>no claim rows ran</p>"
+    power_html = (
+        power.to_html(float_format=lambda v: f"{v:.4f}", escape=True) if not power.empty else "<p>no claim rows ran</p>"
+    )
     counts = ledger.verdict.value_counts().to_dict()
     forest = add(forest_figure(ledger), "forest") if (ledger.verdict != "not run").any() else ""
     summary, types_table = summary_table(results), summary_table(results, TYPE_METRICS)
-    caption = lambda t: f"<p>{html.escape(t.attrs.get('caption', ''))}</p>"   # why a cell has no interval
+    caption = lambda t: f"<p>{html.escape(t.attrs.get('caption', ''))}</p>"  # why a cell has no interval
     types = caption(types_table) + types_table.to_html(escape=True)
-    if set(TYPE_METRICS) & set(results.metric): types = add(type_accuracy_figure(results), "type_accuracy") + types
-    curves = add(training_curves_by_recipe_figure(run_root, list(dict.fromkeys(results.recipe))), "training_curves") if run_root else ""
+    if set(TYPE_METRICS) & set(results.metric):
+        types = add(type_accuracy_figure(results), "type_accuracy") + types
+    curves = (
+        add(training_curves_by_recipe_figure(run_root, list(dict.fromkeys(results.recipe))), "training_curves")
+        if run_root
+        else ""
+    )
     stages = stage_table(runs)
     stages_html = stages.to_html(escape=True) if not stages.empty else "<p>no fine-tuning runs</p>"
     pep_html = _pep_html(runs, add)
-    papers = add(papers_figure(results), "papers") + "".join(_paper_table(t, s, results) for t, s in PAPER_TABLES.items())
-    bars = "".join(add(ablation_bars_figure(results, m), "bars_" + m) for m in ("pep_auc", "zs_acc/general", "comp_acc", "tot_acc")
-                   if m in set(results.metric))
-    return ("<!doctype html><html><head><meta charset='utf-8'><title>hierbench compare</title>" + _STYLE + "</head><body>"
-            "<h1>hierbench compare</h1>" + _facts_html(meta) + _learnability_html(results) +
-            "<h2>Power of this design</h2><p>Per metric family, the median over claim rows of the 95% half-width from "
-            "training seeds (paired t), from the evaluation bootstrap over scenes (percentile), and the minimum effect the seeds "
-            "can detect (80% power; paired t, normal theory: a skewed row needs more for the skew-guarded verdicts), beside the target half-width and the seeds at which the median row's "
-            "seed-to-seed spread would reach it (seeds_needed: a plan, not a promise). A claim whose interval is wider than the effect "
-            "it tests is undecided at this budget.</p>" + power_html +
-            "<h2>Claims ledger</h2><p>Effect = mean over seeds of the paired difference A−B; the seed interval decides "
-            "the verdict (" + ", ".join(f"{k}: {v}" for k, v in counts.items()) + "); the evaluation bootstrap shows how "
-            "much of it is the choice of test scenes. Each row's recipes differ in exactly the fields listed (checked "
-            "by a test). A single seed is always inconclusive. " + _rule_html(ledger) + "</p>" + forest + _ledger_table_html(ledger) +
-            "<h2>Summary</h2>" + caption(summary) + summary.to_html(escape=True) +
-            "<h3>Accuracy per negative type</h3>" + types +
-            "<h2>Fine-tuning stages</h2><p>Validation terms (held-out scenes) at the start → end of each fine-tune, "
-            "mean over seeds, and the step at which its hard-negative objective plateaued (no 1% improvement over the "
-            "next two evaluations; — = still improving at the end of the budget).</p>" + stages_html +
-            ("<h2>Training curves</h2>" + curves if curves else "") + pep_html +
-            "<h2>The papers' tables beside ours</h2><p>Different data, models and scale: compare directions, not values "
-            "(ours in %).</p>" + papers + "<h2>Plots</h2>" + bars + "</body></html>")
+    papers = add(papers_figure(results), "papers") + "".join(
+        _paper_table(t, s, results) for t, s in PAPER_TABLES.items()
+    )
+    bars = "".join(
+        add(ablation_bars_figure(results, m), "bars_" + m)
+        for m in ("pep_auc", "zs_acc/general", "comp_acc", "tot_acc")
+        if m in set(results.metric)
+    )
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'><title>hierbench compare</title>" + _STYLE + "</head><body>"
+        "<h1>hierbench compare</h1>"
+        + _facts_html(meta)
+        + _learnability_html(results)
+        + "<h2>Power of this design</h2><p>Per metric family, the median over claim rows of the 95% half-width from "
+        "training seeds (paired t), from the evaluation bootstrap over scenes (percentile), and the minimum effect "
+        "the seeds "
+        "can detect (80% power; paired t, normal theory: a skewed row needs more for the skew-guarded verdicts), "
+        "beside the target half-width and the seeds at which the median row's "
+        "seed-to-seed spread would reach it (seeds_needed: a plan, not a promise). A claim whose interval is wider "
+        "than the effect "
+        "it tests is undecided at this budget.</p>"
+        + power_html
+        + "<h2>Claims ledger</h2><p>Effect = mean over seeds of the paired difference A−B; the seed interval decides "
+        "the verdict (" + ", ".join(f"{k}: {v}" for k, v in counts.items()) + "); the evaluation bootstrap shows how "
+        "much of it is the choice of test scenes. Each row's recipes differ in exactly the fields listed (checked "
+        "by a test). A single seed is always inconclusive. "
+        + _rule_html(ledger)
+        + "</p>"
+        + forest
+        + _ledger_table_html(ledger)
+        + "<h2>Summary</h2>"
+        + caption(summary)
+        + summary.to_html(escape=True)
+        + "<h3>Accuracy per negative type</h3>"
+        + types
+        + "<h2>Fine-tuning stages</h2><p>Validation terms (held-out scenes) at the start → end of each fine-tune, "
+        "mean over seeds, and the step at which its hard-negative objective plateaued (no 1% improvement over the "
+        "next two evaluations; — = still improving at the end of the budget).</p>"
+        + stages_html
+        + ("<h2>Training curves</h2>" + curves if curves else "")
+        + pep_html
+        + "<h2>The papers' tables beside ours</h2><p>Different data, models and scale: compare directions, not values "
+        "(ours in %).</p>" + papers + "<h2>Plots</h2>" + bars + "</body></html>"
+    )
 
 # %% ../../nbs/ledger/05_report.ipynb #158b3138
-def write_report(out: str | Path, results: pd.DataFrame, ledger: pd.DataFrame, meta: dict, runs: list[dict],
-                 reproduction: dict) -> Path:
+def write_report(
+    out: str | Path, results: pd.DataFrame, ledger: pd.DataFrame, meta: dict, runs: list[dict], reproduction: dict
+) -> Path:
     """The whole report of compare folder `out`, in one place: `report.html` (`render_report`; plotly.js loaded from
     `out/plotly.min.js`, copied there), its figures as PNG images in `out/figures` when a browser can draw them, and at
     its end the reproduction check (`hierbench.ledger.reproduction`) and where the static copies are."""

@@ -1,4 +1,7 @@
-"""Does this machine reproduce the committed ledger? Each run of a compare folder paired with its recorded twin (same recipe, seed and settings hash), the shift of every headline metric with its interval against an equivalence margin from the ledger's seed spread, and the ledger recomputed with this machine's seeds in place of the recorded ones.
+"""Does this machine reproduce the committed ledger? Each run of a compare folder paired with its
+recorded twin (same recipe, seed and settings hash), the shift of every headline metric with its
+interval against an equivalence margin from the ledger's seed spread, and the ledger recomputed
+with this machine's seeds in place of the recorded ones.
 
 Docs: https://hierbench.github.io/hierbench/ledger/reproduction.html.md"""
 
@@ -6,10 +9,12 @@ Docs: https://hierbench.github.io/hierbench/ledger/reproduction.html.md"""
 
 # %% ../../nbs/ledger/04_reproduction.ipynb #f94b443a
 from __future__ import annotations
-import html, json, math
+import html
+import math
 from pathlib import Path
 from typing import Mapping, Sequence
-import numpy as np, pandas as pd
+import numpy as np
+import pandas as pd
 from scipy import stats as sps
 from .claims import SUMMARY_METRICS, claims_ledger
 from ..config import HierbenchError
@@ -19,54 +24,97 @@ from .run_folder import load_items, run_dir
 from ..stats import t_half_width
 
 # %% auto #0
+__all__ = [
+    "MARGIN_FRACTION",
+    "family",
+    "machine_metrics",
+    "pair_runs",
+    "seed_sd",
+    "shift_verdict",
+    "metric_shifts",
+    "ledger_with_these_runs",
+    "decidable_at",
+    "reproduction_check",
+    "reproduction_lines",
+    "reproduction_html",
+]
+
+# %% auto #0
 __all__ = ['MARGIN_FRACTION', 'family', 'machine_metrics', 'pair_runs', 'seed_sd', 'shift_verdict', 'metric_shifts',
            'ledger_with_these_runs', 'decidable_at', 'reproduction_check', 'reproduction_lines', 'reproduction_html']
 
 # %% ../../nbs/ledger/04_reproduction.ipynb #b1d2b0ae
-MARGIN_FRACTION = 0.5   # the equivalence margin, as a fraction of the metric's seed-to-seed sd in the records
+MARGIN_FRACTION = 0.5  # the equivalence margin, as a fraction of the metric's seed-to-seed sd in the records
+
 
 def family(recipe: str, seed: int) -> tuple[str, int]:
     "The pre-training run a run descends from (itself for a pre-training): runs of one family share its float drift."
     r = get_recipe(recipe)
-    while r.stage == "finetune": r = get_recipe(r.init_from)
+    while r.stage == "finetune":
+        r = get_recipe(r.init_from)
     return (r.name, seed)
+
 
 def machine_metrics(row: Mapping) -> dict | None:
     "This machine's metrics of a compare row: its own, a retrained parent's, or None for a run restored from records."
-    if "recorded" in row: return (row.get("retrained") or {}).get("metrics")
+    if "recorded" in row:
+        return (row.get("retrained") or {}).get("metrics")
     return row.get("metrics")
 
 # %% ../../nbs/ledger/04_reproduction.ipynb #9633784d
-def pair_runs(rows: Sequence[Mapping], records: LedgerRecords, metrics: Sequence[str] = SUMMARY_METRICS) -> pd.DataFrame:
-    """Long rows `(recipe, seed, family, metric, here, recorded)` of every run in `rows` (compare rows, `finished_run`'s)
+def pair_runs(
+    rows: Sequence[Mapping], records: LedgerRecords, metrics: Sequence[str] = SUMMARY_METRICS
+) -> pd.DataFrame:
+    """Long rows `(recipe, seed, family, metric, here, recorded)` of every run in `rows` (compare rows,
+    `finished_run`'s)
     this machine computed whose recorded twin — same recipe, seed and settings hash — `records` holds."""
     twins = {(r["recipe"], r["seed"]): r for r in records.runs}
     out = []
     for row in rows:
         here, twin = machine_metrics(row), twins.get((row["recipe"], row["seed"]))
-        if here is None or twin is None: continue
-        if settings_hash(row["run_key"], row["run_fingerprint"]) != settings_hash(twin["run_key"], twin["run_fingerprint"]):
-            continue   # another definition of the run: not its twin
+        if here is None or twin is None:
+            continue
+        if settings_hash(row["run_key"], row["run_fingerprint"]) != settings_hash(
+            twin["run_key"], twin["run_fingerprint"]
+        ):
+            continue  # another definition of the run: not its twin
         for m in metrics:
             a, b = here.get(m), twin["metrics"].get(m)
             if a is not None and b is not None and np.isfinite(a) and np.isfinite(b):
-                out.append(dict(recipe=row["recipe"], seed=row["seed"], family="/".join(map(str, family(row["recipe"], row["seed"]))),
-                                metric=m, here=float(a), recorded=float(b)))
+                out.append(
+                    dict(
+                        recipe=row["recipe"],
+                        seed=row["seed"],
+                        family="/".join(map(str, family(row["recipe"], row["seed"]))),
+                        metric=m,
+                        here=float(a),
+                        recorded=float(b),
+                    )
+                )
     return pd.DataFrame(out, columns=["recipe", "seed", "family", "metric", "here", "recorded"])
 
 # %% ../../nbs/ledger/04_reproduction.ipynb #f2812a66
 def seed_sd(records: LedgerRecords, metric: str, recipes: Sequence[str]) -> float:
     "The metric's seed-to-seed sd in the records, pooled over `recipes` (the root of the mean within-recipe variance)."
-    v = [np.var([r["metrics"][metric] for r in records.runs if r["recipe"] == rec and r["metrics"].get(metric) is not None], ddof=1)
-         for rec in recipes]
+    v = [
+        np.var(
+            [r["metrics"][metric] for r in records.runs if r["recipe"] == rec and r["metrics"].get(metric) is not None],
+            ddof=1,
+        )
+        for rec in recipes
+    ]
     v = [x for x in v if np.isfinite(x)]
     return float(np.sqrt(np.mean(v))) if v else float("nan")
 
+
 def shift_verdict(low90: float, high90: float, low95: float, high95: float, margin: float) -> str:
     "equivalent (90% interval inside ±margin), shifted (95% interval beyond it), else undecided."
-    if not (np.isfinite(low95) and np.isfinite(high95) and np.isfinite(margin)): return "undecided"
-    if -margin < low90 and high90 < margin: return "equivalent"
-    if low95 > margin or high95 < -margin: return "shifted"
+    if not (np.isfinite(low95) and np.isfinite(high95) and np.isfinite(margin)):
+        return "undecided"
+    if -margin < low90 and high90 < margin:
+        return "equivalent"
+    if low95 > margin or high95 < -margin:
+        return "shifted"
     return "undecided"
 
 # %% ../../nbs/ledger/04_reproduction.ipynb #6aabd137
@@ -80,24 +128,53 @@ def metric_shifts(pairs: pd.DataFrame, records: LedgerRecords) -> pd.DataFrame:
         sd = float(np.std(fam, ddof=1)) if k > 1 else float("nan")
         h90, h95 = (t_half_width(sd, k, 0.90), t_half_width(sd, k, 0.95)) if k > 2 else (np.nan, np.nan)
         margin = MARGIN_FRACTION * seed_sd(records, m, sorted(set(g.recipe)))
-        out.append(dict(metric=m, runs=len(g), families=k, shift=shift, low90=shift - h90, high90=shift + h90,
-                        low95=shift - h95, high95=shift + h95, margin=margin, max_abs_run_shift=float((g.here - g.recorded).abs().max()),
-                        verdict=shift_verdict(shift - h90, shift + h90, shift - h95, shift + h95, margin)))
+        out.append(
+            dict(
+                metric=m,
+                runs=len(g),
+                families=k,
+                shift=shift,
+                low90=shift - h90,
+                high90=shift + h90,
+                low95=shift - h95,
+                high95=shift + h95,
+                margin=margin,
+                max_abs_run_shift=float((g.here - g.recorded).abs().max()),
+                verdict=shift_verdict(shift - h90, shift + h90, shift - h95, shift + h95, margin),
+            )
+        )
     return pd.DataFrame(out)
 
 # %% ../../nbs/ledger/04_reproduction.ipynb #1ebedb7c
-def ledger_with_these_runs(records: LedgerRecords, rows: Sequence[Mapping], items: Mapping) -> tuple[pd.DataFrame, list[dict]]:
+def ledger_with_these_runs(
+    records: LedgerRecords, rows: Sequence[Mapping], items: Mapping
+) -> tuple[pd.DataFrame, list[dict]]:
     """The ledger recomputed from `records` with this machine's runs (`rows` trained here, their `items`) in place of
     the recorded runs of the same recipe and seed, under the recorded plan; and the rows whose verdict changes."""
     mine = {(r["recipe"], r["seed"]): r for r in rows if "recorded" not in r and (r["recipe"], r["seed"]) in items}
     runs = [mine.get((r["recipe"], r["seed"]), r) for r in records.runs]
-    its = {(r["recipe"], r["seed"]): items[(r["recipe"], r["seed"])] if (r["recipe"], r["seed"]) in mine
-           else records.items[(r["recipe"], r["seed"])] for r in records.runs}
+    its = {
+        (r["recipe"], r["seed"]): items[(r["recipe"], r["seed"])]
+        if (r["recipe"], r["seed"]) in mine
+        else records.items[(r["recipe"], r["seed"])]
+        for r in records.runs
+    }
     _, ledger = claims_ledger(runs, its, records.plan.budget, records.plan.sequential, records.plan.still_open)
     before = {(c["id"], c["a"], c["b"], c["metric"]): c for c in (records.claims or {}).get("claims", [])}
-    changed = [dict(id=r.id, a=r.a, b=r.b, metric=r.metric, recorded=before[k]["verdict"], here=r.verdict,
-                    effect_recorded=before[k]["effect"], effect_here=r.effect)
-               for r in ledger.itertuples() if (k := (r.id, r.a, r.b, r.metric)) in before and before[k]["verdict"] != r.verdict]
+    changed = [
+        dict(
+            id=r.id,
+            a=r.a,
+            b=r.b,
+            metric=r.metric,
+            recorded=before[k]["verdict"],
+            here=r.verdict,
+            effect_recorded=before[k]["effect"],
+            effect_here=r.effect,
+        )
+        for r in ledger.itertuples()
+        if (k := (r.id, r.a, r.b, r.metric)) in before and before[k]["verdict"] != r.verdict
+    ]
     return ledger, changed
 
 # %% ../../nbs/ledger/04_reproduction.ipynb #1b50061a
@@ -106,71 +183,117 @@ def decidable_at(records: LedgerRecords, n: int, recipes: Sequence[str] | None =
     the effect `n` seeds could detect, and whether it is that large."""
     out = []
     for c in (records.claims or {}).get("claims", []):
-        if c.get("verdict") == "not run" or c.get("seed_sd") is None: continue
-        if recipes is not None and not {c["a"], c["b"]} <= set(recipes): continue
-        mde = (sps.t.ppf(0.975, n - 1) + sps.t.ppf(0.80, n - 1)) * c["seed_sd"] / math.sqrt(n) if n > 1 else float("inf")
-        out.append(dict(id=c["id"], a=c["a"], b=c["b"], metric=c["metric"], effect=c["effect"], seed_sd=c["seed_sd"],
-                        detectable=mde, could_decide=bool(abs(c["effect"]) >= mde)))
+        if c.get("verdict") == "not run" or c.get("seed_sd") is None:
+            continue
+        if recipes is not None and not {c["a"], c["b"]} <= set(recipes):
+            continue
+        mde = (
+            (sps.t.ppf(0.975, n - 1) + sps.t.ppf(0.80, n - 1)) * c["seed_sd"] / math.sqrt(n) if n > 1 else float("inf")
+        )
+        out.append(
+            dict(
+                id=c["id"],
+                a=c["a"],
+                b=c["b"],
+                metric=c["metric"],
+                effect=c["effect"],
+                seed_sd=c["seed_sd"],
+                detectable=mde,
+                could_decide=bool(abs(c["effect"]) >= mde),
+            )
+        )
     return out
 
 # %% ../../nbs/ledger/04_reproduction.ipynb #58fbd651
 def reproduction_check(out: str | Path, rows: Sequence[Mapping], records: str | Path | LedgerRecords | None) -> dict:
     """claims.json's `reproduction`: this compare folder's runs (`rows`) against ledger records — pairs, shifts, the
     ledger with these seeds, what its seed count could decide. A check that cannot be made says why (`skipped`)."""
-    if records is None: return dict(skipped="no ledger records set (settings.ini's ledger_records)")
-    try: rec = records if isinstance(records, LedgerRecords) else read_records(records)
-    except HierbenchError as e: return dict(skipped=f"the ledger records cannot be read: {e}")
-    except (OSError, ValueError, EOFError) as e: return dict(skipped=f"the ledger records cannot be read: {type(e).__name__}: {e}")
+    if records is None:
+        return dict(skipped="no ledger records set (settings.ini's ledger_records)")
+    try:
+        rec = records if isinstance(records, LedgerRecords) else read_records(records)
+    except HierbenchError as e:
+        return dict(skipped=f"the ledger records cannot be read: {e}")
+    except (OSError, ValueError, EOFError) as e:
+        return dict(skipped=f"the ledger records cannot be read: {type(e).__name__}: {e}")
     where = dict(records=str(rec.folder), recorded_on=(rec.ledger.get("made") or {}).get("cpu"), here=made_on()["cpu"])
     pairs = pair_runs(rows, rec)
     if pairs.empty:
         keyed = {settings_hash(r["run_key"], r["run_fingerprint"]) for r in rows if "run_key" in r}
-        why = ("the records were made under other run settings (another budget or world)" if not keyed & {
-                   settings_hash(r["run_key"], r["run_fingerprint"]) for r in rec.runs} else "none of its runs is one the records hold")
+        why = (
+            "the records were made under other run settings (another budget or world)"
+            if not keyed & {settings_hash(r["run_key"], r["run_fingerprint"]) for r in rec.runs}
+            else "none of its runs is one the records hold"
+        )
         return dict(where, skipped=f"this folder shares no run with {rec.folder}: {why}")
     where["recorded_on"] = _twins_cpu(rec, pairs)
     mine = [r for r in rows if "recorded" not in r]
-    items = {(r["recipe"], r["seed"]): load_items(run_dir(out, r["recipe"], r["seed"]) / "items.npz") for r in mine
-             if (run_dir(out, r["recipe"], r["seed"]) / "items.npz").is_file()}
+    items = {
+        (r["recipe"], r["seed"]): load_items(run_dir(out, r["recipe"], r["seed"]) / "items.npz")
+        for r in mine
+        if (run_dir(out, r["recipe"], r["seed"]) / "items.npz").is_file()
+    }
     _, changed = ledger_with_these_runs(rec, mine, items)
     shifts = metric_shifts(pairs, rec)
     seeds = sorted({int(s) for s in pairs.seed})
-    return dict(where, runs=int(pairs[["recipe", "seed"]].drop_duplicates().shape[0]), seeds=seeds,
-                families=int(pairs.family.nunique()), margin_rule=f"{MARGIN_FRACTION:g} × the records' seed sd",
-                metrics=shifts.to_dict("records"), verdict=_overall(shifts),
-                claims=dict(rows=len((rec.claims or {}).get("claims", [])), changed=changed),
-                decidable=decidable_at(rec, len(seeds), {r["recipe"] for r in rows}))
+    return dict(
+        where,
+        runs=int(pairs[["recipe", "seed"]].drop_duplicates().shape[0]),
+        seeds=seeds,
+        families=int(pairs.family.nunique()),
+        margin_rule=f"{MARGIN_FRACTION:g} × the records' seed sd",
+        metrics=shifts.to_dict("records"),
+        verdict=_overall(shifts),
+        claims=dict(rows=len((rec.claims or {}).get("claims", [])), changed=changed),
+        decidable=decidable_at(rec, len(seeds), {r["recipe"] for r in rows}),
+    )
+
 
 def _twins_cpu(rec: LedgerRecords, pairs: pd.DataFrame) -> str | None:
     "The CPU(s) the paired recorded runs were trained on (each run's `made`; the records' own for records without it)."
     made = {(r["recipe"], int(r["seed"])): run_made(r, rec.ledger.get("made") or {})["cpu"] for r in rec.runs}
-    cpus = sorted({made.get((r, int(s))) for r, s in pairs[["recipe", "seed"]].drop_duplicates().itertuples(index=False)} - {None})
+    cpus = sorted(
+        {made.get((r, int(s))) for r, s in pairs[["recipe", "seed"]].drop_duplicates().itertuples(index=False)} - {None}
+    )
     return ", ".join(cpus) or None
+
 
 def _overall(shifts: pd.DataFrame) -> str:
     "One word for the whole check: reproduces (every metric equivalent), shifted (any shifted), else undecided."
-    if (shifts.verdict == "shifted").any(): return "shifted"
+    if (shifts.verdict == "shifted").any():
+        return "shifted"
     return "reproduces" if len(shifts) and (shifts.verdict == "equivalent").all() else "undecided"
 
 # %% ../../nbs/ledger/04_reproduction.ipynb #0ff217c2
 def reproduction_lines(rep: Mapping) -> list[str]:
     "The check as a newcomer reads it: at most 20 lines."
-    if "skipped" in rep: return [f"no reproduction check: {rep['skipped']}"]
-    head = {"reproduces": "this machine reproduces the ledger", "shifted": "this machine does NOT reproduce the ledger",
-            "undecided": "this machine's runs neither reproduce nor contradict the ledger yet"}[rep["verdict"]]
-    lines = [f"{head}: {rep['runs']} runs (seeds {', '.join(map(str, rep['seeds']))}) paired with their recorded twins",
-             f"  in {rep['records']} (made on {rep['recorded_on']}; here: {rep['here']}); margin {rep['margin_rule']}:"]
+    if "skipped" in rep:
+        return [f"no reproduction check: {rep['skipped']}"]
+    head = {
+        "reproduces": "this machine reproduces the ledger",
+        "shifted": "this machine does NOT reproduce the ledger",
+        "undecided": "this machine's runs neither reproduce nor contradict the ledger yet",
+    }[rep["verdict"]]
+    lines = [
+        f"{head}: {rep['runs']} runs (seeds {', '.join(map(str, rep['seeds']))}) paired with their recorded twins",
+        f"  in {rep['records']} (made on {rep['recorded_on']}; here: {rep['here']}); margin {rep['margin_rule']}:",
+    ]
     for m in rep["metrics"]:
         ci = f"[{m['low90']:+.4f}, {m['high90']:+.4f}]" if np.isfinite(m["low90"]) else "(too few families)"
         lines.append(f"  {m['metric']:16s} shift {m['shift']:+.4f} {ci:22s} margin ±{m['margin']:.4f}  {m['verdict']}")
     ch = rep["claims"]["changed"]
-    lines.append(f"the ledger with these runs in place of the recorded ones: {rep['claims']['rows'] - len(ch)} of "
-                 f"{rep['claims']['rows']} verdicts as recorded" + (":" if ch else ""))
+    lines.append(
+        f"the ledger with these runs in place of the recorded ones: {rep['claims']['rows'] - len(ch)} of "
+        f"{rep['claims']['rows']} verdicts as recorded" + (":" if ch else "")
+    )
     lines += [f"  {c['id']} {c['a']} − {c['b']} {c['metric']}: {c['recorded']} → {c['here']}" for c in ch[:4]]
     dec = [d for d in rep["decidable"] if d["could_decide"]]
-    lines.append(f"{len(rep['seeds'])} seed(s) could decide {len(dec)} of the {len(rep['decidable'])} recorded rows these "
-                 "recipes have (the effect a 95% t-interval detects at that count vs the recorded effect); the ledger took 5–15")
+    lines.append(
+        f"{len(rep['seeds'])} seed(s) could decide {len(dec)} of the {len(rep['decidable'])} recorded rows these "
+        "recipes have (the effect a 95% t-interval detects at that count vs the recorded effect); the ledger took 5–15"
+    )
     return lines[:20]
+
 
 def reproduction_html(rep: Mapping) -> str:
     "The check as a section of report.html."

@@ -1,4 +1,5 @@
-"""Where one run of a compare job lives, what it holds and when it is finished: its folder, its fingerprint, the reuse check, its per-item records and its result rows.
+"""Where one run of a compare job lives, what it holds and when it is finished: its folder, its
+fingerprint, the reuse check, its per-item records and its result rows.
 
 Docs: https://hierbench.github.io/hierbench/ledger/run_folder.html.md"""
 
@@ -29,11 +30,16 @@ __all__ = ['EVAL_FILE', 'json_safe', 'file_sha256', 'run_dir', 'run_fingerprint'
 # %% ../../nbs/ledger/01_run_folder.ipynb #69687a1f
 def json_safe(x):
     "Replace NaN/inf (invalid in JSON) by None, recursively; numpy scalars and arrays to plain types."
-    if isinstance(x, dict): return {str(k): json_safe(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)): return [json_safe(v) for v in x]
-    if isinstance(x, np.ndarray): return json_safe(x.tolist())
-    if isinstance(x, (float, np.floating)): return float(x) if math.isfinite(x) else None
-    if isinstance(x, (np.integer, np.bool_)): return x.item()
+    if isinstance(x, dict):
+        return {str(k): json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [json_safe(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return json_safe(x.tolist())
+    if isinstance(x, (float, np.floating)):
+        return float(x) if math.isfinite(x) else None
+    if isinstance(x, (np.integer, np.bool_)):
+        return x.item()
     return x
 
 # %% ../../nbs/ledger/01_run_folder.ipynb #cdeb2a8b
@@ -41,7 +47,8 @@ def file_sha256(path: Path) -> str:
     "The SHA-256 of a file, read in 1 MB blocks."
     h = hashlib.sha256()
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""): h.update(chunk)
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
     return h.hexdigest()
 
 # %% ../../nbs/ledger/01_run_folder.ipynb #317b9465
@@ -50,14 +57,16 @@ def run_dir(out: str | Path, recipe: str, seed: int) -> Path:
     return Path(out) / "runs" / recipe / f"seed{seed}"
 
 # %% ../../nbs/ledger/01_run_folder.ipynb #73808480
-def _recipe(recipe): return get_recipe(recipe) if isinstance(recipe, str) else recipe
+def _recipe(recipe):
+    return get_recipe(recipe) if isinstance(recipe, str) else recipe
+
 
 def run_fingerprint(recipe) -> dict:
     """What else a finished run's numbers depend on besides the budget's run key: every field of the recipe
     (`recipes.recipe_fields`), the source hash of each plugin term it uses and the world's config hash (which
     includes `world.WORLD_VERSION`). Reuse checks it."""
     fields = {f"recipe.{k}": v for k, v in recipe_fields(recipe).items()}
-    fields.update({f"term.{k}": v for k, v in term_fingerprint(_recipe(recipe).weights).items()})   # plugin terms only
+    fields.update({f"term.{k}": v for k, v in term_fingerprint(_recipe(recipe).weights).items()})  # plugin terms only
     return json.loads(json.dumps(json_safe({**fields, "world.config_hash": WorldConfig().config_hash()})))
 
 # %% ../../nbs/ledger/01_run_folder.ipynb #2fe0623e
@@ -126,32 +135,51 @@ class RunRow:
 
 # %% ../../nbs/ledger/01_run_folder.ipynb #e4b3f509
 def check_finished(folder: Path, name: str, recipe, budget: Budget) -> dict:
-    "The recorded row of the finished run in `folder`, after checking it belongs to `budget`, today's architecture and recipe."
+    """The recorded row of the finished run in `folder`, after checking it belongs to `budget`, today's architecture and
+    recipe."""
     row = RunRow.read(folder).as_dict()
     if row.get("run_key") != budget.run_key():
-        recorded = row.get("budget_name") or row.get("preset_name")   # older rows named it preset_name
-        raise SettingsError(f"{folder} holds a finished run of another budget ({recorded!r}, not "
-                         f"{budget.name!r}, or an older version of it): use another --out folder, or delete that run")
+        recorded = row.get("budget_name") or row.get("preset_name")  # older rows named it preset_name
+        raise SettingsError(
+            f"{folder} holds a finished run of another budget ({recorded!r}, not "
+            f"{budget.name!r}, or an older version of it): use another --out folder, or delete that run"
+        )
     # the budget names its architecture; if that name now means another architecture (a newer hierbench), the old run
     # would silently stand in for the new model
-    saved = (row["recorded"]["arch"] if "recorded" in row else   # a run restored from ledger records keeps its model's
-             json.loads((folder / "model.json").read_text())["arch"] if (folder / "model.json").exists() else None)
+    saved = (
+        row["recorded"]["arch"]
+        if "recorded" in row
+        # a run restored from ledger records keeps its model's
+        else json.loads((folder / "model.json").read_text())["arch"]
+        if (folder / "model.json").exists()
+        else None
+    )
     if saved != json.loads(json.dumps(resolve_architecture(budget.arch))):
-        raise SettingsError(f"{folder} holds a finished run whose model is not today's {budget.arch!r} "
-                         "architecture: use another --out folder, or delete that run to redo it")
+        raise SettingsError(
+            f"{folder} holds a finished run whose model is not today's {budget.arch!r} "
+            "architecture: use another --out folder, or delete that run to redo it"
+        )
     recorded, now = row.get("run_fingerprint"), run_fingerprint(recipe)
     if recorded is not None and recorded != now:
         changed = sorted(k for k in set(recorded) | set(now) if recorded.get(k) != now.get(k))
-        raise SettingsError(f"{folder} holds a finished run of another definition of {name!r} or of the world "
-                         f"(changed: {', '.join(changed)}): use another --out folder, or delete that run to redo it")
+        raise SettingsError(
+            f"{folder} holds a finished run of another definition of {name!r} or of the world "
+            f"(changed: {', '.join(changed)}): use another --out folder, or delete that run to redo it"
+        )
     return row
 
 # %% ../../nbs/ledger/01_run_folder.ipynb #571f00ea
 def save_items(path: Path, items: dict) -> Path:
-    "Per-item records `{split: {record: {field: array}}}` as one compressed .npz (keys 'split|record|field'), atomically."
-    flat = {f"{s}|{r}|{k}": np.asarray(v) for s, recs in items.items() for r, rec in recs.items() for k, v in rec.items()}
+    """Per-item records `{split: {record: {field: array}}}` as one compressed .npz (keys 'split|record|field'),
+    atomically."""
+    flat = {
+        f"{s}|{r}|{k}": np.asarray(v) for s, recs in items.items() for r, rec in recs.items() for k, v in rec.items()
+    }
+
     def write(tmp):
-        with open(tmp, "wb") as f: np.savez_compressed(f, **flat)
+        with open(tmp, "wb") as f:
+            np.savez_compressed(f, **flat)
+
     atomic_write(Path(path), write)
     return Path(path)
 
@@ -169,32 +197,47 @@ def load_items(path: Path) -> dict:
 def finished_run(name: str, seed: int, budget: Budget, out: str | Path) -> dict | None:
     """The recorded row of run `(name, seed)` in `out` when it is finished and reusable: its run key, architecture and
     fingerprint are today's (`check_finished`, which refuses another budget's run) and its weights are the recorded
-    ones; None when it still has to be trained or evaluated. A run restored from ledger records (`hierbench.ledger.records`:
+    ones; None when it still has to be trained or evaluated. A run restored from ledger records
+    (`hierbench.ledger.records`:
     its row and per-item records, `"recorded"` in its eval.json) has no weights here and is reused as recorded."""
     recipe, folder = get_recipe(name), run_dir(out, name, seed)
     eval_path, weights = folder / "eval.json", folder / "model.safetensors"
-    if not eval_path.exists(): return None
-    if not weights.exists() and "recorded" not in json.loads(eval_path.read_text()): return None   # train it again
+    if not eval_path.exists():
+        return None
+    if not weights.exists() and "recorded" not in json.loads(eval_path.read_text()):
+        return None  # train it again
     row = check_finished(folder, name, recipe, budget)
-    if not (folder / "items.npz").exists(): return None
-    if "recorded" in row: return row
-    if row.get("weights_sha256") != file_sha256(weights): return None
-    if row.get("run_fingerprint") is None:   # a run finished before fingerprints were recorded: record today's, once
+    if not (folder / "items.npz").exists():
+        return None
+    if "recorded" in row:
+        return row
+    if row.get("weights_sha256") != file_sha256(weights):
+        return None
+    if row.get("run_fingerprint") is None:  # a run finished before fingerprints were recorded: record today's, once
         row["run_fingerprint"] = run_fingerprint(recipe)
         RunRow.from_dict(row).write(folder)
     return row
 
 # %% ../../nbs/ledger/01_run_folder.ipynb #885e7408
 def results_rows(runs: list[dict]) -> list[dict]:
-    "Long rows `{recipe, seed, metric, value, chance}` from `run_recipe` outputs (chance: the metric's chance level, if any)."
+    """Long rows `{recipe, seed, metric, value, chance}` from `run_recipe` outputs (chance: the metric's chance level,
+    if any)."""
     rows = []
     for r in runs:
         m = r["metrics"]
         for k, v in m.items():
-            if "_chance" in k or v is None: continue
+            if "_chance" in k or v is None:
+                continue
             ck = chance_key(k)
-            rows.append(dict(recipe=r["recipe"], seed=r["seed"], metric=k, value=float(v),
-                             chance=float(m[ck]) if m.get(ck) is not None else None))
+            rows.append(
+                dict(
+                    recipe=r["recipe"],
+                    seed=r["seed"],
+                    metric=k,
+                    value=float(v),
+                    chance=float(m[ck]) if m.get(ck) is not None else None,
+                )
+            )
         for k in ("train_seconds", "samples_per_second"):
             rows.append(dict(recipe=r["recipe"], seed=r["seed"], metric=k, value=float(r[k]), chance=None))
     return rows

@@ -1,4 +1,5 @@
-"""A compare job's runs as tasks — a group of seeds of one recipe, or READ's decoder — and the tasks each one needs first.
+"""A compare job's runs as tasks — a group of seeds of one recipe, or READ's decoder — and the tasks
+each one needs first.
 
 Docs: https://hierbench.github.io/hierbench/ledger/run_graph.html.md"""
 
@@ -16,29 +17,38 @@ from ..recipes.registry import get_recipe
 __all__ = ['DECODER_TASK', 'task_graph', 'task_runs']
 
 # %% ../../nbs/ledger/07_run_graph.ipynb #454c9a2c
-DECODER_TASK = ((), "decoder")   # the task that pre-trains READ's decoder (a no-op when the output folder holds it)
+DECODER_TASK = ((), "decoder")  # the task that pre-trains READ's decoder (a no-op when the output folder holds it)
+
 
 def _topological(tasks: list[tuple], deps: Mapping[tuple, list[tuple]]) -> list[tuple]:
     "`tasks` in their given order of preference, each moved after the tasks it needs."
     out, placed, left = [], set(), list(tasks)
     while left:
         t = next((t for t in left if all(d in placed or d not in deps for d in deps.get(t, []))), None)
-        if t is None: raise ValueError(f"the tasks {left} need each other")
-        left.remove(t); out.append(t); placed.add(t)
+        if t is None:
+            raise ValueError(f"the tasks {left} need each other")
+        left.remove(t)
+        out.append(t)
+        placed.add(t)
     return out
 
-def task_graph(order: list[str], seeds: int | Sequence[int] | Mapping[str, Sequence[int]],
-               seeds_per_process: int = 1) -> tuple[list[tuple], dict[tuple, list[tuple]]]:
+
+def task_graph(
+    order: list[str], seeds: int | Sequence[int] | Mapping[str, Sequence[int]], seeds_per_process: int = 1
+) -> tuple[list[tuple], dict[tuple, list[tuple]]]:
     """The compare job's tasks `(seeds, recipe)` in an order that runs every task after the tasks it needs (READ's
     decoder first, when a recipe needs it), and per task the tasks it needs: the parent tasks holding its seeds, the
     decoder. `seeds`: a count (seeds 0..seeds−1 of every recipe), a list, or `{recipe: seeds}` (a round of
     `--until-decided`: each recipe of `order` its own seeds); each recipe's seeds, ascending, are cut into groups of
     `seeds_per_process`. A parent run that is not in the graph must be finished in the folder already."""
-    if int(seeds_per_process) < 1: raise SettingsError(f"seeds_per_process must be >= 1, got {seeds_per_process}")
+    if int(seeds_per_process) < 1:
+        raise SettingsError(f"seeds_per_process must be >= 1, got {seeds_per_process}")
     k = int(seeds_per_process)
-    if isinstance(seeds, Mapping): per = {n: sorted(set(seeds.get(n, ()))) for n in order}
-    else: per = {n: sorted(set(range(seeds) if isinstance(seeds, int) else seeds)) for n in order}
-    groups = {n: [tuple(per[n][i:i + k]) for i in range(0, len(per[n]), k)] for n in order}
+    if isinstance(seeds, Mapping):
+        per = {n: sorted(set(seeds.get(n, ()))) for n in order}
+    else:
+        per = {n: sorted(set(range(seeds) if isinstance(seeds, int) else seeds)) for n in order}
+    groups = {n: [tuple(per[n][i : i + k]) for i in range(0, len(per[n]), k)] for n in order}
     holder = {(n, s): (g, n) for n in order for g in groups[n] for s in g}
     tasks = sorted(((g, n) for n in order for g in groups[n]), key=lambda t: (t[0][0], order.index(t[1])))
     deps: dict[tuple, list[tuple]] = {}
@@ -46,8 +56,10 @@ def task_graph(order: list[str], seeds: int | Sequence[int] | Mapping[str, Seque
         r = get_recipe(name)
         parents = [holder[(r.init_from, s)] for s in g if r.stage == "finetune" and (r.init_from, s) in holder]
         deps[(g, name)] = [*dict.fromkeys(parents), *([DECODER_TASK] if r.needs_decoder else [])]
-    if any(DECODER_TASK in d for d in deps.values()): tasks, deps[DECODER_TASK] = [DECODER_TASK, *tasks], []
+    if any(DECODER_TASK in d for d in deps.values()):
+        tasks, deps[DECODER_TASK] = [DECODER_TASK, *tasks], []
     return _topological(tasks, deps), deps
+
 
 def task_runs(task: tuple) -> list[tuple[str, int]]:
     "The runs `(recipe, seed)` a task trains (READ's decoder task: none) — the one place that reads a task's form."

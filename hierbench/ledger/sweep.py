@@ -1,4 +1,6 @@
-"""`hierbench sweep RECIPE --grid FIELD=V1,V2,…`: one run per point of a grid and seed, through the compare job's launchers, and each point's effect against the base recipe with its interval — a dose-response table and figure.
+"""`hierbench sweep RECIPE --grid FIELD=V1,V2,…`: one run per point of a grid and seed, through the
+compare job's launchers, and each point's effect against the base recipe with its interval — a
+dose-response table and figure.
 
 Docs: https://hierbench.github.io/hierbench/ledger/sweep.html.md"""
 
@@ -6,10 +8,12 @@ Docs: https://hierbench.github.io/hierbench/ledger/sweep.html.md"""
 
 # %% ../../nbs/ledger/10_sweep.ipynb #ffe7afab
 from __future__ import annotations
-import itertools, json, shutil
+import itertools
+import json
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
-import numpy as np, pandas as pd
+import numpy as np
+import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 from .claims import SUMMARY_METRICS
@@ -19,7 +23,20 @@ from ..plugins import load_plugin, load_plugins
 from .records import trained_elsewhere
 from ..recipes.registry import Recipe, get_recipe, recipe_diff, recipe_fields, recipe_variant
 from .run_folder import json_safe
-from ..stats import mean_interval, min_detectable_effect, paired_effect
+from ..stats import min_detectable_effect, paired_effect
+
+# %% auto #0
+__all__ = [
+    "POINTS_FILE",
+    "parse_grid",
+    "grid_points",
+    "write_points_plugin",
+    "sweep_document",
+    "sweep_figure",
+    "run_sweep",
+    "sweep_table",
+    "cmd_sweep",
+]
 
 # %% auto #0
 __all__ = ['POINTS_FILE', 'parse_grid', 'grid_points', 'write_points_plugin', 'sweep_document', 'sweep_figure', 'run_sweep',
@@ -33,12 +50,17 @@ def parse_grid(specs: Sequence[str], base: Recipe) -> dict[str, list[str]]:
     for spec in specs or ():
         field, eq, values = spec.partition("=")
         field, vals = field.strip(), [v.strip() for v in values.split(",") if v.strip()]
-        if not eq or not field or not vals: raise SettingsError(f"--grid {spec!r}: write FIELD=V1,V2,... (e.g. weights.reg=0,0.1)")
-        if field in grid: raise SettingsError(f"--grid {field}: given twice; list all its values in one --grid")
-        for v in vals: recipe_variant(base, {field: v})   # refuses what the field cannot take
+        if not eq or not field or not vals:
+            raise SettingsError(f"--grid {spec!r}: write FIELD=V1,V2,... (e.g. weights.reg=0,0.1)")
+        if field in grid:
+            raise SettingsError(f"--grid {field}: given twice; list all its values in one --grid")
+        for v in vals:
+            recipe_variant(base, {field: v})  # refuses what the field cannot take
         grid[field] = vals
-    if not grid: raise SettingsError("sweep: give at least one --grid FIELD=V1,V2,...")
+    if not grid:
+        raise SettingsError("sweep: give at least one --grid FIELD=V1,V2,...")
     return grid
+
 
 def grid_points(grid: Mapping[str, Sequence]) -> list[dict]:
     "Every combination of the grid's values, in the order given (the first field varies slowest)."
@@ -47,42 +69,76 @@ def grid_points(grid: Mapping[str, Sequence]) -> list[dict]:
 # %% ../../nbs/ledger/10_sweep.ipynb #552a4ca7
 POINTS_FILE = "sweep_points.py"
 
+
 def write_points_plugin(out: Path, base: Recipe, points: list[dict]) -> Path | None:
     "The plugin registering the points that are not `base` itself (None when there are none)."
     new = [p for p in points if recipe_variant(base, p) is not base]
-    if not new: return None
-    lines = [f"# Written by `hierbench sweep {base.name}`: the grid's points as recipes; every process of the sweep loads it.",
-             "from hierbench.recipes.registry import get_recipe, recipe_variant, register_recipe", ""]
+    if not new:
+        return None
+    lines = [
+        f"# Written by `hierbench sweep {base.name}`: the grid's points as recipes; every process of the sweep loads "
+        "it.",
+        "from hierbench.recipes.registry import get_recipe, recipe_variant, register_recipe",
+        "",
+    ]
     lines += [f"register_recipe(recipe_variant(get_recipe({base.name!r}), {p!r}))" for p in new]
     atomic_write_text(Path(out) / POINTS_FILE, "\n".join(lines) + "\n")
     return Path(out) / POINTS_FILE
 
 # %% ../../nbs/ledger/10_sweep.ipynb #69724a68
 def _effect(wide: pd.DataFrame, metric: str, a: str, b: str) -> dict:
-    "Mean of `a`, and `a` − `b` paired by seed (seeds both have): effect, 95% t-interval, seeds, smallest detectable effect."
-    if metric not in wide.index.get_level_values(0) or a not in wide or b not in wide: return {}
+    """Mean of `a`, and `a` − `b` paired by seed (seeds both have): effect, 95% t-interval, seeds, smallest detectable
+    effect."""
+    if metric not in wide.index.get_level_values(0) or a not in wide or b not in wide:
+        return {}
     both = wide.loc[metric][[a, b]].dropna()
     vals = wide.loc[metric][a].dropna().to_numpy()
     d = (both[a] - both[b]).to_numpy()
     eff, low, high, n = paired_effect(both[a].to_numpy(), both[b].to_numpy())
     sd = float(np.std(d, ddof=1)) if n > 1 else float("nan")
-    return dict(mean=float(vals.mean()) if len(vals) else None, seeds=int(len(vals)), effect=eff,
-                low=low if n > 2 else None, high=high if n > 2 else None, n=int(n),   # 2 seeds: no interval (1 df)
-                mde=min_detectable_effect(sd, n) if n > 2 else None)
+    return dict(
+        mean=float(vals.mean()) if len(vals) else None,
+        seeds=int(len(vals)),
+        effect=eff,
+        low=low if n > 2 else None,
+        high=high if n > 2 else None,
+        n=int(n),  # 2 seeds: no interval (1 df)
+        mde=min_detectable_effect(sd, n) if n > 2 else None,
+    )
 
-def sweep_document(results: pd.DataFrame, base: Recipe, reference: Recipe, grid: Mapping, points: list[dict],
-                   metrics: Sequence[str] = SUMMARY_METRICS) -> dict:
+
+def sweep_document(
+    results: pd.DataFrame,
+    base: Recipe,
+    reference: Recipe,
+    grid: Mapping,
+    points: list[dict],
+    metrics: Sequence[str] = SUMMARY_METRICS,
+) -> dict:
     "What sweep.json holds: the grid, the reference, and per point its values, recipe, differences and effects."
     wide = results.pivot_table(index=["metric", "seed"], columns="recipe", values="value", aggfunc="mean")
     rows = []
     for p in points:
         r = recipe_variant(base, p)
         fields = recipe_fields(r)
-        rows.append(dict(values={k: fields.get(k, r.weights.get(k.partition(".")[2], 0.0)) for k in p}, recipe=r.name,
-                         differs_from_reference=sorted(recipe_diff(r, reference)),
-                         metrics={m: _effect(wide, m, r.name, reference.name) for m in metrics}))
-    return json_safe(dict(base=base.name, reference=reference.name, grid=dict(grid), metrics=list(metrics),
-                          interval="95% t-interval of the paired difference over seeds (none below 3 seeds)", points=rows))
+        rows.append(
+            dict(
+                values={k: fields.get(k, r.weights.get(k.partition(".")[2], 0.0)) for k in p},
+                recipe=r.name,
+                differs_from_reference=sorted(recipe_diff(r, reference)),
+                metrics={m: _effect(wide, m, r.name, reference.name) for m in metrics},
+            )
+        )
+    return json_safe(
+        dict(
+            base=base.name,
+            reference=reference.name,
+            grid=dict(grid),
+            metrics=list(metrics),
+            interval="95% t-interval of the paired difference over seeds (none below 3 seeds)",
+            points=rows,
+        )
+    )
 
 # %% ../../nbs/ledger/10_sweep.ipynb #c8e8a887
 def sweep_figure(doc: Mapping) -> go.Figure:
@@ -95,58 +151,120 @@ def sweep_figure(doc: Mapping) -> go.Figure:
         y = [x.get("effect") for x in e]
         up = [(x["high"] - x["effect"]) if x.get("high") is not None else None for x in e]
         down = [(x["effect"] - x["low"]) if x.get("low") is not None else None for x in e]
-        fig.add_trace(go.Scatter(x=labels, y=y, mode="markers+lines", name=m, showlegend=False,
-                                 error_y=dict(type="data", array=up, arrayminus=down, visible=True)), row=1, col=j)
+        fig.add_trace(
+            go.Scatter(
+                x=labels,
+                y=y,
+                mode="markers+lines",
+                name=m,
+                showlegend=False,
+                error_y=dict(type="data", array=up, arrayminus=down, visible=True),
+            ),
+            row=1,
+            col=j,
+        )
         fig.add_hline(y=0, line_dash="dot", line_color="grey", row=1, col=j)
-    fig.update_layout(title=f"{doc['base']} sweep: effect against {doc['reference']} (95% interval over seeds)",
-                      height=380, width=max(500, 300 * len(metrics)))
+    fig.update_layout(
+        title=f"{doc['base']} sweep: effect against {doc['reference']} (95% interval over seeds)",
+        height=380,
+        width=max(500, 300 * len(metrics)),
+    )
     return fig
 
 # %% ../../nbs/ledger/10_sweep.ipynb #4af8e2a3
-def run_sweep(recipe: str, grid: Sequence[str], out: str | Path, budget: str | None = None, seeds: int | None = None,
-              against: str | None = None, plugins: Sequence[str] = (), from_records: str | Path | None = None,
-              quiet: bool = True, log: Callable = print, **launch) -> dict:
+def run_sweep(
+    recipe: str,
+    grid: Sequence[str],
+    out: str | Path,
+    budget: str | None = None,
+    seeds: int | None = None,
+    against: str | None = None,
+    plugins: Sequence[str] = (),
+    from_records: str | Path | None = None,
+    quiet: bool = True,
+    log: Callable = print,
+    **launch,
+) -> dict:
     """Train every point of `grid` (`--grid` specs) of `recipe` and the reference (`against`, default the recipe) over
-    `seeds` through `hierbench.ledger.compare.launch_compare` (`launch`: its launcher options); write sweep.json and sweep.html
+    `seeds` through `hierbench.ledger.compare.launch_compare` (`launch`: its launcher options); write sweep.json and
+    sweep.html
     into `out` beside the compare outputs. Returns the document, the compare's result and the figure."""
-    paths = [p.path for p in load_plugins(plugins)]   # the base recipe, a term swept, may be a plugin's
+    paths = [p.path for p in load_plugins(plugins)]  # the base recipe, a term swept, may be a plugin's
     base = get_recipe(recipe)
     reference = get_recipe(against) if against else base
     spec = parse_grid(grid, base)
     points = grid_points(spec)
-    out = Path(out); out.mkdir(parents=True, exist_ok=True)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
     extra = write_points_plugin(out, base, points)
-    if extra: paths.append(load_plugin(extra).path)
+    if extra:
+        paths.append(load_plugin(extra).path)
     names = list(dict.fromkeys([base.name, reference.name] + [recipe_variant(base, p).name for p in points]))
     log(f"sweep: {len(points)} point(s) of {base.name} against {reference.name}, {len(names)} recipe(s) → {out}")
-    res = launch_compare(budget, seeds, out, names, plugins=paths, from_records=from_records, quiet=quiet, log=log, **launch)
+    res = launch_compare(
+        budget, seeds, out, names, plugins=paths, from_records=from_records, quiet=quiet, log=log, **launch
+    )
     doc = sweep_document(res["results"], base, reference, spec, points)
     elsewhere = trained_elsewhere(res["runs"], names)
-    doc["meta"] = dict(budget=res["meta"]["budget"]["name"], seeds=res["meta"]["seeds"], plugins=res["meta"].get("plugins", []),
-                       continued_from=res["meta"].get("continued_from"), trained_elsewhere=elsewhere)
-    for r, cpus in elsewhere.items():   # the pairs then differ in the machine too: say it where the effects are read
-        log(f"sweep: {r}'s runs are the records' (trained on {', '.join(cpus)}), the points' were trained here: each "
-            "effect includes this machine's shift (claims.json's reproduction check measures it)")
+    doc["meta"] = dict(
+        budget=res["meta"]["budget"]["name"],
+        seeds=res["meta"]["seeds"],
+        plugins=res["meta"].get("plugins", []),
+        continued_from=res["meta"].get("continued_from"),
+        trained_elsewhere=elsewhere,
+    )
+    for r, cpus in elsewhere.items():  # the pairs then differ in the machine too: say it where the effects are read
+        log(
+            f"sweep: {r}'s runs are the records' (trained on {', '.join(cpus)}), the points' were trained here: each "
+            "effect includes this machine's shift (claims.json's reproduction check measures it)"
+        )
     atomic_write_text(out / "sweep.json", json.dumps(doc, indent=1))
     fig = sweep_figure(doc)
-    atomic_write_text(out / "sweep.html", fig.to_html(include_plotlyjs="directory"))   # compare put plotly.min.js there
+    atomic_write_text(out / "sweep.html", fig.to_html(include_plotlyjs="directory"))  # compare put plotly.min.js there
     return dict(document=doc, compare=res, figure=fig)
 
 # %% ../../nbs/ledger/10_sweep.ipynb #a335e4a0
 def sweep_table(doc: Mapping) -> pd.DataFrame:
-    "The points (rows) by headline metric (columns): effect against the reference, with its interval where there is one."
-    cell = lambda e: "" if not e else f"{e['effect']:+.4f}" + (f" [{e['low']:+.4f}, {e['high']:+.4f}]" if e.get("low") is not None else f" (n={e['n']})")
-    return pd.DataFrame({m: [cell(p["metrics"].get(m)) for p in doc["points"]] for m in doc["metrics"]},
-                        index=[p["recipe"] for p in doc["points"]])
+    """The points (rows) by headline metric (columns): effect against the reference, with its interval where there is
+    one."""
+    cell = lambda e: (
+        ""
+        if not e
+        else f"{e['effect']:+.4f}"
+        + (f" [{e['low']:+.4f}, {e['high']:+.4f}]" if e.get("low") is not None else f" (n={e['n']})")
+    )
+    return pd.DataFrame(
+        {m: [cell(p["metrics"].get(m)) for p in doc["points"]] for m in doc["metrics"]},
+        index=[p["recipe"] for p in doc["points"]],
+    )
+
 
 def cmd_sweep(args):
     "`hierbench sweep`: run the grid, print the effects table."
-    res = run_sweep(args.recipe, args.grid, args.out, budget=args.budget, seeds=args.seeds, against=args.against,
-                    plugins=args.plugin or (), from_records=args.from_records, quiet=not args.verbose,
-                    progress=not args.quiet, launcher=args.launcher, jobs=args.jobs, slurm_partition=args.slurm_partition,
-                    slurm_account=args.slurm_account, gpus_per_run=args.gpus_per_run, cpus_per_run=args.cpus_per_run,
-                    timeout_min=args.timeout_min, slurm_extra=args.slurm_extra)
+    res = run_sweep(
+        args.recipe,
+        args.grid,
+        args.out,
+        budget=args.budget,
+        seeds=args.seeds,
+        against=args.against,
+        plugins=args.plugin or (),
+        from_records=args.from_records,
+        quiet=not args.verbose,
+        progress=not args.quiet,
+        launcher=args.launcher,
+        jobs=args.jobs,
+        slurm_partition=args.slurm_partition,
+        slurm_account=args.slurm_account,
+        gpus_per_run=args.gpus_per_run,
+        cpus_per_run=args.cpus_per_run,
+        timeout_min=args.timeout_min,
+        slurm_extra=args.slurm_extra,
+    )
     with pd.option_context("display.width", 250, "display.max_columns", None, "display.max_colwidth", 40):
-        print(f"\neffect against {res['document']['reference']} (paired by seed; interval: 95% t over seeds, none below 3):")
+        print(
+            f"\neffect against {res['document']['reference']} (paired by seed; interval: 95% t over seeds, none below "
+            "3):"
+        )
         print(sweep_table(res["document"]).to_string())
     print(f"\nwrote {Path(args.out) / 'sweep.json'}, sweep.html")

@@ -1,4 +1,5 @@
-"""The model family in one import: towers, heads, the dual encoder, saving and loading (`hierbench.models.load_model`), as before the wings.
+"""The model family in one import: towers, heads, the dual encoder, saving and loading
+(`hierbench.models.load_model`), as before the wings.
 
 Docs: https://hierbench.github.io/hierbench/models/front_door.html.md"""
 
@@ -7,7 +8,7 @@ Docs: https://hierbench.github.io/hierbench/models/front_door.html.md"""
 # %% auto #0
 __all__ = []
 
-# %% ../../nbs/models/10_front_door.ipynb #292e0e06
+# %% ../../nbs/models/10_front_door.ipynb #8dd0d8092fe74a7c96281538738b07e2
 from ..layout import wing_front_door
 
-__getattr__, __dir__ = wing_front_door(__name__, 'family', 'dual_encoder', 'heads', 'towers')
+__getattr__, __dir__ = wing_front_door(__name__, "family", "dual_encoder", "heads", "towers")

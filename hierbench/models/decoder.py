@@ -1,4 +1,6 @@
-"""READ's frozen caption decoder: a small word-level transformer decoder pretrained on the world's captions, the trainable projection from the text tower's pooled state, and an optional T5 adapter for real-scale runs.
+"""READ's frozen caption decoder: a small word-level transformer decoder pretrained on the world's
+captions, the trainable projection from the text tower's pooled state, and an optional T5 adapter
+for real-scale runs.
 
 Docs: https://hierbench.github.io/hierbench/models/decoder.html.md"""
 
@@ -6,7 +8,10 @@ Docs: https://hierbench.github.io/hierbench/models/decoder.html.md"""
 
 # %% ../../nbs/models/09_decoder.ipynb #fb0c446f
 from __future__ import annotations
-import json, math, os, re, tempfile, warnings
+import json
+import math
+import re
+import warnings
 from ..config import atomic_write, atomic_write_text
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -20,15 +25,31 @@ from safetensors.torch import load_file, save_file
 from fastcore.basics import patch
 
 # %% auto #0
+__all__ = [
+    "split_words",
+    "normalize_caption",
+    "WordTokenizer",
+    "DecoderConfig",
+    "CaptionDecoder",
+    "SentenceEncoder",
+    "pretrain_decoder",
+    "ReconstructionHead",
+    "load_or_pretrain_decoder",
+    "T5DecoderAdapter",
+]
+
+# %% auto #0
 __all__ = ['split_words', 'normalize_caption', 'WordTokenizer', 'DecoderConfig', 'CaptionDecoder', 'SentenceEncoder',
            'pretrain_decoder', 'ReconstructionHead', 'load_or_pretrain_decoder', 'T5DecoderAdapter']
 
 # %% ../../nbs/models/09_decoder.ipynb #cadd0c2e
 _WORD_RE = re.compile(r"[a-z0-9]+(?:'[a-z0-9]+)*|[^\sa-z0-9]")
 
+
 def split_words(text: str) -> list[str]:
     "Lower-cased word and punctuation tokens of `text`."
     return _WORD_RE.findall(text.lower())
+
 
 def normalize_caption(text: str) -> str:
     "`text` as the decoder sees it: lower-case tokens joined by single spaces."
@@ -37,6 +58,7 @@ def normalize_caption(text: str) -> str:
 # %% ../../nbs/models/09_decoder.ipynb #481198f8
 class WordTokenizer:
     "Word-level vocabulary with `<pad>`, `<bos>`, `<eos>`, `<unk>` (ids 0-3)."
+
     specials = ("<pad>", "<bos>", "<eos>", "<unk>")
     pad_id, bos_id, eos_id, unk_id = 0, 1, 2, 3
 
@@ -44,20 +66,25 @@ class WordTokenizer:
         vocab = list(vocab)
         if tuple(vocab[:4]) != self.specials:
             raise ValueError(f"a WordTokenizer vocabulary must start with {self.specials}, got {vocab[:4]}")
-        if len(set(vocab)) != len(vocab): raise ValueError("WordTokenizer vocabulary has duplicate words")
+        if len(set(vocab)) != len(vocab):
+            raise ValueError("WordTokenizer vocabulary has duplicate words")
         self.vocab = vocab
         self.index = {w: i for i, w in enumerate(vocab)}
 
     @classmethod
     def from_captions(cls, captions: Sequence[str], min_count: int = 1, max_size: int | None = None) -> WordTokenizer:
-        "A vocabulary of the words of `captions` seen at least `min_count` times (most frequent first, ties alphabetical)."
+        """A vocabulary of the words of `captions` seen at least `min_count` times (most frequent first, ties
+        alphabetical)."""
         counts = Counter(w for c in captions for w in split_words(c))
-        words = sorted((w for w, n in counts.items() if n >= min_count and w not in cls.specials),
-                       key=lambda w: (-counts[w], w))
-        if max_size is not None: words = words[:max(0, max_size - len(cls.specials))]
+        words = sorted(
+            (w for w, n in counts.items() if n >= min_count and w not in cls.specials), key=lambda w: (-counts[w], w)
+        )
+        if max_size is not None:
+            words = words[: max(0, max_size - len(cls.specials))]
         return cls([*cls.specials, *words])
 
-    def __len__(self) -> int: return len(self.vocab)
+    def __len__(self) -> int:
+        return len(self.vocab)
 
     def encode(self, text: str) -> list[int]:
         "Ids of `text`'s words: `[bos, w1, ..., wn, eos]`."
@@ -66,20 +93,25 @@ class WordTokenizer:
     def decode(self, ids) -> str:
         "Text of `ids`, stopping at the first `<eos>`, skipping `<pad>`/`<bos>`."
         words = []
-        for i in (ids.tolist() if isinstance(ids, torch.Tensor) else ids):
-            if i == self.eos_id: break
-            if i in (self.pad_id, self.bos_id): continue
+        for i in ids.tolist() if isinstance(ids, torch.Tensor) else ids:
+            if i == self.eos_id:
+                break
+            if i in (self.pad_id, self.bos_id):
+                continue
             words.append(self.vocab[i])
         return " ".join(words)
 
     def __call__(self, texts: Sequence[str], max_len: int) -> torch.LongTensor:
         "Padded ids `(B, ≤max_len)` of `[bos ... eos]`; longer captions are cut and still end in `<eos>`."
-        if isinstance(texts, str): raise TypeError("WordTokenizer expects a list of strings, got a single str")
-        if max_len < 3: raise ValueError(f"max_len must be ≥ 3 (bos, a word, eos), got {max_len}")
+        if isinstance(texts, str):
+            raise TypeError("WordTokenizer expects a list of strings, got a single str")
+        if max_len < 3:
+            raise ValueError(f"max_len must be ≥ 3 (bos, a word, eos), got {max_len}")
         seqs = [self.encode(t) for t in texts]
-        seqs = [s if len(s) <= max_len else s[:max_len - 1] + [self.eos_id] for s in seqs]
+        seqs = [s if len(s) <= max_len else s[: max_len - 1] + [self.eos_id] for s in seqs]
         out = torch.full((len(seqs), max(map(len, seqs), default=2)), self.pad_id, dtype=torch.long)
-        for row, s in enumerate(seqs): out[row, :len(s)] = torch.tensor(s)
+        for row, s in enumerate(seqs):
+            out[row, : len(s)] = torch.tensor(s)
         return out
 
     def save(self, path: str | Path) -> Path:
@@ -90,33 +122,38 @@ class WordTokenizer:
     @classmethod
     def load(cls, path: str | Path) -> WordTokenizer:
         "Read a vocabulary written by `save`."
-        try: data = json.loads(Path(path).read_text())
-        except (OSError, json.JSONDecodeError) as e: raise ValueError(f"{path}: cannot read WordTokenizer JSON ({e})") from e
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise ValueError(f"{path}: cannot read WordTokenizer JSON ({e})") from e
         if data.get("type") != "WordTokenizer" or "vocab" not in data:
             raise ValueError(f"{path}: not a WordTokenizer file (type={data.get('type')!r})")
         return cls(data["vocab"])
 
-    def __repr__(self): return f"WordTokenizer({len(self)} words)"
+    def __repr__(self):
+        return f"WordTokenizer({len(self)} words)"
 
 # %% ../../nbs/models/09_decoder.ipynb #7d809780
 @dataclass
 class DecoderConfig:
     vocab_size: int
-    d_model: int = 64      # memory/embedding width; READ's Linear maps the text width to this
-    n_layers: int = 1      # world captions are short and regular: one layer, pretrained longer (1500 steps), reaches
-                           # the loss of a 128-wide 2-layer decoder at a third of its cost inside every READ step
+    d_model: int = 64  # memory/embedding width; READ's Linear maps the text width to this
+    n_layers: int = 1  # world captions are short and regular: one layer, pretrained longer (1500 steps), reaches
+    # the loss of a 128-wide 2-layer decoder at a third of its cost inside every READ step
     n_heads: int = 2
-    ff_mult: int = 4       # feed-forward width = ff_mult * d_model
-    max_len: int = 32      # longest target incl. <bos>/<eos>
-    dropout: float = 0.0   # small world, short pretraining: regularisation not needed (frozen afterwards anyway)
+    ff_mult: int = 4  # feed-forward width = ff_mult * d_model
+    max_len: int = 32  # longest target incl. <bos>/<eos>
+    dropout: float = 0.0  # small world, short pretraining: regularisation not needed (frozen afterwards anyway)
 
 # %% ../../nbs/models/09_decoder.ipynb #deaf476a
 def _memory(memory: torch.Tensor, d_model: int) -> torch.Tensor:
     "`memory` as `(B,1,d_model)`; READ's memory has length 1."
-    if memory.ndim == 2: memory = memory.unsqueeze(1)
+    if memory.ndim == 2:
+        memory = memory.unsqueeze(1)
     if memory.ndim != 3 or memory.shape[1] != 1 or memory.shape[2] != d_model:
-        raise ValueError(f"decoder memory must be (B, 1, {d_model}) (READ: one vector per caption), "
-                         f"got {tuple(memory.shape)}")
+        raise ValueError(
+            f"decoder memory must be (B, 1, {d_model}) (READ: one vector per caption), got {tuple(memory.shape)}"
+        )
     return memory
 
 # %% ../../nbs/models/09_decoder.ipynb #9d1113f5
@@ -132,24 +169,28 @@ class CaptionDecoder(nn.Module):
         # token and position embeddings on the same scale (N(0,1)), so word order is as visible as word identity
         self.token_embedding = nn.Embedding(config.vocab_size, d, padding_idx=tokenizer.pad_id)
         self.position_embedding = nn.Parameter(torch.randn(config.max_len, d))
-        layer = nn.TransformerDecoderLayer(d, config.n_heads, config.ff_mult * d, dropout=config.dropout,
-                                           batch_first=True, norm_first=True)
+        layer = nn.TransformerDecoderLayer(
+            d, config.n_heads, config.ff_mult * d, dropout=config.dropout, batch_first=True, norm_first=True
+        )
         self.decoder = nn.TransformerDecoder(layer, config.n_layers)
         self.ln_final = nn.LayerNorm(d)
         self.lm_head = nn.Linear(d, config.vocab_size)
 
     @property
-    def d_model(self) -> int: return self.config.d_model
+    def d_model(self) -> int:
+        return self.config.d_model
 
     def forward(self, tokens: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
         "Next-token logits `(B,L,V)` for input ids `(B,L)` and memory `(B,1,d_model)`."
         B, L = tokens.shape
-        if L > self.config.max_len: raise ValueError(f"decoder input length {L} > max_len {self.config.max_len}")
+        if L > self.config.max_len:
+            raise ValueError(f"decoder input length {L} > max_len {self.config.max_len}")
         memory = _memory(memory, self.d_model)
         x = self.token_embedding(tokens) + self.position_embedding[:L]
         causal = nn.Transformer.generate_square_subsequent_mask(L, device=tokens.device, dtype=x.dtype)
-        pad = torch.zeros(B, L, device=tokens.device, dtype=x.dtype).masked_fill(tokens == self.tokenizer.pad_id,
-                                                                                   float("-inf"))
+        pad = torch.zeros(B, L, device=tokens.device, dtype=x.dtype).masked_fill(
+            tokens == self.tokenizer.pad_id, float("-inf")
+        )
         x = self.decoder(x, memory.to(x.dtype), tgt_mask=causal, tgt_is_causal=True, tgt_key_padding_mask=pad)
         return self.lm_head(self.ln_final(x))
 
@@ -158,8 +199,9 @@ class CaptionDecoder(nn.Module):
         ids = targets if isinstance(targets, torch.Tensor) else self.tokenizer(targets, self.config.max_len)
         ids = ids.to(memory.device)
         logits = self(ids[:, :-1], memory)
-        return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1),
-                               ignore_index=self.tokenizer.pad_id)
+        return F.cross_entropy(
+            logits.float().reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), ignore_index=self.tokenizer.pad_id
+        )
 
     @torch.no_grad()
     def generate(self, memory: torch.Tensor, max_len: int | None = None) -> list[str]:
@@ -170,13 +212,16 @@ class CaptionDecoder(nn.Module):
         for _ in range(max_len - 1):
             next_id = self(ids, memory)[:, -1].argmax(-1, keepdim=True)
             ids = torch.cat([ids, next_id], 1)
-            if (ids == self.tokenizer.eos_id).any(1).all(): break
+            if (ids == self.tokenizer.eos_id).any(1).all():
+                break
         return [self.tokenizer.decode(row) for row in ids]
 
     def freeze(self) -> CaptionDecoder:
-        "Freeze all weights (and drop stale gradients) and switch to eval mode (READ keeps the decoder frozen); returns self."
+        """Freeze all weights (and drop stale gradients) and switch to eval mode (READ keeps the decoder frozen);
+        returns self."""
         self.requires_grad_(False)
-        for p in self.parameters(): p.grad = None
+        for p in self.parameters():
+            p.grad = None
         return self.eval()
 
 # %% ../../nbs/models/09_decoder.ipynb #f79461c6
@@ -186,7 +231,8 @@ def save(self: CaptionDecoder, path: str | Path) -> Path:
     the same config to `path` with suffix `.json` for reading. The weights are written last, atomically: a kill
     at any moment leaves either the previous decoder or none, never weights without their config."""
     path = Path(path)
-    if path.suffix != ".safetensors": raise ValueError(f"use a '.safetensors' path, got {path}")
+    if path.suffix != ".safetensors":
+        raise ValueError(f"use a '.safetensors' path, got {path}")
     tensors = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}
     meta = json.dumps({"type": "CaptionDecoder", "config": asdict(self.config), "vocab": self.tokenizer.vocab})
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -194,18 +240,27 @@ def save(self: CaptionDecoder, path: str | Path) -> Path:
     atomic_write(path, lambda tmp: save_file(tensors, str(tmp), metadata={"hierbench_decoder": meta}))
     return path
 
+
 @patch(cls_method=True)
 def load(cls: CaptionDecoder, path: str | Path) -> CaptionDecoder:
     "A decoder saved by `save` (weights loaded strictly)."
-    path = Path(path); side = path.with_suffix(".json")
-    if not path.is_file(): raise FileNotFoundError(f"decoder weights {path} not found")
+    path = Path(path)
+    side = path.with_suffix(".json")
+    if not path.is_file():
+        raise FileNotFoundError(f"decoder weights {path} not found")
     from safetensors import safe_open
+
     try:
-        with safe_open(str(path), framework="pt") as f: embedded = (f.metadata() or {}).get("hierbench_decoder")
-    except Exception as e: raise ValueError(f"{path}: not a readable safetensors file ({e})") from e
-    try: meta = json.loads(embedded) if embedded else json.loads(side.read_text())
-    except (OSError, json.JSONDecodeError) as e: raise ValueError(f"{side}: cannot read decoder config ({e})") from e
-    if meta.get("type") != "CaptionDecoder": raise ValueError(f"{side}: not a CaptionDecoder config")
+        with safe_open(str(path), framework="pt") as f:
+            embedded = (f.metadata() or {}).get("hierbench_decoder")
+    except Exception as e:
+        raise ValueError(f"{path}: not a readable safetensors file ({e})") from e
+    try:
+        meta = json.loads(embedded) if embedded else json.loads(side.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"{side}: cannot read decoder config ({e})") from e
+    if meta.get("type") != "CaptionDecoder":
+        raise ValueError(f"{side}: not a CaptionDecoder config")
     dec = cls(DecoderConfig(**meta["config"]), WordTokenizer(meta["vocab"]))
     dec.load_state_dict(load_file(str(path)), strict=True)
     return dec
@@ -214,39 +269,52 @@ def load(cls: CaptionDecoder, path: str | Path) -> CaptionDecoder:
 class SentenceEncoder(nn.Module):
     "A small bidirectional transformer encoder: captions → one memory vector `(B, d_model)` (mean over words)."
 
-    def __init__(self, tokenizer: WordTokenizer, d_model: int = 128, n_layers: int = 1, n_heads: int = 4,
-                 max_len: int = 32):
+    def __init__(
+        self, tokenizer: WordTokenizer, d_model: int = 128, n_layers: int = 1, n_heads: int = 4, max_len: int = 32
+    ):
         super().__init__()
         self.tokenizer, self.max_len = tokenizer, max_len
         # token and position embeddings on the same scale: mean pooling must not wash out word order
         self.token_embedding = nn.Embedding(len(tokenizer), d_model, padding_idx=tokenizer.pad_id)
         self.position_embedding = nn.Parameter(torch.randn(max_len, d_model))
-        layer = nn.TransformerEncoderLayer(d_model, n_heads, 4 * d_model, dropout=0.0, batch_first=True,
-                                           norm_first=True)
+        layer = nn.TransformerEncoderLayer(
+            d_model, n_heads, 4 * d_model, dropout=0.0, batch_first=True, norm_first=True
+        )
         self.encoder = nn.TransformerEncoder(layer, n_layers, enable_nested_tensor=False)
         self.proj = nn.Linear(d_model, d_model)
 
     def forward(self, captions: Sequence[str]) -> torch.Tensor:
         ids = self.tokenizer(captions, self.max_len).to(self.position_embedding.device)
         pad = ids == self.tokenizer.pad_id
-        x = self.encoder(self.token_embedding(ids) + self.position_embedding[:ids.shape[1]], src_key_padding_mask=pad)
+        x = self.encoder(self.token_embedding(ids) + self.position_embedding[: ids.shape[1]], src_key_padding_mask=pad)
         keep = (~pad).unsqueeze(-1).float()
         return self.proj((x * keep).sum(1) / keep.sum(1))
 
 # %% ../../nbs/models/09_decoder.ipynb #b10281ce
-def pretrain_decoder(captions: Sequence[str], embed_fn: Callable[[list[str]], torch.Tensor] | nn.Module | None = None,
-                     steps: int = 1500, batch_size: int = 64, lr: float = 1e-3, tokenizer: WordTokenizer | None = None,
-                     seed: int = 0, device: str | torch.device = "cpu", log_every: int = 0,
-                     **decoder_kwargs) -> tuple[CaptionDecoder, list[float]]:
-    "Pretrain a `CaptionDecoder` (`DecoderConfig` fields as `decoder_kwargs`) to reconstruct `captions` from `embed_fn(captions)`; returns (frozen decoder, losses)."
+def pretrain_decoder(
+    captions: Sequence[str],
+    embed_fn: Callable[[list[str]], torch.Tensor] | nn.Module | None = None,
+    steps: int = 1500,
+    batch_size: int = 64,
+    lr: float = 1e-3,
+    tokenizer: WordTokenizer | None = None,
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+    log_every: int = 0,
+    **decoder_kwargs,
+) -> tuple[CaptionDecoder, list[float]]:
+    """Pretrain a `CaptionDecoder` (`DecoderConfig` fields as `decoder_kwargs`) to reconstruct `captions` from
+    `embed_fn(captions)`; returns (frozen decoder, losses)."""
     captions = [c for c in captions if split_words(c)]
-    if not captions: raise ValueError("pretrain_decoder needs at least one non-empty caption")
+    if not captions:
+        raise ValueError("pretrain_decoder needs at least one non-empty caption")
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
     tokenizer = tokenizer or WordTokenizer.from_captions(captions)
     config = DecoderConfig(vocab_size=len(tokenizer), **decoder_kwargs)
     decoder = CaptionDecoder(config, tokenizer).to(device).train()
-    if embed_fn is None: embed_fn = SentenceEncoder(tokenizer, config.d_model, n_heads=config.n_heads, max_len=config.max_len)
+    if embed_fn is None:
+        embed_fn = SentenceEncoder(tokenizer, config.d_model, n_heads=config.n_heads, max_len=config.max_len)
     params = list(decoder.parameters())
     if isinstance(embed_fn, nn.Module):
         embed_fn.to(device).train()
@@ -254,19 +322,23 @@ def pretrain_decoder(captions: Sequence[str], embed_fn: Callable[[list[str]], to
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
     # linear warm-up over the first 5% of steps, then cosine decay: stable for a freshly initialised transformer
     warmup = max(1, steps // 20)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup) *
-                                              0.5 * (1 + math.cos(math.pi * min(s, steps) / max(steps, 1))))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / max(steps, 1)))
+    )
     losses = []
     for step in range(steps):
         idx = torch.randint(len(captions), (min(batch_size, len(captions)),), generator=gen)
         batch = [captions[i] for i in idx.tolist()]
         memory = embed_fn(batch)
         loss = decoder.token_loss(memory.to(device).unsqueeze(1), batch)
-        opt.zero_grad(set_to_none=True); loss.backward()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)  # guard against early spikes with a fresh transformer
-        opt.step(); sched.step()
+        opt.step()
+        sched.step()
         losses.append(loss.item())
-        if log_every and (step % log_every == 0 or step == steps - 1): print(f"step {step:5d}  loss {loss.item():.4f}")
+        if log_every and (step % log_every == 0 or step == steps - 1):
+            print(f"step {step:5d}  loss {loss.item():.4f}")
     return decoder.freeze(), losses
 
 # %% ../../nbs/models/09_decoder.ipynb #4e4853d2
@@ -289,7 +361,8 @@ class ReconstructionHead(nn.Module):
 
     def forward(self, pooled: torch.Tensor, targets: Sequence[str]) -> torch.Tensor:
         "Token cross-entropy of `targets` (B captions) given pooled states `(B,width)`."
-        if len(targets) != pooled.shape[0]: raise ValueError(f"{len(targets)} targets for {pooled.shape[0]} pooled states")
+        if len(targets) != pooled.shape[0]:
+            raise ValueError(f"{len(targets)} targets for {pooled.shape[0]} pooled states")
         return self.decoder.token_loss(self.memory(pooled), targets)
 
 # %% ../../nbs/models/09_decoder.ipynb #a1b35266
@@ -298,13 +371,17 @@ def load_or_pretrain_decoder(path: str | Path, captions: Sequence[str], **pretra
     path = Path(path)
     dec = None
     if path.is_file():
-        try: dec = CaptionDecoder.load(path).freeze()
-        except ValueError as err:   # a damaged or half-written cache is rebuilt, not a dead end
+        try:
+            dec = CaptionDecoder.load(path).freeze()
+        except ValueError as err:  # a damaged or half-written cache is rebuilt, not a dead end
             warnings.warn(f"{path}: unreadable cached decoder ({err}); pretraining a new one")
     if dec is not None:
         missing = sorted({w for c in captions for w in split_words(c)} - set(dec.tokenizer.index))
-        if missing: warnings.warn(f"{path}: cached decoder vocabulary lacks {len(missing)} word(s) of the captions "
-                                  f"(e.g. {missing[:5]}); delete the file to pretrain again")
+        if missing:
+            warnings.warn(
+                f"{path}: cached decoder vocabulary lacks {len(missing)} word(s) of the captions "
+                f"(e.g. {missing[:5]}); delete the file to pretrain again"
+            )
         return dec
     dec, _ = pretrain_decoder(captions, **pretrain_kwargs)
     dec.save(path)
@@ -316,11 +393,13 @@ class T5DecoderAdapter(nn.Module):
 
     def __init__(self, path: str | Path, max_len: int = 64):
         super().__init__()
-        try: from transformers import AutoTokenizer, T5ForConditionalGeneration
+        try:
+            from transformers import AutoTokenizer, T5ForConditionalGeneration
         except ImportError as e:
             raise ImportError("T5DecoderAdapter needs `transformers` (pip install 'hierbench[t5]')") from e
         path = Path(path)
-        if not path.is_dir(): raise FileNotFoundError(f"T5 directory {path} not found (hierbench never downloads)")
+        if not path.is_dir():
+            raise FileNotFoundError(f"T5 directory {path} not found (hierbench never downloads)")
         self.model = T5ForConditionalGeneration.from_pretrained(str(path), local_files_only=True)
         self.tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         if self.tokenizer.eos_token_id is None or self.tokenizer.pad_token_id is None:
@@ -328,19 +407,22 @@ class T5DecoderAdapter(nn.Module):
         self.max_len = max_len
 
     @property
-    def d_model(self) -> int: return int(self.model.config.d_model)
+    def d_model(self) -> int:
+        return int(self.model.config.d_model)
 
     def encode_targets(self, texts: Sequence[str]) -> torch.Tensor:
         "Label ids `(B,L)` with `</s>` appended and padding as -100 (ignored by the loss)."
         ids = self.tokenizer(list(texts), add_special_tokens=False).input_ids
-        ids = [s[:self.max_len - 1] + [self.tokenizer.eos_token_id] for s in ids]
+        ids = [s[: self.max_len - 1] + [self.tokenizer.eos_token_id] for s in ids]
         out = torch.full((len(ids), max(map(len, ids))), -100, dtype=torch.long)
-        for row, s in enumerate(ids): out[row, :len(s)] = torch.tensor(s)
+        for row, s in enumerate(ids):
+            out[row, : len(s)] = torch.tensor(s)
         return out
 
     def token_loss(self, memory: torch.Tensor, targets: Sequence[str]) -> torch.Tensor:
         "Mean token cross-entropy of `targets` given memory `(B,1,d_model)` as T5's encoder output."
         from transformers.modeling_outputs import BaseModelOutput
+
         memory = _memory(memory, self.d_model)
         labels = self.encode_targets(targets).to(memory.device)
         out = self.model(encoder_outputs=BaseModelOutput(last_hidden_state=memory.to(self.model.dtype)), labels=labels)
@@ -350,13 +432,18 @@ class T5DecoderAdapter(nn.Module):
     def generate(self, memory: torch.Tensor, max_len: int | None = None) -> list[str]:
         "Greedy captions from memory `(B,1,d_model)`."
         from transformers.modeling_outputs import BaseModelOutput
+
         memory = _memory(memory, self.d_model)
-        ids = self.model.generate(encoder_outputs=BaseModelOutput(last_hidden_state=memory.to(self.model.dtype)),
-                                  max_new_tokens=max_len or self.max_len, do_sample=False)
+        ids = self.model.generate(
+            encoder_outputs=BaseModelOutput(last_hidden_state=memory.to(self.model.dtype)),
+            max_new_tokens=max_len or self.max_len,
+            do_sample=False,
+        )
         return self.tokenizer.batch_decode(ids, skip_special_tokens=True)
 
     def freeze(self) -> T5DecoderAdapter:
         "Freeze all weights (and drop stale gradients) and switch to eval mode; returns self."
         self.requires_grad_(False)
-        for p in self.parameters(): p.grad = None
+        for p in self.parameters():
+            p.grad = None
         return self.eval()

@@ -1,4 +1,5 @@
-"""`DualEncoder`: two open_clip towers and a geometry head; `create_model` from an architecture name and a local checkpoint; reading checkpoints safely.
+"""`DualEncoder`: two open_clip towers and a geometry head; `create_model` from an architecture name
+and a local checkpoint; reading checkpoints safely.
 
 Docs: https://hierbench.github.io/hierbench/models/dual_encoder.html.md"""
 
@@ -6,7 +7,11 @@ Docs: https://hierbench.github.io/hierbench/models/dual_encoder.html.md"""
 
 # %% ../../nbs/models/03_dual_encoder.ipynb #12bcf1de
 from __future__ import annotations
-import copy, json, logging, math, warnings
+import copy
+import json
+import logging
+import math
+import warnings
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -19,7 +24,14 @@ from fastcore.basics import patch
 
 from ..config import MissingFileError, SettingsError
 from .heads import GEOMETRIES, make_head
-from .towers import DEFAULT_PRESET, build_open_clip, make_tokenizer, resolve_architecture, text_pooled_and_projected, is_conv_tower
+from hierbench.models.towers import (
+    DEFAULT_PRESET,
+    build_open_clip,
+    make_tokenizer,
+    resolve_architecture,
+    text_pooled_and_projected,
+    is_conv_tower,
+)
 
 _logger = logging.getLogger(__name__)
 
@@ -30,8 +42,10 @@ __all__ = ['MAX_LOGIT_SCALE', 'OPENAI_DERIVED_HINTS', 'DualEncoder', 'openai_der
 # %% ../../nbs/models/03_dual_encoder.ipynb #3e743d97
 MAX_LOGIT_SCALE = 100.0  # CLIP/MERU: s = exp(logit_scale) is clamped to at most 100
 
+
 class DualEncoder(nn.Module):
     "open_clip towers + a geometry head; embeddings are float32 in the head's space."
+
     has_images = True  # the `hierbench.models.scorers.Scorer` contract: this model embeds images too
 
     def __init__(self, clip: nn.Module, head: nn.Module, tokenizer: Callable, model_config: dict):
@@ -41,24 +55,38 @@ class DualEncoder(nn.Module):
 
     # ---- properties --------------------------------------------------------------------------------------------
     @property
-    def geometry(self) -> str: return self.head.geometry
+    def geometry(self) -> str:
+        return self.head.geometry
+
     @property
-    def embed_dim(self) -> int: return int(self.model_config["arch"]["embed_dim"])
+    def embed_dim(self) -> int:
+        return int(self.model_config["arch"]["embed_dim"])
+
     @property
-    def context_length(self) -> int: return int(self.model_config["arch"]["text_cfg"].get("context_length", 77))
+    def context_length(self) -> int:
+        return int(self.model_config["arch"]["text_cfg"].get("context_length", 77))
+
     @property
-    def image_size(self): return self.model_config["preprocess"]["image_size"]
+    def image_size(self):
+        return self.model_config["preprocess"]["image_size"]
+
     @property
-    def image_mean(self) -> tuple: return tuple(self.model_config["preprocess"]["mean"])
+    def image_mean(self) -> tuple:
+        return tuple(self.model_config["preprocess"]["mean"])
+
     @property
-    def image_std(self) -> tuple: return tuple(self.model_config["preprocess"]["std"])
+    def image_std(self) -> tuple:
+        return tuple(self.model_config["preprocess"]["std"])
+
     @property
     def text_width(self) -> int:
         "Width of the text transformer = size of the pooled state READ decodes from."
         tower = self.clip if isinstance(self.clip, open_clip.CLIP) else self.clip.text
         return int(tower.transformer.width)
+
     @property
-    def device(self) -> torch.device: return self.clip.logit_scale.device
+    def device(self) -> torch.device:
+        return self.clip.logit_scale.device
 
     def logit_scale_exp(self) -> torch.Tensor:
         "The clamped logit scale `s = exp(logit_scale) ≤ 100` (float32 scalar)."
@@ -68,7 +96,8 @@ class DualEncoder(nn.Module):
     def clamp_parameters_(self):
         "Project clamped parameters (logit scale, head's log c / log α) back into range; call after optimizer steps."
         self.clip.logit_scale.clamp_(max=math.log(MAX_LOGIT_SCALE))
-        if hasattr(self.head, "clamp_parameters_"): self.head.clamp_parameters_()
+        if hasattr(self.head, "clamp_parameters_"):
+            self.head.clamp_parameters_()
 
     def extra_repr(self) -> str:
         return f"name={self.model_config['name']!r}, geometry={self.geometry!r}, embed_dim={self.embed_dim}"
@@ -77,23 +106,28 @@ class DualEncoder(nn.Module):
 @patch
 def tokenize(self: DualEncoder, texts: Sequence[str]) -> torch.LongTensor:
     "Token ids `(B, context_length)` of `texts` (on CPU)."
-    if isinstance(texts, str): raise TypeError("tokenize expects a list of strings, got a single str")
+    if isinstance(texts, str):
+        raise TypeError("tokenize expects a list of strings, got a single str")
     return self.tokenizer(list(texts))
+
 
 @patch
 def _tokens(self: DualEncoder, texts) -> torch.Tensor:
     if isinstance(texts, torch.Tensor):
         if texts.dtype != torch.long or texts.ndim != 2 or texts.shape[1] != self.context_length:
-            raise ValueError(f"token tensor must be LongTensor (B, {self.context_length}), "
-                             f"got {texts.dtype} {tuple(texts.shape)}")
+            raise ValueError(
+                f"token tensor must be LongTensor (B, {self.context_length}), got {texts.dtype} {tuple(texts.shape)}"
+            )
         return texts.to(self.device)
     return self.tokenize(texts).to(self.device)
+
 
 @patch
 def text_features(self: DualEncoder, texts, return_pooled: bool = False):
     "Projected (un-lifted) text features `(B,D)`; with `return_pooled`, also the pooled state `(B,width)`."
     projected, pooled = text_pooled_and_projected(self.clip, self._tokens(texts))
     return (projected, pooled) if return_pooled else projected
+
 
 @patch
 def encode_text(self: DualEncoder, texts, return_pooled: bool = False):
@@ -107,37 +141,60 @@ def encode_text(self: DualEncoder, texts, return_pooled: bool = False):
 def image_features(self: DualEncoder, images: torch.Tensor) -> torch.Tensor:
     "Projected (un-lifted) image features `(B,D)` of normalised images `(B,3,S,S)`."
     images = images.to(self.device)
-    if is_conv_tower(self.clip.visual): images = images.contiguous(memory_format=torch.channels_last)
+    if is_conv_tower(self.clip.visual):
+        images = images.contiguous(memory_format=torch.channels_last)
     return self.clip.encode_image(images)
+
 
 @patch
 def encode_image(self: DualEncoder, images: torch.Tensor) -> torch.Tensor:
     "Image embeddings `(B,D)` float32 in the head's space."
     return self.head(self.image_features(images), "image")
 
+
 @patch
 def embed_features(self: DualEncoder, features: torch.Tensor, modality: str) -> torch.Tensor:
     "Apply the head to projected features `(B,D)` of `modality` ('image' or 'text')."
     return self.head(features, modality)
+
 
 @patch
 def forward(self: DualEncoder, images: torch.Tensor, texts) -> tuple[torch.Tensor, torch.Tensor]:
     "`(image_emb, text_emb)`."
     return self.encode_image(images), self.encode_text(texts)
 
+
 @patch
-def encode_prototypes(self: DualEncoder, prompts_per_class: Sequence[Sequence[str]], batch_size: int = 256) -> torch.Tensor:
-    "Class prototypes `(C,D)` from prompt lists (MERU: average un-lifted features, then lift; Euclidean: mean of unit vectors, renormalised)."
+def encode_prototypes(
+    self: DualEncoder, prompts_per_class: Sequence[Sequence[str]], batch_size: int = 256
+) -> torch.Tensor:
+    """Class prototypes `(C,D)` from prompt lists (MERU: average un-lifted features, then lift; Euclidean: mean of unit
+    vectors, renormalised)."""
     if not prompts_per_class or any(len(p) == 0 for p in prompts_per_class):
         raise ValueError("encode_prototypes needs a non-empty list of prompts for every class")
     flat = [p for prompts in prompts_per_class for p in prompts]
-    feats = torch.cat([self.text_features(flat[i:i + batch_size]) for i in range(0, len(flat), batch_size)])
+    feats = torch.cat([self.text_features(flat[i : i + batch_size]) for i in range(0, len(flat), batch_size)])
     per_class = torch.split(feats, [len(p) for p in prompts_per_class])
     return self.head(torch.stack([self.head.average_prompts(f) for f in per_class]), "text")
 
 # %% ../../nbs/models/03_dual_encoder.ipynb #be6188e2
-OPENAI_DERIVED_HINTS = ("openai", "negclip", "neg_clip", "neg-clip", "degla", "ce-clip", "ce_clip", "ceclip",
-                        "read-clip", "read_clip", "readclip", "fsc-clip", "fsc_clip", "fscclip")
+OPENAI_DERIVED_HINTS = (
+    "openai",
+    "negclip",
+    "neg_clip",
+    "neg-clip",
+    "degla",
+    "ce-clip",
+    "ce_clip",
+    "ceclip",
+    "read-clip",
+    "read_clip",
+    "readclip",
+    "fsc-clip",
+    "fsc_clip",
+    "fscclip",
+)
+
 
 def openai_derived_hint(checkpoint: str | Path) -> str | None:
     """Why `checkpoint` looks OpenAI-derived (path or safetensors metadata names such a model), else None. A
@@ -147,41 +204,57 @@ def openai_derived_hint(checkpoint: str | Path) -> str | None:
     path = Path(checkpoint)
     meta = {}
     if path.suffix == ".safetensors" and path.is_file():
-        with safe_open(str(path), framework="pt") as f: meta = dict(f.metadata() or {})
+        with safe_open(str(path), framework="pt") as f:
+            meta = dict(f.metadata() or {})
     if "hierbench_config" in meta:  # a hierbench checkpoint: trust what it recorded about its origin
         saved = json.loads(meta.pop("hierbench_config"))
-        if saved.get("openai_derived"): return "its hierbench config records openai_derived=True"
-        if saved.get("arch", {}).get("world_vocab"): return None
+        if saved.get("openai_derived"):
+            return "its hierbench config records openai_derived=True"
+        if saved.get("arch", {}).get("world_vocab"):
+            return None
         meta["source checkpoint"] = saved.get("checkpoint") or ""
     else:
         for hint in OPENAI_DERIVED_HINTS:
-            if hint in str(path).lower(): return f"its path contains {hint!r}"
+            if hint in str(path).lower():
+                return f"its path contains {hint!r}"
     text = " ".join(f"{k} {v}" for k, v in meta.items()).lower()
     for hint in OPENAI_DERIVED_HINTS:
-        if hint in text: return f"its safetensors metadata mentions {hint!r}"
+        if hint in text:
+            return f"its safetensors metadata mentions {hint!r}"
     return None
+
 
 def _warn_loudly(message: str):
     _logger.warning(message)
     warnings.warn(message, UserWarning, stacklevel=3)
 
+
 def _check_quick_gelu(name: str, arch: dict, checkpoint, openai_derived: bool | None):
-    if arch.get("quick_gelu", False): return
+    if arch.get("quick_gelu", False):
+        return
     reason = "openai_derived=True was passed" if openai_derived else None
-    if reason is None and openai_derived is None and checkpoint is not None: reason = openai_derived_hint(checkpoint)
+    if reason is None and openai_derived is None and checkpoint is not None:
+        reason = openai_derived_hint(checkpoint)
     if reason:
-        _warn_loudly(f"QuickGELU mismatch likely: model {name!r} uses nn.GELU but the weights look OpenAI-derived "
-                     f"({reason}). OpenAI CLIP and its fine-tunes (NegCLIP, DeGLA, ...) were trained with QuickGELU; "
-                     f"evaluation with GELU is silently wrong. Use the '-quickgelu' architecture or "
-                     f"force_quick_gelu=True (pass openai_derived=False to silence this).")
+        _warn_loudly(
+            f"QuickGELU mismatch likely: model {name!r} uses nn.GELU but the weights look OpenAI-derived "
+            f"({reason}). OpenAI CLIP and its fine-tunes (NegCLIP, DeGLA, ...) were trained with QuickGELU; "
+            f"evaluation with GELU is silently wrong. Use the '-quickgelu' architecture or "
+            f"force_quick_gelu=True (pass openai_derived=False to silence this)."
+        )
+
 
 def require_local_file(checkpoint) -> Path:
     path = Path(checkpoint).expanduser()
     if not path.is_file():
-        hint = (" It looks like an open_clip pretrained tag; download the weights yourself and pass the file path."
-                if "/" not in str(checkpoint) and "." not in str(checkpoint) else "")
-        raise MissingFileError(f"checkpoint {str(checkpoint)!r} is not an existing local file; hierbench never "
-                                f"downloads weights.{hint}")
+        hint = (
+            " It looks like an open_clip pretrained tag; download the weights yourself and pass the file path."
+            if "/" not in str(checkpoint) and "." not in str(checkpoint)
+            else ""
+        )
+        raise MissingFileError(
+            f"checkpoint {str(checkpoint)!r} is not an existing local file; hierbench never downloads weights.{hint}"
+        )
     return path
 
 # %% ../../nbs/models/03_dual_encoder.ipynb #32522b81
@@ -189,59 +262,86 @@ def model_from_config(model_config: dict) -> DualEncoder:
     "A randomly initialised `DualEncoder` from a `model_config` dict (as stored on a model / in its JSON sidecar)."
     cfg = copy.deepcopy(model_config)
     for key in ("name", "geometry", "arch", "head", "preprocess"):
-        if key not in cfg: raise ValueError(f"model config lacks {key!r} (keys: {sorted(cfg)})")
+        if key not in cfg:
+            raise ValueError(f"model config lacks {key!r} (keys: {sorted(cfg)})")
     arch = cfg["arch"]
     head = make_head(cfg["geometry"], arch["embed_dim"], **cfg["head"])
     return DualEncoder(build_open_clip(arch), head, make_tokenizer(arch), cfg)
 
 # %% ../../nbs/models/03_dual_encoder.ipynb #6aa92f86
-def create_model(preset_or_name: str = DEFAULT_PRESET, geometry: str = "euclidean", checkpoint: str | Path | None = None,
-                 force_quick_gelu: bool | None = None, openai_derived: bool | None = None, curv_init: float = 1.0,
-                 learn_curv: bool = True, pretrained: str | Path | None = None, **overrides) -> DualEncoder:
+def create_model(
+    preset_or_name: str = DEFAULT_PRESET,
+    geometry: str = "euclidean",
+    checkpoint: str | Path | None = None,
+    force_quick_gelu: bool | None = None,
+    openai_derived: bool | None = None,
+    curv_init: float = 1.0,
+    learn_curv: bool = True,
+    pretrained: str | Path | None = None,
+    **overrides,
+) -> DualEncoder:
     "A `DualEncoder` from a preset or open_clip architecture name, optionally with weights from a local `checkpoint`."
     if pretrained is not None:  # open_clip's spelling, accepted as an alias
-        if checkpoint is not None: raise SettingsError("pass either checkpoint= or pretrained=, not both")
+        if checkpoint is not None:
+            raise SettingsError("pass either checkpoint= or pretrained=, not both")
         checkpoint = pretrained
-    if geometry not in GEOMETRIES: raise SettingsError(f"geometry must be one of {GEOMETRIES}, got {geometry!r}")
+    if geometry not in GEOMETRIES:
+        raise SettingsError(f"geometry must be one of {GEOMETRIES}, got {geometry!r}")
     ckpt_path = require_local_file(checkpoint) if checkpoint is not None else None
     arch = resolve_architecture(preset_or_name, **overrides)
-    if force_quick_gelu is not None: arch["quick_gelu"] = bool(force_quick_gelu)
+    if force_quick_gelu is not None:
+        arch["quick_gelu"] = bool(force_quick_gelu)
     _check_quick_gelu(preset_or_name, arch, ckpt_path, openai_derived)
     preprocess = arch.get("preprocess_cfg", {})
     model_config = {
-        "format": 1, "name": preset_or_name, "geometry": geometry, "arch": arch,
+        "format": 1,
+        "name": preset_or_name,
+        "geometry": geometry,
+        "arch": arch,
         "head": {"curv_init": float(curv_init), "learn_curv": bool(learn_curv)} if geometry == "lorentz" else {},
-        "preprocess": {"image_size": arch["vision_cfg"].get("image_size", 224),
-                       "mean": list(preprocess.get("mean", open_clip.OPENAI_DATASET_MEAN)),
-                       "std": list(preprocess.get("std", open_clip.OPENAI_DATASET_STD))},
-        "checkpoint": str(ckpt_path) if ckpt_path else None, "openai_derived": openai_derived,
+        "preprocess": {
+            "image_size": arch["vision_cfg"].get("image_size", 224),
+            "mean": list(preprocess.get("mean", open_clip.OPENAI_DATASET_MEAN)),
+            "std": list(preprocess.get("std", open_clip.OPENAI_DATASET_STD)),
+        },
+        "checkpoint": str(ckpt_path) if ckpt_path else None,
+        "openai_derived": openai_derived,
     }
     model = model_from_config(model_config)
-    if ckpt_path is not None: load_weights_(model, ckpt_path)
+    if ckpt_path is not None:
+        load_weights_(model, ckpt_path)
     return model
 
 # %% ../../nbs/models/03_dual_encoder.ipynb #eab19249
 def _torch_load(path: Path, mmap: bool):
     "`torch.load(weights_only=True)`, memory-mapped when asked and possible; clear errors for what it refuses."
     try:
-        try: return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+        try:
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
         except RuntimeError as e:
-            if mmap and "mmap" in str(e): return torch.load(path, map_location="cpu", weights_only=True)  # legacy format
+            if mmap and "mmap" in str(e):
+                return torch.load(path, map_location="cpu", weights_only=True)  # legacy format
             raise
     except Exception as e:
         if "TorchScript" in str(e):
-            raise SettingsError(f"{path}: a TorchScript archive (like OpenAI's original CLIP .pt files). hierbench loads "
-                             "tensors only: convert it once, in a session you trust, e.g. "
-                             "safetensors.torch.save_file(torch.jit.load(path).state_dict(), 'clip.safetensors')") from e
-        raise SettingsError(f"{path}: cannot be read with torch.load(weights_only=True) ({e}); hierbench never "
-                         "unpickles arbitrary objects — convert it to safetensors or a plain state_dict") from e
+            raise SettingsError(
+                f"{path}: a TorchScript archive (like OpenAI's original CLIP .pt files). hierbench loads "
+                "tensors only: convert it once, in a session you trust, e.g. "
+                "safetensors.torch.save_file(torch.jit.load(path).state_dict(), 'clip.safetensors')"
+            ) from e
+        raise SettingsError(
+            f"{path}: cannot be read with torch.load(weights_only=True) ({e}); hierbench never "
+            "unpickles arbitrary objects — convert it to safetensors or a plain state_dict"
+        ) from e
+
 
 def read_state_dict(path: str | Path, mmap: bool = False) -> dict[str, torch.Tensor]:
     "A state dict from `.safetensors` (safetensors) or any torch file (`torch.load(weights_only=True)`), unwrapped."
     path = require_local_file(path)
     sd = load_file(str(path), device="cpu") if path.suffix == ".safetensors" else _torch_load(path, mmap)
     for key in ("state_dict", "model"):  # training scripts wrap the weights: {'state_dict': ..., 'epoch': ...}
-        if isinstance(sd, dict) and isinstance(sd.get(key), dict): sd = sd[key]
+        if isinstance(sd, dict) and isinstance(sd.get(key), dict):
+            sd = sd[key]
     if not isinstance(sd, dict) or not all(isinstance(v, torch.Tensor) for v in sd.values()):
         raise SettingsError(f"{path}: not a state dict of tensors")
     return {k.removeprefix("module."): v for k, v in sd.items()}
@@ -250,23 +350,30 @@ def read_state_dict(path: str | Path, mmap: bool = False) -> dict[str, torch.Ten
 def _state_dict_keys(path: Path) -> list[str]:
     "Keys of a checkpoint without reading its tensors (safetensors header, or a memory-mapped torch file)."
     if path.suffix == ".safetensors":
-        with safe_open(str(path), framework="pt") as f: return list(f.keys())
+        with safe_open(str(path), framework="pt") as f:
+            return list(f.keys())
     return list(read_state_dict(path, mmap=True))
+
 
 def load_weights_(model: DualEncoder, checkpoint: str | Path) -> DualEncoder:
     "Load a local checkpoint into `model` in place (hierbench or open_clip format); returns `model`."
     path = require_local_file(checkpoint)
     name = model.model_config["name"]
     if any(k.startswith("clip.") for k in _state_dict_keys(path)):
-        try: missing, unexpected = model.load_state_dict(read_state_dict(path), strict=False)
+        try:
+            missing, unexpected = model.load_state_dict(read_state_dict(path), strict=False)
         except RuntimeError as e:  # shape mismatches raise even with strict=False
             raise SettingsError(f"{path}: hierbench checkpoint does not match model {name!r}: {str(e)[:500]}") from e
         bad = [k for k in missing if not k.startswith("head.")] + [k for k in unexpected if not k.startswith("head.")]
-        if bad: raise SettingsError(f"{path}: hierbench checkpoint does not match model {name!r}: "
-                                 f"{bad[:8]}{' ...' if len(bad) > 8 else ''}")
-        if missing: _logger.info("%s: no weights for %s; keeping their initialisation", path, missing)
+        if bad:
+            raise SettingsError(
+                f"{path}: hierbench checkpoint does not match model {name!r}: {bad[:8]}{' ...' if len(bad) > 8 else ''}"
+            )
+        if missing:
+            _logger.info("%s: no weights for %s; keeping their initialisation", path, missing)
     else:
-        try: open_clip.load_checkpoint(model.clip, str(path), strict=True, weights_only=True)
+        try:
+            open_clip.load_checkpoint(model.clip, str(path), strict=True, weights_only=True)
         except (RuntimeError, AssertionError, KeyError, ValueError) as e:
             raise SettingsError(f"{path}: weights do not fit architecture {name!r}: {str(e)[:500]}") from e
     return model
@@ -275,6 +382,9 @@ def load_weights_(model: DualEncoder, checkpoint: str | Path) -> DualEncoder:
 def unwrap_model(model: nn.Module) -> nn.Module:
     "The model inside DistributedDataParallel / `torch.compile` wrappers (parameter names without their prefixes)."
     while True:
-        if isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)): model = model.module
-        elif hasattr(model, "_orig_mod") and isinstance(model._orig_mod, nn.Module): model = model._orig_mod
-        else: return model
+        if isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)):
+            model = model.module
+        elif hasattr(model, "_orig_mod") and isinstance(model._orig_mod, nn.Module):
+            model = model._orig_mod
+        else:
+            return model

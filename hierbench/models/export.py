@@ -6,7 +6,9 @@ Docs: https://hierbench.github.io/hierbench/models/export.html.md"""
 
 # %% ../../nbs/models/06_export.ipynb #93e2ab45
 from __future__ import annotations
-import copy, json, re
+import copy
+import json
+import re
 from pathlib import Path
 from safetensors.torch import save_file
 from ..config import SettingsError, atomic_write, atomic_write_text
@@ -25,20 +27,35 @@ def export_open_clip(model: DualEncoder, out_dir: str | Path, name: str | None =
     name = name or str(model.model_config["name"])
     readout = model.model_config["arch"].get("image_readout", "attention")
     if readout != "attention":
-        raise SettingsError(f"model {name!r}: its image readout {readout!r} is hierbench's, not open_clip's, which could not "
-                         "load the export; save it with `save_model` instead")
-    out_dir = Path(out_dir); out_dir.mkdir(parents=True, exist_ok=True)
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name): raise SettingsError(f"export name {name!r}: letters, digits, '-', '_', '.' only")
+        raise SettingsError(
+            f"model {name!r}: its image readout {readout!r} is hierbench's, not open_clip's, which could not "
+            "load the export; save it with `save_model` instead"
+        )
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
+        raise SettingsError(f"export name {name!r}: letters, digits, '-', '_', '.' only")
     # open_clip's model config holds the towers only: the world vocabulary and the normalisation stay in NAME.head.json
-    arch = {k: v for k, v in copy.deepcopy(model.model_config["arch"]).items() if k not in ("world_vocab", "preprocess_cfg")}
+    arch = {
+        k: v for k, v in copy.deepcopy(model.model_config["arch"]).items() if k not in ("world_vocab", "preprocess_cfg")
+    }
     tensors = {k: v.detach().cpu().contiguous() for k, v in model.clip.state_dict().items()}
     head = {"geometry": model.geometry, "model_config": model.model_config}
     if model.geometry == "lorentz":
-        head.update(curv=float(model.head.curv), alpha_image=float(model.head.alpha("image")),
-                    alpha_text=float(model.head.alpha("text")))
+        head.update(
+            curv=float(model.head.curv),
+            alpha_image=float(model.head.alpha("image")),
+            alpha_text=float(model.head.alpha("text")),
+        )
     if model.model_config["arch"].get("world_vocab"):
-        head["tokenizer"] = "hierbench world word-level tokenizer (hierbench.models.family.WordLevelTokenizer), not open_clip's"
-    paths = {"weights": out_dir / f"{name}.safetensors", "config": out_dir / f"{name}.json", "head": out_dir / f"{name}.head.json"}
+        head["tokenizer"] = (
+            "hierbench world word-level tokenizer (hierbench.models.family.WordLevelTokenizer), not open_clip's"
+        )
+    paths = {
+        "weights": out_dir / f"{name}.safetensors",
+        "config": out_dir / f"{name}.json",
+        "head": out_dir / f"{name}.head.json",
+    }
     atomic_write(paths["weights"], lambda tmp: save_file(tensors, str(tmp)))
     atomic_write_text(paths["config"], json.dumps(arch, indent=1))
     atomic_write_text(paths["head"], json.dumps(head, indent=1, default=str))

@@ -1,4 +1,5 @@
-"""The model family in one place: every name of the towers, heads and dual encoder; saving and loading a model (LoRA runs included); DeGLA's EMA teacher.
+"""The model family in one place: every name of the towers, heads and dual encoder; saving and
+loading a model (LoRA runs included); DeGLA's EMA teacher.
 
 Docs: https://hierbench.github.io/hierbench/models/family.html.md"""
 
@@ -6,7 +7,9 @@ Docs: https://hierbench.github.io/hierbench/models/family.html.md"""
 
 # %% ../../nbs/models/05_family.ipynb #f993f561
 from __future__ import annotations
-import copy, json, warnings
+import copy
+import json
+import warnings
 from pathlib import Path
 
 import torch
@@ -26,32 +29,81 @@ __all__ = ['save_model', 'load_model', 'EMATeacher', 'ARCHS', 'DEFAULT_PRESET', 
            'load_weights_', 'model_from_config', 'openai_derived_hint', 'read_state_dict', 'unwrap_model']
 
 # %% ../../nbs/models/05_family.ipynb #a43f8cc6
-from .towers import (ARCHS, DEFAULT_PRESET, IMAGE_READOUTS, TEXT_BUCKET, WORLD_CONTEXT_LENGTH, WORLD_IMAGE_SIZE,
-                              FlattenReadout, WordLevelTokenizer, build_open_clip, make_tokenizer, resolve_architecture,
-                              text_pooled_and_projected)
+from hierbench.models.towers import (
+    ARCHS,
+    DEFAULT_PRESET,
+    IMAGE_READOUTS,
+    TEXT_BUCKET,
+    WORLD_CONTEXT_LENGTH,
+    WORLD_IMAGE_SIZE,
+    FlattenReadout,
+    WordLevelTokenizer,
+    build_open_clip,
+    make_tokenizer,
+    resolve_architecture,
+    text_pooled_and_projected,
+)
 from .heads import GEOMETRIES, EuclideanHead, LorentzHead, make_head
-from .dual_encoder import (MAX_LOGIT_SCALE, OPENAI_DERIVED_HINTS, DualEncoder, create_model, load_weights_,
-                                    model_from_config, openai_derived_hint, read_state_dict, unwrap_model)
-_all_ = ['ARCHS', 'DEFAULT_PRESET', 'IMAGE_READOUTS', 'TEXT_BUCKET', 'WORLD_CONTEXT_LENGTH', 'WORLD_IMAGE_SIZE',
-         'FlattenReadout', 'WordLevelTokenizer', 'build_open_clip', 'make_tokenizer', 'resolve_architecture',
-         'text_pooled_and_projected', 'GEOMETRIES', 'EuclideanHead', 'LorentzHead', 'make_head', 'MAX_LOGIT_SCALE',
-         'OPENAI_DERIVED_HINTS', 'DualEncoder', 'create_model', 'load_weights_', 'model_from_config',
-         'openai_derived_hint', 'read_state_dict', 'unwrap_model']
+from hierbench.models.dual_encoder import (
+    MAX_LOGIT_SCALE,
+    OPENAI_DERIVED_HINTS,
+    DualEncoder,
+    create_model,
+    load_weights_,
+    model_from_config,
+    openai_derived_hint,
+    read_state_dict,
+    unwrap_model,
+)
+
+_all_ = [
+    "ARCHS",
+    "DEFAULT_PRESET",
+    "IMAGE_READOUTS",
+    "TEXT_BUCKET",
+    "WORLD_CONTEXT_LENGTH",
+    "WORLD_IMAGE_SIZE",
+    "FlattenReadout",
+    "WordLevelTokenizer",
+    "build_open_clip",
+    "make_tokenizer",
+    "resolve_architecture",
+    "text_pooled_and_projected",
+    "GEOMETRIES",
+    "EuclideanHead",
+    "LorentzHead",
+    "make_head",
+    "MAX_LOGIT_SCALE",
+    "OPENAI_DERIVED_HINTS",
+    "DualEncoder",
+    "create_model",
+    "load_weights_",
+    "model_from_config",
+    "openai_derived_hint",
+    "read_state_dict",
+    "unwrap_model",
+]
+
 
 def __getattr__(name: str):
     "`PRESETS`, the old name of `ARCHS`, answers for one release with a `DeprecationWarning`."
     if name == "PRESETS":
-        warnings.warn("hierbench.models.family.PRESETS is now hierbench.models.family.ARCHS", DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            "hierbench.models.family.PRESETS is now hierbench.models.family.ARCHS", DeprecationWarning, stacklevel=2
+        )
         return ARCHS
     raise AttributeError(f"module 'hierbench.models.family' has no attribute {name!r}")
 
 # %% ../../nbs/models/05_family.ipynb #327cce7b
-def _sidecar(path: Path) -> Path: return path.with_suffix(".json")
+def _sidecar(path: Path) -> Path:
+    return path.with_suffix(".json")
+
 
 def save_model(model: DualEncoder, path: str | Path) -> Path:
     "Save weights to `path` (safetensors) and the config to `path` with suffix `.json`; returns `path`."
     path = Path(path)
-    if path.suffix != ".safetensors": raise ValueError(f"save_model writes safetensors; use a '.safetensors' path, got {path}")
+    if path.suffix != ".safetensors":
+        raise ValueError(f"save_model writes safetensors; use a '.safetensors' path, got {path}")
     config_json = json.dumps(model.model_config, indent=1, sort_keys=True)
     tensors = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     atomic_write(path, lambda tmp: save_file(tensors, str(tmp), metadata={"hierbench_config": config_json}))
@@ -63,14 +115,18 @@ def load_model(path: str | Path, map_location: str | torch.device = "cpu") -> Du
     "Rebuild a model saved by `save_model` (config from the JSON sidecar, else from the file's metadata)."
     path = require_local_file(path)
     if _sidecar(path).is_file():
-        try: config = json.loads(_sidecar(path).read_text())
-        except json.JSONDecodeError as e: raise SettingsError(f"{_sidecar(path)}: invalid JSON ({e})") from e
+        try:
+            config = json.loads(_sidecar(path).read_text())
+        except json.JSONDecodeError as e:
+            raise SettingsError(f"{_sidecar(path)}: invalid JSON ({e})") from e
     else:
-        with safe_open(str(path), framework="pt") as f: meta = f.metadata() or {}
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
         if "hierbench_config" not in meta:
             raise SettingsError(f"{path}: no config sidecar {_sidecar(path).name} and no 'hierbench_config' metadata")
         config = json.loads(meta["hierbench_config"])
-    if config.get("lora"): return load_lora_model(path, config, map_location)   # adapters over a base checkpoint
+    if config.get("lora"):
+        return load_lora_model(path, config, map_location)  # adapters over a base checkpoint
     model = model_from_config(config)
     model.load_state_dict(load_file(str(path), device="cpu"), strict=True)
     return model.to(map_location)
@@ -81,7 +137,8 @@ class EMATeacher(nn.Module):
 
     def __init__(self, model: nn.Module, decay: float = 0.9996):
         super().__init__()
-        if not 0.0 <= decay <= 1.0: raise ValueError(f"EMA decay must be in [0, 1], got {decay}")
+        if not 0.0 <= decay <= 1.0:
+            raise ValueError(f"EMA decay must be in [0, 1], got {decay}")
         self.decay = float(decay)
         model = unwrap_model(model)
         # share the (read-only) tokenizer instead of copying its 49k-entry tables: 0.5 s -> 0.05 s for world-tiny
@@ -98,14 +155,16 @@ class EMATeacher(nn.Module):
     @staticmethod
     def decay_for_horizon(steps: int, horizon: float) -> float:
         "The decay `d` with `1 − d^steps = horizon`: the teacher moves `horizon` of the way to the student in `steps`."
-        if steps < 1: raise ValueError(f"steps must be >= 1, got {steps}")
-        if not 0 < horizon < 1: raise ValueError(f"horizon must be in (0, 1), got {horizon}")
+        if steps < 1:
+            raise ValueError(f"steps must be >= 1, got {steps}")
+        if not 0 < horizon < 1:
+            raise ValueError(f"horizon must be in (0, 1), got {horizon}")
         return float((1.0 - horizon) ** (1.0 / steps))
 
     @staticmethod
     def horizon_of(decay: float, steps: int) -> float:
         "The fraction `1 − decay^steps` of the way a teacher with `decay` moves in `steps`."
-        return float(1.0 - decay ** steps)
+        return float(1.0 - decay**steps)
 
     @torch.no_grad()
     def update(self, model: nn.Module):
@@ -114,12 +173,16 @@ class EMATeacher(nn.Module):
         teacher_params, student_params = dict(self.module.named_parameters()), dict(model.named_parameters())
         if teacher_params.keys() != student_params.keys():
             raise ValueError("EMATeacher.update: the student's parameters differ from the teacher's")
-        for name, t in teacher_params.items(): t.lerp_(student_params[name].detach().to(t.dtype), 1.0 - self.decay)
+        for name, t in teacher_params.items():
+            t.lerp_(student_params[name].detach().to(t.dtype), 1.0 - self.decay)
         self.num_updates += 1
 
-    def forward(self, *args, **kwargs): return self.module(*args, **kwargs)
+    def forward(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
 
     def __getattr__(self, name: str):
         "Delegate model methods (`encode_text`, `head`, `logit_scale_exp`, ...) to the averaged copy."
-        try: return super().__getattr__(name)
-        except AttributeError: return getattr(super().__getattr__("module"), name)
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(super().__getattr__("module"), name)

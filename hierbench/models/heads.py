@@ -1,4 +1,5 @@
-"""How projected tower features become embeddings and how two embeddings compare: `EuclideanHead` (cosine) and `LorentzHead` (MERU's lift onto the hyperboloid, −geodesic distance).
+"""How projected tower features become embeddings and how two embeddings compare: `EuclideanHead`
+(cosine) and `LorentzHead` (MERU's lift onto the hyperboloid, −geodesic distance).
 
 Docs: https://hierbench.github.io/hierbench/models/heads.html.md"""
 
@@ -21,33 +22,42 @@ __all__ = ['GEOMETRIES', 'EuclideanHead', 'LorentzHead', 'make_head']
 # %% ../../nbs/models/02_heads.ipynb #a2af3d99
 _MODALITIES = ("image", "text")
 
+
 def _check_modality(modality: str) -> str:
-    if modality not in _MODALITIES: raise ValueError(f"modality must be one of {_MODALITIES}, got {modality!r}")
+    if modality not in _MODALITIES:
+        raise ValueError(f"modality must be one of {_MODALITIES}, got {modality!r}")
     return modality
+
 
 def _no_autocast(t: torch.Tensor):
     "A context that switches autocast off on `t`'s device (geometry stays float32)."
     return torch.autocast(device_type=t.device.type, enabled=False)
 
+
 class EuclideanHead(nn.Module):
     "CLIP's head: L2-normalised features; similarity = cosine."
+
     geometry = "euclidean"
 
     @property
-    def curv(self): return None  # no curvature: flat space
+    def curv(self):
+        return None  # no curvature: flat space
 
     def forward(self, features: torch.Tensor, modality: str) -> torch.Tensor:
         "Unit vectors `(B,D)` float32 from projected features `(B,D)`."
         _check_modality(modality)
-        with _no_autocast(features): return F.normalize(features.float(), dim=-1)
+        with _no_autocast(features):
+            return F.normalize(features.float(), dim=-1)
 
     def pairwise_sim(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         "Cosine similarity matrix `(Ba,Bb)` of unit embeddings `a (Ba,D)`, `b (Bb,D)`."
-        with _no_autocast(a): return a.float() @ b.float().T
+        with _no_autocast(a):
+            return a.float() @ b.float().T
 
     def rowwise_sim(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         "Cosine similarity `(B,)` of paired rows of `a`, `b` `(B,D)`."
-        with _no_autocast(a): return (a.float() * b.float()).sum(-1)
+        with _no_autocast(a):
+            return (a.float() * b.float()).sum(-1)
 
     def pairwise_score(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         "Ranking score `(Ba,Bb)` for zero-shot/retrieval: cosine."
@@ -55,16 +65,19 @@ class EuclideanHead(nn.Module):
 
     def average_prompts(self, features: torch.Tensor) -> torch.Tensor:
         "Projected features `(D,)` of a class from its prompts' features `(P,D)`: mean of the unit vectors."
-        with _no_autocast(features): return F.normalize(features.float(), dim=-1).mean(0)
+        with _no_autocast(features):
+            return F.normalize(features.float(), dim=-1).mean(0)
 
 # %% ../../nbs/models/02_heads.ipynb #fb09668b
 class LorentzHead(nn.Module):
     "MERU's head: `x = exp_map0(α_m·u, c)` (space components); similarity = −geodesic distance."
+
     geometry = "lorentz"
 
     def __init__(self, embed_dim: int, curv_init: float = 1.0, learn_curv: bool = True):
         super().__init__()
-        if not curv_init > 0: raise ValueError(f"curv_init must be > 0, got {curv_init}")
+        if not curv_init > 0:
+            raise ValueError(f"curv_init must be > 0, got {curv_init}")
         self.embed_dim, self.curv_init, self.learn_curv = int(embed_dim), float(curv_init), bool(learn_curv)
         self.log_curv = nn.Parameter(torch.tensor(math.log(curv_init)), requires_grad=learn_curv)
         alpha0 = math.log(1 / math.sqrt(embed_dim))
@@ -85,29 +98,35 @@ class LorentzHead(nn.Module):
 
     def forward(self, features: torch.Tensor, modality: str) -> torch.Tensor:
         "Space components `(B,D)` float32 on the hyperboloid from projected features `(B,D)`."
-        with _no_autocast(features): return exp_map0(self.alpha(modality) * features.float(), self.curv)
+        with _no_autocast(features):
+            return exp_map0(self.alpha(modality) * features.float(), self.curv)
 
     def pairwise_sim(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         "−geodesic distance matrix `(Ba,Bb)`."
-        with _no_autocast(a): return -pairwise_dist(a.float(), b.float(), self.curv)
+        with _no_autocast(a):
+            return -pairwise_dist(a.float(), b.float(), self.curv)
 
     def rowwise_sim(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         "−geodesic distance `(B,)` of paired rows."
-        with _no_autocast(a): return -dist(a.float(), b.float(), self.curv)
+        with _no_autocast(a):
+            return -dist(a.float(), b.float(), self.curv)
 
     def pairwise_score(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         "Ranking score `(Ba,Bb)`: the Lorentz inner product `<a,b>_L` (higher = closer; monotone in −d)."
-        with _no_autocast(a): return pairwise_inner(a.float(), b.float(), self.curv)
+        with _no_autocast(a):
+            return pairwise_inner(a.float(), b.float(), self.curv)
 
     def average_prompts(self, features: torch.Tensor) -> torch.Tensor:
         "Projected feature `(D,)` of a class from its prompts' features `(P,D)`: the plain mean (MERU), lifted later."
-        with _no_autocast(features): return features.float().mean(0)
+        with _no_autocast(features):
+            return features.float().mean(0)
 
     @torch.no_grad()
     def clamp_parameters_(self):
         "Project the stored `log c` and `log α` back into their ranges (call after an optimizer step)."
         self.log_curv.clamp_(self.log_curv_min, self.log_curv_max)
-        self.log_alpha_image.clamp_(max=0.0); self.log_alpha_text.clamp_(max=0.0)
+        self.log_alpha_image.clamp_(max=0.0)
+        self.log_alpha_text.clamp_(max=0.0)
 
     def extra_repr(self) -> str:
         return f"embed_dim={self.embed_dim}, curv={self.curv.item():.4g}, learn_curv={self.learn_curv}"
@@ -115,8 +134,11 @@ class LorentzHead(nn.Module):
 # %% ../../nbs/models/02_heads.ipynb #02bd604d
 GEOMETRIES = ("euclidean", "lorentz")
 
+
 def make_head(geometry: str, embed_dim: int, curv_init: float = 1.0, learn_curv: bool = True) -> nn.Module:
     "The head for `geometry` ('euclidean' or 'lorentz')."
-    if geometry == "euclidean": return EuclideanHead()
-    if geometry == "lorentz": return LorentzHead(embed_dim, curv_init=curv_init, learn_curv=learn_curv)
+    if geometry == "euclidean":
+        return EuclideanHead()
+    if geometry == "lorentz":
+        return LorentzHead(embed_dim, curv_init=curv_init, learn_curv=learn_curv)
     raise SettingsError(f"geometry must be one of {GEOMETRIES}, got {geometry!r}")

@@ -1,4 +1,5 @@
-"""Low-rank adapters (peft's LoRA) on a pretrained checkpoint's towers: which layers they adapt, the checkpoints that hold them alone, merging them into a plain model.
+"""Low-rank adapters (peft's LoRA) on a pretrained checkpoint's towers: which layers they adapt, the
+checkpoints that hold them alone, merging them into a plain model.
 
 Docs: https://hierbench.github.io/hierbench/models/lora.html.md"""
 
@@ -6,10 +7,12 @@ Docs: https://hierbench.github.io/hierbench/models/lora.html.md"""
 
 # %% ../../nbs/models/04_lora.ipynb #a69bd263
 from __future__ import annotations
-import copy, hashlib, json, re
+import copy
+import hashlib
+import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import torch
 from torch import nn
@@ -18,6 +21,27 @@ from safetensors.torch import load_file, save_file
 
 from ..config import MissingExtraError, MissingFileError, SettingsError, atomic_write, atomic_write_text
 from .dual_encoder import load_weights_, model_from_config
+
+# %% auto #0
+__all__ = [
+    "LORA_TARGET_GROUPS",
+    "DEFAULT_LORA_TARGETS",
+    "LoraError",
+    "LoraSpec",
+    "resolve_targets",
+    "file_sha256",
+    "base_record",
+    "check_adapters_called",
+    "apply_lora",
+    "share_frozen_base_",
+    "lora_parameter_count",
+    "merge_lora",
+    "saved_model_config",
+    "is_lora_file",
+    "save_lora_model",
+    "load_base_",
+    "load_lora_model",
+]
 
 # %% auto #0
 __all__ = ['LORA_TARGET_GROUPS', 'DEFAULT_LORA_TARGETS', 'LoraError', 'LoraSpec', 'resolve_targets', 'file_sha256', 'base_record',
@@ -31,18 +55,21 @@ LORA_TARGET_GROUPS = {
     "mlp": "the two linear layers of every residual block's MLP (`mlp.c_fc`, `mlp.c_proj`)",
     "conv": "the three convolutions of every bottleneck of a ResNet image tower (`layerN.K.conv1/conv2/conv3`)",
 }
-DEFAULT_LORA_TARGETS = ("attn", "mlp", "conv")   # every group the model has (a ViT has no conv, a ResNet tower no mlp)
+DEFAULT_LORA_TARGETS = ("attn", "mlp", "conv")  # every group the model has (a ViT has no conv, a ResNet tower no mlp)
+
 
 class LoraError(SettingsError):
     "A LoRA setting that cannot work (a rank below 1, targets that match no layer, adapters the forward never calls)."
 
+
 @dataclass(frozen=True)
 class LoraSpec:
     "Low-rank adapters on the towers (peft's LoRA): their rank, scale and the layers they adapt."
-    rank: int                         # r: the adapters' inner width (>= 1)
-    alpha: float | None = None        # scale α; the update is (α/r)·B·A. None: 2·rank (α/r = 2)
-    targets: tuple | None = None      # group names (`LORA_TARGET_GROUPS`) or layer / parameter names; None: the
-                                      # default groups that the model has
+
+    rank: int  # r: the adapters' inner width (>= 1)
+    alpha: float | None = None  # scale α; the update is (α/r)·B·A. None: 2·rank (α/r = 2)
+    targets: tuple | None = None  # group names (`LORA_TARGET_GROUPS`) or layer / parameter names; None: the
+    # default groups that the model has
 
     def __post_init__(self):
         if isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 1:
@@ -52,12 +79,16 @@ class LoraSpec:
         if self.targets is not None:
             targets = tuple(str(t).strip() for t in self.targets)
             if not targets or any(not t for t in targets):
-                raise LoraError(f"--lora-targets {','.join(targets)!r}: give comma-separated names, e.g. "
-                                f"{','.join(DEFAULT_LORA_TARGETS)} (groups: {', '.join(LORA_TARGET_GROUPS)}) or layer names such as mlp.c_fc")
+                raise LoraError(
+                    f"--lora-targets {','.join(targets)!r}: give comma-separated names, e.g. "
+                    f"{','.join(DEFAULT_LORA_TARGETS)} (groups: {', '.join(LORA_TARGET_GROUPS)}) or layer names such "
+                    "as mlp.c_fc"
+                )
             object.__setattr__(self, "targets", targets)
 
     @property
-    def scale(self) -> float: return float(self.alpha if self.alpha is not None else 2 * self.rank)
+    def scale(self) -> float:
+        return float(self.alpha if self.alpha is not None else 2 * self.rank)
 
     def record(self) -> dict:
         "JSON form (config.json, the model config)."
@@ -65,50 +96,69 @@ class LoraSpec:
 
     @classmethod
     def from_record(cls, rec: dict) -> "LoraSpec":
-        return cls(int(rec["rank"]), float(rec["alpha"]), tuple(rec["targets"]) if rec.get("targets") is not None else None)
+        return cls(
+            int(rec["rank"]), float(rec["alpha"]), tuple(rec["targets"]) if rec.get("targets") is not None else None
+        )
 
 # %% ../../nbs/models/04_lora.ipynb #da2536e4
-_ADAPTABLE = (nn.Linear, nn.Conv2d, nn.Embedding)   # the layer types peft's LoRA wraps as modules
+_ADAPTABLE = (nn.Linear, nn.Conv2d, nn.Embedding)  # the layer types peft's LoRA wraps as modules
+
 
 def _group_targets(clip: nn.Module, group: str) -> tuple[list[str], list[str]]:
     "(module names, parameter names) of a target group in open_clip's `clip`."
     named = list(clip.named_modules())
     if group == "attn":
-        return [], [f"{n}.in_proj_weight" for n, m in named if isinstance(m, nn.MultiheadAttention)
-                    and getattr(m, "in_proj_weight", None) is not None]
+        return [], [
+            f"{n}.in_proj_weight"
+            for n, m in named
+            if isinstance(m, nn.MultiheadAttention) and getattr(m, "in_proj_weight", None) is not None
+        ]
     if group == "mlp":
         return [n for n, m in named if isinstance(m, nn.Linear) and re.search(r"(^|\.)mlp\.(c_fc|c_proj)$", n)], []
     if group == "conv":
-        return [n for n, m in named if isinstance(m, nn.Conv2d) and re.search(r"(^|\.)layer\d+\.\d+\.conv[123]$", n)], []
+        return [
+            n for n, m in named if isinstance(m, nn.Conv2d) and re.search(r"(^|\.)layer\d+\.\d+\.conv[123]$", n)
+        ], []
     raise KeyError(group)
+
 
 def _named_targets(clip: nn.Module, target: str) -> tuple[list[str], list[str]]:
     "(module names, parameter names) whose name is `target` or ends with '.' + `target`."
     hit = lambda n: n == target or n.endswith("." + target)
     mods = [(n, m) for n, m in clip.named_modules() if n and hit(n)]
     bad = [f"{n} ({type(m).__name__})" for n, m in mods if not isinstance(m, _ADAPTABLE)]
-    if bad: raise LoraError(f"--lora-targets {target!r} matches {bad[0]}: LoRA adapts Linear, Conv2d and Embedding layers "
-                            f"and 2-d weight parameters (groups: {', '.join(LORA_TARGET_GROUPS)})")
-    if mods: return [n for n, _ in mods], []
+    if bad:
+        raise LoraError(
+            f"--lora-targets {target!r} matches {bad[0]}: LoRA adapts Linear, Conv2d and Embedding layers "
+            f"and 2-d weight parameters (groups: {', '.join(LORA_TARGET_GROUPS)})"
+        )
+    if mods:
+        return [n for n, _ in mods], []
     params = [n for n, p in clip.named_parameters() if hit(n) and p.ndim == 2]
     if any("." not in n for n in params):
         raise LoraError(f"--lora-targets {target!r} is a parameter of the model itself, not of a layer it calls")
     return [], params
+
 
 def resolve_targets(model, spec: LoraSpec) -> tuple[list[str], list[str]]:
     """The layers (module names) and weights (parameter names) of `model.clip` that `spec` adapts. A target that
     matches nothing is an error naming it and the accepted values; so are default groups of which the model has none."""
     clip = model.clip
     mods, params = [], []
-    for t in (spec.targets or DEFAULT_LORA_TARGETS):
+    for t in spec.targets or DEFAULT_LORA_TARGETS:
         m, p = _group_targets(clip, t) if t in LORA_TARGET_GROUPS else _named_targets(clip, t)
         if not (m or p) and spec.targets is not None:
-            raise LoraError(f"--lora-targets {t!r} matches no layer of {model.model_config['name']!r}; accepted: the groups "
-                            f"{', '.join(LORA_TARGET_GROUPS)} or a Linear/Conv2d layer or 2-d weight name such as mlp.c_fc")
-        mods += [x for x in m if x not in mods]; params += [x for x in p if x not in params]
+            raise LoraError(
+                f"--lora-targets {t!r} matches no layer of {model.model_config['name']!r}; accepted: the groups "
+                f"{', '.join(LORA_TARGET_GROUPS)} or a Linear/Conv2d layer or 2-d weight name such as mlp.c_fc"
+            )
+        mods += [x for x in m if x not in mods]
+        params += [x for x in p if x not in params]
     if not (mods or params):
-        raise LoraError(f"--lora-targets: none of {', '.join(spec.targets or DEFAULT_LORA_TARGETS)} matches a layer of "
-                        f"{model.model_config['name']!r}")
+        raise LoraError(
+            f"--lora-targets: none of {', '.join(spec.targets or DEFAULT_LORA_TARGETS)} matches a layer of "
+            f"{model.model_config['name']!r}"
+        )
     return mods, params
 
 # %% ../../nbs/models/04_lora.ipynb #fac5f5d6
@@ -121,16 +171,20 @@ def _peft():
         raise MissingExtraError("LoRA fine-tunes (--lora-rank) need peft: pip install 'hierbench[lora]'") from e
     return peft, BaseTunerLayer
 
+
 def file_sha256(path: str | Path) -> str:
     "SHA-256 of a file, read in 1 MiB blocks."
     h = hashlib.sha256()
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""): h.update(block)
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
     return h.hexdigest()
+
 
 def base_record(path: str | Path | None) -> dict | None:
     "Where the frozen base weights come from: the checkpoint's absolute path and SHA-256 (None: not from a file)."
-    if path is None: return None
+    if path is None:
+        return None
     p = Path(path).expanduser().resolve()
     return dict(path=str(p), sha256=file_sha256(p))
 
@@ -140,6 +194,7 @@ def _adapter_layers(module: nn.Module) -> dict[str, nn.Module]:
     _, BaseTunerLayer = _peft()
     names = {n: m for n, m in module.named_modules() if isinstance(m, BaseTunerLayer)}
     return {n: m for n, m in names.items() if not any(n.startswith(o + ".") for o in names if o != n)}
+
 
 def check_adapters_called(model) -> None:
     """Run one image and one caption through `model` and fail, naming them, if some adapters never ran: a layer whose
@@ -154,14 +209,19 @@ def check_adapters_called(model) -> None:
         with torch.no_grad():
             s = int(model.image_size if not isinstance(model.image_size, (tuple, list)) else model.image_size[0])
             p = next(model.clip.parameters())
-            model.encode_image(torch.zeros(1, 3, s, s, device=p.device)); model.encode_text(["a"])
+            model.encode_image(torch.zeros(1, 3, s, s, device=p.device))
+            model.encode_text(["a"])
     finally:
-        for h in hooks: h.remove()
+        for h in hooks:
+            h.remove()
         model.train(was)
     dead = sorted(set(layers) - called)
-    if dead: raise LoraError(f"--lora-targets: {len(dead)} adapted layer(s) never run in the forward pass, e.g. {dead[0]} "
-                             "(its parent reads the weight directly); choose other targets, e.g. the groups "
-                             f"{', '.join(LORA_TARGET_GROUPS)}")
+    if dead:
+        raise LoraError(
+            f"--lora-targets: {len(dead)} adapted layer(s) never run in the forward pass, e.g. {dead[0]} "
+            "(its parent reads the weight directly); choose other targets, e.g. the groups "
+            f"{', '.join(LORA_TARGET_GROUPS)}"
+        )
 
 # %% ../../nbs/models/04_lora.ipynb #dba2ae04
 def apply_lora(model, spec: LoraSpec, base: str | Path | dict | None = None):
@@ -169,14 +229,24 @@ def apply_lora(model, spec: LoraSpec, base: str | Path | dict | None = None):
     logit scale stay trainable. `base`: the checkpoint the frozen weights came from (its path, or a `base_record`),
     recorded in `model.model_config['lora']` so that the adapters-only files can be loaded again. Returns `model`."""
     peft, _ = _peft()
-    if model.model_config.get("lora"): raise LoraError(f"model {model.model_config['name']!r} has LoRA adapters already")
+    if model.model_config.get("lora"):
+        raise LoraError(f"model {model.model_config['name']!r} has LoRA adapters already")
     modules, params = resolve_targets(model, spec)
-    config = peft.LoraConfig(r=spec.rank, lora_alpha=spec.scale, lora_dropout=0.0, bias="none",
-                             target_modules=modules, target_parameters=params or None)
-    peft.inject_adapter_in_model(config, model.clip)   # freezes every tower weight but the adapters
-    model.clip.logit_scale.requires_grad_(True)         # the temperature trains, as in every fine-tune
-    # what checkpoints leave out (`hierbench.training.checkpoints.frozen_state_keys`): the towers' weights but adapters and scale
-    model.frozen_state_keys = frozenset(n for n, p in model.named_parameters() if n.startswith("clip.") and not p.requires_grad)
+    config = peft.LoraConfig(
+        r=spec.rank,
+        lora_alpha=spec.scale,
+        lora_dropout=0.0,
+        bias="none",
+        target_modules=modules,
+        target_parameters=params or None,
+    )
+    peft.inject_adapter_in_model(config, model.clip)  # freezes every tower weight but the adapters
+    model.clip.logit_scale.requires_grad_(True)  # the temperature trains, as in every fine-tune
+    # what checkpoints leave out (`hierbench.training.checkpoints.frozen_state_keys`): the towers' weights but adapters
+    # and scale
+    model.frozen_state_keys = frozenset(
+        n for n, p in model.named_parameters() if n.startswith("clip.") and not p.requires_grad
+    )
     rec = base if isinstance(base, dict) or base is None else base_record(base)
     model.model_config = {**model.model_config, "lora": {**spec.record(), "base": rec}}
     check_adapters_called(model)
@@ -184,7 +254,8 @@ def apply_lora(model, spec: LoraSpec, base: str | Path | dict | None = None):
 
 # %% ../../nbs/models/04_lora.ipynb #fd53b707
 def share_frozen_base_(teacher, model) -> int:
-    """Make an EMA teacher (`hierbench.models.family.EMATeacher`, a copy of the LoRA `model`) use the student's frozen base
+    """Make an EMA teacher (`hierbench.models.family.EMATeacher`, a copy of the LoRA `model`) use the student's frozen
+    base
     weights instead of its own copy: they never change, so the teacher's average of them is them (a ViT-B/32 keeps
     600 MB fewer). Returns how many tensors are shared."""
     inner = getattr(teacher, "module", teacher)
@@ -193,6 +264,7 @@ def share_frozen_base_(teacher, model) -> int:
         owner, _, leaf = name.rpartition(".")
         setattr(inner.get_submodule(owner), leaf, model.get_parameter(name))
     return len(frozen)
+
 
 def lora_parameter_count(model) -> tuple[int, int]:
     "(trainable, all) parameter counts of `model`."
@@ -204,21 +276,23 @@ def merge_lora(model):
     """A plain `DualEncoder` (a copy) with every adapter merged into its layer by peft (W + (α/r)·B·A), as open_clip and
     `save_model` expect; `model` itself is left as it is. A model without adapters is returned unchanged."""
     rec = model.model_config.get("lora")
-    if not rec: return model
-    tokenizer = getattr(model, "tokenizer", None)   # shared, not copied (open_clip's tables are large and read-only)
+    if not rec:
+        return model
+    tokenizer = getattr(model, "tokenizer", None)  # shared, not copied (open_clip's tables are large and read-only)
     merged = copy.deepcopy(model, memo={id(tokenizer): tokenizer} if tokenizer is not None else None)
     for name, layer in _adapter_layers(merged.clip).items():
         parent = merged.clip.get_submodule(name.rpartition(".")[0]) if "." in name else merged.clip
-        if hasattr(layer, "unload_and_optionally_merge_module"):   # peft's own unloading (parameter targets, attention)
+        if hasattr(layer, "unload_and_optionally_merge_module"):  # peft's own unloading (parameter targets, attention)
             plain = layer.unload_and_optionally_merge_module(merge=True, safe_merge=True, adapter_names=None)
         else:
-            layer.merge(safe_merge=True)   # safe_merge: a NaN in the merged weight is an error, not a silent model
+            layer.merge(safe_merge=True)  # safe_merge: a NaN in the merged weight is an error, not a silent model
             plain = layer.get_base_layer()
         setattr(parent, name.rpartition(".")[2], plain)
-    merged.clip.requires_grad_(True)   # a plain model trains every tower weight
+    merged.clip.requires_grad_(True)  # a plain model trains every tower weight
     merged.__dict__.pop("frozen_state_keys", None)
     merged.model_config = {k: v for k, v in merged.model_config.items() if k != "lora"} | {"lora_merged": rec}
-    if _adapter_layers(merged.clip): raise RuntimeError("merge_lora: peft layers left after merging")
+    if _adapter_layers(merged.clip):
+        raise RuntimeError("merge_lora: peft layers left after merging")
     return merged
 
 # %% ../../nbs/models/04_lora.ipynb #40e2a675
@@ -226,29 +300,42 @@ def saved_model_config(path: Path) -> dict | None:
     "The model config saved beside (JSON sidecar) or inside (safetensors metadata) a hierbench weights file, else None."
     side = path.with_suffix(".json")
     if side.is_file():
-        try: return json.loads(side.read_text())
-        except json.JSONDecodeError: return None
+        try:
+            return json.loads(side.read_text())
+        except json.JSONDecodeError:
+            return None
     if path.suffix == ".safetensors" and path.is_file():
         try:
-            with safe_open(str(path), framework="pt") as f: meta = f.metadata() or {}
-        except SafetensorError: return None   # not a safetensors file: whoever loads it says what is wrong
-        if "hierbench_config" in meta: return json.loads(meta["hierbench_config"])
+            with safe_open(str(path), framework="pt") as f:
+                meta = f.metadata() or {}
+        except SafetensorError:
+            return None  # not a safetensors file: whoever loads it says what is wrong
+        if "hierbench_config" in meta:
+            return json.loads(meta["hierbench_config"])
     return None
+
 
 def is_lora_file(path: str | Path) -> bool:
     "Whether `path` holds a LoRA run's weights (adapters and what else trained, over a base checkpoint it names)."
     cfg = saved_model_config(Path(path))
     return bool(cfg and isinstance(cfg.get("lora"), dict))
 
+
 def save_lora_model(model, path: str | Path) -> Path:
     """Save a LoRA model as `save_model` saves a plain one (safetensors + JSON sidecar), but only the adapters and what
-    else trained (head, logit scale, buffers such as BatchNorm statistics): the frozen base is the recorded checkpoint."""
+    else trained (head, logit scale, buffers such as BatchNorm statistics): the frozen base is the recorded
+    checkpoint."""
     path = Path(path)
-    if path.suffix != ".safetensors": raise ValueError(f"save_lora_model writes safetensors; got {path}")
+    if path.suffix != ".safetensors":
+        raise ValueError(f"save_lora_model writes safetensors; got {path}")
     rec = model.model_config.get("lora")
-    if not rec: raise ValueError("save_lora_model: the model has no LoRA adapters; use hierbench.models.family.save_model")
-    if not rec.get("base"): raise ValueError("save_lora_model: no base checkpoint is recorded (apply_lora(base=...)), so the "
-                                             "adapters could not be loaded again; save merge_lora(model) with save_model")
+    if not rec:
+        raise ValueError("save_lora_model: the model has no LoRA adapters; use hierbench.models.family.save_model")
+    if not rec.get("base"):
+        raise ValueError(
+            "save_lora_model: no base checkpoint is recorded (apply_lora(base=...)), so the "
+            "adapters could not be loaded again; save merge_lora(model) with save_model"
+        )
     frozen = model.frozen_state_keys
     tensors = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items() if k not in frozen}
     config_json = json.dumps(model.model_config, indent=1, sort_keys=True)
@@ -256,27 +343,36 @@ def save_lora_model(model, path: str | Path) -> Path:
     atomic_write_text(path.with_suffix(".json"), config_json)
     return path
 
+
 def load_base_(model, checkpoint: str | Path):
     """Load base weights into a plain `model` in place: any checkpoint `load_weights_` reads, or a LoRA run's weights
     (its own base with its adapters merged). The head is left as it is where the checkpoint's geometry differs."""
     checkpoint = Path(checkpoint)
-    if not is_lora_file(checkpoint): return load_weights_(model, checkpoint)
+    if not is_lora_file(checkpoint):
+        return load_weights_(model, checkpoint)
     src = merge_lora(load_lora_model(checkpoint, saved_model_config(checkpoint)))
     missing, unexpected = model.load_state_dict(src.state_dict(), strict=False)
     bad = [k for k in (*missing, *unexpected) if not k.startswith("head.")]
-    if bad: raise LoraError(f"{checkpoint}: its model does not match {model.model_config['name']!r}: {bad[:5]}")
+    if bad:
+        raise LoraError(f"{checkpoint}: its model does not match {model.model_config['name']!r}: {bad[:5]}")
     return model
 
+
 def load_lora_model(path: str | Path, config: dict, map_location="cpu"):
-    "Rebuild a model saved by `save_lora_model`: its base checkpoint (SHA-256 checked), the adapters, the saved tensors."
+    """Rebuild a model saved by `save_lora_model`: its base checkpoint (SHA-256 checked), the adapters, the saved
+    tensors."""
     path = Path(path)
     rec, base = config["lora"], (config["lora"] or {}).get("base") or {}
     bpath = Path(base.get("path", ""))
     if not bpath.is_file():
-        raise MissingFileError(f"{path}: holds LoRA adapters over the base checkpoint {bpath}, which is not there (moved? "
-                                "put it back, or export the run where it was)")
+        raise MissingFileError(
+            f"{path}: holds LoRA adapters over the base checkpoint {bpath}, which is not there (moved? "
+            "put it back, or export the run where it was)"
+        )
     if file_sha256(bpath) != base.get("sha256"):
-        raise LoraError(f"{path}: its base checkpoint {bpath} has changed since the adapters were trained (SHA-256 differs)")
+        raise LoraError(
+            f"{path}: its base checkpoint {bpath} has changed since the adapters were trained (SHA-256 differs)"
+        )
     model = model_from_config({k: v for k, v in config.items() if k != "lora"})
     load_base_(model, bpath)
     apply_lora(model, LoraSpec.from_record(rec), base=base)
@@ -284,6 +380,8 @@ def load_lora_model(path: str | Path, config: dict, map_location="cpu"):
     expected = set(model.state_dict()) - model.frozen_state_keys
     if set(tensors) != expected:
         diff = sorted(set(tensors) ^ expected)
-        raise LoraError(f"{path}: does not hold this model's adapters ({len(diff)} tensor name(s) differ, e.g. {diff[0]})")
+        raise LoraError(
+            f"{path}: does not hold this model's adapters ({len(diff)} tensor name(s) differ, e.g. {diff[0]})"
+        )
     model.load_state_dict(tensors, strict=False)
     return model.to(map_location)

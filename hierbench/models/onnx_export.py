@@ -1,4 +1,5 @@
-"""A hierbench model's two towers as ONNX graphs (`image.onnx`, `text.onnx`) with a `config.json` that says how to feed them; `onnx:DIR` scores benchmarks from them.
+"""A hierbench model's two towers as ONNX graphs (`image.onnx`, `text.onnx`) with a `config.json`
+that says how to feed them; `onnx:DIR` scores benchmarks from them.
 
 Docs: https://hierbench.github.io/hierbench/models/onnx_export.html.md"""
 
@@ -6,7 +7,10 @@ Docs: https://hierbench.github.io/hierbench/models/onnx_export.html.md"""
 
 # %% ../../nbs/models/07_onnx_export.ipynb #e7a86762
 from __future__ import annotations
-import contextlib, io, json, math, warnings
+import contextlib
+import io
+import json
+import warnings
 from pathlib import Path
 from typing import Sequence
 
@@ -14,12 +18,36 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..config import (HierbenchError, MissingExtraError, MissingFileError, SettingsError, atomic_folder,
-                              atomic_write_text)
+from hierbench.config import (
+    HierbenchError,
+    MissingExtraError,
+    MissingFileError,
+    SettingsError,
+    atomic_folder,
+    atomic_write_text,
+)
 from ..data.batch import DataFormatError
 from ..geometry import lorentz_time
 from .lora import merge_lora
 from .family import DualEncoder, WordLevelTokenizer, make_head
+
+# %% auto #0
+__all__ = [
+    "ONNX_FORMAT",
+    "ONNX_OPSET",
+    "ONNX_TOLERANCE",
+    "require_onnx",
+    "ImageTower",
+    "TextTower",
+    "hyperboloid",
+    "tokenizer_spec",
+    "tokenizer_from_spec",
+    "preprocessing_spec",
+    "export_onnx",
+    "OnnxModelError",
+    "read_onnx_config",
+    "OnnxScorer",
+]
 
 # %% auto #0
 __all__ = ['ONNX_FORMAT', 'ONNX_OPSET', 'ONNX_TOLERANCE', 'require_onnx', 'ImageTower', 'TextTower', 'hyperboloid',
@@ -27,40 +55,53 @@ __all__ = ['ONNX_FORMAT', 'ONNX_OPSET', 'ONNX_TOLERANCE', 'require_onnx', 'Image
            'read_onnx_config', 'OnnxScorer']
 
 # %% ../../nbs/models/07_onnx_export.ipynb #f8fa01ec
-ONNX_FORMAT = "hierbench-onnx/1"     # config.json's "format": what `OnnxScorer` reads
+ONNX_FORMAT = "hierbench-onnx/1"  # config.json's "format": what `OnnxScorer` reads
 ONNX_OPSET = 18
-ONNX_TOLERANCE = 1e-4                # largest |onnxruntime − torch| an export accepts (float32 outputs)
+ONNX_TOLERANCE = 1e-4  # largest |onnxruntime − torch| an export accepts (float32 outputs)
+
 
 def require_onnx():
     "onnx, onnxruntime and onnxscript, or a `MissingExtraError` naming the `[onnx]` extra."
     try:
-        import onnx, onnxruntime, onnxscript   # noqa: F401
+        import onnx  # noqa: F401 (only whether it imports)
+        import onnxruntime
+        import onnxscript  # noqa: F401
     except ImportError as e:
-        raise MissingExtraError(f"ONNX export and the onnx: scorer need onnx, onnxruntime and onnxscript ({e.name} is "
-                                "missing): pip install 'hierbench[onnx]'") from e
+        raise MissingExtraError(
+            f"ONNX export and the onnx: scorer need onnx, onnxruntime and onnxscript ({e.name} is "
+            "missing): pip install 'hierbench[onnx]'"
+        ) from e
     return onnxruntime
 
 # %% ../../nbs/models/07_onnx_export.ipynb #35153ae1
 class ImageTower(nn.Module):
     "`image (B,3,S,S)` → `image_embeds (B,D)` [, `embedding_hyperboloid (B,D+1)`] of a `DualEncoder`."
+
     def __init__(self, model: DualEncoder):
         super().__init__()
         self.model = model
+
     def forward(self, image: torch.Tensor):
         x = self.model.encode_image(image)
         return (x, hyperboloid(x, self.model.head.curv)) if self.model.geometry == "lorentz" else x
 
+
 class TextTower(nn.Module):
     "`input_ids (B,L)` → `text_embeds`, `text_features` (B,D) [, `embedding_hyperboloid (B,D+1)`] of a `DualEncoder`."
+
     def __init__(self, model: DualEncoder):
         super().__init__()
         self.model = model
+
     def forward(self, input_ids: torch.Tensor):
         # open_clip's own text path: hierbench's `encode_text` groups texts by length (a data-dependent split that
         # torch.export cannot trace); for the causal towers it is exact to rounding, so the two agree
         features = self.model.clip.encode_text(input_ids)
         x = self.model.head(features, "text")
-        return (x, features, hyperboloid(x, self.model.head.curv)) if self.model.geometry == "lorentz" else (x, features)
+        return (
+            (x, features, hyperboloid(x, self.model.head.curv)) if self.model.geometry == "lorentz" else (x, features)
+        )
+
 
 def hyperboloid(x: torch.Tensor, c) -> torch.Tensor:
     "Space components `(B,D)` → the full point `(B,D+1)` on the hyperboloid of curvature −c, time first."
@@ -71,148 +112,258 @@ def tokenizer_spec(model: DualEncoder) -> dict:
     "The model's tokenizer as data: everything needed to produce its token ids without hierbench."
     tok, ctx = model.tokenizer, model.context_length
     if isinstance(tok, WordLevelTokenizer):
-        return {"kind": "hierbench-words", "context_length": ctx, "vocab": list(tok.vocab), "pad_id": 0, "unk_id": 1,
-                "first_word_id": 2, "start_id": tok.start_id, "end_id": tok.end_id,
-                "rule": "lower-case; '.' and ',' become spaces; split on whitespace; keep the first context_length-2 "
-                        "words; ids = [start_id, vocab.index(w) + first_word_id (unk_id if absent) ..., end_id], "
-                        "padded with pad_id to context_length"}
+        return {
+            "kind": "hierbench-words",
+            "context_length": ctx,
+            "vocab": list(tok.vocab),
+            "pad_id": 0,
+            "unk_id": 1,
+            "first_word_id": 2,
+            "start_id": tok.start_id,
+            "end_id": tok.end_id,
+            "rule": "lower-case; '.' and ',' become spaces; split on whitespace; keep the first context_length-2 "
+            "words; ids = [start_id, vocab.index(w) + first_word_id (unk_id if absent) ..., end_id], "
+            "padded with pad_id to context_length",
+        }
     import open_clip
+
     if type(tok) is open_clip.tokenizer.SimpleTokenizer:
         kwargs = model.model_config["arch"]["text_cfg"].get("tokenizer_kwargs") or {}
-        return {"kind": "open_clip-bpe", "context_length": ctx, "vocab_size": int(tok.vocab_size),
-                "start_id": int(tok.sot_token_id), "end_id": int(tok.eot_token_id), "pad_id": 0, "kwargs": kwargs,
-                "rule": "open_clip.tokenizer.SimpleTokenizer(context_length=context_length, **kwargs): OpenAI CLIP's "
-                        "byte-pair encoding (bpe_simple_vocab_16e6.txt.gz in open_clip_torch); cleaned, lower-cased, "
-                        "[start_id, tokens..., end_id] cut to context_length (end_id kept last), padded with 0"}
-    raise SettingsError(f"model {model.model_config.get('name')!r}: its tokenizer {type(tok).__name__} cannot be described in "
-                     "config.json (the world's words and open_clip's byte-pair tokenizer can)")
+        return {
+            "kind": "open_clip-bpe",
+            "context_length": ctx,
+            "vocab_size": int(tok.vocab_size),
+            "start_id": int(tok.sot_token_id),
+            "end_id": int(tok.eot_token_id),
+            "pad_id": 0,
+            "kwargs": kwargs,
+            "rule": "open_clip.tokenizer.SimpleTokenizer(context_length=context_length, **kwargs): OpenAI CLIP's "
+            "byte-pair encoding (bpe_simple_vocab_16e6.txt.gz in open_clip_torch); cleaned, lower-cased, "
+            "[start_id, tokens..., end_id] cut to context_length (end_id kept last), padded with 0",
+        }
+    raise SettingsError(
+        f"model {model.model_config.get('name')!r}: its tokenizer {type(tok).__name__} cannot be described in "
+        "config.json (the world's words and open_clip's byte-pair tokenizer can)"
+    )
+
 
 def tokenizer_from_spec(spec: dict):
     "The tokenizer `config.json` describes: `list[str] -> LongTensor (B, context_length)`."
-    if spec.get("kind") == "hierbench-words": return WordLevelTokenizer(spec["vocab"], spec["context_length"])
+    if spec.get("kind") == "hierbench-words":
+        return WordLevelTokenizer(spec["vocab"], spec["context_length"])
     if spec.get("kind") == "open_clip-bpe":
         import open_clip
+
         return open_clip.tokenizer.SimpleTokenizer(context_length=spec["context_length"], **(spec.get("kwargs") or {}))
     raise SettingsError(f"unknown tokenizer kind {spec.get('kind')!r} (expected 'hierbench-words' or 'open_clip-bpe')")
+
 
 def preprocessing_spec(model: DualEncoder) -> dict:
     "How pixels reach `image.onnx`: open_clip's evaluation transform at the model's size, mean and std."
     size = model.image_size
     size = int(size[0] if isinstance(size, (tuple, list)) else size)
-    return {"image_size": size, "mean": list(model.image_mean), "std": list(model.image_std), "rescale": 1 / 255,
-            "interpolation": "bicubic", "resize": "shorter side to image_size, then centre crop (open_clip's 'shortest')",
-            "layout": "NCHW float32, RGB", "note": "an image already image_size×image_size (the world's) is only "
-            "rescaled and normalised: (pixel/255 − mean) / std per channel"}
+    return {
+        "image_size": size,
+        "mean": list(model.image_mean),
+        "std": list(model.image_std),
+        "rescale": 1 / 255,
+        "interpolation": "bicubic",
+        "resize": "shorter side to image_size, then centre crop (open_clip's 'shortest')",
+        "layout": "NCHW float32, RGB",
+        "note": "an image already image_size×image_size (the world's) is only "
+        "rescaled and normalised: (pixel/255 − mean) / std per channel",
+    }
 
 # %% ../../nbs/models/07_onnx_export.ipynb #83d11c3c
 def _is_onnx_export(folder: Path) -> bool:
-    try: return json.loads((folder / "config.json").read_text()).get("format") == ONNX_FORMAT
-    except (OSError, ValueError, AttributeError): return False
+    try:
+        return json.loads((folder / "config.json").read_text()).get("format") == ONNX_FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
+
 
 def _export_graph(module: nn.Module, example: torch.Tensor, path: Path, input_name: str, output_names: list[str]):
     "One tower → `path` with a dynamic batch axis; the exporter's progress prints and warnings are kept quiet."
     batch = torch.export.Dim("batch", min=1, max=65536)
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")
-        torch.onnx.export(module, (example,), str(path), dynamo=True, input_names=[input_name], output_names=output_names,
-                          dynamic_shapes=({0: batch},), opset_version=ONNX_OPSET, verbose=False, external_data=False)
+        torch.onnx.export(
+            module,
+            (example,),
+            str(path),
+            dynamo=True,
+            input_names=[input_name],
+            output_names=output_names,
+            dynamic_shapes=({0: batch},),
+            opset_version=ONNX_OPSET,
+            verbose=False,
+            external_data=False,
+        )
+
 
 def _output_names(kind: str, geometry: str) -> list[str]:
     names = ["image_embeds"] if kind == "image" else ["text_embeds", "text_features"]
     return names + (["embedding_hyperboloid"] if geometry == "lorentz" else [])
 
+
 def _max_differences(sessions: dict, towers: dict, inputs: dict) -> dict[str, float]:
     "Largest |onnxruntime − torch| per output on `inputs`."
     out = {}
     for kind, sess in sessions.items():
-        with torch.no_grad(): ref = towers[kind](inputs[kind])
+        with torch.no_grad():
+            ref = towers[kind](inputs[kind])
         ref = ref if isinstance(ref, tuple) else (ref,)
         got = sess.run(None, {sess.get_inputs()[0].name: inputs[kind].numpy()})
-        for o, r, g in zip(sess.get_outputs(), ref, got): out[f"{kind}/{o.name}"] = float(np.abs(r.numpy() - g).max())
+        for o, r, g in zip(sess.get_outputs(), ref, got):
+            out[f"{kind}/{o.name}"] = float(np.abs(r.numpy() - g).max())
     return out
 
 # %% ../../nbs/models/07_onnx_export.ipynb #0f7f7781
-def export_onnx(model: DualEncoder, out_dir: str | Path, batch_size: int = 2, tolerance: float = ONNX_TOLERANCE,
-                seed: int = 0) -> dict:
+def export_onnx(
+    model: DualEncoder, out_dir: str | Path, batch_size: int = 2, tolerance: float = ONNX_TOLERANCE, seed: int = 0
+) -> dict:
     """Write `image.onnx`, `text.onnx` and `config.json` of `model` into `out_dir` (see above), checked against torch
     on a batch of `batch_size + 1` random images and texts. Returns the paths and the largest differences."""
     ort = require_onnx()
     model = merge_lora(model).cpu().eval()
     geometry = model.geometry
-    if geometry not in ("euclidean", "lorentz"): raise SettingsError(f"geometry {geometry!r} has no ONNX export (euclidean, lorentz)")
+    if geometry not in ("euclidean", "lorentz"):
+        raise SettingsError(f"geometry {geometry!r} has no ONNX export (euclidean, lorentz)")
     tok_spec, prep = tokenizer_spec(model), preprocessing_spec(model)
     g = torch.Generator().manual_seed(seed)
     S = prep["image_size"]
-    def images(n): return torch.randn(n, 3, S, S, generator=g)
-    def texts(n):   # ids the tokenizer really produces: random words of the vocabulary it describes
+
+    def images(n):
+        return torch.randn(n, 3, S, S, generator=g)
+
+    def texts(n):  # ids the tokenizer really produces: random words of the vocabulary it describes
         words = tok_spec.get("vocab") or ["a", "photo", "of", "dog", "two", "red", "cats", "on", "the", "table"]
-        return model.tokenize([" ".join(words[int(i)] for i in torch.randint(len(words), (int(k),), generator=g))
-                               for k in torch.randint(1, 12, (n,), generator=g)])
+        return model.tokenize(
+            [
+                " ".join(words[int(i)] for i in torch.randint(len(words), (int(k),), generator=g))
+                for k in torch.randint(1, 12, (n,), generator=g)
+            ]
+        )
+
     towers = {"image": ImageTower(model).eval(), "text": TextTower(model).eval()}
     names = {"image": "image", "text": "input_ids"}
     with atomic_folder(out_dir, replaceable=_is_onnx_export) as tmp:
         examples = {"image": images(batch_size), "text": texts(batch_size)}
         for kind in ("image", "text"):
-            _export_graph(towers[kind], examples[kind], tmp / f"{kind}.onnx", names[kind], _output_names(kind, geometry))
-        opts = ort.SessionOptions(); opts.log_severity_level = 3
-        sessions = {k: ort.InferenceSession(str(tmp / f"{k}.onnx"), opts, providers=["CPUExecutionProvider"]) for k in towers}
+            _export_graph(
+                towers[kind], examples[kind], tmp / f"{kind}.onnx", names[kind], _output_names(kind, geometry)
+            )
+        opts = ort.SessionOptions()
+        opts.log_severity_level = 3
+        sessions = {
+            k: ort.InferenceSession(str(tmp / f"{k}.onnx"), opts, providers=["CPUExecutionProvider"]) for k in towers
+        }
         diffs = _max_differences(sessions, towers, {"image": images(batch_size + 1), "text": texts(batch_size + 1)})
         worst = max(diffs, key=diffs.get)
         if not diffs[worst] <= tolerance:
-            raise SettingsError(f"ONNX export of {model.model_config.get('name')!r}: {worst} differs from torch by "
-                             f"{diffs[worst]:.3g} > {tolerance:g}; nothing written")
+            raise SettingsError(
+                f"ONNX export of {model.model_config.get('name')!r}: {worst} differs from torch by "
+                f"{diffs[worst]:.3g} > {tolerance:g}; nothing written"
+            )
         head = model.head
         # float32 values written as the doubles that hold them exactly: the scorer rebuilds the very same head
-        config = {"format": ONNX_FORMAT, "name": str(model.model_config.get("name")), "geometry": geometry,
-                  "embed_dim": model.embed_dim, "curvature": head.curv.item() if geometry == "lorentz" else None,
-                  "head": {"curv_init": head.curv_init, "log_curv": head.log_curv.item(),
-                           "log_alpha_image": head.log_alpha_image.item(), "log_alpha_text": head.log_alpha_text.item(),
-                           "alpha_image": head.alpha("image").item(), "alpha_text": head.alpha("text").item()}
-                          if geometry == "lorentz" else {},
-                  "similarity": "−geodesic distance on the hyperboloid of curvature −c" if geometry == "lorentz" else "cosine",
-                  "image": {"file": "image.onnx", "input": "image", "outputs": _output_names("image", geometry)},
-                  "text": {"file": "text.onnx", "input": "input_ids", "outputs": _output_names("text", geometry)},
-                  "tokenizer": tok_spec, "preprocessing": prep, "opset": ONNX_OPSET,
-                  "check": {"batch": batch_size + 1, "tolerance": tolerance, "max_abs_diff": diffs},
-                  "model_config": model.model_config}
+        config = {
+            "format": ONNX_FORMAT,
+            "name": str(model.model_config.get("name")),
+            "geometry": geometry,
+            "embed_dim": model.embed_dim,
+            "curvature": head.curv.item() if geometry == "lorentz" else None,
+            "head": {
+                "curv_init": head.curv_init,
+                "log_curv": head.log_curv.item(),
+                "log_alpha_image": head.log_alpha_image.item(),
+                "log_alpha_text": head.log_alpha_text.item(),
+                "alpha_image": head.alpha("image").item(),
+                "alpha_text": head.alpha("text").item(),
+            }
+            if geometry == "lorentz"
+            else {},
+            "similarity": "−geodesic distance on the hyperboloid of curvature −c"
+            if geometry == "lorentz"
+            else "cosine",
+            "image": {"file": "image.onnx", "input": "image", "outputs": _output_names("image", geometry)},
+            "text": {"file": "text.onnx", "input": "input_ids", "outputs": _output_names("text", geometry)},
+            "tokenizer": tok_spec,
+            "preprocessing": prep,
+            "opset": ONNX_OPSET,
+            "check": {"batch": batch_size + 1, "tolerance": tolerance, "max_abs_diff": diffs},
+            "model_config": model.model_config,
+        }
         atomic_write_text(tmp / "config.json", json.dumps(config, indent=1, default=str))
     out_dir = Path(out_dir)
-    return {"image": out_dir / "image.onnx", "text": out_dir / "text.onnx", "config": out_dir / "config.json",
-            "max_abs_diff": diffs}
+    return {
+        "image": out_dir / "image.onnx",
+        "text": out_dir / "text.onnx",
+        "config": out_dir / "config.json",
+        "max_abs_diff": diffs,
+    }
 
 # %% ../../nbs/models/07_onnx_export.ipynb #2df3245d
 class OnnxModelError(HierbenchError, ValueError):
     "A tower file of an ONNX export that onnxruntime cannot load, or whose graph is not what `config.json` says."
+
     def __init__(self, scorer: str, path, problem: str):
         self.scorer, self.path, self.problem = scorer, Path(path), problem
         super().__init__(f"{scorer}: {self.path} {problem}")
-    def __reduce__(self): return (type(self), (self.scorer, self.path, self.problem))   # picklable
+
+    def __reduce__(self):
+        return (type(self), (self.scorer, self.path, self.problem))  # picklable
+
 
 # every field `OnnxScorer` reads (dotted: a field inside a field), with the type it must have
-_CONFIG_FIELDS = {"geometry": str, "embed_dim": int, "head": dict, "image.file": str, "image.input": str, "text.file": str,
-                  "text.input": str, "tokenizer.kind": str, "tokenizer.context_length": int,
-                  "preprocessing.image_size": int, "preprocessing.mean": list, "preprocessing.std": list}
+_CONFIG_FIELDS = {
+    "geometry": str,
+    "embed_dim": int,
+    "head": dict,
+    "image.file": str,
+    "image.input": str,
+    "text.file": str,
+    "text.input": str,
+    "tokenizer.kind": str,
+    "tokenizer.context_length": int,
+    "preprocessing.image_size": int,
+    "preprocessing.mean": list,
+    "preprocessing.std": list,
+}
 _LORENTZ_FIELDS = {f"head.{k}": (int, float) for k in ("log_curv", "log_alpha_image", "log_alpha_text")}
 
+
 def _field(cfg: dict, dotted: str):
-    for key in dotted.split("."): cfg = cfg.get(key) if isinstance(cfg, dict) else None
+    for key in dotted.split("."):
+        cfg = cfg.get(key) if isinstance(cfg, dict) else None
     return cfg
+
 
 def read_onnx_config(folder: str | Path) -> dict:
     "`config.json` of an ONNX export with every field the scorer reads, or a `DataFormatError` naming what is wrong."
     folder = Path(folder)
     path = folder / "config.json"
-    if not path.is_file(): raise MissingFileError(f"{folder}: no config.json (not a `hierbench export --format onnx` folder)")
-    try: cfg = json.loads(path.read_text())
-    except (ValueError, UnicodeDecodeError) as e: raise DataFormatError(path, problem=f"not JSON ({e})") from None
+    if not path.is_file():
+        raise MissingFileError(f"{folder}: no config.json (not a `hierbench export --format onnx` folder)")
+    try:
+        cfg = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as e:
+        raise DataFormatError(path, problem=f"not JSON ({e})") from None
     if not isinstance(cfg, dict) or cfg.get("format") != ONNX_FORMAT:
-        raise DataFormatError(path, field="format", problem=f"expected {ONNX_FORMAT!r} (written by `hierbench export --format onnx`)")
-    fields = {**_CONFIG_FIELDS, **(_LORENTZ_FIELDS if cfg.get("geometry") == "lorentz" else {}),
-              **({"tokenizer.vocab": list} if _field(cfg, "tokenizer.kind") == "hierbench-words" else {})}
+        raise DataFormatError(
+            path, field="format", problem=f"expected {ONNX_FORMAT!r} (written by `hierbench export --format onnx`)"
+        )
+    fields = {
+        **_CONFIG_FIELDS,
+        **(_LORENTZ_FIELDS if cfg.get("geometry") == "lorentz" else {}),
+        **({"tokenizer.vocab": list} if _field(cfg, "tokenizer.kind") == "hierbench-words" else {}),
+    }
     for name, kind in fields.items():
         v = _field(cfg, name)
         if not isinstance(v, kind) or isinstance(v, bool):
-            raise DataFormatError(path, field=name, problem=f"missing or not {getattr(kind, '__name__', 'a number')} ({v!r})")
+            raise DataFormatError(
+                path, field=name, problem=f"missing or not {getattr(kind, '__name__', 'a number')} ({v!r})"
+            )
     if cfg["geometry"] not in ("euclidean", "lorentz"):
         raise DataFormatError(path, field="geometry", problem=f"{cfg['geometry']!r}: expected 'euclidean' or 'lorentz'")
     for kind in ("image", "text"):
@@ -225,26 +376,38 @@ def _onnx_session(ort, opts, scorer: str, folder: Path, cfg: dict, kind: str):
     """An onnxruntime session of the `kind` tower, or an `OnnxModelError` naming its file: one onnxruntime cannot load,
     or a graph without the input, outputs and shape `config.json` gives it."""
     path = folder / cfg[kind]["file"]
-    try: sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    try:
+        sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
     except Exception as e:
-        if not type(e).__module__.startswith("onnxruntime"): raise   # not the file's fault: a bug keeps its traceback
+        if not type(e).__module__.startswith("onnxruntime"):
+            raise  # not the file's fault: a bug keeps its traceback
         why = " ".join(str(e).split("failed:", 1)[-1].split()).rstrip(".")
         raise OnnxModelError(scorer, path, f"is not a readable ONNX model ({type(e).__name__}: {why[:200]})") from None
     ins, outs = sess.get_inputs(), [o.name for o in sess.get_outputs()]
     want = _output_names(kind, cfg["geometry"])
     size = cfg["preprocessing"]["image_size"]
-    shape = [3, size, size] if kind == "image" else [cfg["tokenizer"]["context_length"]]   # after the batch axis
-    if [i.name for i in ins] != [cfg[kind]["input"]] or not set(want) <= set(outs) or any(
-            isinstance(a, int) and a != b for a, b in zip(ins[0].shape[1:], shape)):
-        raise OnnxModelError(scorer, path, f"is not the {kind} tower config.json describes: inputs "
-                             f"{[(i.name, i.shape) for i in ins]}, outputs {outs}; expected {cfg[kind]['input']!r} "
-                             f"(batch, {', '.join(map(str, shape))}) and outputs {want}")
+    shape = [3, size, size] if kind == "image" else [cfg["tokenizer"]["context_length"]]  # after the batch axis
+    if (
+        [i.name for i in ins] != [cfg[kind]["input"]]
+        or not set(want) <= set(outs)
+        or any(isinstance(a, int) and a != b for a, b in zip(ins[0].shape[1:], shape))
+    ):
+        raise OnnxModelError(
+            scorer,
+            path,
+            f"is not the {kind} tower config.json describes: inputs "
+            f"{[(i.name, i.shape) for i in ins]}, outputs {outs}; expected {cfg[kind]['input']!r} "
+            f"(batch, {', '.join(map(str, shape))}) and outputs {want}",
+        )
     return sess
 
 # %% ../../nbs/models/07_onnx_export.ipynb #786cae69
 class OnnxScorer:
-    "A scorer from an ONNX export folder (`onnx:DIR`): onnxruntime on CPU, the export's tokenizer, preprocessing and head."
+    """A scorer from an ONNX export folder (`onnx:DIR`): onnxruntime on CPU, the export's tokenizer, preprocessing and
+    head."""
+
     has_images = True
+
     def __init__(self, folder: str | Path, threads: int | None = None):
         ort = require_onnx()
         self.folder, self.config = Path(folder), read_onnx_config(folder)
@@ -254,12 +417,15 @@ class OnnxScorer:
         self.head = make_head(self.geometry, self.embed_dim, curv_init=h.get("curv_init", 1.0), learn_curv=False)
         if self.geometry == "lorentz":
             with torch.no_grad():
-                for k in ("log_curv", "log_alpha_image", "log_alpha_text"): getattr(self.head, k).fill_(h[k])
+                for k in ("log_curv", "log_alpha_image", "log_alpha_text"):
+                    getattr(self.head, k).fill_(h[k])
         self.tokenizer = tokenizer_from_spec(c["tokenizer"])
         p = c["preprocessing"]
         self.image_size, self.image_mean, self.image_std = int(p["image_size"]), tuple(p["mean"]), tuple(p["std"])
-        opts = ort.SessionOptions(); opts.log_severity_level = 3
-        if threads: opts.intra_op_num_threads = int(threads)
+        opts = ort.SessionOptions()
+        opts.log_severity_level = 3
+        if threads:
+            opts.intra_op_num_threads = int(threads)
         self._sessions = {k: _onnx_session(ort, opts, self.name, self.folder, c, k) for k in ("image", "text")}
 
     def _run(self, kind: str, x: np.ndarray) -> dict[str, torch.Tensor]:
@@ -268,22 +434,32 @@ class OnnxScorer:
         return {o.name: torch.from_numpy(v) for o, v in zip(sess.get_outputs(), outs)}
 
     def tokenize(self, texts: Sequence[str]) -> torch.Tensor:
-        if isinstance(texts, str): raise TypeError("tokenize expects a list of strings, got a single str")
+        if isinstance(texts, str):
+            raise TypeError("tokenize expects a list of strings, got a single str")
         return self.tokenizer(list(texts))
+
     def encode_text(self, texts) -> torch.Tensor:
         ids = texts if isinstance(texts, torch.Tensor) else self.tokenize(texts)
         return self._run("text", ids.cpu().numpy().astype(np.int64))["text_embeds"]
+
     def text_features(self, texts) -> torch.Tensor:
         return self._run("text", self.tokenize(texts).numpy().astype(np.int64))["text_features"]
+
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:
         return self._run("image", images.detach().cpu().float().numpy())["image_embeds"]
+
     def encode_prototypes(self, prompts_per_class: Sequence[Sequence[str]], batch_size: int = 256) -> torch.Tensor:
         "Class prototypes `(C,D)` as `DualEncoder.encode_prototypes` makes them (average before the lift for Lorentz)."
         if not prompts_per_class or any(len(p) == 0 for p in prompts_per_class):
             raise SettingsError("encode_prototypes needs a non-empty list of prompts for every class")
         flat = [p for prompts in prompts_per_class for p in prompts]
-        feats = torch.cat([self.text_features(flat[i:i + batch_size]) for i in range(0, len(flat), batch_size)])
+        feats = torch.cat([self.text_features(flat[i : i + batch_size]) for i in range(0, len(flat), batch_size)])
         per_class = torch.split(feats, [len(p) for p in prompts_per_class])
-        with torch.no_grad(): return self.head(torch.stack([self.head.average_prompts(f) for f in per_class]), "text")
-    def eval(self): return self
-    def __repr__(self): return f"OnnxScorer({self.folder}, {self.geometry}, D={self.embed_dim})"
+        with torch.no_grad():
+            return self.head(torch.stack([self.head.average_prompts(f) for f in per_class]), "text")
+
+    def eval(self):
+        return self
+
+    def __repr__(self):
+        return f"OnnxScorer({self.folder}, {self.geometry}, D={self.embed_dim})"

@@ -1,4 +1,5 @@
-"""open_clip's precision vocabulary — fp32, bf16, fp16, amp_bf16, amp_fp16 — for training, evaluation and the bench, with the geometry and heads kept in float32.
+"""open_clip's precision vocabulary — fp32, bf16, fp16, amp_bf16, amp_fp16 — for training, evaluation
+and the bench, with the geometry and heads kept in float32.
 
 Docs: https://hierbench.github.io/hierbench/models/precision.html.md"""
 
@@ -14,7 +15,7 @@ import torch
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from ..config import PRECISIONS   # the names themselves live with the other flag vocabularies
+from ..config import PRECISIONS  # the names themselves live with the other flag vocabularies
 from ..config import SettingsError
 
 # %% auto #0
@@ -23,19 +24,25 @@ __all__ = ['PRECISION_ALIASES', 'check_precision', 'low_dtype', 'is_pure', 'auto
            'legacy_amp_precision', 'describe_precision']
 
 # %% ../../nbs/models/00_precision.ipynb #636a49f3
-PRECISION_ALIASES = {"amp": "amp_fp16", "amp_bfloat16": "amp_bf16"}   # open_clip_train's other spellings
+PRECISION_ALIASES = {"amp": "amp_fp16", "amp_bfloat16": "amp_bf16"}  # open_clip_train's other spellings
+
 
 def check_precision(precision: str) -> str:
     "The canonical name of `precision` (open_clip's vocabulary; 'amp' = amp_fp16, 'amp_bfloat16' = amp_bf16)."
     p = PRECISION_ALIASES.get(precision, precision) if isinstance(precision, str) else precision
     if p not in PRECISIONS:
-        raise SettingsError(f"precision {precision!r}: expected one of {', '.join(PRECISIONS)} (open_clip's names; 'amp' means amp_fp16)")
+        raise SettingsError(
+            f"precision {precision!r}: expected one of {', '.join(PRECISIONS)} (open_clip's names; 'amp' means "
+            "amp_fp16)"
+        )
     return p
+
 
 def low_dtype(precision: str) -> torch.dtype | None:
     "The 16-bit dtype a precision computes in (None for fp32)."
     p = check_precision(precision)
     return None if p == "fp32" else torch.bfloat16 if p.endswith("bf16") else torch.float16
+
 
 def is_pure(precision: str) -> bool:
     "True for `bf16`/`fp16`: the towers' weights themselves are 16-bit (no autocast)."
@@ -46,12 +53,15 @@ def autocast(device, precision: str):
     """The forward-pass context of `precision` on `device`: `torch.autocast` with the right `device_type` and dtype for
     `amp_bf16`/`amp_fp16`, else a no-op (fp32 runs as is; pure bf16/fp16 weights need no autocast)."""
     p = check_precision(precision)
-    if not p.startswith("amp_"): return nullcontext()
+    if not p.startswith("amp_"):
+        return nullcontext()
     return torch.autocast(device_type=torch.device(device).type, dtype=low_dtype(p))
+
 
 def grad_scaler(device, precision: str):
     "A `torch.amp.GradScaler` for `amp_fp16` (fp16 gradients underflow without one, as in open_clip_train); else None."
-    if check_precision(precision) != "amp_fp16": return None
+    if check_precision(precision) != "amp_fp16":
+        return None
     return torch.amp.GradScaler(torch.device(device).type)
 
 # %% ../../nbs/models/00_precision.ipynb #a4da44a0
@@ -61,65 +71,94 @@ def training_forward(device, precision: str):
     kernel of `scaled_dot_product_attention` on a CPU at 16 bits (amp or pure), whose backward is the fast one there."""
     p = check_precision(precision)
     math_attention = torch.device(device).type == "cpu" and p != "fp32"
-    with autocast(device, p), (sdpa_kernel([SDPBackend.MATH]) if math_attention else nullcontext()): yield
+    with autocast(device, p), sdpa_kernel([SDPBackend.MATH]) if math_attention else nullcontext():
+        yield
 
 # %% ../../nbs/models/00_precision.ipynb #bb88fbc9
 class PatchEmbedding(nn.Conv2d):
     "A ViT's patch convolution (kernel = stride, no padding, no bias) that trains at 16 bits on a CPU as a matmul."
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         "`(B, 3, H, W)` images → `(B, width, H/p, W/p)` patch features, as the convolution."
-        if not self.as_matmul(x): return super().forward(x)
+        if not self.as_matmul(x):
+            return super().forward(x)
         B, C, H, W = x.shape
         p = self.kernel_size[0]
         h, w = H // p, W // p
         patches = x.reshape(B, C, h, p, w, p).permute(0, 2, 4, 1, 3, 5).reshape(B, h * w, C * p * p)
-        out = patches @ self.weight.reshape(self.out_channels, -1).T          # (B, h*w, width)
-        return out.reshape(B, h, w, self.out_channels).permute(0, 3, 1, 2)     # (B, width, h, w)
+        out = patches @ self.weight.reshape(self.out_channels, -1).T  # (B, h*w, width)
+        return out.reshape(B, h, w, self.out_channels).permute(0, 3, 1, 2)  # (B, width, h, w)
 
     def as_matmul(self, x: torch.Tensor) -> bool:
         "True when this call trains at 16 bits on a CPU (autocast or 16-bit weights) and the patches tile the image."
         sixteen = torch.is_autocast_enabled("cpu") or self.weight.dtype in (torch.bfloat16, torch.float16)
         p = self.kernel_size[0]
-        return (x.device.type == "cpu" and sixteen and torch.is_grad_enabled() and self.weight.requires_grad
-                and x.shape[-2] % p == 0 and x.shape[-1] % p == 0)
+        return (
+            x.device.type == "cpu"
+            and sixteen
+            and torch.is_grad_enabled()
+            and self.weight.requires_grad
+            and x.shape[-2] % p == 0
+            and x.shape[-1] % p == 0
+        )
+
 
 def matmul_patch_embedding_(visual: nn.Module) -> nn.Module:
     "Make a ViT tower's patch convolution a `PatchEmbedding`, in place (other towers are left as they are)."
     conv = getattr(visual, "conv1", None)
-    if (type(conv) is nn.Conv2d and conv.bias is None and conv.kernel_size == conv.stride
-            and conv.kernel_size[0] == conv.kernel_size[1] and conv.padding == (0, 0) and conv.dilation == (1, 1)
-            and conv.groups == 1):
-        conv.__class__ = PatchEmbedding   # a subclass with no state of its own: same parameter, hooks and state dict
+    if (
+        type(conv) is nn.Conv2d
+        and conv.bias is None
+        and conv.kernel_size == conv.stride
+        and conv.kernel_size[0] == conv.kernel_size[1]
+        and conv.padding == (0, 0)
+        and conv.dilation == (1, 1)
+        and conv.groups == 1
+    ):
+        conv.__class__ = PatchEmbedding  # a subclass with no state of its own: same parameter, hooks and state dict
     return visual
 
 # %% ../../nbs/models/00_precision.ipynb #5a505925
 def _towers(model) -> nn.Module:
-    "The open_clip towers of a `hierbench.models.family.DualEncoder` (`model.clip`, also inside an EMA teacher's `.module`)."
-    while not hasattr(model, "clip") and isinstance(getattr(model, "module", None), nn.Module): model = model.module
+    """The open_clip towers of a `hierbench.models.family.DualEncoder` (`model.clip`, also inside an EMA teacher's
+    `.module`)."""
+    while not hasattr(model, "clip") and isinstance(getattr(model, "module", None), nn.Module):
+        model = model.module
     clip = getattr(model, "clip", None)
     if not isinstance(clip, nn.Module):
-        raise TypeError(f"pure bf16/fp16 casts a model's open_clip towers (`.clip`); {type(model).__name__} has none — "
-                        "use amp_bf16/amp_fp16 (autocast) or fp32")
+        raise TypeError(
+            f"pure bf16/fp16 casts a model's open_clip towers (`.clip`); {type(model).__name__} has none — "
+            "use amp_bf16/amp_fp16 (autocast) or fp32"
+        )
     return clip
+
 
 def _cast_input(module, args):
     w = next((p for p in module.parameters() if p.dtype in (torch.bfloat16, torch.float16)), None)
-    if w is None or not args or not torch.is_tensor(args[0]) or not args[0].is_floating_point(): return None
+    if w is None or not args or not torch.is_tensor(args[0]) or not args[0].is_floating_point():
+        return None
     return (args[0].to(w.dtype), *args[1:])
+
 
 def tower_dtype(model) -> torch.dtype:
     "The dtype the image tower's weights are stored in (bf16/fp16 after `cast_towers_`, else float32)."
-    return next((p.dtype for p in _towers(model).visual.parameters() if p.dtype in (torch.bfloat16, torch.float16)), torch.float32)
+    return next(
+        (p.dtype for p in _towers(model).visual.parameters() if p.dtype in (torch.bfloat16, torch.float16)),
+        torch.float32,
+    )
+
 
 def cast_towers_(model, precision: str):
     """For `bf16`/`fp16`: cast the towers' linear, conv and attention weights in place, as open_clip's
     `convert_weights_to_lp` does (norms, embeddings and the logit scale stay float32), and let the image tower take
     float32 images (cast at its input). The geometry head is not touched. A no-op for fp32 and the amp precisions."""
     p = check_precision(precision)
-    if not is_pure(p): return model
+    if not is_pure(p):
+        return model
     clip = _towers(model)
     have = tower_dtype(model)
-    if have != torch.float32 and have != low_dtype(p): raise SettingsError(f"the towers are already {have}; cannot make them {p}")
+    if have != torch.float32 and have != low_dtype(p):
+        raise SettingsError(f"the towers are already {have}; cannot make them {p}")
     open_clip.model.convert_weights_to_lp(clip, dtype=low_dtype(p))
     if not getattr(clip.visual, "_hierbench_input_cast", False):
         clip.visual.register_forward_pre_hook(_cast_input)
@@ -130,8 +169,11 @@ def cast_towers_(model, precision: str):
 def _autocast_method(fn, device_type: str, dtype: torch.dtype):
     @functools.wraps(fn)
     def wrapped(*args, **kwargs):
-        with torch.autocast(device_type=device_type, dtype=dtype): return fn(*args, **kwargs)
+        with torch.autocast(device_type=device_type, dtype=dtype):
+            return fn(*args, **kwargs)
+
     return wrapped
+
 
 def apply_precision(model, precision: str = "fp32", device=None):
     """Make an inference model run at `precision` (evaluation, the bench's scoring): pure bf16/fp16 casts the towers
@@ -140,11 +182,13 @@ def apply_precision(model, precision: str = "fp32", device=None):
     p = check_precision(precision)
     if getattr(model, "precision", "fp32") not in ("fp32", p):
         raise SettingsError(f"the model already runs at {model.precision}; load it again for {p}")
-    if is_pure(p): cast_towers_(model, p)
+    if is_pure(p):
+        cast_towers_(model, p)
     elif p.startswith("amp_") and getattr(model, "precision", "fp32") != p:
         dev = torch.device(device) if device is not None else next(model.parameters()).device
         for name in ("encode_image", "encode_text", "image_features", "text_features"):
-            if callable(getattr(model, name, None)): setattr(model, name, _autocast_method(getattr(model, name), dev.type, low_dtype(p)))
+            if callable(getattr(model, name, None)):
+                setattr(model, name, _autocast_method(getattr(model, name), dev.type, low_dtype(p)))
     model.precision = p
     return model
 
@@ -152,15 +196,21 @@ def apply_precision(model, precision: str = "fp32", device=None):
 def legacy_amp_precision(amp: bool, device: str = "auto") -> str:
     """The precision an old `config.json` with `"amp": true/false` actually ran at: bf16 autocast on CUDA only
     (the trainer before issue 27), so fp32 on a CPU run whatever `amp` said."""
-    if not amp: return "fp32"
+    if not amp:
+        return "fp32"
     cuda = str(device).startswith("cuda") or (str(device) == "auto" and torch.cuda.is_available())
     return "amp_bf16" if cuda else "fp32"
+
 
 def describe_precision(precision: str, device) -> str:
     "One line for the settings print and the records: what computes in which format."
     p, dev = check_precision(precision), torch.device(device).type
-    if p == "fp32": return f"fp32 on {dev}"
+    if p == "fp32":
+        return f"fp32 on {dev}"
     d = "bf16" if p.endswith("bf16") else "fp16"
-    how = f"{d} autocast on {dev}" + (" with a gradient scaler" if p == "amp_fp16" else "") if p.startswith("amp_") \
+    how = (
+        f"{d} autocast on {dev}" + (" with a gradient scaler" if p == "amp_fp16" else "")
+        if p.startswith("amp_")
         else f"{d} tower weights on {dev}"
+    )
     return f"{p} ({how}; geometry and heads float32)"

@@ -1,4 +1,6 @@
-"""One contract for every model a benchmark scores — encode texts, encode images, the similarity in the model's own geometry — and adapters for the encoders researchers have: open_clip checkpoints, Hugging Face CLIP/SigLIP, sentence-transformers and other text encoders, hierbench runs.
+"""One contract for every model a benchmark scores — encode texts, encode images, the similarity in
+the model's own geometry — and adapters for the encoders researchers have: open_clip checkpoints,
+Hugging Face CLIP/SigLIP, sentence-transformers and other text encoders, hierbench runs.
 
 Docs: https://hierbench.github.io/hierbench/models/scorers.html.md"""
 
@@ -6,13 +8,32 @@ Docs: https://hierbench.github.io/hierbench/models/scorers.html.md"""
 
 # %% ../../nbs/models/08_scorers.ipynb #89f81316
 from __future__ import annotations
-import math, os
+import math
 from pathlib import Path
 from typing import Callable, Protocol, Sequence, runtime_checkable
 
 import torch
 import torch.nn.functional as F
 from ..config import HierbenchError, MissingFileError, SettingsError
+
+# %% auto #0
+__all__ = [
+    "MERU_VIT_HEADS",
+    "SCORER_KINDS",
+    "SimilarityHead",
+    "Scorer",
+    "ImagesUnsupported",
+    "has_images",
+    "skipped",
+    "CosineHead",
+    "TextScorer",
+    "sentence_transformers_scorer",
+    "hf_text_scorer",
+    "HFClipScorer",
+    "meru_state_dict",
+    "load_meru_checkpoint",
+    "load_scorer",
+]
 
 # %% auto #0
 __all__ = ['MERU_VIT_HEADS', 'SCORER_KINDS', 'SimilarityHead', 'Scorer', 'ImagesUnsupported', 'has_images', 'skipped',
@@ -23,81 +44,115 @@ __all__ = ['MERU_VIT_HEADS', 'SCORER_KINDS', 'SimilarityHead', 'Scorer', 'Images
 @runtime_checkable
 class SimilarityHead(Protocol):
     "The similarity of a model in its own geometry."
-    geometry: str                                                         # 'euclidean' | 'lorentz'
+
+    geometry: str  # 'euclidean' | 'lorentz'
+
     def pairwise_sim(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor: ...  # (N,D),(M,D) -> (N,M)
-    def rowwise_sim(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor: ...   # (N,D),(N,D) -> (N,)
+    def rowwise_sim(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor: ...  # (N,D),(N,D) -> (N,)
+
 
 @runtime_checkable
 class Scorer(Protocol):
-    """What every protocol of `hierbench.evaluation.world_eval` and `hierbench.evaluation.benchmarks` takes: texts and (unless `has_images` is False) images to
-    embeddings, and `head`, the similarity in the embeddings' own geometry. `hierbench.models.family.DualEncoder` is one;
+    """What every protocol of `hierbench.evaluation.world_eval` and `hierbench.evaluation.benchmarks` takes: texts and
+    (unless `has_images` is False) images to
+    embeddings, and `head`, the similarity in the embeddings' own geometry. `hierbench.models.family.DualEncoder` is
+    one;
     the adapters below make the encoders researchers have into others."""
+
     head: SimilarityHead
     has_images: bool
-    def encode_text(self, texts: Sequence[str]) -> torch.Tensor: ...      # (N, D)
-    def encode_image(self, images: torch.Tensor) -> torch.Tensor: ...     # (N, 3, S, S) normalised -> (N, D)
+
+    def encode_text(self, texts: Sequence[str]) -> torch.Tensor: ...  # (N, D)
+    def encode_image(self, images: torch.Tensor) -> torch.Tensor: ...  # (N, 3, S, S) normalised -> (N, D)
+
 
 class ImagesUnsupported(HierbenchError, NotImplementedError):
     "A text-only scorer was asked to embed images."
+
 
 def has_images(model) -> bool:
     "Whether `model` embeds images (models without the attribute are image-text models)."
     return bool(getattr(model, "has_images", True))
 
+
 def skipped(protocol: str, model, needs: str = "images") -> str:
     "The one line a protocol prints when a text-only model cannot run it."
-    return f"{protocol}: skipped — {getattr(model, 'name', type(model).__name__)} is a text-only model (the protocol needs {needs})"
+    return (
+        f"{protocol}: skipped — {getattr(model, 'name', type(model).__name__)} is a text-only model (the protocol "
+        f"needs {needs})"
+    )
 
 # %% ../../nbs/models/08_scorers.ipynb #2d5d29dd
 class CosineHead:
     """Cosine similarity: embeddings are L2-normalised *here*, so an encoder that does not normalise its outputs
     (most text encoders) is scored correctly — a plain dot product would rank long vectors first."""
+
     geometry = "euclidean"
+
     def pairwise_sim(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return F.normalize(a.float(), dim=-1) @ F.normalize(b.float(), dim=-1).T
+
     def rowwise_sim(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return (F.normalize(a.float(), dim=-1) * F.normalize(b.float(), dim=-1)).sum(-1)
 
 # %% ../../nbs/models/08_scorers.ipynb #e8f66146
 class TextScorer:
     "A text-only scorer from `encode(texts) -> (N, D)`; cosine similarity; `encode_image` refuses."
+
     has_images = False
+
     def __init__(self, encode: Callable[[list[str]], torch.Tensor], name: str = "text encoder"):
         self._encode, self.name, self.head = encode, name, CosineHead()
+
     def encode_text(self, texts: Sequence[str]) -> torch.Tensor:
-        if isinstance(texts, str): raise TypeError("encode_text expects a list of strings, got a single str")
+        if isinstance(texts, str):
+            raise TypeError("encode_text expects a list of strings, got a single str")
         return torch.as_tensor(self._encode(list(texts))).float()
+
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:
         raise ImagesUnsupported(f"{self.name} is a text-only model: it cannot embed images")
-    def eval(self): return self
-    def __repr__(self): return f"TextScorer({self.name})"
+
+    def eval(self):
+        return self
+
+    def __repr__(self):
+        return f"TextScorer({self.name})"
+
 
 def _local_dir(path) -> Path:
     p = Path(path)
-    if not p.is_dir(): raise MissingFileError(f"model folder not found: {p} (hierbench loads local folders only; it never downloads)")
+    if not p.is_dir():
+        raise MissingFileError(f"model folder not found: {p} (hierbench loads local folders only; it never downloads)")
     return p
+
 
 def sentence_transformers_scorer(path: str | Path, device: str = "cpu", batch_size: int = 64) -> TextScorer:
     "A sentence-transformers model from a local folder as a text-only scorer (raw, un-normalised outputs + cosine)."
     from sentence_transformers import SentenceTransformer
+
     p = _local_dir(path)
     st = SentenceTransformer(str(p), device=device, local_files_only=True)
-    enc = lambda texts: st.encode(texts, batch_size=batch_size, convert_to_tensor=True, normalize_embeddings=False,
-                                  show_progress_bar=False).cpu()
+    enc = lambda texts: st.encode(
+        texts, batch_size=batch_size, convert_to_tensor=True, normalize_embeddings=False, show_progress_bar=False
+    ).cpu()
     return TextScorer(enc, f"sentence-transformers:{p.name}")
+
 
 def hf_text_scorer(path: str | Path, device: str = "cpu", max_length: int = 77) -> TextScorer:
     "A Hugging Face text encoder (`AutoModel`) from a local folder: attention-masked mean of the last hidden states."
     from transformers import AutoModel, AutoTokenizer
+
     p = _local_dir(path)
     tok = AutoTokenizer.from_pretrained(str(p), local_files_only=True)
     model = AutoModel.from_pretrained(str(p), local_files_only=True).to(device).eval()
+
     @torch.no_grad()
     def enc(texts):
         b = tok(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt").to(device)
         h = model(**b).last_hidden_state
         m = b["attention_mask"].unsqueeze(-1).to(h.dtype)
         return ((h * m).sum(1) / m.sum(1).clamp(min=1)).cpu()
+
     return TextScorer(enc, f"hf-text:{p.name}")
 
 # %% ../../nbs/models/08_scorers.ipynb #37c017ed
@@ -105,20 +160,28 @@ def _side(size) -> int:
     "The square input side of an image processor's `crop_size`/`size` (a dict, a transformers SizeDict or an int)."
     for key in ("height", "shortest_edge"):
         v = size.get(key) if isinstance(size, dict) else getattr(size, key, None)
-        if v: return int(v)
+        if v:
+            return int(v)
     return int(size) if isinstance(size, (int, float)) else 224
+
 
 class HFClipScorer(torch.nn.Module):
     """A Hugging Face CLIP or SigLIP (`transformers` `CLIPModel` / `SiglipModel`) from a local folder: its text and
-    image features, cosine similarity, and its own image size and normalisation for `hierbench.evaluation.encoding`'s preprocessing."""
+    image features, cosine similarity, and its own image size and normalisation for `hierbench.evaluation.encoding`'s
+    preprocessing."""
+
     has_images = True
+
     def __init__(self, path: str | Path, device: str = "cpu"):
         super().__init__()
         from transformers import AutoImageProcessor, AutoModel, AutoTokenizer
+
         p = _local_dir(path)
         self.model = AutoModel.from_pretrained(str(p), local_files_only=True).to(device).eval()
         if not hasattr(self.model, "get_text_features") or not hasattr(self.model, "get_image_features"):
-            raise SettingsError(f"{p}: {type(self.model).__name__} is not a dual encoder (no get_text_features/get_image_features)")
+            raise SettingsError(
+                f"{p}: {type(self.model).__name__} is not a dual encoder (no get_text_features/get_image_features)"
+            )
         self.tokenizer = AutoTokenizer.from_pretrained(str(p), local_files_only=True)
         ip = AutoImageProcessor.from_pretrained(str(p), local_files_only=True)
         size = getattr(ip, "crop_size", None) or getattr(ip, "size", None) or {}
@@ -133,8 +196,9 @@ class HFClipScorer(torch.nn.Module):
     @torch.no_grad()
     def encode_text(self, texts: Sequence[str]) -> torch.Tensor:
         dev = next(self.model.parameters()).device
-        b = self.tokenizer(list(texts), padding=self._padding, truncation=True, max_length=self.max_length,
-                           return_tensors="pt").to(dev)
+        b = self.tokenizer(
+            list(texts), padding=self._padding, truncation=True, max_length=self.max_length, return_tensors="pt"
+        ).to(dev)
         out = self.model.get_text_features(**{k: v for k, v in b.items() if k in ("input_ids", "attention_mask")})
         return getattr(out, "pooler_output", out).float()
 
@@ -144,16 +208,30 @@ class HFClipScorer(torch.nn.Module):
         return getattr(out, "pooler_output", out).float()
 
 # %% ../../nbs/models/08_scorers.ipynb #44019a74
-MERU_VIT_HEADS = {384: 12, 768: 12, 1024: 16}   # MERU's ViT-S (MoCo-v3's small, 12 heads), ViT-B, ViT-L
+MERU_VIT_HEADS = {384: 12, 768: 12, 1024: 16}  # MERU's ViT-S (MoCo-v3's small, 12 heads), ViT-B, ViT-L
+
 
 def _meru_weights(path: Path) -> dict:
     from hierbench.models.family import read_state_dict
-    sd = read_state_dict(path)     # safetensors or torch.load(weights_only=True), {"model": ...} and "module." unwrapped
-    need = ["visual.cls_token", "visual.pos_embed", "visual.patch_embed.proj.weight", "visual_proj.weight",
-            "textual.token_embed.weight", "textual.posit_embed", "textual_proj.weight", "logit_scale"]
+
+    sd = read_state_dict(path)  # safetensors or torch.load(weights_only=True), {"model": ...} and "module." unwrapped
+    need = [
+        "visual.cls_token",
+        "visual.pos_embed",
+        "visual.patch_embed.proj.weight",
+        "visual_proj.weight",
+        "textual.token_embed.weight",
+        "textual.posit_embed",
+        "textual_proj.weight",
+        "logit_scale",
+    ]
     missing = [k for k in need if k not in sd]
-    if missing: raise SettingsError(f"{path}: not a MERU/HyCoCLIP checkpoint (missing {missing[:4]}); keys look like {sorted(sd)[:4]}")
+    if missing:
+        raise SettingsError(
+            f"{path}: not a MERU/HyCoCLIP checkpoint (missing {missing[:4]}); keys look like {sorted(sd)[:4]}"
+        )
     return sd
+
 
 def meru_state_dict(sd: dict, vision_heads: int | None = None, text_heads: int | None = None) -> tuple[dict, dict]:
     "(open_clip architecture, hierbench `DualEncoder` state dict) from a MERU/HyCoCLIP state dict (see above)."
@@ -162,59 +240,101 @@ def meru_state_dict(sd: dict, vision_heads: int | None = None, text_heads: int |
     grid = math.isqrt(sd["visual.pos_embed"].shape[1] - 1)
     Wt, V = sd["textual.token_embed.weight"].shape[1], sd["textual.token_embed.weight"].shape[0]
     Lt = len({k.split(".")[2] for k in sd if k.startswith("textual.resblocks.")})
-    hv = vision_heads or MERU_VIT_HEADS.get(int(W), max(1, W // 64)); ht = text_heads or max(1, Wt // 64)
+    hv = vision_heads or MERU_VIT_HEADS.get(int(W), max(1, W // 64))
+    ht = text_heads or max(1, Wt // 64)
     mean = tuple(float(v) for v in sd.get("pixel_mean", torch.tensor([0.485, 0.456, 0.406])).flatten())
     std = tuple(float(v) for v in sd.get("pixel_std", torch.tensor([0.229, 0.224, 0.225])).flatten())
-    arch = {"embed_dim": int(sd["visual_proj.weight"].shape[0]), "quick_gelu": False,
-            "vision_cfg": {"image_size": int(grid * patch), "patch_size": int(patch), "width": int(W), "layers": depth,
-                           "head_width": int(W // hv), "mlp_ratio": sd["visual.blocks.0.mlp.fc1.weight"].shape[0] / W,
-                           "no_ln_pre": True},
-            "text_cfg": {"context_length": int(sd["textual.posit_embed"].shape[0]), "vocab_size": int(V), "width": int(Wt),
-                         "heads": int(ht), "layers": Lt},
-            "preprocess_cfg": {"mean": list(mean), "std": list(std)}}
-    out = {"clip.visual.conv1.weight": sd["visual.patch_embed.proj.weight"],
-           "clip.visual.class_embedding": sd["visual.cls_token"].reshape(W)}
+    arch = {
+        "embed_dim": int(sd["visual_proj.weight"].shape[0]),
+        "quick_gelu": False,
+        "vision_cfg": {
+            "image_size": int(grid * patch),
+            "patch_size": int(patch),
+            "width": int(W),
+            "layers": depth,
+            "head_width": int(W // hv),
+            "mlp_ratio": sd["visual.blocks.0.mlp.fc1.weight"].shape[0] / W,
+            "no_ln_pre": True,
+        },
+        "text_cfg": {
+            "context_length": int(sd["textual.posit_embed"].shape[0]),
+            "vocab_size": int(V),
+            "width": int(Wt),
+            "heads": int(ht),
+            "layers": Lt,
+        },
+        "preprocess_cfg": {"mean": list(mean), "std": list(std)},
+    }
+    out = {
+        "clip.visual.conv1.weight": sd["visual.patch_embed.proj.weight"],
+        "clip.visual.class_embedding": sd["visual.cls_token"].reshape(W),
+    }
     pos = sd["visual.pos_embed"][0].clone()
-    pos[1:] += sd["visual.patch_embed.proj.bias"]          # conv(x) + b + pos  ==  conv(x) + (pos + b): patch tokens only
+    pos[1:] += sd["visual.patch_embed.proj.bias"]  # conv(x) + b + pos  ==  conv(x) + (pos + b): patch tokens only
     out["clip.visual.positional_embedding"] = pos
-    vmap = {"norm1": "ln_1", "attn.qkv": "attn.in_proj", "attn.proj": "attn.out_proj", "norm2": "ln_2", "mlp.fc1": "mlp.c_fc",
-            "mlp.fc2": "mlp.c_proj"}
+    vmap = {
+        "norm1": "ln_1",
+        "attn.qkv": "attn.in_proj",
+        "attn.proj": "attn.out_proj",
+        "norm2": "ln_2",
+        "mlp.fc1": "mlp.c_fc",
+        "mlp.fc2": "mlp.c_proj",
+    }
     for i in range(depth):
         for src, dst in vmap.items():
             for p in ("weight", "bias"):
                 key = f"clip.visual.transformer.resblocks.{i}.{dst}{'_' if dst == 'attn.in_proj' else '.'}{p}"
                 out[key] = sd[f"visual.blocks.{i}.{src}.{p}"]
-    out["clip.visual.ln_post.weight"], out["clip.visual.ln_post.bias"] = sd["visual.norm.weight"], sd["visual.norm.bias"]
+    out["clip.visual.ln_post.weight"], out["clip.visual.ln_post.bias"] = (
+        sd["visual.norm.weight"],
+        sd["visual.norm.bias"],
+    )
     out["clip.visual.proj"] = sd["visual_proj.weight"].T.contiguous()
     out["clip.token_embedding.weight"] = sd["textual.token_embed.weight"]
     out["clip.positional_embedding"] = sd["textual.posit_embed"]
     for k, v in sd.items():
-        if k.startswith("textual.resblocks."): out["clip.transformer." + k.removeprefix("textual.")] = v
+        if k.startswith("textual.resblocks."):
+            out["clip.transformer." + k.removeprefix("textual.")] = v
     out["clip.ln_final.weight"], out["clip.ln_final.bias"] = sd["textual.ln_final.weight"], sd["textual.ln_final.bias"]
     out["clip.text_projection"] = sd["textual_proj.weight"].T.contiguous()
     out["clip.logit_scale"] = sd["logit_scale"].reshape(())
-    out["head.log_curv"] = sd.get("curv", torch.tensor(0.0)).reshape(())          # CLIP baselines of MERU's code: c = 1
+    out["head.log_curv"] = sd.get("curv", torch.tensor(0.0)).reshape(())  # CLIP baselines of MERU's code: c = 1
     out["head.log_alpha_image"] = sd.get("visual_alpha", torch.tensor(0.0)).reshape(())
     out["head.log_alpha_text"] = sd.get("textual_alpha", torch.tensor(0.0)).reshape(())
     return arch, out
 
-def load_meru_checkpoint(path: str | Path, vision_heads: int | None = None, text_heads: int | None = None,
-                         name: str = "meru", curv_init: float = 1.0):
+
+def load_meru_checkpoint(
+    path: str | Path,
+    vision_heads: int | None = None,
+    text_heads: int | None = None,
+    name: str = "meru",
+    curv_init: float = 1.0,
+):
     "A hierbench Lorentz `DualEncoder` holding an official MERU / HyCoCLIP checkpoint (`curv_init`: its training's c₀)."
     from hierbench.models.family import model_from_config
+
     path = Path(path)
-    if not path.is_file(): raise MissingFileError(f"checkpoint not found: {path}")
+    if not path.is_file():
+        raise MissingFileError(f"checkpoint not found: {path}")
     arch, state = meru_state_dict(_meru_weights(path), vision_heads, text_heads)
-    config = {"format": 1, "name": f"{name}:{path.name}", "geometry": "lorentz", "arch": arch,
-              "head": {"curv_init": float(curv_init), "learn_curv": True},
-              "preprocess": {"image_size": arch["vision_cfg"]["image_size"], **arch["preprocess_cfg"]},
-              "checkpoint": str(path), "openai_derived": False}
+    config = {
+        "format": 1,
+        "name": f"{name}:{path.name}",
+        "geometry": "lorentz",
+        "arch": arch,
+        "head": {"curv_init": float(curv_init), "learn_curv": True},
+        "preprocess": {"image_size": arch["vision_cfg"]["image_size"], **arch["preprocess_cfg"]},
+        "checkpoint": str(path),
+        "openai_derived": False,
+    }
     model = model_from_config(config)
     model.load_state_dict({k: v.float() for k, v in state.items()}, strict=True)
     return model.eval()
 
 # %% ../../nbs/models/08_scorers.ipynb #8ed4010f
 SCORER_KINDS = ("hierbench", "open_clip", "hf", "st", "hf-text", "meru", "hycoclip", "onnx")
+
 
 def load_scorer(spec: str, device: str = "cpu", geometry: str = "euclidean", quick_gelu: bool | None = None):
     """A scorer from `KIND:PATH`: `hierbench:RUN_OR_FILE` (a hierbench run or saved model), `open_clip:ARCH@FILE`
@@ -224,23 +344,33 @@ def load_scorer(spec: str, device: str = "cpu", geometry: str = "euclidean", qui
     folder, run by onnxruntime: `hierbench.models.onnx_export.OnnxScorer`)."""
     kind, sep, loc = str(spec).partition(":")
     if not sep or kind not in SCORER_KINDS or not loc:
-        raise SettingsError(f"--model {spec!r}: expected KIND:PATH with KIND one of {SCORER_KINDS} "
-                         "(e.g. open_clip:ViT-B-32-quickgelu@weights.safetensors, st:models/all-MiniLM-L6-v2)")
+        raise SettingsError(
+            f"--model {spec!r}: expected KIND:PATH with KIND one of {SCORER_KINDS} "
+            "(e.g. open_clip:ViT-B-32-quickgelu@weights.safetensors, st:models/all-MiniLM-L6-v2)"
+        )
     if kind == "hierbench":
         from hierbench.models.family import load_model
+
         p = Path(loc)
         p = p / "model.safetensors" if p.is_dir() else p
-        if not p.is_file(): raise MissingFileError(f"hierbench model not found: {p}")
+        if not p.is_file():
+            raise MissingFileError(f"hierbench model not found: {p}")
         return load_model(p, map_location=device)
     if kind == "open_clip":
         arch, at, file = loc.partition("@")
-        if not at or not arch or not file: raise SettingsError(f"--model {spec!r}: open_clip needs ARCH@FILE")
+        if not at or not arch or not file:
+            raise SettingsError(f"--model {spec!r}: open_clip needs ARCH@FILE")
         from hierbench.models.family import create_model
+
         return create_model(arch, geometry=geometry, checkpoint=file, force_quick_gelu=quick_gelu).to(device)
-    if kind in ("meru", "hycoclip"): return load_meru_checkpoint(loc, name=kind).to(device)
-    if kind == "onnx":   # imported here: onnxruntime is the [onnx] extra
+    if kind in ("meru", "hycoclip"):
+        return load_meru_checkpoint(loc, name=kind).to(device)
+    if kind == "onnx":  # imported here: onnxruntime is the [onnx] extra
         from hierbench.models.onnx_export import OnnxScorer
+
         return OnnxScorer(loc)
-    if kind == "hf": return HFClipScorer(loc, device)
-    if kind == "st": return sentence_transformers_scorer(loc, device)
+    if kind == "hf":
+        return HFClipScorer(loc, device)
+    if kind == "st":
+        return sentence_transformers_scorer(loc, device)
     return hf_text_scorer(loc, device)

@@ -1,4 +1,5 @@
-"""The architectures hierbench names (`ARCHS`) or open_clip knows, built as open_clip towers; the text tower's pooled state; the tokenizers.
+"""The architectures hierbench names (`ARCHS`) or open_clip knows, built as open_clip towers; the
+text tower's pooled state; the tokenizers.
 
 Docs: https://hierbench.github.io/hierbench/models/towers.html.md"""
 
@@ -25,20 +26,37 @@ __all__ = ['WORLD_IMAGE_SIZE', 'WORLD_CONTEXT_LENGTH', 'ARCHS', 'DEFAULT_PRESET'
            'WordLevelTokenizer', 'make_tokenizer']
 
 # %% ../../nbs/models/01_towers.ipynb #7686589f
-WORLD_IMAGE_SIZE = 64     # the synthetic world's image side (px)
-WORLD_CONTEXT_LENGTH = 20 # longest world text: 17 words + start and end tokens (word-level tokenizer)
+WORLD_IMAGE_SIZE = 64  # the synthetic world's image side (px)
+WORLD_CONTEXT_LENGTH = 20  # longest world text: 17 words + start and end tokens (word-level tokenizer)
 
-def _world_preset(width: int, layers: int, heads: int, embed_dim: int, resnet_width: int | None = None,
-                  resnet_layers: tuple = (1, 1, 1, 1), image_readout: str = "attention") -> dict:
+
+def _world_preset(
+    width: int,
+    layers: int,
+    heads: int,
+    embed_dim: int,
+    resnet_width: int | None = None,
+    resnet_layers: tuple = (1, 1, 1, 1),
+    image_readout: str = "attention",
+) -> dict:
     if resnet_width is None:
         # a ViT: patch 16 on 64 px -> 16 patches + CLS token; head_width sets the number of heads (width // head_width)
-        vision = {"image_size": WORLD_IMAGE_SIZE, "patch_size": 16, "width": width, "layers": layers,
-                  "head_width": width // heads}
+        vision = {
+            "image_size": WORLD_IMAGE_SIZE,
+            "patch_size": 16,
+            "width": width,
+            "layers": layers,
+            "head_width": width // heads,
+        }
     else:
         # open_clip's ModifiedResNet (CLIP's RN towers): 3-conv stem, 4 bottleneck stages, attention pooling over
         # the last (image_size/32)² map; `width` is the stem width, the last stage has 32·width channels
-        vision = {"image_size": WORLD_IMAGE_SIZE, "layers": list(resnet_layers), "width": resnet_width,
-                  "head_width": resnet_width}
+        vision = {
+            "image_size": WORLD_IMAGE_SIZE,
+            "layers": list(resnet_layers),
+            "width": resnet_width,
+            "head_width": resnet_width,
+        }
     # a non-default image readout is a key of its own (popped by `build_open_clip`): presets that keep open_clip's
     # attention pooling have exactly the config dict they always had, so their saved runs stay today's architecture
     readout = {} if image_readout == "attention" else {"image_readout": image_readout}
@@ -48,12 +66,19 @@ def _world_preset(width: int, layers: int, heads: int, embed_dim: int, resnet_wi
         "quick_gelu": False,
         "vision_cfg": vision,
         # pad + unk + 39 words + start + end; the end token has the largest id, as open_clip's argmax pooling expects
-        "text_cfg": {"context_length": WORLD_CONTEXT_LENGTH, "vocab_size": len(WORLD_LEXICON) + 4, "width": width,
-                     "heads": heads, "layers": layers},
+        "text_cfg": {
+            "context_length": WORLD_CONTEXT_LENGTH,
+            "vocab_size": len(WORLD_LEXICON) + 4,
+            "width": width,
+            "heads": heads,
+            "layers": layers,
+        },
         "world_vocab": list(WORLD_LEXICON),
-        # world images are normalised [0,1] -> [-1,1] (hierbench.data.batch.WORLD_MEAN/WORLD_STD), not with CLIP's statistics
+        # world images are normalised [0,1] -> [-1,1] (hierbench.data.batch.WORLD_MEAN/WORLD_STD), not with CLIP's
+        # statistics
         "preprocess_cfg": {"mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5]},
     }
+
 
 ARCHS: dict[str, dict] = {
     # smoke tests and notebooks: a one-layer ViT (no BatchNorm: exact multi-process equality tests)
@@ -68,108 +93,152 @@ ARCHS: dict[str, dict] = {
     "world-tiny-vit": _world_preset(width=64, layers=2, heads=2, embed_dim=64),
     # world-tiny with a readout that keeps where things are (`FlattenReadout`: the last 2x2 map flattened and
     # projected) instead of attention pooling, whose embedding hardly says where an object is; not the default
-    "world-tiny-flat": _world_preset(width=64, layers=2, heads=2, embed_dim=64, resnet_width=8, image_readout="flatten"),
+    "world-tiny-flat": _world_preset(
+        width=64, layers=2, heads=2, embed_dim=64, resnet_width=8, image_readout="flatten"
+    ),
     # more capacity for GPU runs (`compare --budget full`): a 2x wider ResNet with 2 blocks per stage, text width 128
-    "world-small": _world_preset(width=128, layers=4, heads=4, embed_dim=128, resnet_width=16, resnet_layers=(2, 2, 2, 2)),
+    "world-small": _world_preset(
+        width=128, layers=4, heads=4, embed_dim=128, resnet_width=16, resnet_layers=(2, 2, 2, 2)
+    ),
     # CPU tests and demos of the real-data path: open_clip's BPE tokenizer and CLIP normalisation on a tiny ViT
     # (64 px, patch 16; 32-token context) — what a real architecture such as ViT-B-32 looks like, in miniature
-    "real-tiny": {"embed_dim": 64, "quick_gelu": False,
-                  "vision_cfg": {"image_size": 64, "patch_size": 16, "width": 64, "layers": 2, "head_width": 32},
-                  "text_cfg": {"context_length": 32, "vocab_size": 49408, "width": 64, "heads": 2, "layers": 2}},
+    "real-tiny": {
+        "embed_dim": 64,
+        "quick_gelu": False,
+        "vision_cfg": {"image_size": 64, "patch_size": 16, "width": 64, "layers": 2, "head_width": 32},
+        "text_cfg": {"context_length": 32, "vocab_size": 49408, "width": 64, "heads": 2, "layers": 2},
+    },
 }
 DEFAULT_PRESET = "world-tiny"
 
 # %% ../../nbs/models/01_towers.ipynb #df19cee8
 def resolve_architecture(preset_or_name: str, **overrides) -> dict:
     "A fresh open_clip config dict for a preset or an open_clip architecture name, with `overrides` applied."
-    if preset_or_name in ARCHS: arch = copy.deepcopy(ARCHS[preset_or_name])
+    if preset_or_name in ARCHS:
+        arch = copy.deepcopy(ARCHS[preset_or_name])
     else:
         if str(preset_or_name).startswith("hf-hub:"):
-            raise SettingsError(f"model {preset_or_name!r}: 'hf-hub:' architectures download their config; hierbench "
-                             "never downloads. Save the config locally and use 'local-dir:PATH' or a registered name.")
+            raise SettingsError(
+                f"model {preset_or_name!r}: 'hf-hub:' architectures download their config; hierbench "
+                "never downloads. Save the config locally and use 'local-dir:PATH' or a registered name."
+            )
         lookup = preset_or_name if preset_or_name.startswith("local-dir:") else preset_or_name.replace("/", "-")
         arch = open_clip.get_model_config(lookup)  # open_clip accepts the 'ViT-B/32' spelling too
         if arch is None:
-            raise SettingsError(f"unknown model {preset_or_name!r}: not a hierbench preset {sorted(ARCHS)} and not an "
-                             "open_clip architecture (see open_clip.list_models(); register a JSON config with "
-                             "open_clip.add_model_config)")
+            raise SettingsError(
+                f"unknown model {preset_or_name!r}: not a hierbench preset {sorted(ARCHS)} and not an "
+                "open_clip architecture (see open_clip.list_models(); register a JSON config with "
+                "open_clip.add_model_config)"
+            )
         arch = copy.deepcopy(arch)
     if "multimodal_cfg" in arch:
-        raise SettingsError(f"model {preset_or_name!r} is a CoCa-style captioner (multimodal_cfg); only dual encoders "
-                         "are supported")
+        raise SettingsError(
+            f"model {preset_or_name!r} is a CoCa-style captioner (multimodal_cfg); only dual encoders are supported"
+        )
     for key, value in overrides.items():
-        if key == "image_size": arch["vision_cfg"]["image_size"] = value
-        elif key == "context_length": arch["text_cfg"]["context_length"] = value
+        if key == "image_size":
+            arch["vision_cfg"]["image_size"] = value
+        elif key == "context_length":
+            arch["text_cfg"]["context_length"] = value
         elif key in ("vision_cfg", "text_cfg"):
-            if not isinstance(value, dict): raise TypeError(f"override {key} must be a dict, got {type(value).__name__}")
+            if not isinstance(value, dict):
+                raise TypeError(f"override {key} must be a dict, got {type(value).__name__}")
             arch[key].update(value)
-        elif key in arch or key in ("quick_gelu", "custom_text", "init_logit_bias", "preprocess_cfg", "world_vocab",
-                                      "image_readout"): arch[key] = value
+        elif key in arch or key in (
+            "quick_gelu",
+            "custom_text",
+            "init_logit_bias",
+            "preprocess_cfg",
+            "world_vocab",
+            "image_readout",
+        ):
+            arch[key] = value
         else:
-            raise SettingsError(f"unknown override {key!r} for model {preset_or_name!r}; allowed: image_size, "
-                             f"context_length, {sorted(set(arch) | {'quick_gelu'})}")
+            raise SettingsError(
+                f"unknown override {key!r} for model {preset_or_name!r}; allowed: image_size, "
+                f"context_length, {sorted(set(arch) | {'quick_gelu'})}"
+            )
     return arch
 
 # %% ../../nbs/models/01_towers.ipynb #84710917
 IMAGE_READOUTS = ("attention", "flatten")
+
 
 class FlattenReadout(nn.Module):
     """A ResNet image tower's last feature map (N, C, H, W) flattened and projected to the embedding: one weight per
     channel *and cell*, so where a feature sits changes the embedding from the first step. open_clip's attention
     pooling starts from near-uniform attention over the cells — an average, blind to position — and contrastive
     training on the world leaves it nearly so (`hierbench.evaluation.world_eval.position_readout`)."""
+
     def __init__(self, channels: int, cells: int, out_dim: int):
         super().__init__()
         self.proj = nn.Linear(channels * cells, out_dim)
-    def forward(self, x: torch.Tensor) -> torch.Tensor: return self.proj(x.flatten(1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(x.flatten(1))
 
 # %% ../../nbs/models/01_towers.ipynb #9f12bf7f
 def build_open_clip(arch: dict) -> nn.Module:
     "A randomly initialised open_clip `CLIP`/`CustomTextCLIP` from a config dict (never downloads weights)."
     cfg = copy.deepcopy(arch)
     cfg.pop("preprocess_cfg", None)
-    cfg.pop("world_vocab", None)   # the tokenizer's business (`make_tokenizer`), not open_clip's
+    cfg.pop("world_vocab", None)  # the tokenizer's business (`make_tokenizer`), not open_clip's
     readout = cfg.pop("image_readout", "attention")
-    if readout not in IMAGE_READOUTS: raise SettingsError(f"image_readout must be one of {IMAGE_READOUTS}, got {readout!r}")
-    if "timm_model_name" in cfg["vision_cfg"]: cfg["vision_cfg"]["timm_model_pretrained"] = False
+    if readout not in IMAGE_READOUTS:
+        raise SettingsError(f"image_readout must be one of {IMAGE_READOUTS}, got {readout!r}")
+    if "timm_model_name" in cfg["vision_cfg"]:
+        cfg["vision_cfg"]["timm_model_pretrained"] = False
     is_hf_text = "hf_model_name" in cfg["text_cfg"]
-    if is_hf_text: cfg["text_cfg"]["hf_model_pretrained"] = False
+    if is_hf_text:
+        cfg["text_cfg"]["hf_model_pretrained"] = False
     custom_text = cfg.pop("custom_text", False) or is_hf_text
     cls = open_clip.CustomTextCLIP if custom_text else open_clip.CLIP
     clip = cls(**cfg)
     if readout == "flatten":
         pool = getattr(clip.visual, "attnpool", None)
-        if pool is None: raise SettingsError("image_readout 'flatten' replaces the attention pooling of a ResNet image tower "
-                                          f"(open_clip's ModifiedResNet); this tower is {type(clip.visual).__name__}")
-        clip.visual.attnpool = FlattenReadout(pool.k_proj.in_features, pool.positional_embedding.shape[0] - 1,
-                                              pool.c_proj.out_features)
+        if pool is None:
+            raise SettingsError(
+                "image_readout 'flatten' replaces the attention pooling of a ResNet image tower "
+                f"(open_clip's ModifiedResNet); this tower is {type(clip.visual).__name__}"
+            )
+        clip.visual.attnpool = FlattenReadout(
+            pool.k_proj.in_features, pool.positional_embedding.shape[0] - 1, pool.c_proj.out_features
+        )
     # convolutional towers run in channels-last layout: faster on a CPU for the world ResNet, whose BatchNorm and thin
     # stem are memory-bound in NCHW (`hierbench bench`); `DualEncoder.image_features` feeds them channels-last images
-    if is_conv_tower(clip.visual): clip.visual.to(memory_format=torch.channels_last)
-    matmul_patch_embedding_(clip.visual)   # a ViT's patch convolution trains as a matmul at 16 bits on a CPU
+    if is_conv_tower(clip.visual):
+        clip.visual.to(memory_format=torch.channels_last)
+    matmul_patch_embedding_(clip.visual)  # a ViT's patch convolution trains as a matmul at 16 bits on a CPU
     return clip
+
 
 def is_conv_tower(visual: nn.Module) -> bool:
     "True for open_clip's ModifiedResNet, the convolutional tower that runs faster in channels-last layout."
     from open_clip.modified_resnet import ModifiedResNet
+
     return isinstance(visual, ModifiedResNet)
 
 # %% ../../nbs/models/01_towers.ipynb #8a8a5128
 def _project_text(proj, pooled: torch.Tensor) -> torch.Tensor:
-    if proj is None: return pooled
+    if proj is None:
+        return pooled
     return proj(pooled) if isinstance(proj, nn.Linear) else pooled @ proj
 
-TEXT_BUCKET = 4   # texts are run in groups of similar length, each cut to its longest (rounded up to a multiple of this)
+
+TEXT_BUCKET = 4  # texts are run in groups of similar length, each cut to its longest (rounded up to a multiple of this)
+
 
 def _bucketed(clip, tokens: torch.Tensor):
     """`[(rows, L)]`: groups of rows whose end token sits before position L, for a causal text tower with argmax
     pooling — there a token never sees the ones after it, so cutting the padding after the longest text of a group
     changes nothing (to float rounding) and saves most of the tower's work on short captions. None when not exact."""
-    if clip.text_pool_type != "argmax" or clip.attn_mask is None: return None
-    ends = tokens.argmax(dim=-1) + 1                       # the end token has the largest id (argmax pooling)
+    if clip.text_pool_type != "argmax" or clip.attn_mask is None:
+        return None
+    ends = tokens.argmax(dim=-1) + 1  # the end token has the largest id (argmax pooling)
     ctx = tokens.shape[1]
     lengths = torch.clamp((ends + TEXT_BUCKET - 1) // TEXT_BUCKET * TEXT_BUCKET, max=ctx)
     return [((lengths == L).nonzero().squeeze(1), int(L)) for L in torch.unique(lengths).tolist()]
+
 
 def text_pooled_and_projected(clip: nn.Module, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     "(projected `(B,embed_dim)`, pooled `(B,width)`) text features of `tokens` `(B,L)` from an open_clip model."
@@ -188,7 +257,8 @@ def text_pooled_and_projected(clip: nn.Module, tokens: torch.Tensor) -> tuple[to
             tk = tokens[rows, :L]
             x = clip.token_embedding(tk).to(cast_dtype) + clip.positional_embedding[:L].to(cast_dtype)
             x = clip.ln_final(clip.transformer(x, attn_mask=clip.attn_mask[:L, :L]))
-            parts.append(text_global_pool(x, tk, clip.text_pool_type)); order.append(rows)
+            parts.append(text_global_pool(x, tk, clip.text_pool_type))
+            order.append(rows)
         pooled = torch.cat(parts)[torch.argsort(torch.cat(order))]
         return _project_text(clip.text_projection, pooled), pooled
     tower = getattr(clip, "text", None)
@@ -197,34 +267,43 @@ def text_pooled_and_projected(clip: nn.Module, tokens: torch.Tensor) -> tuple[to
         x = tower.ln_final(tower.transformer(x, attn_mask=attn_mask))
         pooled = text_global_pool(x, tokens, pool_type=tower.pool_type, eos_token_id=tower.eos_id)
         return _project_text(tower.text_projection, pooled), pooled
-    raise NotImplementedError(f"pooled text state is available for open_clip's own text transformer only; this model "
-                              f"has a {type(tower).__name__} text tower")
+    raise NotImplementedError(
+        f"pooled text state is available for open_clip's own text transformer only; this model "
+        f"has a {type(tower).__name__} text tower"
+    )
 
 # %% ../../nbs/models/01_towers.ipynb #0ca447f1
 @lru_cache(maxsize=8)
 def _simple_tokenizer(context_length: int):
     return open_clip.tokenizer.SimpleTokenizer(context_length=context_length)
 
+
 class WordLevelTokenizer:
-    "Whitespace words → ids `(B, context_length)`: `<pad>`=0, `<unk>`=1, the vocabulary, `<start>`, `<end>` (largest id)."
+    """Whitespace words → ids `(B, context_length)`: `<pad>`=0, `<unk>`=1, the vocabulary, `<start>`, `<end>` (largest
+    id)."""
+
     def __init__(self, vocab: Sequence[str], context_length: int):
         vocab = list(vocab)
-        if len(set(vocab)) != len(vocab): raise ValueError("WordLevelTokenizer: the vocabulary has duplicate words")
-        if context_length < 3: raise ValueError(f"context_length must be >= 3, got {context_length}")
+        if len(set(vocab)) != len(vocab):
+            raise ValueError("WordLevelTokenizer: the vocabulary has duplicate words")
+        if context_length < 3:
+            raise ValueError(f"context_length must be >= 3, got {context_length}")
         self.vocab, self.context_length = vocab, int(context_length)
         self.index = {w: i + 2 for i, w in enumerate(vocab)}
         self.start_id, self.end_id = len(vocab) + 2, len(vocab) + 3
 
     @property
-    def vocab_size(self) -> int: return len(self.vocab) + 4
+    def vocab_size(self) -> int:
+        return len(self.vocab) + 4
 
     def __call__(self, texts: Sequence[str]) -> torch.LongTensor:
-        if isinstance(texts, str): raise TypeError("WordLevelTokenizer expects a list of strings, got a single str")
+        if isinstance(texts, str):
+            raise TypeError("WordLevelTokenizer expects a list of strings, got a single str")
         out = torch.zeros(len(texts), self.context_length, dtype=torch.long)
         for row, t in enumerate(texts):
             words = str(t).lower().replace(".", " ").replace(",", " ").split()[: self.context_length - 2]
             ids = [self.start_id, *(self.index.get(w, 1) for w in words), self.end_id]  # cut texts still end in <end>
-            out[row, :len(ids)] = torch.tensor(ids)
+            out[row, : len(ids)] = torch.tensor(ids)
         return out
 
 # %% ../../nbs/models/01_towers.ipynb #a244e7b4
@@ -235,12 +314,15 @@ def make_tokenizer(arch: dict) -> Callable:
     if arch.get("world_vocab"):
         tok = WordLevelTokenizer(arch["world_vocab"], ctx)
         if tok.vocab_size != text_cfg.get("vocab_size"):
-            raise ValueError(f"world_vocab has {len(tok.vocab)} words (vocab_size {tok.vocab_size}) but text_cfg.vocab_size "
-                             f"is {text_cfg.get('vocab_size')}")
+            raise ValueError(
+                f"world_vocab has {len(tok.vocab)} words (vocab_size {tok.vocab_size}) but text_cfg.vocab_size "
+                f"is {text_cfg.get('vocab_size')}"
+            )
         return tok
     if text_cfg.get("hf_tokenizer_name"):
-        return open_clip.HFTokenizer(text_cfg["hf_tokenizer_name"], context_length=ctx,
-                                     **(text_cfg.get("tokenizer_kwargs") or {}))
+        return open_clip.HFTokenizer(
+            text_cfg["hf_tokenizer_name"], context_length=ctx, **(text_cfg.get("tokenizer_kwargs") or {})
+        )
     if text_cfg.get("tokenizer_kwargs"):
         return open_clip.tokenizer.SimpleTokenizer(context_length=ctx, **text_cfg["tokenizer_kwargs"])
     return _simple_tokenizer(ctx)

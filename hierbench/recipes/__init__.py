@@ -1,4 +1,5 @@
-"""The recipe registry answers at the wing: `hierbench.recipes.get_recipe`, `register_recipe`, `list_recipes`, as before the wings.
+"""The recipe registry answers at the wing: `hierbench.recipes.get_recipe`, `register_recipe`,
+`list_recipes`, as before the wings.
 
 Docs: https://hierbench.github.io/hierbench/recipes/front_door.html.md"""
 
@@ -7,7 +8,7 @@ Docs: https://hierbench.github.io/hierbench/recipes/front_door.html.md"""
 # %% auto #0
 __all__ = []
 
-# %% ../../nbs/recipes/05_front_door.ipynb #577e05d0
+# %% ../../nbs/recipes/05_front_door.ipynb #8dd0d8092fe74a7c96281538738b07e2
 from ..layout import wing_front_door
 
-__getattr__, __dir__ = wing_front_door(__name__, 'registry')
+__getattr__, __dir__ = wing_front_door(__name__, "registry")

@@ -1,4 +1,5 @@
-"""Every training objective of the workbench: CLIP, MERU, HyCoCLIP, ARGENT, NegCLIP, DeGLA and READ — as small pure functions of embeddings.
+"""Every training objective of the workbench: CLIP, MERU, HyCoCLIP, ARGENT, NegCLIP, DeGLA and READ —
+as small pure functions of embeddings.
 
 Docs: https://hierbench.github.io/hierbench/recipes/losses.html.md"""
 
@@ -6,7 +7,6 @@ Docs: https://hierbench.github.io/hierbench/recipes/losses.html.md"""
 
 # %% ../../nbs/recipes/00_losses.ipynb #2e9586e0
 from __future__ import annotations
-import math
 from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 import torch
@@ -14,6 +14,47 @@ import torch.nn.functional as F
 from torch import Tensor
 from .. import geometry as geo
 from ..data.negatives import is_changed  # one definition of "the same caption" for data and losses
+
+# %% auto #0
+__all__ = [
+    "MERU_WEIGHTS",
+    "HYCOCLIP_WEIGHTS",
+    "NORM_EPS",
+    "ARGENT_WEIGHTS",
+    "NEGCLIP_WEIGHTS",
+    "TGC_SCALE",
+    "DEGLA_WEIGHTS",
+    "ReconHead",
+    "READ_WEIGHTS",
+    "Similarity",
+    "CosineSimilarity",
+    "LorentzSimilarity",
+    "similarity_of",
+    "diagonal_ce",
+    "clip_contrastive",
+    "entailment_cone",
+    "meru_terms",
+    "hycoclip_contrastive",
+    "hycoclip_entailment",
+    "huber_penalty",
+    "intra_modality_weight",
+    "AdaEntConfig",
+    "adaptive_entailment",
+    "argent_entailment",
+    "norm_regularizer",
+    "argent_terms",
+    "hycoclip_terms",
+    "validate_negatives",
+    "flatten_negatives",
+    "hard_negative_contrastive",
+    "own_negative_sims",
+    "image_grounded_contrast",
+    "text_grounded_contrast",
+    "self_distillation",
+    "reconstruction_loss",
+    "paraphrase_alignment",
+    "weighted_total",
+]
 
 # %% auto #0
 __all__ = ['MERU_WEIGHTS', 'HYCOCLIP_WEIGHTS', 'NORM_EPS', 'ARGENT_WEIGHTS', 'NEGCLIP_WEIGHTS', 'TGC_SCALE', 'DEGLA_WEIGHTS',
@@ -28,35 +69,49 @@ __all__ = ['MERU_WEIGHTS', 'HYCOCLIP_WEIGHTS', 'NORM_EPS', 'ARGENT_WEIGHTS', 'NE
 # %% ../../nbs/recipes/00_losses.ipynb #931e0b11
 class Similarity(Protocol):
     "What a compositional loss needs from a geometry."
+
     def pairwise_sim(self, a: Tensor, b: Tensor) -> Tensor: ...  # (Ba,D),(Bb,D) -> (Ba,Bb)
-    def rowwise_sim(self, a: Tensor, b: Tensor) -> Tensor: ...   # (B,D),(B,D) -> (B,)
+    def rowwise_sim(self, a: Tensor, b: Tensor) -> Tensor: ...  # (B,D),(B,D) -> (B,)
+
 
 class CosineSimilarity:
     "Cosine similarity (inputs are L2-normalised here too, so un-normalised features are safe)."
+
     geometry = "euclidean"
+
     def pairwise_sim(self, a: Tensor, b: Tensor) -> Tensor:
         "(Ba,D),(Bb,D) -> (Ba,Bb)"
         return F.normalize(a, dim=-1) @ F.normalize(b, dim=-1).T
+
     def rowwise_sim(self, a: Tensor, b: Tensor) -> Tensor:
         "(B,D),(B,D) -> (B,)"
         return (F.normalize(a, dim=-1) * F.normalize(b, dim=-1)).sum(-1)
 
+
 class LorentzSimilarity:
     "Negative geodesic distance on the hyperboloid of curvature −c (inputs: space components)."
+
     geometry = "lorentz"
-    def __init__(self, c: Tensor | float): self.curv = c
+
+    def __init__(self, c: Tensor | float):
+        self.curv = c
+
     def pairwise_sim(self, a: Tensor, b: Tensor) -> Tensor:
         "(Ba,D),(Bb,D) -> (Ba,Bb)"
         return -geo.pairwise_dist(a, b, self.curv)
+
     def rowwise_sim(self, a: Tensor, b: Tensor) -> Tensor:
         "(B,D),(B,D) -> (B,)"
         return -geo.dist(a, b, self.curv)
 
+
 def similarity_of(head) -> Similarity:
     "The training similarity for a model head: cosine (`geometry='euclidean'`) or −distance (`'lorentz'`, `head.curv`)."
     g = getattr(head, "geometry", None)
-    if g == "euclidean": return CosineSimilarity()
-    if g == "lorentz": return LorentzSimilarity(head.curv)
+    if g == "euclidean":
+        return CosineSimilarity()
+    if g == "lorentz":
+        return LorentzSimilarity(head.curv)
     raise ValueError(f"head.geometry must be 'euclidean' or 'lorentz', got {g!r}")
 
 # %% ../../nbs/recipes/00_losses.ipynb #2d890886
@@ -66,8 +121,17 @@ def diagonal_ce(logits: Tensor, offset: int = 0) -> Tensor:
         raise ValueError(f"logits must be (b, N) with N >= offset + b, got {tuple(logits.shape)} and offset {offset}")
     return F.cross_entropy(logits, offset + torch.arange(logits.shape[0], device=logits.device))
 
-def clip_contrastive(image: Tensor, text: Tensor, scale: Tensor | float, sim: Similarity, *,
-                     all_image: Tensor | None = None, all_text: Tensor | None = None, offset: int = 0) -> Tensor:
+
+def clip_contrastive(
+    image: Tensor,
+    text: Tensor,
+    scale: Tensor | float,
+    sim: Similarity,
+    *,
+    all_image: Tensor | None = None,
+    all_text: Tensor | None = None,
+    offset: int = 0,
+) -> Tensor:
     """CLIP InfoNCE `½[CE(s·sim(I,T)) + CE(s·sim(T,I))]`. image, text: (b,D); scale: scalar.
     Data parallel: `all_image`/`all_text` = every rank's rows (W·b,D), `offset` = rank·b; default: this batch only."""
     if all_image is None and all_text is None and offset == 0:
@@ -77,7 +141,9 @@ def clip_contrastive(image: Tensor, text: Tensor, scale: Tensor | float, sim: Si
     t2i = scale * sim.pairwise_sim(text, _cols(image, all_image))
     return 0.5 * (diagonal_ce(i2t, offset) + diagonal_ce(t2i, offset))
 
-def _cols(local: Tensor, gathered: Tensor | None) -> Tensor: return local if gathered is None else gathered
+
+def _cols(local: Tensor, gathered: Tensor | None) -> Tensor:
+    return local if gathered is None else gathered
 
 # %% ../../nbs/recipes/00_losses.ipynb #adbd6ec1
 def entailment_cone(parent: Tensor, child: Tensor, c: Tensor | float, eta: float = 1.0, K: float = 0.1) -> Tensor:
@@ -86,38 +152,71 @@ def entailment_cone(parent: Tensor, child: Tensor, c: Tensor | float, eta: float
     aperture = geo.half_aperture(parent, c, K)
     return F.relu(angle - eta * aperture).mean()
 
+
 def meru_terms(image: Tensor, text: Tensor, scale: Tensor | float, c: Tensor | float) -> dict[str, Tensor]:
     "MERU's unweighted terms: `contrastive` (logits −s·d) and `entailment` (text parent of image). (B,D) each."
-    return dict(contrastive=clip_contrastive(image, text, scale, LorentzSimilarity(c)),
-                entailment=entailment_cone(text, image, c))
+    return dict(
+        contrastive=clip_contrastive(image, text, scale, LorentzSimilarity(c)),
+        entailment=entailment_cone(text, image, c),
+    )
+
 
 MERU_WEIGHTS = dict(contrastive=1.0, entailment=0.2)
 
 # %% ../../nbs/recipes/00_losses.ipynb #2db24d8a
-def hycoclip_contrastive(image: Tensor, text: Tensor, crop: Tensor, phrase: Tensor, scale: Tensor | float,
-                         sim: Similarity, *, all_image: Tensor | None = None, all_text: Tensor | None = None,
-                         offset: int = 0) -> Tensor:
+def hycoclip_contrastive(
+    image: Tensor,
+    text: Tensor,
+    crop: Tensor,
+    phrase: Tensor,
+    scale: Tensor | float,
+    sim: Similarity,
+    *,
+    all_image: Tensor | None = None,
+    all_text: Tensor | None = None,
+    offset: int = 0,
+) -> Tensor:
     "`¼[CE(I→T) + CE(T→I) + CE(I_b→T) + CE(T_b→I)]` with logits `s·sim`. All inputs (B,D)."
     T, I = _cols(text, all_text), _cols(image, all_image)
-    return 0.25 * (clip_contrastive(image, text, scale, sim, all_image=all_image, all_text=all_text, offset=offset) * 2
-                   + diagonal_ce(scale * sim.pairwise_sim(crop, T), offset)
-                   + diagonal_ce(scale * sim.pairwise_sim(phrase, I), offset))
+    return 0.25 * (
+        clip_contrastive(image, text, scale, sim, all_image=all_image, all_text=all_text, offset=offset) * 2
+        + diagonal_ce(scale * sim.pairwise_sim(crop, T), offset)
+        + diagonal_ce(scale * sim.pairwise_sim(phrase, I), offset)
+    )
 
-def hycoclip_entailment(image: Tensor, text: Tensor, crop: Tensor, phrase: Tensor, c: Tensor | float,
-                        eta_inter: float = 0.7, eta_intra: float = 1.2, K: float = 0.1) -> Tensor:
+
+def hycoclip_entailment(
+    image: Tensor,
+    text: Tensor,
+    crop: Tensor,
+    phrase: Tensor,
+    c: Tensor | float,
+    eta_inter: float = 0.7,
+    eta_intra: float = 1.2,
+    K: float = 0.1,
+) -> Tensor:
     "`½[cone(T→I, η_inter) + cone(T_b→I_b, η_inter) + cone(I_b→I, η_intra) + cone(T_b→T, η_intra)]`."
-    return 0.5 * (entailment_cone(text, image, c, eta_inter, K) + entailment_cone(phrase, crop, c, eta_inter, K)
-                  + entailment_cone(crop, image, c, eta_intra, K) + entailment_cone(phrase, text, c, eta_intra, K))
+    return 0.5 * (
+        entailment_cone(text, image, c, eta_inter, K)
+        + entailment_cone(phrase, crop, c, eta_inter, K)
+        + entailment_cone(crop, image, c, eta_intra, K)
+        + entailment_cone(phrase, text, c, eta_intra, K)
+    )
+
 
 HYCOCLIP_WEIGHTS = dict(contrastive=1.0, entailment=0.2)
 
 # %% ../../nbs/recipes/00_losses.ipynb #6cd5dd86
 def huber_penalty(phi: Tensor, beta: float = 0.1, convention: str = "smooth_l1") -> Tensor:
     "Element-wise `H_β(φ)`: 'smooth_l1' (0.5φ²/β | φ−0.5β) or 'huber' (0.5φ² | β(φ−0.5β)); quadratic where |φ|<β."
-    if beta <= 0: raise ValueError(f"beta must be > 0, got {beta}")
-    if convention == "smooth_l1": return F.smooth_l1_loss(phi, torch.zeros_like(phi), reduction="none", beta=beta)
-    if convention == "huber": return F.huber_loss(phi, torch.zeros_like(phi), reduction="none", delta=beta)
+    if beta <= 0:
+        raise ValueError(f"beta must be > 0, got {beta}")
+    if convention == "smooth_l1":
+        return F.smooth_l1_loss(phi, torch.zeros_like(phi), reduction="none", beta=beta)
+    if convention == "huber":
+        return F.huber_loss(phi, torch.zeros_like(phi), reduction="none", delta=beta)
     raise ValueError(f"convention must be 'smooth_l1' or 'huber', got {convention!r}")
+
 
 def intra_modality_weight(d: Tensor) -> Tensor:
     "ARGENT's pair weight `1 − exp(−d)` of a geodesic distance d ≥ 0 (0 for identical points, → 1 far apart)."
@@ -127,42 +226,66 @@ def intra_modality_weight(d: Tensor) -> Tensor:
 @dataclass(frozen=True)
 class AdaEntConfig:
     "Options of ARGENT's adaptive angular entailment (a reconstruction: the paper's Eq. 7 is damaged)."
-    beta: float = 0.1                   # Huber threshold; the paper does not state it
-    convention: str = "smooth_l1"       # 'smooth_l1' | 'huber' (they differ by a factor beta)
-    weight_mode: str = "intra"          # 'none' | 'intra' (image-crop, caption-phrase) | 'all' (ablation: hurts PEP)
-    weight_placement: str = "outside"   # 'outside': w·H(φ) | 'inside': H(w·φ)
-    detach_weight: bool = True          # the weight is a gate, not a path for gradients
+
+    beta: float = 0.1  # Huber threshold; the paper does not state it
+    convention: str = "smooth_l1"  # 'smooth_l1' | 'huber' (they differ by a factor beta)
+    weight_mode: str = "intra"  # 'none' | 'intra' (image-crop, caption-phrase) | 'all' (ablation: hurts PEP)
+    weight_placement: str = "outside"  # 'outside': w·H(φ) | 'inside': H(w·φ)
+    detach_weight: bool = True  # the weight is a gate, not a path for gradients
 
     def __post_init__(self):
-        for name, ok in [("convention", ("smooth_l1", "huber")), ("weight_mode", ("none", "intra", "all")),
-                         ("weight_placement", ("outside", "inside"))]:
-            if getattr(self, name) not in ok: raise ValueError(f"AdaEntConfig.{name} must be one of {ok}, got {getattr(self, name)!r}")
-        if self.beta <= 0: raise ValueError(f"AdaEntConfig.beta must be > 0, got {self.beta}")
+        for name, ok in [
+            ("convention", ("smooth_l1", "huber")),
+            ("weight_mode", ("none", "intra", "all")),
+            ("weight_placement", ("outside", "inside")),
+        ]:
+            if getattr(self, name) not in ok:
+                raise ValueError(f"AdaEntConfig.{name} must be one of {ok}, got {getattr(self, name)!r}")
+        if self.beta <= 0:
+            raise ValueError(f"AdaEntConfig.beta must be > 0, got {self.beta}")
 
-def adaptive_entailment(parent: Tensor, child: Tensor, c: Tensor | float, intra_modal: bool,
-                        cfg: AdaEntConfig = AdaEntConfig()) -> Tensor:
+
+def adaptive_entailment(
+    parent: Tensor, child: Tensor, c: Tensor | float, intra_modal: bool, cfg: AdaEntConfig = AdaEntConfig()
+) -> Tensor:
     "Batch mean of `w(p,q)·H_β(φ(p,q))` (or `H_β(w·φ)`) for one parent→child pair. parent, child: (B,D)."
     phi = geo.exterior_angle(parent, child, c)
     weighted = cfg.weight_mode == "all" or (cfg.weight_mode == "intra" and intra_modal)
-    if not weighted: return huber_penalty(phi, cfg.beta, cfg.convention).mean()
+    if not weighted:
+        return huber_penalty(phi, cfg.beta, cfg.convention).mean()
     w = intra_modality_weight(geo.dist(parent, child, c))
-    if cfg.detach_weight: w = w.detach()
-    if cfg.weight_placement == "outside": return (w * huber_penalty(phi, cfg.beta, cfg.convention)).mean()
+    if cfg.detach_weight:
+        w = w.detach()
+    if cfg.weight_placement == "outside":
+        return (w * huber_penalty(phi, cfg.beta, cfg.convention)).mean()
     return huber_penalty(w * phi, cfg.beta, cfg.convention).mean()
 
-def argent_entailment(image: Tensor, text: Tensor, crop: Tensor | None, phrase: Tensor | None, c: Tensor | float,
-                      cfg: AdaEntConfig = AdaEntConfig()) -> Tensor:
+
+def argent_entailment(
+    image: Tensor,
+    text: Tensor,
+    crop: Tensor | None,
+    phrase: Tensor | None,
+    c: Tensor | float,
+    cfg: AdaEntConfig = AdaEntConfig(),
+) -> Tensor:
     """L_AdaEnt over HyCoCLIP's four pairs, `½·Σ` (T→I, T_b→I_b inter; I_b→I, T_b→T intra).
     Without boxes (`crop`, `phrase` None) only the T→I pair remains and its mean is returned (MERU's form)."""
-    if (crop is None) != (phrase is None): raise ValueError("give both crop and phrase embeddings, or neither")
+    if (crop is None) != (phrase is None):
+        raise ValueError("give both crop and phrase embeddings, or neither")
     ti = adaptive_entailment(text, image, c, intra_modal=False, cfg=cfg)
-    if crop is None: return ti
-    return 0.5 * (ti + adaptive_entailment(phrase, crop, c, intra_modal=False, cfg=cfg)
-                  + adaptive_entailment(crop, image, c, intra_modal=True, cfg=cfg)
-                  + adaptive_entailment(phrase, text, c, intra_modal=True, cfg=cfg))
+    if crop is None:
+        return ti
+    return 0.5 * (
+        ti
+        + adaptive_entailment(phrase, crop, c, intra_modal=False, cfg=cfg)
+        + adaptive_entailment(crop, image, c, intra_modal=True, cfg=cfg)
+        + adaptive_entailment(phrase, text, c, intra_modal=True, cfg=cfg)
+    )
 
 # %% ../../nbs/recipes/00_losses.ipynb #a6a1ac2a
 NORM_EPS = 1e-6
+
 
 def norm_regularizer(*embeddings: Tensor) -> Tensor:
     "Mean of `r² − log r` over all rows of all given (N_i, D) embeddings; r = Euclidean norm of the space components."
@@ -173,21 +296,35 @@ def norm_regularizer(*embeddings: Tensor) -> Tensor:
     r = x.norm(dim=-1).clamp_min(NORM_EPS)
     return (r * r - torch.log(r)).mean()
 
+
 ARGENT_WEIGHTS = dict(contrastive=1.0, adaent=0.1, reg=0.1)
 
 # %% ../../nbs/recipes/00_losses.ipynb #722a2fd9
-def argent_terms(image: Tensor, text: Tensor, crop: Tensor, phrase: Tensor, scale: Tensor | float,
-                 c: Tensor | float, cfg: AdaEntConfig = AdaEntConfig()) -> dict[str, Tensor]:
+def argent_terms(
+    image: Tensor,
+    text: Tensor,
+    crop: Tensor,
+    phrase: Tensor,
+    scale: Tensor | float,
+    c: Tensor | float,
+    cfg: AdaEntConfig = AdaEntConfig(),
+) -> dict[str, Tensor]:
     "ARGENT's unweighted terms: HyCoCLIP `contrastive`, `adaent`, and `reg` over all four embedding sets. (B,D) each."
-    return dict(contrastive=hycoclip_contrastive(image, text, crop, phrase, scale, LorentzSimilarity(c)),
-                adaent=argent_entailment(image, text, crop, phrase, c, cfg),
-                reg=norm_regularizer(image, text, crop, phrase))
+    return dict(
+        contrastive=hycoclip_contrastive(image, text, crop, phrase, scale, LorentzSimilarity(c)),
+        adaent=argent_entailment(image, text, crop, phrase, c, cfg),
+        reg=norm_regularizer(image, text, crop, phrase),
+    )
 
-def hycoclip_terms(image: Tensor, text: Tensor, crop: Tensor, phrase: Tensor, scale: Tensor | float,
-                   c: Tensor | float) -> dict[str, Tensor]:
+
+def hycoclip_terms(
+    image: Tensor, text: Tensor, crop: Tensor, phrase: Tensor, scale: Tensor | float, c: Tensor | float
+) -> dict[str, Tensor]:
     "HyCoCLIP's unweighted terms: four-way `contrastive` and the four-pair cone `entailment`. (B,D) each."
-    return dict(contrastive=hycoclip_contrastive(image, text, crop, phrase, scale, LorentzSimilarity(c)),
-                entailment=hycoclip_entailment(image, text, crop, phrase, c))
+    return dict(
+        contrastive=hycoclip_contrastive(image, text, crop, phrase, scale, LorentzSimilarity(c)),
+        entailment=hycoclip_entailment(image, text, crop, phrase, c),
+    )
 
 # %% ../../nbs/recipes/00_losses.ipynb #fe0da815
 def validate_negatives(positives: Sequence[str], negatives: Sequence[Sequence[str]], mask=None) -> int:
@@ -199,29 +336,49 @@ def validate_negatives(positives: Sequence[str], negatives: Sequence[Sequence[st
     ks = {len(n) for n in negatives}
     if len(ks) > 1:
         i = next(i for i, n in enumerate(negatives) if len(n) != len(negatives[0]))
-        raise ValueError(f"every sample needs the same number of negatives: sample 0 has {len(negatives[0])}, "
-                         f"sample {i} has {len(negatives[i])}")
+        raise ValueError(
+            f"every sample needs the same number of negatives: sample 0 has {len(negatives[0])}, "
+            f"sample {i} has {len(negatives[i])}"
+        )
     if mask is not None:
         mask = torch.as_tensor(mask, dtype=torch.bool)
         if tuple(mask.shape) != (len(negatives), len(negatives[0]) if negatives else 0):
-            raise ValueError(f"negatives_mask has shape {tuple(mask.shape)}, negatives are {len(negatives)}×{len(negatives[0]) if negatives else 0}")
+            raise ValueError(
+                f"negatives_mask has shape {tuple(mask.shape)}, negatives are "
+                f"{len(negatives)}×{len(negatives[0]) if negatives else 0}"
+            )
     for i, (pos, negs) in enumerate(zip(positives, negatives)):
         for k, n in enumerate(negs):
-            if mask is not None and not mask[i, k]: continue
-            if not isinstance(n, str): raise ValueError(f"negative {k} of sample {i} is not a string: {n!r}")
-            if not n.strip(): raise ValueError(f"negative {k} of sample {i} is empty (positive: {pos!r})")
-            if not is_changed(pos, n): raise ValueError(f"negative {k} of sample {i} equals its positive: {n!r}")
+            if mask is not None and not mask[i, k]:
+                continue
+            if not isinstance(n, str):
+                raise ValueError(f"negative {k} of sample {i} is not a string: {n!r}")
+            if not n.strip():
+                raise ValueError(f"negative {k} of sample {i} is empty (positive: {pos!r})")
+            if not is_changed(pos, n):
+                raise ValueError(f"negative {k} of sample {i} equals its positive: {n!r}")
     return ks.pop() if ks else 0
+
 
 def flatten_negatives(negatives: Sequence[Sequence[str]]) -> list[str]:
     "B lists of K negatives -> the sample-major flat list of B·K texts (row i·K+k = k-th negative of sample i)."
     return [n for negs in negatives for n in negs]
 
 # %% ../../nbs/recipes/00_losses.ipynb #56c35bf8
-def hard_negative_contrastive(image: Tensor, text: Tensor, neg_text: Tensor, scale: Tensor | float,
-                              sim: Similarity, *, neg_mask: Tensor | None = None, all_image: Tensor | None = None,
-                              all_text: Tensor | None = None, all_neg: Tensor | None = None,
-                              all_neg_mask: Tensor | None = None, offset: int = 0) -> Tensor:
+def hard_negative_contrastive(
+    image: Tensor,
+    text: Tensor,
+    neg_text: Tensor,
+    scale: Tensor | float,
+    sim: Similarity,
+    *,
+    neg_mask: Tensor | None = None,
+    all_image: Tensor | None = None,
+    all_text: Tensor | None = None,
+    all_neg: Tensor | None = None,
+    all_neg_mask: Tensor | None = None,
+    offset: int = 0,
+) -> Tensor:
     """`½[CE(s·sim(V,[T;Tn])) + CE(s·sim(T,V))]`. image, text: (B,D); neg_text: (B·K,D) sample-major (K may be 0);
     `neg_mask` (B·K,) bool: False columns are left out (logit −∞); `all_neg_mask`: the gathered mask of `all_neg`."""
     if neg_text.shape[0] % image.shape[0]:
@@ -230,10 +387,13 @@ def hard_negative_contrastive(image: Tensor, text: Tensor, neg_text: Tensor, sca
     i2t = scale * sim.pairwise_sim(image, cols)
     mask = _cols(neg_mask, all_neg_mask)
     if mask is not None:
-        keep = torch.cat([torch.ones(len(cols) - len(mask), dtype=torch.bool, device=i2t.device), mask.to(i2t.device).bool()])
+        keep = torch.cat(
+            [torch.ones(len(cols) - len(mask), dtype=torch.bool, device=i2t.device), mask.to(i2t.device).bool()]
+        )
         i2t = i2t.masked_fill(~keep, float("-inf"))
     t2i = scale * sim.pairwise_sim(text, _cols(image, all_image))
     return 0.5 * (diagonal_ce(i2t, offset) + diagonal_ce(t2i, offset))
+
 
 NEGCLIP_WEIGHTS = dict(contrastive=1.0)
 
@@ -246,57 +406,92 @@ def own_negative_sims(query: Tensor, neg: Tensor, sim: Similarity) -> Tensor:
     K = neg.shape[0] // B
     return sim.rowwise_sim(query.repeat_interleave(K, dim=0), neg).view(B, K)
 
+
 def _first_is_positive_ce(pos: Tensor, negs: Tensor, scale, neg_mask: Tensor | None = None) -> Tensor:
     """CE of the (1+K)-way logits `scale·[pos, negs]` against class 0. pos: (B,), negs: (B,K); masked slots
     (`neg_mask` (B·K,) or (B,K) False) get the logit −∞ — set *after* scaling, so that no −∞ ever meets a gradient
     (−∞ · 0 would be NaN in the scale's gradient)."""
     logits = scale * torch.cat([pos[:, None], negs], dim=1)
     if neg_mask is not None:
-        keep = torch.cat([torch.ones(len(pos), 1, dtype=torch.bool, device=logits.device),
-                          neg_mask.reshape(negs.shape).to(logits.device).bool()], dim=1)
+        keep = torch.cat(
+            [
+                torch.ones(len(pos), 1, dtype=torch.bool, device=logits.device),
+                neg_mask.reshape(negs.shape).to(logits.device).bool(),
+            ],
+            dim=1,
+        )
         logits = logits.masked_fill(~keep, float("-inf"))
     return F.cross_entropy(logits, torch.zeros(len(pos), dtype=torch.long, device=logits.device))
 
-def image_grounded_contrast(image: Tensor, text: Tensor, neg_text: Tensor, scale: Tensor | float, sim: Similarity,
-                            neg_mask: Tensor | None = None) -> Tensor:
+
+def image_grounded_contrast(
+    image: Tensor,
+    text: Tensor,
+    neg_text: Tensor,
+    scale: Tensor | float,
+    sim: Similarity,
+    neg_mask: Tensor | None = None,
+) -> Tensor:
     """DeGLA IGC: `mean_i CE(s·[sim(v_i,t_i), sim(v_i,tn_i1..K)], y=0)`. image, text: (B,D); neg_text: (B·K,D).
     A row whose slots are all masked has only its positive: its loss is 0."""
     return _first_is_positive_ce(sim.rowwise_sim(image, text), own_negative_sims(image, neg_text, sim), scale, neg_mask)
 
+
 TGC_SCALE = 10.0
 
-def text_grounded_contrast(text: Tensor, teacher_text: Tensor, neg_text: Tensor, sim: Similarity,
-                           scale: float = TGC_SCALE, neg_mask: Tensor | None = None) -> Tensor:
-    "DeGLA TGC: `mean_i CE(10·[sim(t_i,t*_i), sim(t_i,tn_i1..K)], y=0)`; t* = teacher text (detached). (B,D),(B,D),(B·K,D)."
-    return _first_is_positive_ce(sim.rowwise_sim(text, teacher_text.detach()),
-                                 own_negative_sims(text, neg_text, sim), scale, neg_mask)
 
-def self_distillation(student: Sequence[Tensor], teacher: Sequence[Tensor], normalize: bool = True,
-                      distance: Callable[[Tensor, Tensor], Tensor] | None = None,
-                      masks: Sequence[Tensor | None] | None = None) -> Tensor:
+def text_grounded_contrast(
+    text: Tensor,
+    teacher_text: Tensor,
+    neg_text: Tensor,
+    sim: Similarity,
+    scale: float = TGC_SCALE,
+    neg_mask: Tensor | None = None,
+) -> Tensor:
+    """DeGLA TGC: `mean_i CE(10·[sim(t_i,t*_i), sim(t_i,tn_i1..K)], y=0)`; t* = teacher text (detached).
+    (B,D),(B,D),(B·K,D)."""
+    return _first_is_positive_ce(
+        sim.rowwise_sim(text, teacher_text.detach()), own_negative_sims(text, neg_text, sim), scale, neg_mask
+    )
+
+
+def self_distillation(
+    student: Sequence[Tensor],
+    teacher: Sequence[Tensor],
+    normalize: bool = True,
+    distance: Callable[[Tensor, Tensor], Tensor] | None = None,
+    masks: Sequence[Tensor | None] | None = None,
+) -> Tensor:
     """Σ over all rows of the squared distance between matching (N_i,D) student and teacher rows; teacher detached.
     Default distance: ‖n(s) − n(t)‖ with n = L2-normalise (DeGLA's Euclidean form). `distance(a, b) -> (N,)`: a
     row-wise distance in the model's own geometry — for a Lorentz model the geodesic distance, because normalised
     space components forget the distance to the origin, the very coordinate that encodes the hierarchy.
     `masks`: per tensor, (N_i,) bool rows to include (empty negative slots are left out), or None for all."""
-    if len(student) != len(teacher): raise ValueError(f"{len(student)} student vs {len(teacher)} teacher tensors")
+    if len(student) != len(teacher):
+        raise ValueError(f"{len(student)} student vs {len(teacher)} teacher tensors")
     masks = list(masks) if masks is not None else [None] * len(student)
-    if len(masks) != len(student): raise ValueError(f"{len(masks)} masks for {len(student)} tensors")
-    total = 0.
+    if len(masks) != len(student):
+        raise ValueError(f"{len(masks)} masks for {len(student)} tensors")
+    total = 0.0
     for s, t, m in zip(student, teacher, masks):
-        if s.shape != t.shape: raise ValueError(f"student {tuple(s.shape)} vs teacher {tuple(t.shape)}")
+        if s.shape != t.shape:
+            raise ValueError(f"student {tuple(s.shape)} vs teacher {tuple(t.shape)}")
         t = t.detach()
-        if distance is not None: sq = distance(s, t) ** 2
+        if distance is not None:
+            sq = distance(s, t) ** 2
         else:
-            if normalize: s, t = F.normalize(s, dim=-1), F.normalize(t, dim=-1)
+            if normalize:
+                s, t = F.normalize(s, dim=-1), F.normalize(t, dim=-1)
             sq = ((s - t) ** 2).sum(-1)
         total = total + (sq if m is None else sq[m.to(sq.device).bool()]).sum()
     return total
+
 
 DEGLA_WEIGHTS = dict(contrastive=1.0, igc=0.1, tgc=0.1, distill=0.005)
 
 # %% ../../nbs/recipes/00_losses.ipynb #d2b6c7b9
 ReconHead = Callable[[Tensor, Sequence[str]], Tensor]
+
 
 def reconstruction_loss(recon_head: ReconHead, pooled: Tensor, targets: Sequence[str]) -> Tensor:
     "READ token reconstruction: `recon_head(pooled (B,W), B target texts)`, checked to be a finite-shaped scalar."
@@ -304,13 +499,24 @@ def reconstruction_loss(recon_head: ReconHead, pooled: Tensor, targets: Sequence
         raise ValueError(f"{pooled.shape[0]} pooled states but {len(targets)} reconstruction targets")
     loss = recon_head(pooled, list(targets))
     if not torch.is_tensor(loss) or loss.ndim != 0:
-        raise ValueError(f"recon_head must return a scalar tensor, got {type(loss).__name__} {getattr(loss, 'shape', '')}")
+        raise ValueError(
+            f"recon_head must return a scalar tensor, got {type(loss).__name__} {getattr(loss, 'shape', '')}"
+        )
     return loss
 
-def paraphrase_alignment(paraphrase: Tensor, text: Tensor, scale: Tensor | float, sim: Similarity, *,
-                         all_text: Tensor | None = None, offset: int = 0) -> Tensor:
+
+def paraphrase_alignment(
+    paraphrase: Tensor,
+    text: Tensor,
+    scale: Tensor | float,
+    sim: Similarity,
+    *,
+    all_text: Tensor | None = None,
+    offset: int = 0,
+) -> Tensor:
     "READ sentence alignment `CE(s·sim(P,T) -> (B,B), y=i)`. paraphrase, text: (B,D)."
     return diagonal_ce(scale * sim.pairwise_sim(paraphrase, _cols(text, all_text)), offset)
+
 
 READ_WEIGHTS = dict(contrastive=1.0, recon=0.1, align=0.5)
 
@@ -318,7 +524,9 @@ READ_WEIGHTS = dict(contrastive=1.0, recon=0.1, align=0.5)
 def weighted_total(terms: dict[str, Tensor], weights: dict[str, float]) -> Tensor:
     "`Σ_k weights[k]·terms[k]` over the non-zero weights; a non-zero weight without its term is an error."
     missing = [k for k, w in weights.items() if w and k not in terms]
-    if missing: raise KeyError(f"weights given for terms that were not computed: {missing}; computed: {sorted(terms)}")
+    if missing:
+        raise KeyError(f"weights given for terms that were not computed: {missing}; computed: {sorted(terms)}")
     active = [weights[k] * terms[k] for k in weights if weights[k]]
-    if not active: raise ValueError("all loss weights are zero")
+    if not active:
+        raise ValueError("all loss weights are zero")
     return torch.stack(active).sum()

@@ -1,4 +1,5 @@
-"""`train_recipe`: a named recipe, a model and a source of batches, wired to the trainer — the one call behind `hierbench train` and `hierbench compare`.
+"""`train_recipe`: a named recipe, a model and a source of batches, wired to the trainer — the one
+call behind `hierbench train` and `hierbench compare`.
 
 Docs: https://hierbench.github.io/hierbench/recipes/recipe_run.html.md"""
 
@@ -6,7 +7,8 @@ Docs: https://hierbench.github.io/hierbench/recipes/recipe_run.html.md"""
 
 # %% ../../nbs/recipes/03_recipe_run.ipynb #aa380d6c
 from __future__ import annotations
-import json, warnings
+import json
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
@@ -21,15 +23,34 @@ from ..data.batch import DataFormatError, collate_batch
 from ..models.decoder import ReconstructionHead, load_or_pretrain_decoder, pretrain_decoder
 from ..data.real_data import RealData
 from ..data.sources import WorldData, fold_deprecated
-from ..data.loaders import load_hierarcaps
-from ..training.trainer import TrainConfig, TrainResult, ValidationMonitor, read_metrics, train
+from ..data.loaders import load_hierarcaps  # noqa: F401 (re-exported here)
+from ..training.trainer import TrainConfig, TrainResult, ValidationMonitor, read_metrics, train  # noqa: F401 (re-exported here)
 from ..training.distributed import init_distributed
-from ..models.lora import (LoraSpec, apply_lora, is_lora_file, load_base_, lora_parameter_count, save_lora_model,
-                            saved_model_config, share_frozen_base_)
+from hierbench.models.lora import (
+    LoraSpec,
+    apply_lora,
+    is_lora_file,
+    load_base_,
+    lora_parameter_count,
+    save_lora_model,
+    saved_model_config,
+    share_frozen_base_,
+)
 from ..training.tracking import Tracker
 from ..config import MissingFileError, SettingsError
 from ..plugins import plugins_providing
 
+# %% auto #0
+__all__ = [
+    "resolve_init",
+    "SettingsConflict",
+    "init_settings",
+    "inherit_from_init",
+    "recipe_config",
+    "Validation",
+    "DecoderSpec",
+    "train_recipe",
+]
 
 # %% auto #0
 __all__ = ['resolve_init', 'SettingsConflict', 'init_settings', 'inherit_from_init', 'recipe_config', 'Validation', 'DecoderSpec',
@@ -38,10 +59,12 @@ __all__ = ['resolve_init', 'SettingsConflict', 'init_settings', 'inherit_from_in
 # %% ../../nbs/recipes/03_recipe_run.ipynb #b087b1e5
 def resolve_init(init_checkpoint) -> Path | None:
     "A weights file from a file or a finished run directory (its `model.safetensors`); None stays None."
-    if init_checkpoint is None: return None
+    if init_checkpoint is None:
+        return None
     p = Path(init_checkpoint)
     if p.is_dir():
-        if (p / "model.safetensors").is_file(): return p / "model.safetensors"
+        if (p / "model.safetensors").is_file():
+            return p / "model.safetensors"
         raise MissingFileError(f"init_checkpoint {p} is a folder without model.safetensors (not a finished run)")
     return p
 
@@ -49,68 +72,101 @@ def resolve_init(init_checkpoint) -> Path | None:
 class SettingsConflict(SettingsError):
     "Settings of a run that cannot go together (`hierbench train` prints it as one line and writes nothing)."
 
+
 def init_settings(init_checkpoint) -> dict:
     """What a run folder (its `config.json`) or a model saved by hierbench (its JSON config) records about the model it
     holds: `arch`, `geometry` and, for a run folder, `precision`; {} for a plain (open_clip) weights file or None."""
-    if init_checkpoint is None: return {}
+    if init_checkpoint is None:
+        return {}
     p, out = Path(init_checkpoint), {}
     if p.is_dir() and (p / "config.json").is_file():
-        try: cfg = json.loads((p / "config.json").read_text())
-        except json.JSONDecodeError as e: raise DataFormatError(p / "config.json", problem=f"invalid JSON ({e})") from None
-        out = {k: cfg[key] for k, key in (("arch", "preset"), ("geometry", "geometry"), ("precision", "precision")) if cfg.get(key)}
+        try:
+            cfg = json.loads((p / "config.json").read_text())
+        except json.JSONDecodeError as e:
+            raise DataFormatError(p / "config.json", problem=f"invalid JSON ({e})") from None
+        out = {
+            k: cfg[key]
+            for k, key in (("arch", "preset"), ("geometry", "geometry"), ("precision", "precision"))
+            if cfg.get(key)
+        }
     model_config = saved_model_config(resolve_init(p)) or {}
     for k, key in (("arch", "name"), ("geometry", "geometry")):
-        if model_config.get(key): out.setdefault(k, model_config[key])
+        if model_config.get(key):
+            out.setdefault(k, model_config[key])
     return out
+
 
 def inherit_from_init(init_checkpoint, arch: str | None, train_config: dict, recipe) -> tuple[str, dict, str]:
     """(architecture, TrainConfig keywords, note for the settings line) of a run starting from `init_checkpoint`: its
-    architecture (`arch` may only repeat it), its precision unless `train_config` sets one; `M.DEFAULT_PRESET` without."""
+    architecture (`arch` may only repeat it), its precision unless `train_config` sets one; `M.DEFAULT_PRESET`
+    without."""
     base, notes = init_settings(init_checkpoint), []
     if base.get("arch"):
         if arch is not None and arch != base["arch"]:
-            raise SettingsConflict(f"--arch {arch!r} conflicts with --init-checkpoint {init_checkpoint}, which holds a "
-                                   f"{base['arch']!r} model: leave --arch out to take the checkpoint's")
-        if arch is None: notes.append(f"arch {base['arch']}")
+            raise SettingsConflict(
+                f"--arch {arch!r} conflicts with --init-checkpoint {init_checkpoint}, which holds a "
+                f"{base['arch']!r} model: leave --arch out to take the checkpoint's"
+            )
+        if arch is None:
+            notes.append(f"arch {base['arch']}")
         arch = base["arch"]
     elif arch is None:
         if init_checkpoint is not None:
-            raise SettingsConflict(f"--init-checkpoint {init_checkpoint} records no architecture (a plain open_clip "
-                                   "checkpoint): give --arch, e.g. --arch ViT-B-32-quickgelu")
+            raise SettingsConflict(
+                f"--init-checkpoint {init_checkpoint} records no architecture (a plain open_clip "
+                "checkpoint): give --arch, e.g. --arch ViT-B-32-quickgelu"
+            )
         arch = M.DEFAULT_PRESET
     if base.get("geometry"):
-        notes.append(f"geometry {recipe.geometry}" if base["geometry"] == recipe.geometry else
-                     f"geometry {recipe.geometry} (the recipe's) lifting its {base['geometry']} towers")
+        notes.append(
+            f"geometry {recipe.geometry}"
+            if base["geometry"] == recipe.geometry
+            else f"geometry {recipe.geometry} (the recipe's) lifting its {base['geometry']} towers"
+        )
     if base.get("precision") and train_config.get("precision") is None:
-        train_config = {**train_config, "precision": base["precision"]}; notes.append(f"precision {base['precision']}")
+        train_config = {**train_config, "precision": base["precision"]}
+        notes.append(f"precision {base['precision']}")
     return arch, train_config, (f"; from {init_checkpoint}: {', '.join(notes)}" if notes else "")
 
 # %% ../../nbs/recipes/03_recipe_run.ipynb #4ad7b593
-def recipe_config(recipe, run_dir, steps: int | None = None, seed: int = 0, batch_size: int | None = None,
-                  defaults=None, dataset_size: int | None = None, **overrides) -> TrainConfig:
+def recipe_config(
+    recipe,
+    run_dir,
+    steps: int | None = None,
+    seed: int = 0,
+    batch_size: int | None = None,
+    defaults=None,
+    dataset_size: int | None = None,
+    **overrides,
+) -> TrainConfig:
     """The `TrainConfig` of a recipe's defaults: `defaults` is an `OptimDefaults` (the recipe's world defaults when
     None; real data uses `recipe.paper`). A paper that counts epochs gets its steps from `dataset_size`; a changed
     `steps` keeps the warmup *fraction*, so a 20-step demo is not all warmup (at most a tenth of the run when the
     defaults state no length)."""
     d = recipe.world if defaults is None else defaults
     cfg_kw = {**d.train_overrides(), "run_dir": str(run_dir), "seed": seed}
-    if batch_size is not None: cfg_kw["batch_size"] = batch_size
+    if batch_size is not None:
+        cfg_kw["batch_size"] = batch_size
     ref = d.steps or (round(d.epochs * dataset_size / cfg_kw["batch_size"]) if d.epochs and dataset_size else None)
-    if steps is None and ref is not None: cfg_kw["steps"] = max(1, ref)
+    if steps is None and ref is not None:
+        cfg_kw["steps"] = max(1, ref)
     if steps is not None:
         cfg_kw["steps"] = steps
         # defaults without a run length (HyCoCLIP's GRIT schedule is not stated): warmup at most a tenth of the run
         cfg_kw["warmup_steps"] = round(d.warmup_steps * steps / ref) if ref else min(d.warmup_steps, steps // 10)
-    if "steps" not in cfg_kw: raise SettingsError(f"recipe {recipe.name!r}: its defaults give no step count; pass steps")
+    if "steps" not in cfg_kw:
+        raise SettingsError(f"recipe {recipe.name!r}: its defaults give no step count; pass steps")
     return TrainConfig(**{**cfg_kw, **overrides})
 
 # %% ../../nbs/recipes/03_recipe_run.ipynb #3e8070fa
 def _model_for(recipe, arch: str, init: Path | None, kind: str) -> nn.Module:
     "The recipe's model: a world architecture or an open_clip one, with the init weights when given."
     if kind != "world" and arch in M.ARCHS and M.ARCHS[arch].get("world_vocab"):
-        raise SettingsError(f"model {arch!r} is a world architecture (its tokenizer knows only the world's words); real data "
-                         "needs an open_clip architecture, e.g. --arch ViT-B-32-quickgelu --init FILE")
-    if init is not None and is_lora_file(init):   # a LoRA run's weights: its base with its adapters merged
+        raise SettingsError(
+            f"model {arch!r} is a world architecture (its tokenizer knows only the world's words); real data "
+            "needs an open_clip architecture, e.g. --arch ViT-B-32-quickgelu --init FILE"
+        )
+    if init is not None and is_lora_file(init):  # a LoRA run's weights: its base with its adapters merged
         return load_base_(M.create_model(arch, **recipe.model_kwargs()), init)
     return M.create_model(arch, checkpoint=init, **recipe.model_kwargs())  # geometry, curv_init, learn_curv
 
@@ -118,31 +174,49 @@ def _model_for(recipe, arch: str, init: Path | None, kind: str) -> nn.Module:
 @dataclass(frozen=True)
 class Validation:
     "World runs: score the recipe's terms on held-out scenes every so many steps (`val_<term>` in metrics.jsonl)."
-    every: int | None = None        # steps between scorings (and one at the start); None: no validation
-    n: int = 256                    # validation scenes (the world's `val` split)
-    stop_on_plateau: bool = False   # end the run when the hard-negative objective plateaus
+
+    every: int | None = None  # steps between scorings (and one at the start); None: no validation
+    n: int = 256  # validation scenes (the world's `val` split)
+    stop_on_plateau: bool = False  # end the run when the hard-negative objective plateaus
 
 # %% ../../nbs/recipes/03_recipe_run.ipynb #54498659
 @dataclass(frozen=True)
 class DecoderSpec:
     "READ's frozen caption decoder: loaded from `path` when saved there, else pre-trained on the data's captions."
+
     path: str | Path | None = None  # .safetensors file (pre-trained and saved there when absent); None: not saved
-    steps: int = 1500               # pre-training steps when it is trained here
+    steps: int = 1500  # pre-training steps when it is trained here
 
 # %% ../../nbs/recipes/03_recipe_run.ipynb #e8dbac1d
 _OLD_SPELLINGS = {  # train_recipe's old keyword -> (the description that holds it now, its field)
-    "n_train": ("world", "n_train"), "world_seed": ("world", "world_seed"), "cache_dir": ("world", "cache_dir"),
-    "mirror_twins": ("world", "mirror_twins"), "top_caption_p": ("world", "top_caption_p"),
-    "image_root": ("real", "image_root"), "negatives": ("real", "negatives"), "paraphrases": ("real", "paraphrases"),
-    "validate_every": ("validation", "every"), "val_n": ("validation", "n"), "stop_on_plateau": ("validation", "stop_on_plateau"),
-    "decoder_path": ("decoder", "path"), "decoder_steps": ("decoder", "steps")}
+    "n_train": ("world", "n_train"),
+    "world_seed": ("world", "world_seed"),
+    "cache_dir": ("world", "cache_dir"),
+    "mirror_twins": ("world", "mirror_twins"),
+    "top_caption_p": ("world", "top_caption_p"),
+    "image_root": ("real", "image_root"),
+    "negatives": ("real", "negatives"),
+    "paraphrases": ("real", "paraphrases"),
+    "validate_every": ("validation", "every"),
+    "val_n": ("validation", "n"),
+    "stop_on_plateau": ("validation", "stop_on_plateau"),
+    "decoder_path": ("decoder", "path"),
+    "decoder_steps": ("decoder", "steps"),
+}
+
 
 def _upgrade_call(data, arch: str, decoder, validation, kw: dict):
-    """`train_recipe`'s old keywords (`preset=`, `data='coco:FILE'`, `n_train=`, `validate_every=`, `decoder_path=`, ...)
+    """`train_recipe`'s old keywords (`preset=`, `data='coco:FILE'`, `n_train=`, `validate_every=`, `decoder_path=`,
+    ...)
     folded into the descriptions, each with a `DeprecationWarning` naming the new spelling. Returns
     (data, arch, decoder, validation, the TrainConfig keywords left)."""
-    def warn(old, new): warnings.warn(f"train_recipe({old}) is deprecated: {new}", DeprecationWarning, stacklevel=4)
-    if "preset" in kw: warn("preset=...", "pass arch=..."); arch = kw.pop("preset")
+
+    def warn(old, new):
+        warnings.warn(f"train_recipe({old}) is deprecated: {new}", DeprecationWarning, stacklevel=4)
+
+    if "preset" in kw:
+        warn("preset=...", "pass arch=...")
+        arch = kw.pop("preset")
     if isinstance(data, str):
         world = RD.parse_data_spec(data)[0] == "world"
         warn(f"data={data!r}", "pass data=WorldData()" if world else f"pass data=RealData({data!r})")
@@ -151,15 +225,19 @@ def _upgrade_call(data, arch: str, decoder, validation, kw: dict):
     if not isinstance(data, (WorldData, RealData)):
         raise TypeError(f"train_recipe: data must be a WorldData or RealData description, got {type(data).__name__}")
     old = {g: {} for g in ("world", "real", "validation", "decoder")}
-    for k in [k for k in kw if k in _OLD_SPELLINGS]: old[_OLD_SPELLINGS[k][0]][k] = kw.pop(k)
+    for k in [k for k in kw if k in _OLD_SPELLINGS]:
+        old[_OLD_SPELLINGS[k][0]][k] = kw.pop(k)
     spelling = {k: f for k, (_, f) in _OLD_SPELLINGS.items()}
     mine, other = ("world", "real") if data.kind == "world" else ("real", "world")
     if mine == "real" and (old["world"].get("mirror_twins") or old["world"].get("top_caption_p")):
         raise SettingsError(f"mirror_twins / top_caption_p compose batches of the built-in world, not of {data.spec!r}")
     data = fold_deprecated(data, old[mine], "train_recipe", spelling, stacklevel=4)
-    for k in old[other]: warn(f"{k}=...", f"it has no effect on {type(data).__name__} (it never had)")
+    for k in old[other]:
+        warn(f"{k}=...", f"it has no effect on {type(data).__name__} (it never had)")
     if old["validation"]:
-        validation = fold_deprecated(validation or Validation(), old["validation"], "train_recipe", spelling, "validation", 4)
+        validation = fold_deprecated(
+            validation or Validation(), old["validation"], "train_recipe", spelling, "validation", 4
+        )
     if old["decoder"] and not isinstance(decoder, nn.Module):
         decoder = fold_deprecated(decoder or DecoderSpec(), old["decoder"], "train_recipe", spelling, "decoder", 4)
     return data, arch, decoder, validation, kw
@@ -168,119 +246,185 @@ def _upgrade_call(data, arch: str, decoder, validation, kw: dict):
 def _settings_line(recipe, data, source, cfg: TrainConfig) -> str:
     "The resolved optimiser settings of a run, as `train_recipe(log=...)` reports them."
     world = data.kind == "world"
-    return (f"{recipe.name} on {'world' if world else data.spec} ({len(source)} items): steps {cfg.steps}, batch {cfg.batch_size} "
-            f"{'per process' if cfg.batch_scope == 'process' else 'global'}, precision {cfg.precision}, "
-            f"lr {cfg.lr:g}, wd {cfg.weight_decay:g}, betas {cfg.betas}, eps {cfg.eps:g}, warmup {cfg.warmup_steps}, "
-            f"min lr ratio {cfg.min_lr_ratio:g}, grad clip {cfg.grad_clip:g}, workers {cfg.num_workers}"
-            + (f", {recipe.num_negatives} negative(s) of {', '.join(recipe.negative_types)}"
-               if recipe.num_negatives and recipe.negative_types and world else "")
-            + (", mirror twins" if world and data.mirror_twins else "")
-            + (f", top caption p {data.top_caption_p:g}" if world and data.top_caption_p else ""))
+    return (
+        f"{recipe.name} on {'world' if world else data.spec} ({len(source)} items): steps {cfg.steps}, batch "
+        f"{cfg.batch_size} "
+        f"{'per process' if cfg.batch_scope == 'process' else 'global'}, precision {cfg.precision}, "
+        f"lr {cfg.lr:g}, wd {cfg.weight_decay:g}, betas {cfg.betas}, eps {cfg.eps:g}, warmup {cfg.warmup_steps}, "
+        f"min lr ratio {cfg.min_lr_ratio:g}, grad clip {cfg.grad_clip:g}, workers {cfg.num_workers}"
+        + (
+            f", {recipe.num_negatives} negative(s) of {', '.join(recipe.negative_types)}"
+            if recipe.num_negatives and recipe.negative_types and world
+            else ""
+        )
+        + (", mirror twins" if world and data.mirror_twins else "")
+        + (f", top caption p {data.top_caption_p:g}" if world and data.top_caption_p else "")
+    )
+
 
 def _decoder_for(decoder, source, data, seed: int) -> nn.Module:
     "READ's frozen decoder: the module given, or loaded / pre-trained on the data's captions as `DecoderSpec` says."
-    if isinstance(decoder, nn.Module): return decoder
+    if isinstance(decoder, nn.Module):
+        return decoder
     spec = decoder or DecoderSpec()
     texts = S.world_captions(source) if data.kind == "world" else RD.record_captions(source.records)
-    return (load_or_pretrain_decoder(spec.path, texts, steps=spec.steps, seed=seed) if spec.path
-            else pretrain_decoder(texts, steps=spec.steps, seed=seed)[0])
+    return (
+        load_or_pretrain_decoder(spec.path, texts, steps=spec.steps, seed=seed)
+        if spec.path
+        else pretrain_decoder(texts, steps=spec.steps, seed=seed)[0]
+    )
+
 
 def _monitor(validation, recipe, model, data, loss_fn, cfg: TrainConfig) -> ValidationMonitor | None:
     "The world's validation monitor, or None without `validation.every`."
-    if validation is None or not validation.every: return None
-    if data.kind != "world": raise SettingsError("validation scores held-out world scenes; on real data use eval_every")
+    if validation is None or not validation.every:
+        return None
+    if data.kind != "world":
+        raise SettingsError("validation scores held-out world scenes; on real data use eval_every")
     if validation.every % cfg.log_every:
         raise SettingsError(f"validate_every={validation.every} must be a multiple of log_every={cfg.log_every}")
-    return ValidationMonitor(loss_fn, S.validation_batch(recipe, model, validation.n, data), validation.every,
-                             stop_on_plateau=validation.stop_on_plateau)
+    return ValidationMonitor(
+        loss_fn,
+        S.validation_batch(recipe, model, validation.n, data),
+        validation.every,
+        stop_on_plateau=validation.stop_on_plateau,
+    )
+
 
 def _lora_note(model, lora: LoraSpec) -> str:
     "The settings line's account of a LoRA run: rank, scale, targets and how much of the model trains."
     n, total = lora_parameter_count(model)
-    return (f"; LoRA rank {lora.rank} (alpha {lora.scale:g}) on {', '.join(lora.targets) if lora.targets else 'the default groups'}"
-            f": {n:,} of {total:,} weights train ({100 * n / total:.2f} %)")
+    return (
+        f"; LoRA rank {lora.rank} (alpha {lora.scale:g}) on "
+        f"{', '.join(lora.targets) if lora.targets else 'the default groups'}"
+        f": {n:,} of {total:,} weights train ({100 * n / total:.2f} %)"
+    )
+
 
 def _figure_batch(monitor, source, n: int = 64) -> dict:
-    "Images and captions whose embedding norms the dashboards draw: the validation batch, else the data's first `n` items."
+    """Images and captions whose embedding norms the dashboards draw: the validation batch, else the data's first `n`
+    items."""
     batch = monitor.batch if monitor is not None else collate_batch([source[i] for i in range(min(n, len(source)))])
     return dict(images=batch["images"], captions=list(batch["captions"]))
 
+
 def _run_record(recipe, arch, init, data, source, decay, validation) -> dict:
     "What config.json records beside the TrainConfig (the keys runs have always had)."
-    extra = dict(recipe=recipe.name, recipe_weights=dict(recipe.weights), preset=arch, geometry=recipe.geometry,
-                 init_checkpoint=str(init) if init else None, ema_decay=decay,
-                 validate_every=validation.every if validation else None,
-                 stop_on_plateau=bool(validation and validation.stop_on_plateau),
-                 # what the loader draws negatives from (a recipe may be narrowed, e.g. to relation replacements)
-                 negative_types=list(recipe.negative_types) if recipe.negative_types is not None else None,
-                 # the plugin files (and hashes) a plugin's recipe or terms came from (`hierbench.plugins`)
-                 **({"plugins": used} if (used := plugins_providing([recipe.name], [t for t, w in recipe.weights.items() if w])) else {}))
-    if data.kind == "world": return {**extra, **data.record()}
+    extra = dict(
+        recipe=recipe.name,
+        recipe_weights=dict(recipe.weights),
+        preset=arch,
+        geometry=recipe.geometry,
+        init_checkpoint=str(init) if init else None,
+        ema_decay=decay,
+        validate_every=validation.every if validation else None,
+        stop_on_plateau=bool(validation and validation.stop_on_plateau),
+        # what the loader draws negatives from (a recipe may be narrowed, e.g. to relation replacements)
+        negative_types=list(recipe.negative_types) if recipe.negative_types is not None else None,
+        # the plugin files (and hashes) a plugin's recipe or terms came from (`hierbench.plugins`)
+        **(
+            {"plugins": used}
+            if (used := plugins_providing([recipe.name], [t for t, w in recipe.weights.items() if w]))
+            else {}
+        ),
+    )
+    if data.kind == "world":
+        return {**extra, **data.record()}
     # real data: the rule names the negatives file holds (`swap_nouns`), not the world's negative types
     rules = RD.negative_rules(data.negatives) if data.negatives and "negatives" in recipe.fields else None
     return {**extra, "negative_types": rules, "world_seed": 0, **data.record(), "n_train": len(source)}
 
 # %% ../../nbs/recipes/03_recipe_run.ipynb #e238dde7
-def train_recipe(recipe: str | R.Recipe,                     # a recipe name (`hierbench.recipes.registry`) or a `Recipe`
-                 run_dir: str | Path,                          # run folder: config.json, metrics.jsonl, checkpoints, weights
-                 data: WorldData | RealData | None = None,     # what to train on; None: `WorldData()`, the built-in world
-                 arch: str | None = None,                      # a world architecture, or an open_clip one for real data;
-                                                               # None: the init checkpoint's, else world-tiny
-                 steps: int | None = None,                     # optimizer steps; None: the recipe's / the paper's
-                 seed: int = 0,                                # model init, data order and every draw
-                 init_checkpoint: str | Path | None = None,    # weights file or finished run folder to start from
-                 *,
-                 decoder: nn.Module | DecoderSpec | None = None,  # READ's frozen decoder, or where to keep it
-                 validation: Validation | None = None,         # world: score the terms on held-out scenes
-                 resume: bool = False,                         # continue from the run folder's last checkpoint
-                 stop_at: int | None = None,                   # end (with a checkpoint) after this many steps
-                 callbacks: Iterable[Callable] = (),           # trainer callbacks (e.g. snapshots)
-                 log: Callable[[str], None] | None = None,     # receives the resolved optimiser settings
-                 allow_changes: Sequence[str] = (),            # optimiser fields a resume may change, e.g. ('lr',)
-                 lora: LoraSpec | None = None,                 # low-rank adapters (peft) on the init checkpoint's towers
-                 report_to: str | Sequence[str] = (),          # 'tensorboard', 'wandb': dashboards in the run folder
-                 trainer: Callable = train,                    # what trains the prepared run (`hierbench.recipes.seed_batch`
-                                                               # collects several seeds' runs here to train them together)
-                 **train_config) -> TrainResult:               # `TrainConfig` fields: batch_size, lr, log_every, ...
-    "Train `recipe` on `data` into `run_dir`; the world's defaults come from `recipe.world`, real data's from `recipe.paper`."
+def train_recipe(
+    recipe: str | R.Recipe,  # a recipe name (`hierbench.recipes.registry`) or a `Recipe`
+    run_dir: str | Path,  # run folder: config.json, metrics.jsonl, checkpoints, weights
+    data: WorldData | RealData | None = None,  # what to train on; None: `WorldData()`, the built-in world
+    arch: str | None = None,  # a world architecture, or an open_clip one for real data;
+    # None: the init checkpoint's, else world-tiny
+    steps: int | None = None,  # optimizer steps; None: the recipe's / the paper's
+    seed: int = 0,  # model init, data order and every draw
+    init_checkpoint: str | Path | None = None,  # weights file or finished run folder to start from
+    *,
+    decoder: nn.Module | DecoderSpec | None = None,  # READ's frozen decoder, or where to keep it
+    validation: Validation | None = None,  # world: score the terms on held-out scenes
+    resume: bool = False,  # continue from the run folder's last checkpoint
+    stop_at: int | None = None,  # end (with a checkpoint) after this many steps
+    callbacks: Iterable[Callable] = (),  # trainer callbacks (e.g. snapshots)
+    log: Callable[[str], None] | None = None,  # receives the resolved optimiser settings
+    allow_changes: Sequence[str] = (),  # optimiser fields a resume may change, e.g. ('lr',)
+    lora: LoraSpec | None = None,  # low-rank adapters (peft) on the init checkpoint's towers
+    report_to: str | Sequence[str] = (),  # 'tensorboard', 'wandb': dashboards in the run folder
+    trainer: Callable = train,  # what trains the prepared run (`hierbench.recipes.seed_batch`
+    # collects several seeds' runs here to train them together)
+    **train_config,
+) -> TrainResult:  # `TrainConfig` fields: batch_size, lr, log_every, ...
+    """Train `recipe` on `data` into `run_dir`; the world's defaults come from `recipe.world`, real data's from
+    `recipe.paper`."""
     data, arch, decoder, validation, train_config = _upgrade_call(data, arch, decoder, validation, train_config)
     recipe = R.get_recipe(recipe) if isinstance(recipe, str) else recipe
     init = resolve_init(init_checkpoint)
     arch, train_config, note = inherit_from_init(init_checkpoint, arch, train_config, recipe)
     if lora is not None and init is None:
-        raise SettingsConflict(f"--lora-rank adapts a checkpoint, but recipe {recipe.name!r} starts from none: give "
-                               "--init-checkpoint (a run folder or weights file); training from scratch trains every weight")
-    tracker = Tracker(report_to) if report_to else None   # an unknown or missing backend fails here, before any file
+        raise SettingsConflict(
+            f"--lora-rank adapts a checkpoint, but recipe {recipe.name!r} starts from none: give "
+            "--init-checkpoint (a run folder or weights file); training from scratch trains every weight"
+        )
+    tracker = Tracker(report_to) if report_to else None  # an unknown or missing backend fails here, before any file
     if recipe.stage == "finetune" and init is None:
-        warnings.warn(f"recipe {recipe.name!r} fine-tunes a {recipe.init_from!r} checkpoint, but no init_checkpoint "
-                      "was given: training from a random init")
+        warnings.warn(
+            f"recipe {recipe.name!r} fine-tunes a {recipe.init_from!r} checkpoint, but no init_checkpoint "
+            "was given: training from a random init"
+        )
     torch.manual_seed(seed)
     model = _model_for(recipe, arch, init, data.kind)
-    if lora is not None: note += _lora_note(apply_lora(model, lora, base=init), lora)   # before the EMA teacher copies it
+    if lora is not None:
+        note += _lora_note(apply_lora(model, lora, base=init), lora)  # before the EMA teacher copies it
     batch_size = train_config.pop("batch_size", None)
     if data.kind == "world":
         source = S.world_source(recipe, model, data)
         cfg = recipe_config(recipe, run_dir, steps, seed, batch_size, **train_config)
     else:
         source = RD.real_source(recipe, model, data, seed=seed)
-        cfg = recipe_config(recipe, run_dir, steps, seed, batch_size, defaults=recipe.paper, dataset_size=len(source),
-                            **train_config)
-    if tracker is not None: note += f"; reporting to {', '.join(tracker.backends)} in the run folder"
-    if log is not None and init_distributed().is_main: log(_settings_line(recipe, data, source, cfg) + note)   # rank 0 only
+        cfg = recipe_config(
+            recipe, run_dir, steps, seed, batch_size, defaults=recipe.paper, dataset_size=len(source), **train_config
+        )
+    if tracker is not None:
+        note += f"; reporting to {', '.join(tracker.backends)} in the run folder"
+    if log is not None and init_distributed().is_main:
+        log(_settings_line(recipe, data, source, cfg) + note)  # rank 0 only
     decay = recipe.teacher_decay(cfg.steps)
     teacher = M.EMATeacher(model, decay) if recipe.needs_teacher else None
-    if teacher is not None and lora is not None: share_frozen_base_(teacher, model)   # one copy of the frozen base
+    if teacher is not None and lora is not None:
+        share_frozen_base_(teacher, model)  # one copy of the frozen base
     modules, recon_head = {}, None
     if recipe.needs_decoder:
-        recon_head = modules["recon_head"] = ReconstructionHead(model.text_width, _decoder_for(decoder, source, data, seed))
+        recon_head = modules["recon_head"] = ReconstructionHead(
+            model.text_width, _decoder_for(decoder, source, data, seed)
+        )
     loss_fn = R.make_loss_fn(recipe, recon_head)
     monitor = _monitor(validation, recipe, model, data, loss_fn, cfg)
-    if tracker is not None: tracker.figure_batch = _figure_batch(monitor, source)
-    callbacks = list(callbacks) + ([monitor] if monitor is not None else []) + ([tracker] if tracker is not None else [])
+    if tracker is not None:
+        tracker.figure_batch = _figure_batch(monitor, source)
+    callbacks = (
+        list(callbacks) + ([monitor] if monitor is not None else []) + ([tracker] if tracker is not None else [])
+    )
     record = _run_record(recipe, arch, init, data, source, decay, validation)
-    if lora is not None: record["lora"] = model.model_config["lora"]   # spec and base (path, SHA-256): resume checks it
-    res = trainer(model, loss_fn, source, cfg, teacher=teacher, callbacks=callbacks, resume=resume, stop_at=stop_at,
-                  collate_fn=collate_batch, modules=modules, allow_changes=allow_changes, extra_config=record,
-                  save_final=save_lora_model if lora is not None else M.save_model)
+    if lora is not None:
+        record["lora"] = model.model_config["lora"]  # spec and base (path, SHA-256): resume checks it
+    res = trainer(
+        model,
+        loss_fn,
+        source,
+        cfg,
+        teacher=teacher,
+        callbacks=callbacks,
+        resume=resume,
+        stop_at=stop_at,
+        collate_fn=collate_batch,
+        modules=modules,
+        allow_changes=allow_changes,
+        extra_config=record,
+        save_final=save_lora_model if lora is not None else M.save_model,
+    )
     res.plateau = monitor.plateau if monitor is not None else None
     return res

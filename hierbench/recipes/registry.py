@@ -1,4 +1,5 @@
-"""Named, composable training recipes — geometry, data fields, weighted loss terms, stage and optimizer defaults — and `compute_loss`, the glue the trainer calls.
+"""Named, composable training recipes — geometry, data fields, weighted loss terms, stage and
+optimizer defaults — and `compute_loss`, the glue the trainer calls.
 
 Docs: https://hierbench.github.io/hierbench/recipes/registry.html.md"""
 
@@ -7,7 +8,7 @@ Docs: https://hierbench.github.io/hierbench/recipes/registry.html.md"""
 # %% ../../nbs/recipes/02_registry.ipynb #bfb7ca98
 from __future__ import annotations
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Mapping
 import torch
 from torch import Tensor
@@ -15,8 +16,43 @@ from . import losses as L
 from ..world.scenes import check_negative_types
 from ..config import SettingsError, UnknownNameError
 from ..plugins import PluginError, note_registration
-from .terms import TERMS, evaluate_terms, known_terms, plugin_terms   # the loss terms' names (built-in and registered)
+from hierbench.recipes.terms import (
+    TERMS,
+    evaluate_terms,
+    known_terms,
+    plugin_terms,
+)  # the loss terms' names (built-in and registered)
 from fastcore.basics import patch
+
+# %% auto #0
+__all__ = [
+    "WORLD_PRETRAIN",
+    "WORLD_FINETUNE",
+    "PAPER_MERU",
+    "PAPER_HYCOCLIP",
+    "PAPER_ARGENT",
+    "PAPER_NEGCLIP",
+    "PAPER_DEGLA",
+    "PAPER_READ",
+    "SWAP_NEGATIVES",
+    "DEGLA_NEGATIVES",
+    "DEGLA_EMA",
+    "DEGLA_HORIZON",
+    "OptimDefaults",
+    "FrozenWeights",
+    "Recipe",
+    "register_recipe",
+    "get_recipe",
+    "list_recipes",
+    "recipe_fields",
+    "recipe_diff",
+    "recipe_variant",
+    "recipes_table",
+    "rank_info",
+    "compute_loss",
+    "make_loss_fn",
+    "demo_batch",
+]
 
 # %% auto #0
 __all__ = ['WORLD_PRETRAIN', 'WORLD_FINETUNE', 'PAPER_MERU', 'PAPER_HYCOCLIP', 'PAPER_ARGENT', 'PAPER_NEGCLIP', 'PAPER_DEGLA',
@@ -28,69 +64,138 @@ __all__ = ['WORLD_PRETRAIN', 'WORLD_FINETUNE', 'PAPER_MERU', 'PAPER_HYCOCLIP', '
 @dataclass(frozen=True)
 class OptimDefaults:
     "AdamW + linear warmup + cosine defaults of one scale (world or paper)."
+
     lr: float
     weight_decay: float
     betas: tuple[float, float] = (0.9, 0.98)  # β2 = 0.98 as in CLIP/MERU/open_clip ViTs
     eps: float = 1e-8
     warmup_steps: int = 0
     batch_size: int = 256
-    steps: int | None = None        # optimizer steps (world; papers that count iterations)
-    epochs: float | None = None     # papers that count epochs
-    dataset_size: int | None = None # items per epoch (papers that count epochs), to turn epochs into steps
-    grad_clip: float = 0.0          # max gradient norm; 0 = no clipping (MERU, HyCoCLIP, NegCLIP, DeGLA), READ: 1.0
-    min_lr_ratio: float = 0.0       # cosine floor as a fraction of lr (1.0 = constant lr after warmup)
-    precision: str = "fp32"         # 'fp32' | 'amp' (fp16 autocast) | 'bf16'
-    source: str = ""                # where the numbers come from; assumptions named
+    steps: int | None = None  # optimizer steps (world; papers that count iterations)
+    epochs: float | None = None  # papers that count epochs
+    dataset_size: int | None = None  # items per epoch (papers that count epochs), to turn epochs into steps
+    grad_clip: float = 0.0  # max gradient norm; 0 = no clipping (MERU, HyCoCLIP, NegCLIP, DeGLA), READ: 1.0
+    min_lr_ratio: float = 0.0  # cosine floor as a fraction of lr (1.0 = constant lr after warmup)
+    precision: str = "fp32"  # 'fp32' | 'amp' (fp16 autocast) | 'bf16'
+    source: str = ""  # where the numbers come from; assumptions named
 
     @property
     def total_steps(self) -> int | None:
         "`steps`, or epochs × dataset_size / batch_size when the paper counts epochs (None when unknown)."
-        if self.steps is not None: return self.steps
-        if self.epochs and self.dataset_size: return round(self.epochs * self.dataset_size / self.batch_size)
+        if self.steps is not None:
+            return self.steps
+        if self.epochs and self.dataset_size:
+            return round(self.epochs * self.dataset_size / self.batch_size)
         return None
 
     def train_overrides(self) -> dict:
         "The `TrainConfig` fields these defaults set (`steps` only when known)."
-        d = dict(lr=self.lr, weight_decay=self.weight_decay, betas=tuple(self.betas), eps=self.eps,
-                 warmup_steps=self.warmup_steps, batch_size=self.batch_size, grad_clip=self.grad_clip,
-                 min_lr_ratio=self.min_lr_ratio)
-        if self.steps is not None: d["steps"] = self.steps
+        d = dict(
+            lr=self.lr,
+            weight_decay=self.weight_decay,
+            betas=tuple(self.betas),
+            eps=self.eps,
+            warmup_steps=self.warmup_steps,
+            batch_size=self.batch_size,
+            grad_clip=self.grad_clip,
+            min_lr_ratio=self.min_lr_ratio,
+        )
+        if self.steps is not None:
+            d["steps"] = self.steps
         return d
 
 # %% ../../nbs/recipes/02_registry.ipynb #7f666626
-WORLD_PRETRAIN = OptimDefaults(lr=1e-3, weight_decay=0.2, eps=1e-8, warmup_steps=30, batch_size=256, steps=600,
-                               source="world: batch 256 (shape needs a crowded contrast), lr 1e-3, 5% warmup")
-WORLD_FINETUNE = OptimDefaults(lr=2e-4, weight_decay=0.1, eps=1e-6, warmup_steps=20, batch_size=128, steps=300,
-                               min_lr_ratio=1.0,
-                               source="world: lr 2e-4 (moves a small model; chosen on the NegCLIP training loss only), "
-                                      "constant after warmup so that the plateau rule measures the objective")
+WORLD_PRETRAIN = OptimDefaults(
+    lr=1e-3,
+    weight_decay=0.2,
+    eps=1e-8,
+    warmup_steps=30,
+    batch_size=256,
+    steps=600,
+    source="world: batch 256 (shape needs a crowded contrast), lr 1e-3, 5% warmup",
+)
+WORLD_FINETUNE = OptimDefaults(
+    lr=2e-4,
+    weight_decay=0.1,
+    eps=1e-6,
+    warmup_steps=20,
+    batch_size=128,
+    steps=300,
+    min_lr_ratio=1.0,
+    source="world: lr 2e-4 (moves a small model; chosen on the NegCLIP training loss only), "
+    "constant after warmup so that the plateau rule measures the objective",
+)
 
-PAPER_MERU = OptimDefaults(lr=5e-4, weight_decay=0.2, eps=1e-8, warmup_steps=4000, batch_size=2048, steps=120_000,
-                           precision="amp", source="MERU configs (train_*_vit_*.py): RedCaps, 120k iterations, no "
-                           "gradient clipping; eps is AdamW's default (not set there); the CLIP baseline uses the same settings")
-PAPER_HYCOCLIP = dataclasses.replace(PAPER_MERU, batch_size=768, steps=None,
+PAPER_MERU = OptimDefaults(
+    lr=5e-4,
+    weight_decay=0.2,
+    eps=1e-8,
+    warmup_steps=4000,
+    batch_size=2048,
+    steps=120_000,
+    precision="amp",
+    source="MERU configs (train_*_vit_*.py): RedCaps, 120k iterations, no "
+    "gradient clipping; eps is AdamW's default (not set there); the CLIP baseline uses the same settings",
+)
+PAPER_HYCOCLIP = dataclasses.replace(
+    PAPER_MERU,
+    batch_size=768,
+    steps=None,
     source="optimizer as MERU (HyCoCLIP builds on MERU's code, no clipping); batch 768 inferred from ARGENT's CC3M "
-           "ablation (40k iterations ≈ 30M samples); the GRIT iteration count is not verified here")
-PAPER_ARGENT = dataclasses.replace(PAPER_HYCOCLIP,
-    source="ARGENT states no optimizer or schedule: inherited from HyCoCLIP (assumption); ablations run 40k iterations on CC3M")
-PAPER_NEGCLIP = OptimDefaults(lr=1e-6, weight_decay=0.1, eps=1e-6, warmup_steps=50, batch_size=256, epochs=5,
-                              source="NegCLIP: COCO, 5 epochs, lr 1e-6, 50 warmup steps, batch 256, no clipping (open_clip's "
-                                     "default); wd 0.1 and eps 1e-6 assumed (open_clip ViT fine-tuning defaults, as DeGLA)")
-PAPER_DEGLA = OptimDefaults(lr=1e-6, weight_decay=0.1, eps=1e-6, warmup_steps=50, batch_size=256, epochs=5,
-                            dataset_size=414_113,
-                            source="DeGLA paper: from pretrained CLIP, cosine, 5 epochs of COCO 2014's 414,113 captions "
-                                   "(≈ 8,090 steps), batch 256, K=4, EMA 0.9996, no clipping")
-PAPER_READ = OptimDefaults(lr=1e-5, weight_decay=0.1, eps=1e-6, warmup_steps=50, batch_size=256, epochs=5,
-                           dataset_size=100_000, grad_clip=1.0, precision="bf16",
-                           source="READ paper: 100K COCO subsample, 5 epochs, bf16; Hugging Face Trainer (max_grad_norm 1.0); "
-                                  "betas/eps assumed as DeGLA")
+    "ablation (40k iterations ≈ 30M samples); the GRIT iteration count is not verified here",
+)
+PAPER_ARGENT = dataclasses.replace(
+    PAPER_HYCOCLIP,
+    source="ARGENT states no optimizer or schedule: inherited from HyCoCLIP (assumption); ablations run 40k "
+    "iterations on CC3M",
+)
+PAPER_NEGCLIP = OptimDefaults(
+    lr=1e-6,
+    weight_decay=0.1,
+    eps=1e-6,
+    warmup_steps=50,
+    batch_size=256,
+    epochs=5,
+    source="NegCLIP: COCO, 5 epochs, lr 1e-6, 50 warmup steps, batch 256, no clipping (open_clip's "
+    "default); wd 0.1 and eps 1e-6 assumed (open_clip ViT fine-tuning defaults, as DeGLA)",
+)
+PAPER_DEGLA = OptimDefaults(
+    lr=1e-6,
+    weight_decay=0.1,
+    eps=1e-6,
+    warmup_steps=50,
+    batch_size=256,
+    epochs=5,
+    dataset_size=414_113,
+    source="DeGLA paper: from pretrained CLIP, cosine, 5 epochs of COCO 2014's 414,113 captions "
+    "(≈ 8,090 steps), batch 256, K=4, EMA 0.9996, no clipping",
+)
+PAPER_READ = OptimDefaults(
+    lr=1e-5,
+    weight_decay=0.1,
+    eps=1e-6,
+    warmup_steps=50,
+    batch_size=256,
+    epochs=5,
+    dataset_size=100_000,
+    grad_clip=1.0,
+    precision="bf16",
+    source="READ paper: 100K COCO subsample, 5 epochs, bf16; Hugging Face Trainer (max_grad_norm 1.0); "
+    "betas/eps assumed as DeGLA",
+)
 
 # %% ../../nbs/recipes/02_registry.ipynb #3e988a5d
 class FrozenWeights(dict):
     "A read-only dict of loss weights: a registered recipe cannot be changed in place (use `Recipe.replace`)."
-    def _readonly(self, *args, **kwargs): raise TypeError("recipe weights are read-only; use Recipe.replace(weights={...})")
+
+    def _readonly(self, *args, **kwargs):
+        raise TypeError("recipe weights are read-only; use Recipe.replace(weights={...})")
+
     __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = __ior__ = _readonly
-    def __reduce__(self): return (FrozenWeights, (dict(self),))  # copy/deepcopy/pickle rebuild without __setitem__
+
+    def __reduce__(self):
+        return (FrozenWeights, (dict(self),))  # copy/deepcopy/pickle rebuild without __setitem__
+
 
 _HYPERBOLIC_TERMS = ("entailment", "adaent", "reg")
 
@@ -98,53 +203,77 @@ _HYPERBOLIC_TERMS = ("entailment", "adaent", "reg")
 @dataclass(frozen=True)
 class Recipe:
     "A named training method: head geometry, batch fields, weighted loss terms, stage and optimizer defaults."
+
     name: str
     summary: str
-    geometry: str                          # 'euclidean' | 'lorentz'
-    contrastive: str                       # 'clip' | 'hycoclip' (4-way, boxes) | 'negclip' (hard negatives)
-    weights: Mapping[str, float]           # term -> weight; terms in `TERMS`; weight 0 = term off
-    stage: str = "pretrain"                # 'pretrain' (from scratch) | 'finetune' (from `init_from`'s checkpoint)
-    init_from: str | None = None           # name of the recipe whose checkpoint a fine-tune starts from
-    use_boxes: bool = False                # batch carries `crops` + `phrases` (HyCoCLIP's four pairs)
-    num_negatives: int = 0                 # K hard negatives per caption the data loader should supply
-    negative_types: tuple | None = None    # world negative types the loader draws them from (None: every type)
-    recon_target: str = "alternatives"     # READ: reconstruct an alternative caption; 'captions' = the input itself (ablation)
+    geometry: str  # 'euclidean' | 'lorentz'
+    contrastive: str  # 'clip' | 'hycoclip' (4-way, boxes) | 'negclip' (hard negatives)
+    weights: Mapping[str, float]  # term -> weight; terms in `TERMS`; weight 0 = term off
+    stage: str = "pretrain"  # 'pretrain' (from scratch) | 'finetune' (from `init_from`'s checkpoint)
+    init_from: str | None = None  # name of the recipe whose checkpoint a fine-tune starts from
+    use_boxes: bool = False  # batch carries `crops` + `phrases` (HyCoCLIP's four pairs)
+    num_negatives: int = 0  # K hard negatives per caption the data loader should supply
+    negative_types: tuple | None = None  # world negative types the loader draws them from (None: every type)
+    recon_target: str = (
+        "alternatives"  # READ: reconstruct an alternative caption; 'captions' = the input itself (ablation)
+    )
     adaent: L.AdaEntConfig = L.AdaEntConfig()  # ARGENT options (used when `adaent` has a weight)
-    tgc_scale: float = L.TGC_SCALE         # DeGLA's fixed TGC logit scale
-    ema_decay: float | None = None         # the paper's EMA teacher decay when a teacher is needed (DeGLA 0.9996)
-    ema_horizon: float | None = None       # fraction of the way to the student the teacher moves over a run; sets the
-                                           # decay for a run of another length (None: use ema_decay as it is)
-    image_negatives: bool = False          # NegCLIP's hard-negative images: each scene's nearest neighbour in the same batch
-    curv_init: float = 1.0                 # lorentz head: initial curvature c (MERU: 1.0, learnable in [0.1c0, 10c0])
-    learn_curv: bool = True                # lorentz head: learn c
+    tgc_scale: float = L.TGC_SCALE  # DeGLA's fixed TGC logit scale
+    ema_decay: float | None = None  # the paper's EMA teacher decay when a teacher is needed (DeGLA 0.9996)
+    ema_horizon: float | None = None  # fraction of the way to the student the teacher moves over a run; sets the
+    # decay for a run of another length (None: use ema_decay as it is)
+    image_negatives: bool = False  # NegCLIP's hard-negative images: each scene's nearest neighbour in the same batch
+    curv_init: float = 1.0  # lorentz head: initial curvature c (MERU: 1.0, learnable in [0.1c0, 10c0])
+    learn_curv: bool = True  # lorentz head: learn c
     world: OptimDefaults = WORLD_PRETRAIN  # defaults for the built-in world
-    paper: OptimDefaults = PAPER_MERU      # the paper-scale defaults, for reference and real-data runs
+    paper: OptimDefaults = PAPER_MERU  # the paper-scale defaults, for reference and real-data runs
 
     def __post_init__(self):
         object.__setattr__(self, "weights", FrozenWeights(self.weights))
-        def bad(msg): raise SettingsError(f"recipe {self.name!r}: {msg}")
-        if self.geometry not in ("euclidean", "lorentz"): bad(f"geometry must be 'euclidean' or 'lorentz', got {self.geometry!r}")
-        if self.contrastive not in ("clip", "hycoclip", "negclip"): bad(f"unknown contrastive {self.contrastive!r}")
+
+        def bad(msg):
+            raise SettingsError(f"recipe {self.name!r}: {msg}")
+
+        if self.geometry not in ("euclidean", "lorentz"):
+            bad(f"geometry must be 'euclidean' or 'lorentz', got {self.geometry!r}")
+        if self.contrastive not in ("clip", "hycoclip", "negclip"):
+            bad(f"unknown contrastive {self.contrastive!r}")
         unknown = set(self.weights) - set(known_terms())
-        if unknown: bad(f"unknown loss term(s) {sorted(unknown)}; known: {list(known_terms())} (register your own with "
-                        "hierbench.register_term)")
-        if any(w < 0 for w in self.weights.values()): bad(f"weights must be >= 0, got {self.weights}")
-        if not self.weights.get("contrastive"): bad("every recipe keeps a contrastive term with a weight > 0")
-        if self.stage not in ("pretrain", "finetune"): bad(f"stage must be 'pretrain' or 'finetune', got {self.stage!r}")
-        if (self.stage == "finetune") != (self.init_from is not None): bad("a 'finetune' recipe names init_from; a 'pretrain' one does not")
+        if unknown:
+            bad(
+                f"unknown loss term(s) {sorted(unknown)}; known: {list(known_terms())} (register your own with "
+                "hierbench.register_term)"
+            )
+        if any(w < 0 for w in self.weights.values()):
+            bad(f"weights must be >= 0, got {self.weights}")
+        if not self.weights.get("contrastive"):
+            bad("every recipe keeps a contrastive term with a weight > 0")
+        if self.stage not in ("pretrain", "finetune"):
+            bad(f"stage must be 'pretrain' or 'finetune', got {self.stage!r}")
+        if (self.stage == "finetune") != (self.init_from is not None):
+            bad("a 'finetune' recipe names init_from; a 'pretrain' one does not")
         hyp = [t for t in _HYPERBOLIC_TERMS if self.weights.get(t)]
-        if hyp and self.geometry != "lorentz": bad(f"terms {hyp} need the lorentz geometry")
-        if self.contrastive == "hycoclip" and not self.use_boxes: bad("the hycoclip contrastive needs use_boxes=True")
-        if self.contrastive == "negclip" and self.num_negatives < 1: bad("the negclip contrastive needs num_negatives >= 1")
+        if hyp and self.geometry != "lorentz":
+            bad(f"terms {hyp} need the lorentz geometry")
+        if self.contrastive == "hycoclip" and not self.use_boxes:
+            bad("the hycoclip contrastive needs use_boxes=True")
+        if self.contrastive == "negclip" and self.num_negatives < 1:
+            bad("the negclip contrastive needs num_negatives >= 1")
         if self.negative_types is not None:
-            try: object.__setattr__(self, "negative_types", check_negative_types(self.negative_types))
-            except ValueError as e: bad(f"negative_types: {e}")
+            try:
+                object.__setattr__(self, "negative_types", check_negative_types(self.negative_types))
+            except ValueError as e:
+                bad(f"negative_types: {e}")
         if (self.weights.get("igc") or self.weights.get("tgc")) and self.contrastive != "negclip":
             bad("igc/tgc need hard negatives: use contrastive='negclip'")
-        if self.recon_target not in ("alternatives", "captions"): bad("recon_target must be 'alternatives' or 'captions'")
-        if self.needs_teacher and self.ema_decay is None: bad("tgc/distill need a teacher: set ema_decay")
-        if not self.curv_init > 0: bad(f"curv_init must be > 0, got {self.curv_init}")
-        if self.ema_horizon is not None and not 0 < self.ema_horizon < 1: bad(f"ema_horizon must be in (0, 1), got {self.ema_horizon}")
+        if self.recon_target not in ("alternatives", "captions"):
+            bad("recon_target must be 'alternatives' or 'captions'")
+        if self.needs_teacher and self.ema_decay is None:
+            bad("tgc/distill need a teacher: set ema_decay")
+        if not self.curv_init > 0:
+            bad(f"curv_init must be > 0, got {self.curv_init}")
+        if self.ema_horizon is not None and not 0 < self.ema_horizon < 1:
+            bad(f"ema_horizon must be in (0, 1), got {self.ema_horizon}")
 
     def active(self, term: str) -> bool:
         "Whether `term` has a non-zero weight."
@@ -159,61 +288,84 @@ class Recipe:
 @patch
 def teacher_decay(self: Recipe, steps: int) -> float | None:
     "The EMA decay for a run of `steps` optimizer steps: the one that moves the teacher `ema_horizon` of the way."
-    if not self.needs_teacher: return None
-    if self.ema_horizon is None: return self.ema_decay
+    if not self.needs_teacher:
+        return None
+    if self.ema_horizon is None:
+        return self.ema_decay
     return float((1.0 - self.ema_horizon) ** (1.0 / max(1, steps)))
+
 
 @patch(as_prop=True)
 def needs_decoder(self: Recipe) -> bool:
     "READ's reconstruction term needs a `recon_head(pooled, targets)` from `hierbench.models.decoder`."
     return self.active("recon")
 
+
 @patch(as_prop=True)
 def fields(self: Recipe) -> tuple[str, ...]:
     "The batch keys `compute_loss` reads."
     f = ["images", "captions"]
-    if self.use_boxes: f += ["crops", "phrases"]
-    if self.contrastive == "negclip": f.append("negatives")
-    if self.active("align"): f.append("paraphrases")
-    if self.active("recon") and self.recon_target == "alternatives": f.append("alternatives")
+    if self.use_boxes:
+        f += ["crops", "phrases"]
+    if self.contrastive == "negclip":
+        f.append("negatives")
+    if self.active("align"):
+        f.append("paraphrases")
+    if self.active("recon") and self.recon_target == "alternatives":
+        f.append("alternatives")
     return tuple(f)
+
 
 @patch
 def model_kwargs(self: Recipe) -> dict:
     "Keyword arguments for `hierbench.models.family.create_model(preset, **recipe.model_kwargs())`."
-    if self.geometry == "euclidean": return dict(geometry="euclidean")
+    if self.geometry == "euclidean":
+        return dict(geometry="euclidean")
     return dict(geometry="lorentz", curv_init=self.curv_init, learn_curv=self.learn_curv)
+
 
 @patch(as_prop=True)
 def item_fields(self: Recipe) -> tuple[str, ...]:
     "The optional per-item fields a `hierbench.data.batch` world dataset must produce (its singular names)."
-    singular = {"crops": "crop", "phrases": "phrase", "negatives": "negatives", "paraphrases": "paraphrase",
-                "alternatives": "alternative"}
+    singular = {
+        "crops": "crop",
+        "phrases": "phrase",
+        "negatives": "negatives",
+        "paraphrases": "paraphrase",
+        "alternatives": "alternative",
+    }
     return tuple(singular[f] for f in self.fields[2:])
+
 
 @patch
 def replace(self: Recipe, **overrides) -> "Recipe":
     """A copy with fields replaced. `weights` given as a dict are **merged** into the recipe's (set a weight to 0 to
     drop a term); `adaent`, `world`, `paper` accept a dict of the fields to change."""
-    if "weights" in overrides: overrides["weights"] = {**self.weights, **overrides["weights"]}
+    if "weights" in overrides:
+        overrides["weights"] = {**self.weights, **overrides["weights"]}
     for name in ("adaent", "world", "paper"):
         if isinstance(overrides.get(name), Mapping):
             overrides[name] = dataclasses.replace(getattr(self, name), **overrides[name])
     bad = set(overrides) - {f.name for f in dataclasses.fields(self)}
-    if bad: raise TypeError(f"Recipe has no field(s) {sorted(bad)}")
+    if bad:
+        raise TypeError(f"Recipe has no field(s) {sorted(bad)}")
     return dataclasses.replace(self, **overrides)
 
 # %% ../../nbs/recipes/02_registry.ipynb #c87e1444
 _RECIPES: dict[str, Recipe] = {}
-_BUILTIN_RECIPES: frozenset = frozenset()   # the workbench's own, set once they are registered below
+_BUILTIN_RECIPES: frozenset = frozenset()  # the workbench's own, set once they are registered below
+
 
 def register_recipe(recipe: Recipe, overwrite: bool = False) -> Recipe:
-    """Add `recipe` to the registry under `recipe.name`; a fine-tune's `init_from` must already be registered. A name the
+    """Add `recipe` to the registry under `recipe.name`; a fine-tune's `init_from` must already be registered. A name
+    the
     workbench's own recipes hold is refused; registering an equal recipe again (a re-run cell, a re-imported plugin) is
     a no-op; another recipe of a taken name needs `overwrite`."""
     if recipe.name in _BUILTIN_RECIPES and _RECIPES.get(recipe.name) != recipe:
-        raise PluginError(f"recipe {recipe.name!r} shadows a built-in recipe: give yours another name "
-                          f"(e.g. get_recipe({recipe.name!r}).replace(name='my-{recipe.name}', ...))")
+        raise PluginError(
+            f"recipe {recipe.name!r} shadows a built-in recipe: give yours another name "
+            f"(e.g. get_recipe({recipe.name!r}).replace(name='my-{recipe.name}', ...))"
+        )
     if recipe.name in _RECIPES and not overwrite and _RECIPES[recipe.name] != recipe:
         raise SettingsError(f"recipe {recipe.name!r} is already registered")
     if recipe.init_from is not None and recipe.init_from not in _RECIPES:
@@ -222,83 +374,215 @@ def register_recipe(recipe: Recipe, overwrite: bool = False) -> Recipe:
     note_registration("recipe", recipe.name)
     return recipe
 
+
 def get_recipe(name: str) -> Recipe:
     "The registered recipe called `name`."
-    try: return _RECIPES[name]
-    except KeyError: raise UnknownNameError(f"unknown recipe {name!r}; known: {list_recipes()}") from None
+    try:
+        return _RECIPES[name]
+    except KeyError:
+        raise UnknownNameError(f"unknown recipe {name!r}; known: {list_recipes()}") from None
+
 
 def list_recipes() -> list[str]:
     "Names of all registered recipes, in registration order."
     return list(_RECIPES)
 
 # %% ../../nbs/recipes/02_registry.ipynb #e838f4b5
-_ = register_recipe(Recipe("clip", "Euclidean CLIP: symmetric InfoNCE on cosine similarity",
-                           geometry="euclidean", contrastive="clip", weights=dict(contrastive=1.0)))
-_ = register_recipe(Recipe("meru", "MERU: Lorentz lift, contrastive on −distance + entailment cone (text ⊒ image)",
-                           geometry="lorentz", contrastive="clip", weights=dict(L.MERU_WEIGHTS)))
-_ = register_recipe(Recipe("hycoclip", "HyCoCLIP: four-way contrastive with boxes + four entailment cones",
-                           geometry="lorentz", contrastive="hycoclip", use_boxes=True,
-                           weights=dict(L.HYCOCLIP_WEIGHTS), paper=PAPER_HYCOCLIP))
-_argent = register_recipe(Recipe("argent", "ARGENT: HyCoCLIP contrastive + adaptive angular entailment (intra-modal "
-                                 "weight) + norm regulariser", geometry="lorentz", contrastive="hycoclip",
-                                 use_boxes=True, weights=dict(L.ARGENT_WEIGHTS), paper=PAPER_ARGENT))
-_ = register_recipe(dataclasses.replace(_argent.replace(adaent=dict(weight_mode="none")), name="argent-no-weight",
-                                        summary="ARGENT ablation: AdaEnt without the adaptive weight"))
-_ = register_recipe(dataclasses.replace(_argent.replace(adaent=dict(weight_mode="all")), name="argent-weight-all",
-                                        summary="ARGENT ablation: adaptive weight on every pair, inter-modal too"))
-_ = register_recipe(dataclasses.replace(_argent.replace(weights=dict(reg=0.0)), name="argent-no-reg",
-                                        summary="ARGENT ablation: no norm regulariser"))
+_ = register_recipe(
+    Recipe(
+        "clip",
+        "Euclidean CLIP: symmetric InfoNCE on cosine similarity",
+        geometry="euclidean",
+        contrastive="clip",
+        weights=dict(contrastive=1.0),
+    )
+)
+_ = register_recipe(
+    Recipe(
+        "meru",
+        "MERU: Lorentz lift, contrastive on −distance + entailment cone (text ⊒ image)",
+        geometry="lorentz",
+        contrastive="clip",
+        weights=dict(L.MERU_WEIGHTS),
+    )
+)
+_ = register_recipe(
+    Recipe(
+        "hycoclip",
+        "HyCoCLIP: four-way contrastive with boxes + four entailment cones",
+        geometry="lorentz",
+        contrastive="hycoclip",
+        use_boxes=True,
+        weights=dict(L.HYCOCLIP_WEIGHTS),
+        paper=PAPER_HYCOCLIP,
+    )
+)
+_argent = register_recipe(
+    Recipe(
+        "argent",
+        "ARGENT: HyCoCLIP contrastive + adaptive angular entailment (intra-modal weight) + norm regulariser",
+        geometry="lorentz",
+        contrastive="hycoclip",
+        use_boxes=True,
+        weights=dict(L.ARGENT_WEIGHTS),
+        paper=PAPER_ARGENT,
+    )
+)
+_ = register_recipe(
+    dataclasses.replace(
+        _argent.replace(adaent=dict(weight_mode="none")),
+        name="argent-no-weight",
+        summary="ARGENT ablation: AdaEnt without the adaptive weight",
+    )
+)
+_ = register_recipe(
+    dataclasses.replace(
+        _argent.replace(adaent=dict(weight_mode="all")),
+        name="argent-weight-all",
+        summary="ARGENT ablation: adaptive weight on every pair, inter-modal too",
+    )
+)
+_ = register_recipe(
+    dataclasses.replace(
+        _argent.replace(weights=dict(reg=0.0)), name="argent-no-reg", summary="ARGENT ablation: no norm regulariser"
+    )
+)
 
 # %% ../../nbs/recipes/02_registry.ipynb #98605be0
-SWAP_NEGATIVES = ("swap_obj", "swap_att", "reshuffle")                                 # NegCLIP, READ
+SWAP_NEGATIVES = ("swap_obj", "swap_att", "reshuffle")  # NegCLIP, READ
 DEGLA_NEGATIVES = ("reshuffle", "swap_obj", "swap_att", "replace_att", "replace_obj")  # DeGLA's five rules
 DEGLA_EMA = 0.9996
-DEGLA_HORIZON = 1.0 - DEGLA_EMA ** PAPER_DEGLA.total_steps   # ≈ 0.96 of the way over DeGLA's 5 epochs
+DEGLA_HORIZON = 1.0 - DEGLA_EMA**PAPER_DEGLA.total_steps  # ≈ 0.96 of the way over DeGLA's 5 epochs
+
 
 def _finetune(name, summary, weights, K, paper, init_from="clip", geometry="euclidean", **kw) -> Recipe:
     # the world run keeps each paper's gradient clipping (READ 1.0, the others none)
     world = dataclasses.replace(WORLD_FINETUNE, grad_clip=paper.grad_clip)
-    return register_recipe(Recipe(name, summary, geometry=geometry, contrastive="negclip" if K else "clip",
-                                  weights=weights, stage="finetune", init_from=init_from, num_negatives=K,
-                                  world=world, paper=paper, **kw))
+    return register_recipe(
+        Recipe(
+            name,
+            summary,
+            geometry=geometry,
+            contrastive="negclip" if K else "clip",
+            weights=weights,
+            stage="finetune",
+            init_from=init_from,
+            num_negatives=K,
+            world=world,
+            paper=paper,
+            **kw,
+        )
+    )
 
-_ = _finetune("clip-ft", "CLIP fine-tuned on the same data and steps as the hard-negative recipes, without negatives "
-              "(the reference for 'fine-tuning alone')", dict(contrastive=1.0), 0, PAPER_NEGCLIP)
-_negclip = _finetune("negclip", "NegCLIP-style: text hard negatives (B×B(1+K) image→text, B×B text→image); NegCLIP "
-                     "proper also mines hard-negative images (negclip-img)", dict(L.NEGCLIP_WEIGHTS), 1, PAPER_NEGCLIP,
-                     negative_types=SWAP_NEGATIVES)
-_ = register_recipe(dataclasses.replace(_negclip.replace(image_negatives=True), name="negclip-img",
-                                        summary="NegCLIP: text hard negatives + each image's nearest neighbour in the batch"))
-_degla = _finetune("degla", "DeGLA: NegCLIP base + image-/text-grounded contrast over own negatives + EMA self-distillation",
-                   dict(L.DEGLA_WEIGHTS), 4, PAPER_DEGLA, ema_decay=DEGLA_EMA, ema_horizon=DEGLA_HORIZON,
-                   negative_types=DEGLA_NEGATIVES)
-_ = register_recipe(dataclasses.replace(_degla.replace(weights=dict(igc=0.0, tgc=0.0, distill=0.0)), name="degla-base",
-                                        summary="DeGLA's reference: its hard-negative base alone (same K, kinds, optimizer)"))
-_ = register_recipe(dataclasses.replace(_degla.replace(weights=dict(distill=0.0)), name="degla-no-distill",
-                                        summary="DeGLA ablation: no self-distillation (the teacher still anchors TGC)"))
-_read = _finetune("read", "READ: NegCLIP base (3 negatives) + reconstruction of an alternative caption + paraphrase alignment",
-                  dict(L.READ_WEIGHTS), 3, PAPER_READ, negative_types=SWAP_NEGATIVES)
-_ = register_recipe(dataclasses.replace(_read.replace(weights=dict(recon=0.0, align=0.0)), name="read-base",
-                                        summary="READ's reference: its NegCLIP base alone (3 swap negatives, READ's optimizer)"))
-_ = register_recipe(dataclasses.replace(_read.replace(weights=dict(align=0.0)), name="read-recon-only",
-                                        summary="READ ablation: reconstruction only"))
-_ = register_recipe(dataclasses.replace(_read.replace(weights=dict(recon=0.0)), name="read-align-only",
-                                        summary="READ ablation: paraphrase alignment only"))
-_ = register_recipe(dataclasses.replace(_read.replace(recon_target="captions"), name="read-recon-self",
-                                        summary="READ ablation: reconstruct the input caption itself (overfits wording)"))
+
+_ = _finetune(
+    "clip-ft",
+    "CLIP fine-tuned on the same data and steps as the hard-negative recipes, without negatives "
+    "(the reference for 'fine-tuning alone')",
+    dict(contrastive=1.0),
+    0,
+    PAPER_NEGCLIP,
+)
+_negclip = _finetune(
+    "negclip",
+    "NegCLIP-style: text hard negatives (B×B(1+K) image→text, B×B text→image); NegCLIP "
+    "proper also mines hard-negative images (negclip-img)",
+    dict(L.NEGCLIP_WEIGHTS),
+    1,
+    PAPER_NEGCLIP,
+    negative_types=SWAP_NEGATIVES,
+)
+_ = register_recipe(
+    dataclasses.replace(
+        _negclip.replace(image_negatives=True),
+        name="negclip-img",
+        summary="NegCLIP: text hard negatives + each image's nearest neighbour in the batch",
+    )
+)
+_degla = _finetune(
+    "degla",
+    "DeGLA: NegCLIP base + image-/text-grounded contrast over own negatives + EMA self-distillation",
+    dict(L.DEGLA_WEIGHTS),
+    4,
+    PAPER_DEGLA,
+    ema_decay=DEGLA_EMA,
+    ema_horizon=DEGLA_HORIZON,
+    negative_types=DEGLA_NEGATIVES,
+)
+_ = register_recipe(
+    dataclasses.replace(
+        _degla.replace(weights=dict(igc=0.0, tgc=0.0, distill=0.0)),
+        name="degla-base",
+        summary="DeGLA's reference: its hard-negative base alone (same K, kinds, optimizer)",
+    )
+)
+_ = register_recipe(
+    dataclasses.replace(
+        _degla.replace(weights=dict(distill=0.0)),
+        name="degla-no-distill",
+        summary="DeGLA ablation: no self-distillation (the teacher still anchors TGC)",
+    )
+)
+_read = _finetune(
+    "read",
+    "READ: NegCLIP base (3 negatives) + reconstruction of an alternative caption + paraphrase alignment",
+    dict(L.READ_WEIGHTS),
+    3,
+    PAPER_READ,
+    negative_types=SWAP_NEGATIVES,
+)
+_ = register_recipe(
+    dataclasses.replace(
+        _read.replace(weights=dict(recon=0.0, align=0.0)),
+        name="read-base",
+        summary="READ's reference: its NegCLIP base alone (3 swap negatives, READ's optimizer)",
+    )
+)
+_ = register_recipe(
+    dataclasses.replace(
+        _read.replace(weights=dict(align=0.0)), name="read-recon-only", summary="READ ablation: reconstruction only"
+    )
+)
+_ = register_recipe(
+    dataclasses.replace(
+        _read.replace(weights=dict(recon=0.0)),
+        name="read-align-only",
+        summary="READ ablation: paraphrase alignment only",
+    )
+)
+_ = register_recipe(
+    dataclasses.replace(
+        _read.replace(recon_target="captions"),
+        name="read-recon-self",
+        summary="READ ablation: reconstruct the input caption itself (overfits wording)",
+    )
+)
 
 # %% ../../nbs/recipes/02_registry.ipynb #eba69162
 _HIER = dict(adaent=L.ARGENT_WEIGHTS["adaent"], reg=L.ARGENT_WEIGHTS["reg"])
-_ = _finetune("argent+degla", "ARGENT checkpoint fine-tuned with DeGLA's losses on −Lorentz distance (+ AdaEnt, reg)",
-              {**L.DEGLA_WEIGHTS, **_HIER}, 4,
-              dataclasses.replace(PAPER_DEGLA, source="no published system: DeGLA's fine-tuning defaults"),
-              init_from="argent", geometry="lorentz", ema_decay=DEGLA_EMA, ema_horizon=DEGLA_HORIZON,
-              negative_types=DEGLA_NEGATIVES)
-_ = _finetune("argent+read", "ARGENT checkpoint fine-tuned with READ's losses on −Lorentz distance (+ AdaEnt, reg)",
-              {**L.READ_WEIGHTS, **_HIER}, 3,
-              dataclasses.replace(PAPER_READ, source="no published system: READ's fine-tuning defaults"),
-              init_from="argent", geometry="lorentz", negative_types=SWAP_NEGATIVES)
-_BUILTIN_RECIPES = frozenset(_RECIPES)   # a plugin's recipe may not take these names
+_ = _finetune(
+    "argent+degla",
+    "ARGENT checkpoint fine-tuned with DeGLA's losses on −Lorentz distance (+ AdaEnt, reg)",
+    {**L.DEGLA_WEIGHTS, **_HIER},
+    4,
+    dataclasses.replace(PAPER_DEGLA, source="no published system: DeGLA's fine-tuning defaults"),
+    init_from="argent",
+    geometry="lorentz",
+    ema_decay=DEGLA_EMA,
+    ema_horizon=DEGLA_HORIZON,
+    negative_types=DEGLA_NEGATIVES,
+)
+_ = _finetune(
+    "argent+read",
+    "ARGENT checkpoint fine-tuned with READ's losses on −Lorentz distance (+ AdaEnt, reg)",
+    {**L.READ_WEIGHTS, **_HIER},
+    3,
+    dataclasses.replace(PAPER_READ, source="no published system: READ's fine-tuning defaults"),
+    init_from="argent",
+    geometry="lorentz",
+    negative_types=SWAP_NEGATIVES,
+)
+_BUILTIN_RECIPES = frozenset(_RECIPES)  # a plugin's recipe may not take these names
 
 # %% ../../nbs/recipes/02_registry.ipynb #6c6ec08a
 def recipe_fields(recipe: Recipe | str) -> dict[str, object]:
@@ -308,36 +592,54 @@ def recipe_fields(recipe: Recipe | str) -> dict[str, object]:
     r = get_recipe(recipe) if isinstance(recipe, str) else recipe
     out: dict[str, object] = {}
     for f in dataclasses.fields(r):
-        if f.name in ("name", "summary", "paper"): continue
+        if f.name in ("name", "summary", "paper"):
+            continue
         v = getattr(r, f.name)
         if f.name == "weights":
-            for t in TERMS: out[f"weights.{t}"] = float(v.get(t, 0.0))
-            for t in plugin_terms(v): out[f"weights.{t}"] = float(v[t])
+            for t in TERMS:
+                out[f"weights.{t}"] = float(v.get(t, 0.0))
+            for t in plugin_terms(v):
+                out[f"weights.{t}"] = float(v[t])
         elif dataclasses.is_dataclass(v):
             for g in dataclasses.fields(v):
-                if g.name != "source": out[f"{f.name}.{g.name}"] = getattr(v, g.name)
-        else: out[f.name] = v
+                if g.name != "source":
+                    out[f"{f.name}.{g.name}"] = getattr(v, g.name)
+        else:
+            out[f.name] = v
     return out
 
+
 def recipe_diff(a: Recipe | str, b: Recipe | str) -> set[str]:
-    "The flat fields (see `recipe_fields`) in which recipes `a` and `b` differ (a term one of them lacks weighs 0 there)."
+    """The flat fields (see `recipe_fields`) in which recipes `a` and `b` differ (a term one of them lacks weighs 0
+    there)."""
     fa, fb = recipe_fields(a), recipe_fields(b)
     return {k for k in fa.keys() | fb.keys() if fa.get(k, 0.0) != fb.get(k, 0.0)}
 
 # %% ../../nbs/recipes/02_registry.ipynb #c0fb002a
 def _coerce(field: str, current, value):
     "`value` as the type of the field's `current` value; a string is parsed (`true`, `0.5`, `a+b` for a tuple)."
-    if not isinstance(value, str): return value
+    if not isinstance(value, str):
+        return value
     try:
         if isinstance(current, bool):
-            if value.lower() not in ("true", "false", "1", "0", "yes", "no"): raise ValueError("not a boolean")
+            if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError("not a boolean")
             return value.lower() in ("true", "1", "yes")
-        if isinstance(current, int): return int(value)
-        if isinstance(current, float): return float(value)
-        if isinstance(current, tuple) or (current is None and "+" in value): return tuple(value.split("+"))
-        if current is None: return None if value.lower() == "none" else float(value)
+        if isinstance(current, int):
+            return int(value)
+        if isinstance(current, float):
+            return float(value)
+        if isinstance(current, tuple) or (current is None and "+" in value):
+            return tuple(value.split("+"))
+        if current is None:
+            return None if value.lower() == "none" else float(value)
         return value
-    except ValueError as e: raise SettingsError(f"{field}={value!r}: not {'an' if type(current).__name__[0] in 'aeiou' else 'a'} {type(current).__name__} ({e})") from None
+    except ValueError as e:
+        raise SettingsError(
+            f"{field}={value!r}: not {'an' if type(current).__name__[0] in 'aeiou' else 'a'} {type(current).__name__} "
+            f"({e})"
+        ) from None
+
 
 def _variant_name(recipe: Recipe, settings: Mapping) -> str:
     fmt = lambda v: "+".join(map(str, v)) if isinstance(v, tuple) else f"{v:g}" if isinstance(v, float) else str(v)
@@ -351,38 +653,57 @@ def recipe_variant(recipe: Recipe | str, settings: Mapping[str, object], name: s
     known, groups, top, typed = recipe_fields(r), {}, {}, {}
     for field_name, value in settings.items():
         head, _, tail = field_name.partition(".")
-        if head == "weights" and tail in known_terms(): current = float(r.weights.get(tail, 0.0))
-        elif field_name in known: current = known[field_name]
-        else: raise SettingsError(f"recipe {r.name!r} has no field {field_name!r}; fields: {', '.join(sorted(known))}")
+        if head == "weights" and tail in known_terms():
+            current = float(r.weights.get(tail, 0.0))
+        elif field_name in known:
+            current = known[field_name]
+        else:
+            raise SettingsError(f"recipe {r.name!r} has no field {field_name!r}; fields: {', '.join(sorted(known))}")
         typed[field_name] = v = _coerce(field_name, current, value)
-        if tail: groups.setdefault(head, {})[tail] = v
-        else: top[head] = v
-    if all(known.get(k, 0.0) == v for k, v in typed.items()): return r   # nothing changes: the recipe itself
-    try: out = r.replace(**top, **groups)
-    except (TypeError, ValueError) as e: raise SettingsError(f"recipe {r.name!r} with {dict(settings)}: {e}") from None
+        if tail:
+            groups.setdefault(head, {})[tail] = v
+        else:
+            top[head] = v
+    if all(known.get(k, 0.0) == v for k, v in typed.items()):
+        return r  # nothing changes: the recipe itself
+    try:
+        out = r.replace(**top, **groups)
+    except (TypeError, ValueError) as e:
+        raise SettingsError(f"recipe {r.name!r} with {dict(settings)}: {e}") from None
     return dataclasses.replace(out, name=name or _variant_name(r, typed))
 
 # %% ../../nbs/recipes/02_registry.ipynb #7c0bd6cd
 def recipes_table(names: list[str] | None = None):
-    "A pandas DataFrame: one row per recipe; geometry, stage, fields, K, weights, then world vs paper optimizer defaults."
+    """A pandas DataFrame: one row per recipe; geometry, stage, fields, K, weights, then world vs paper optimizer
+    defaults."""
     import pandas as pd
+
     rows = []
     for n in names or list_recipes():
         r = get_recipe(n)
-        row = {"recipe": n, "geometry": r.geometry, "stage": r.stage if r.init_from is None else f"finetune ← {r.init_from}",
-               "fields": ", ".join(f for f in r.fields if f not in ("images", "captions")) or "—",
-               "K": r.num_negatives, "loss": " + ".join(f"{w:g}·{t}" for t, w in r.weights.items() if w),
-               "teacher": r.needs_teacher, "decoder": r.needs_decoder}
+        row = {
+            "recipe": n,
+            "geometry": r.geometry,
+            "stage": r.stage if r.init_from is None else f"finetune ← {r.init_from}",
+            "fields": ", ".join(f for f in r.fields if f not in ("images", "captions")) or "—",
+            "K": r.num_negatives,
+            "loss": " + ".join(f"{w:g}·{t}" for t, w in r.weights.items() if w),
+            "teacher": r.needs_teacher,
+            "decoder": r.needs_decoder,
+        }
         for key in ("lr", "weight_decay", "batch_size", "warmup_steps"):
             row[f"{key} (world)"], row[f"{key} (paper)"] = getattr(r.world, key), getattr(r.paper, key)
         row["length (world)"] = f"{r.world.steps} steps"
-        row["length (paper)"] = f"{r.paper.epochs:g} epochs" if r.paper.epochs else (f"{r.paper.steps} steps" if r.paper.steps else "?")
+        row["length (paper)"] = (
+            f"{r.paper.epochs:g} epochs" if r.paper.epochs else (f"{r.paper.steps} steps" if r.paper.steps else "?")
+        )
         rows.append(row)
     return pd.DataFrame(rows).set_index("recipe")
 
 # %% ../../nbs/recipes/02_registry.ipynb #56b77215
 from ..training.distributed import dist_info, gather_features as gather_rows  # the all-gather the trainer uses
 from .. import geometry as geo
+
 
 def rank_info() -> tuple[int, int]:
     "(rank, world_size) of the initialised process group; (0, 1) when not distributed."
@@ -392,12 +713,15 @@ def rank_info() -> tuple[int, int]:
 # %% ../../nbs/recipes/02_registry.ipynb #d7727a18
 def _split(x: Tensor, sizes: dict[str, int]) -> dict[str, Tensor]:
     out, start = {}, 0
-    for k, n in sizes.items(): out[k], start = x[start:start + n], start + n
+    for k, n in sizes.items():
+        out[k], start = x[start : start + n], start + n
     return out
+
 
 def _scatter_rows(rows: Tensor, mask: Tensor) -> Tensor:
     "(n_valid, D) rows back into the (B·K, D) sample-major layout; empty slots are zero (every loss masks them)."
-    if bool(mask.all()): return rows
+    if bool(mask.all()):
+        return rows
     out = rows.new_zeros((len(mask), rows.shape[-1]))
     return out.index_put((mask.nonzero().squeeze(1).to(rows.device),), rows)
 
@@ -408,52 +732,76 @@ def _check_batch(recipe: Recipe, model, batch: Mapping, teacher, recon_head) -> 
     if geometry != recipe.geometry:
         raise ValueError(f"recipe {recipe.name!r} needs a {recipe.geometry} head, the model's head is {geometry!r}")
     missing = [f for f in recipe.fields if f not in batch]
-    if missing: raise KeyError(f"recipe {recipe.name!r} needs batch field(s) {missing}; the batch has {sorted(batch)}")
-    if recipe.needs_teacher and teacher is None: raise ValueError(f"recipe {recipe.name!r} needs an EMA teacher (teacher=None)")
-    if recipe.needs_decoder and recon_head is None: raise ValueError(f"recipe {recipe.name!r} needs a recon_head (READ decoder)")
-    captions = list(batch["captions"]); B = len(captions)
+    if missing:
+        raise KeyError(f"recipe {recipe.name!r} needs batch field(s) {missing}; the batch has {sorted(batch)}")
+    if recipe.needs_teacher and teacher is None:
+        raise ValueError(f"recipe {recipe.name!r} needs an EMA teacher (teacher=None)")
+    if recipe.needs_decoder and recon_head is None:
+        raise ValueError(f"recipe {recipe.name!r} needs a recon_head (READ decoder)")
+    captions = list(batch["captions"])
+    B = len(captions)
     for key in recipe.fields:
-        if len(batch[key]) != B: raise ValueError(f"batch field {key!r} has {len(batch[key])} items for {B} captions")
+        if len(batch[key]) != B:
+            raise ValueError(f"batch field {key!r} has {len(batch[key])} items for {B} captions")
     return captions
 
 # %% ../../nbs/recipes/02_registry.ipynb #bc876c14
 def _term_inputs(v, t, vb, tb, tn, neg_mask, T: Mapping, scale, sim, c, B: int) -> dict:
-    "What a registered term's `fn(inputs)` reads (`hierbench.recipes.terms.INPUT_FIELDS`): the fields this recipe's batch has."
-    inputs = dict(images=v, captions=t, logit_scale=scale, similarity=sim.pairwise_sim)   # (len a, len b) matrices
-    if vb is not None: inputs.update(crops=vb, phrases=tb)
-    if tn is not None: inputs.update(negatives=tn.reshape(B, -1, tn.shape[-1]), negatives_mask=neg_mask.to(tn.device).reshape(B, -1))
-    if "paraphrases" in T: inputs["paraphrases"] = T["paraphrases"].float()
-    if c is not None: inputs["curvature"] = c
+    """What a registered term's `fn(inputs)` reads (`hierbench.recipes.terms.INPUT_FIELDS`): the fields this recipe's
+    batch has."""
+    inputs = dict(images=v, captions=t, logit_scale=scale, similarity=sim.pairwise_sim)  # (len a, len b) matrices
+    if vb is not None:
+        inputs.update(crops=vb, phrases=tb)
+    if tn is not None:
+        inputs.update(negatives=tn.reshape(B, -1, tn.shape[-1]), negatives_mask=neg_mask.to(tn.device).reshape(B, -1))
+    if "paraphrases" in T:
+        inputs["paraphrases"] = T["paraphrases"].float()
+    if c is not None:
+        inputs["curvature"] = c
     return inputs
 
 # %% ../../nbs/recipes/02_registry.ipynb #725a6ac8
-def compute_loss(recipe: Recipe, model, batch: Mapping, teacher=None,
-                 recon_head: L.ReconHead | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+def compute_loss(
+    recipe: Recipe, model, batch: Mapping, teacher=None, recon_head: L.ReconHead | None = None
+) -> tuple[Tensor, dict[str, Tensor]]:
     """Weighted loss of `recipe` on `batch` and its unweighted terms `{name: detached scalar}`.
     `model`: encode_image / encode_text(texts, return_pooled=True) / head / logit_scale_exp(); `teacher`: the same
-    interface (EMA teacher) when `recipe.needs_teacher`; `recon_head(pooled, target_texts) -> loss` when `recipe.needs_decoder`.
-    The batch's K may differ from `recipe.num_negatives` (that is what the data loader is asked for). Under an initialised
+    interface (EMA teacher) when `recipe.needs_teacher`; `recon_head(pooled, target_texts) -> loss` when
+    `recipe.needs_decoder`.
+    The batch's K may differ from `recipe.num_negatives` (that is what the data loader is asked for). Under an
+    initialised
     process group `batch` is this rank's equal slice; contrastive columns are gathered from all ranks."""
-    captions = _check_batch(recipe, model, batch, teacher, recon_head); B = len(captions)
+    captions = _check_batch(recipe, model, batch, teacher, recon_head)
+    B = len(captions)
     act = recipe.active
 
     # ---- encode: one text call, one image call
     texts = {"captions": captions}
-    if recipe.use_boxes: texts["phrases"] = list(batch["phrases"])
-    neg_mask = None   # (B·K,) bool: which sample-major negative slots hold a real negative
+    if recipe.use_boxes:
+        texts["phrases"] = list(batch["phrases"])
+    neg_mask = None  # (B·K,) bool: which sample-major negative slots hold a real negative
     if recipe.contrastive == "negclip":
         mask = batch.get("negatives_mask")
         K = L.validate_negatives(captions, batch["negatives"], mask)
-        if K < 1: raise ValueError(f"recipe {recipe.name!r} needs hard negatives, the batch has K = 0")
+        if K < 1:
+            raise ValueError(f"recipe {recipe.name!r} needs hard negatives, the batch has K = 0")
         flat = L.flatten_negatives(batch["negatives"])
-        neg_mask = torch.ones(len(flat), dtype=torch.bool) if mask is None else torch.as_tensor(mask, dtype=torch.bool).reshape(-1)
-        texts["negatives"] = [t for t, ok in zip(flat, neg_mask.tolist()) if ok]   # empty slots are never encoded
-    if act("align"): texts["paraphrases"] = list(batch["paraphrases"])
+        neg_mask = (
+            torch.ones(len(flat), dtype=torch.bool)
+            if mask is None
+            else torch.as_tensor(mask, dtype=torch.bool).reshape(-1)
+        )
+        texts["negatives"] = [t for t, ok in zip(flat, neg_mask.tolist()) if ok]  # empty slots are never encoded
+    if act("align"):
+        texts["paraphrases"] = list(batch["paraphrases"])
     flat = [t for v in texts.values() for t in v]
-    if act("recon"): temb, pooled = model.encode_text(flat, return_pooled=True)
-    else: temb, pooled = model.encode_text(flat), None
+    if act("recon"):
+        temb, pooled = model.encode_text(flat, return_pooled=True)
+    else:
+        temb, pooled = model.encode_text(flat), None
     T = _split(temb, {k: len(v) for k, v in texts.items()})
-    if neg_mask is not None: T["negatives"] = _scatter_rows(T["negatives"], neg_mask)
+    if neg_mask is not None:
+        T["negatives"] = _scatter_rows(T["negatives"], neg_mask)
     images = batch["images"]
     iemb = model.encode_image(torch.cat([images, batch["crops"]]) if recipe.use_boxes else images)
     I = _split(iemb, {"images": B, "crops": B} if recipe.use_boxes else {"images": B})
@@ -478,31 +826,44 @@ def compute_loss(recipe: Recipe, model, batch: Mapping, teacher=None,
         c = model.head.curv if recipe.geometry == "lorentz" else None
         rank, world = rank_info()
         cols = dict(all_image=gather_rows(v), all_text=gather_rows(t), offset=rank * B) if world > 1 else {}
-        if recipe.contrastive == "clip": terms["contrastive"] = L.clip_contrastive(v, t, scale, sim, **cols)
-        elif recipe.contrastive == "hycoclip": terms["contrastive"] = L.hycoclip_contrastive(v, t, vb, tb, scale, sim, **cols)
+        if recipe.contrastive == "clip":
+            terms["contrastive"] = L.clip_contrastive(v, t, scale, sim, **cols)
+        elif recipe.contrastive == "hycoclip":
+            terms["contrastive"] = L.hycoclip_contrastive(v, t, vb, tb, scale, sim, **cols)
         else:
             m = neg_mask.to(tn.device)
             neg_cols = dict(all_neg=gather_rows(tn), all_neg_mask=gather_rows(m.float()) > 0.5) if world > 1 else {}
             terms["contrastive"] = L.hard_negative_contrastive(v, t, tn, scale, sim, neg_mask=m, **cols, **neg_cols)
         if act("entailment"):
-            terms["entailment"] = L.hycoclip_entailment(v, t, vb, tb, c) if recipe.use_boxes else L.entailment_cone(t, v, c)
-        if act("adaent"): terms["adaent"] = L.argent_entailment(v, t, vb, tb, c, recipe.adaent)
-        if act("reg"): terms["reg"] = L.norm_regularizer(*[x for x in (v, t, vb, tb) if x is not None])
-        if act("igc"): terms["igc"] = L.image_grounded_contrast(v, t, tn, scale, sim, neg_mask)
+            terms["entailment"] = (
+                L.hycoclip_entailment(v, t, vb, tb, c) if recipe.use_boxes else L.entailment_cone(t, v, c)
+            )
+        if act("adaent"):
+            terms["adaent"] = L.argent_entailment(v, t, vb, tb, c, recipe.adaent)
+        if act("reg"):
+            terms["reg"] = L.norm_regularizer(*[x for x in (v, t, vb, tb) if x is not None])
+        if act("igc"):
+            terms["igc"] = L.image_grounded_contrast(v, t, tn, scale, sim, neg_mask)
         if recipe.needs_teacher:
             t_pos, t_neg = f(t_txt[:B]), f(t_txt[B:])
-            if act("tgc"): terms["tgc"] = L.text_grounded_contrast(t, t_pos, tn, sim, recipe.tgc_scale, neg_mask)
+            if act("tgc"):
+                terms["tgc"] = L.text_grounded_contrast(t, t_pos, tn, sim, recipe.tgc_scale, neg_mask)
             # a batch SUM: × world so that the trainer's gradient average gives the global sum's gradient. Distances
             # in the model's own geometry: in Lorentz space the geodesic distance, which sees the distance to the
             # origin that normalised space components would throw away
             distance = (lambda a, b: geo.dist(a, b, c)) if recipe.geometry == "lorentz" else None
-            if act("distill"): terms["distill"] = world * L.self_distillation(
-                [v, t, tn], [f(t_img), t_pos, t_neg], distance=distance, masks=[None, None, neg_mask])
+            if act("distill"):
+                terms["distill"] = world * L.self_distillation(
+                    [v, t, tn], [f(t_img), t_pos, t_neg], distance=distance, masks=[None, None, neg_mask]
+                )
         if act("align"):
             align_cols = dict(all_text=cols["all_text"], offset=cols["offset"]) if cols else {}
             terms["align"] = L.paraphrase_alignment(f(T["paraphrases"]), t, scale, sim, **align_cols)
-        mine = plugin_terms(recipe.weights)   # registered terms (`hierbench.recipes.terms`): fn(inputs) on the same embeddings
-        if mine: terms.update(evaluate_terms(mine, _term_inputs(v, t, vb, tb, tn, neg_mask, T, scale, sim, c, B)))
+        mine = plugin_terms(
+            recipe.weights
+        )  # registered terms (`hierbench.recipes.terms`): fn(inputs) on the same embeddings
+        if mine:
+            terms.update(evaluate_terms(mine, _term_inputs(v, t, vb, tb, tn, neg_mask, T, scale, sim, c, B)))
         loss = L.weighted_total(terms, recipe.weights)
     return loss, {k: v.detach() for k, v in terms.items()}
 
@@ -510,7 +871,10 @@ def compute_loss(recipe: Recipe, model, batch: Mapping, teacher=None,
 def make_loss_fn(recipe: Recipe | str, recon_head: L.ReconHead | None = None) -> Callable:
     "The trainer's `loss_fn(model, batch, teacher) -> (loss, terms)` for a recipe (name or object)."
     recipe = get_recipe(recipe) if isinstance(recipe, str) else recipe
-    def loss_fn(model, batch, teacher=None): return compute_loss(recipe, model, batch, teacher, recon_head)
+
+    def loss_fn(model, batch, teacher=None):
+        return compute_loss(recipe, model, batch, teacher, recon_head)
+
     loss_fn.recipe = recipe
     return loss_fn
 
@@ -524,11 +888,18 @@ def demo_batch(B: int = 4, K: int = 4, image_size: int = 64, seed: int = 0) -> d
         a, b = colors[i % 5], colors[(i + 1) % 5]
         s, u = shapes[i % 5], shapes[(i + 2) % 5]
         caps.append(f"a {a} {s} left of a {b} {u}")
-        cand = [f"a {b} {u} left of a {a} {s}", f"a {b} {s} left of a {a} {u}", f"a {a} {u} left of a {b} {s}",
-                f"a {a} {s} right of a {b} {u}", f"a {b} {s} right of a {a} {u}"]
+        cand = [
+            f"a {b} {u} left of a {a} {s}",
+            f"a {b} {s} left of a {a} {u}",
+            f"a {a} {u} left of a {b} {s}",
+            f"a {a} {s} right of a {b} {u}",
+            f"a {b} {s} right of a {a} {u}",
+        ]
         negs.append(cand[:K])
         phr.append(f"a {a} {s}")
         par.append(f"to the right of a {a} {s} there is a {b} {u}")
         alt.append(f"a {b} {u} is right of a {a} {s}")
     x = torch.randn(2 * B, 3, image_size, image_size, generator=g)
-    return dict(images=x[:B], captions=caps, crops=x[B:], phrases=phr, negatives=negs, paraphrases=par, alternatives=alt)
+    return dict(
+        images=x[:B], captions=caps, crops=x[B:], phrases=phr, negatives=negs, paraphrases=par, alternatives=alt
+    )

@@ -1,4 +1,6 @@
-"""`train_seeds`: K seeds of one recipe trained side by side in one process — each exactly as `train_recipe` trains it alone, sharing the world's item draws — with one ordinary run folder per seed.
+"""`train_seeds`: K seeds of one recipe trained side by side in one process — each exactly as
+`train_recipe` trains it alone, sharing the world's item draws — with one ordinary run folder per
+seed.
 
 Docs: https://hierbench.github.io/hierbench/recipes/seed_batch.html.md"""
 
@@ -6,7 +8,9 @@ Docs: https://hierbench.github.io/hierbench/recipes/seed_batch.html.md"""
 
 # %% ../../nbs/recipes/04_seed_batch.ipynb #c9192db8
 from __future__ import annotations
-import contextlib, numbers, time
+import contextlib
+import numbers
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Callable, Iterable, Mapping, Sequence
@@ -25,17 +29,23 @@ __all__ = ['check_seeds', 'seed_dir', 'seed_init', 'shared_item_draws', 'train_g
 
 # %% ../../nbs/recipes/04_seed_batch.ipynb #52f04f94
 def check_seeds(seeds: Iterable[int]) -> tuple[int, ...]:
-    "`seeds` as a tuple of distinct non-negative ints, in the order given; a one-line `SettingsError` names a bad entry."
+    """`seeds` as a tuple of distinct non-negative ints, in the order given; a one-line `SettingsError` names a bad
+    entry."""
     if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Iterable):
         raise SettingsError(f"seeds must be a list of integers, got {seeds!r}")
     out: list[int] = []
     for s in seeds:
-        if isinstance(s, bool) or not isinstance(s, numbers.Integral): raise SettingsError(f"seeds: {s!r} is not an integer")
-        if s < 0: raise SettingsError(f"seeds: {s} is negative (seeds are >= 0)")
-        if int(s) in out: raise SettingsError(f"seeds: {s} is given twice (each seed is trained once)")
+        if isinstance(s, bool) or not isinstance(s, numbers.Integral):
+            raise SettingsError(f"seeds: {s!r} is not an integer")
+        if s < 0:
+            raise SettingsError(f"seeds: {s} is negative (seeds are >= 0)")
+        if int(s) in out:
+            raise SettingsError(f"seeds: {s} is given twice (each seed is trained once)")
         out.append(int(s))
-    if not out: raise SettingsError("seeds: none given")
+    if not out:
+        raise SettingsError("seeds: none given")
     return tuple(out)
+
 
 def seed_dir(out: str | Path, seed: int) -> Path:
     "The run folder of `seed` under `out`: `out/seed{seed}`."
@@ -45,69 +55,115 @@ def seed_dir(out: str | Path, seed: int) -> Path:
 def seed_init(init_checkpoint, seed: int):
     """The fine-tune init of `seed`: `init_checkpoint` is None, a function of the seed, a mapping {seed: path}, a path
     containing `{seed}`, a folder of `seed<k>` run folders (its `seed{seed}`), or one file / finished run for all."""
-    if init_checkpoint is None: return None
-    if callable(init_checkpoint): return init_checkpoint(seed)
+    if init_checkpoint is None:
+        return None
+    if callable(init_checkpoint):
+        return init_checkpoint(seed)
     if isinstance(init_checkpoint, Mapping):
-        if seed not in init_checkpoint: raise SettingsError(f"init_checkpoint has no entry for seed {seed} (it has {sorted(init_checkpoint)})")
+        if seed not in init_checkpoint:
+            raise SettingsError(f"init_checkpoint has no entry for seed {seed} (it has {sorted(init_checkpoint)})")
         return init_checkpoint[seed]
     text = str(init_checkpoint)
-    if "{seed}" in text: return text.replace("{seed}", str(int(seed)))
+    if "{seed}" in text:
+        return text.replace("{seed}", str(int(seed)))
     p = Path(text)
     if p.is_dir() and not (p / "model.safetensors").is_file() and any(p.glob("seed*/model.safetensors")):
         if not (p / f"seed{seed}" / "model.safetensors").is_file():
-            raise MissingFileError(f"init_checkpoint {p} holds seed folders but no finished seed{seed}/ (train that seed of the parent first)")
+            raise MissingFileError(
+                f"init_checkpoint {p} holds seed folders but no finished seed{seed}/ (train that seed of the parent "
+                "first)"
+            )
         return p / f"seed{seed}"
     return init_checkpoint
 
 # %% ../../nbs/recipes/04_seed_batch.ipynb #73000b27
 class _EpochDraws:
     "A `WorldDataset`'s `_item` drawn once per (epoch, scene); a fresh copy of the item dict for every caller."
+
     def __init__(self, ds: WorldDataset):
         self.ds, self.draw, self.epoch, self.memo, self.draws, self.calls = ds, ds._item, None, {}, 0, 0
+
     def __call__(self, i: int):
-        if self.ds.epoch != self.epoch: self.epoch, self.memo = self.ds.epoch, {}   # one epoch kept at a time
+        if self.ds.epoch != self.epoch:
+            self.epoch, self.memo = self.ds.epoch, {}  # one epoch kept at a time
         self.calls += 1
         hit = self.memo.get(int(i))
         if hit is None:
-            hit = self.memo[int(i)] = self.draw(int(i)); self.draws += 1
+            hit = self.memo[int(i)] = self.draw(int(i))
+            self.draws += 1
         item, image, crop = hit
         return dict(item), image, crop
+
 
 @contextlib.contextmanager
 def shared_item_draws(ds):
     """Within the block, a `WorldDataset` draws each scene once per epoch for all who ask (yields the memo, whose
     `draws` / `calls` count the work done / asked for); any other dataset is left alone (yields None)."""
-    if not isinstance(ds, WorldDataset) or "_item" in vars(ds):   # not the world's, or already shared
-        yield None; return
-    memo = ds._item = _EpochDraws(ds)   # an instance attribute shadows the method for this dataset only
-    try: yield memo
-    finally: del ds._item
+    if not isinstance(ds, WorldDataset) or "_item" in vars(ds):  # not the world's, or already shared
+        yield None
+        return
+    memo = ds._item = _EpochDraws(ds)  # an instance attribute shadows the method for this dataset only
+    try:
+        yield memo
+    finally:
+        del ds._item
 
 # %% ../../nbs/recipes/04_seed_batch.ipynb #6f80b0fa
 class _Collect:
     "A `train_recipe(trainer=...)` that keeps the prepared run (the trainer's arguments) instead of training it."
-    def __init__(self): self.run = None
+
+    def __init__(self):
+        self.run = None
+
     def __call__(self, model, loss_fn, data, cfg, **kwargs):
         self.run = SimpleNamespace(model=model, loss_fn=loss_fn, data=data, cfg=cfg, **kwargs)
-        return SimpleNamespace(plateau=None)   # train_recipe sets `.plateau` on what its trainer returns
+        return SimpleNamespace(plateau=None)  # train_recipe sets `.plateau` on what its trainer returns
+
 
 def _draws_key(ds) -> tuple | None:
     "What a `WorldDataset`'s item draws depend on (None for other datasets): equal keys, equal draws."
-    if not isinstance(ds, WorldDataset): return None
-    return (len(ds), ds.seed, ds.ws.config.config_hash(), ds.ws.split, sorted(ds.fields), ds.k, ds.negative_types,
-            ds.caption_mode, ds.image_size, ds.crop_size, tuple(ds.mean), tuple(ds.std), ds.mirror_twins,
-            ds.top_caption_p, ds.partners is not None)
+    if not isinstance(ds, WorldDataset):
+        return None
+    return (
+        len(ds),
+        ds.seed,
+        ds.ws.config.config_hash(),
+        ds.ws.split,
+        sorted(ds.fields),
+        ds.k,
+        ds.negative_types,
+        ds.caption_mode,
+        ds.image_size,
+        ds.crop_size,
+        tuple(ds.mean),
+        tuple(ds.std),
+        ds.mirror_twins,
+        ds.top_caption_p,
+        ds.partners is not None,
+    )
 
 # %% ../../nbs/recipes/04_seed_batch.ipynb #8072d7e7
 def _begin(run, seed: int) -> SimpleNamespace:
-    "Set one seed up as `train` does (folder, RNG, optimizer, schedule, batches; resume); its events start as `train`'s do."
+    """Set one seed up as `train` does (folder, RNG, optimizer, schedule, batches; resume); its events start as
+    `train`'s do."""
     r = T.setup_run(run.model, run.data, run.cfg, run.teacher, run.modules, run.collate_fn)
     start = T.start_or_resume(r, run.cfg, run.resume, run.extra_config, run.allow_changes)
-    s = SimpleNamespace(seed=seed, run=run, r=r, cfg=run.cfg, start=start, callbacks=list(run.callbacks),
-                        clamps=[c for c in (T.clamp_hook(m) for m in (r.model, *r.modules.values())) if c is not None],
-                        end=run.cfg.steps if run.stop_at is None else min(run.cfg.steps, int(run.stop_at)),
-                        t0=time.time(), last={}, last_ckpt=None, preempted=None, error=None)
-    s.events = RunEvents(s.callbacks, r.model, r.teacher, start)   # the events `train` tells its callbacks, told alike
+    s = SimpleNamespace(
+        seed=seed,
+        run=run,
+        r=r,
+        cfg=run.cfg,
+        start=start,
+        callbacks=list(run.callbacks),
+        clamps=[c for c in (T.clamp_hook(m) for m in (r.model, *r.modules.values())) if c is not None],
+        end=run.cfg.steps if run.stop_at is None else min(run.cfg.steps, int(run.stop_at)),
+        t0=time.time(),
+        last={},
+        last_ckpt=None,
+        preempted=None,
+        error=None,
+    )
+    s.events = RunEvents(s.callbacks, r.model, r.teacher, start)  # the events `train` tells its callbacks, told alike
     s.events.run_start(r.run_dir, r.cfg_dict, r.info.is_main)
     s.events.begin(r.metrics_path, r.info.is_main)
     s.rng = get_rng_state()
@@ -123,66 +179,94 @@ def _step(s, t: int) -> float:
         metrics = s.last = T.log_step(s.r, step, lr, terms, vals, grad_norm, s.t0, s.events.extra)
         s.events.metrics(step, metrics)
     s.events.step_end(step, s.r.optimizer, metrics)
-    if s.events.stop_requested: s.end = step   # e.g. a plateau
+    if s.events.stop_requested:
+        s.end = step  # e.g. a plateau
     return float(vals[0])
+
 
 def _fail(s, err: BaseException, step: int):
     "Mark seed `s` failed at `step`: it stops (its last checkpoint intact), the others go on; raised at the end."
     s.error = err
-    if hasattr(err, "add_note"): err.add_note(f"seed {s.seed} of the group ({s.r.run_dir}) stopped at step {step}; "
-                                              "the group's other seeds went on")
+    if hasattr(err, "add_note"):
+        err.add_note(
+            f"seed {s.seed} of the group ({s.r.run_dir}) stopped at step {step}; the group's other seeds went on"
+        )
 
 # %% ../../nbs/recipes/04_seed_batch.ipynb #371846fd
-def train_group(runs: Sequence, stop_signals: Iterable[str | int] | PreemptionGuard = PREEMPTION_SIGNALS,
-                log: Callable[[str], None] | None = None) -> list[TrainResult]:
+def train_group(
+    runs: Sequence,
+    stop_signals: Iterable[str | int] | PreemptionGuard = PREEMPTION_SIGNALS,
+    log: Callable[[str], None] | None = None,
+) -> list[TrainResult]:
     """Train prepared runs (`_Collect`ed from `train_recipe`, one per seed) side by side in this process: step t of
     every seed, then step t+1. A seed that fails (e.g. a NaN loss) stops with its checkpoint intact while the others
     finish; the first failure is raised at the end. A preemption signal stops every seed after the same step, each
     with a checkpoint. Returns one `TrainResult` per run, in order."""
-    if not runs: raise ValueError("train_group: no runs")
-    if dist_info().world_size > 1: raise SettingsError("train_seeds / train_group run in one process; under torchrun train one seed per job")
+    if not runs:
+        raise ValueError("train_group: no runs")
+    if dist_info().world_size > 1:
+        raise SettingsError("train_seeds / train_group run in one process; under torchrun train one seed per job")
     shared, key = runs[0].data, _draws_key(runs[0].data)
-    for run in runs[1:]:   # every seed reads one dataset: its draws are the same for all (`_draws_key`)
-        if key is not None and _draws_key(run.data) == key: run.data = shared
+    for run in runs[1:]:  # every seed reads one dataset: its draws are the same for all (`_draws_key`)
+        if key is not None and _draws_key(run.data) == key:
+            run.data = shared
     states = []
-    for run in runs: states.append(_begin(run, run.cfg.seed))
+    for run in runs:
+        states.append(_begin(run, run.cfg.seed))
     lo, hi = min(s.start for s in states), max(s.end for s in states)
     bar = T._Progress(lo, hi, T.auto_quiet(states[0].cfg, states[0].r.info))
     guard = stop_signals if isinstance(stop_signals, PreemptionGuard) else PreemptionGuard(stop_signals)
     guard, t_begin = guard.__enter__(), time.time()
-    if log: log(f"training seeds {[s.seed for s in states]} side by side in one process, steps {lo + 1}..{hi}")
+    if log:
+        log(f"training seeds {[s.seed for s in states]} side by side in one process, steps {lo + 1}..{hi}")
     try:
         with shared_item_draws(shared):
             for t in range(lo, hi):
                 step, losses = t + 1, []
                 active = [s for s in states if s.error is None and s.start <= t < s.end]
-                if not active: continue   # e.g. a seed stopped early (a plateau) before another resumes
+                if not active:
+                    continue  # e.g. a seed stopped early (a plateau) before another resumes
                 for s in active:
                     set_rng_state(s.rng)
-                    try: losses.append(_step(s, t))
-                    except Exception as e: _fail(s, e, step)
-                    finally: s.rng = get_rng_state()
-                stop = guard.agreed(states[0].r.info, states[0].r.device)   # one signal stops every seed after step t
+                    try:
+                        losses.append(_step(s, t))
+                    except Exception as e:
+                        _fail(s, e, step)
+                    finally:
+                        s.rng = get_rng_state()
+                stop = guard.agreed(states[0].r.info, states[0].r.device)  # one signal stops every seed after step t
                 for s in active:
-                    if s.error is not None: continue
-                    if stop and step < s.end: s.end, s.preempted = step, guard.received or "a signal"
+                    if s.error is not None:
+                        continue
+                    if stop and step < s.end:
+                        s.end, s.preempted = step, guard.received or "a signal"
                     if step % s.cfg.ckpt_every == 0 or step == s.end:
                         set_rng_state(s.rng)
-                        try: s.last_ckpt = T.checkpoint_step(s.r, s.cfg, step)
-                        except Exception as e: _fail(s, e, step)
-                if stop:   # seeds that have not begun yet (resumed from a later step) do not begin after a signal
+                        try:
+                            s.last_ckpt = T.checkpoint_step(s.r, s.cfg, step)
+                        except Exception as e:
+                            _fail(s, e, step)
+                if stop:  # seeds that have not begun yet (resumed from a later step) do not begin after a signal
                     for s in states:
                         if s.error is None and s.preempted is None and s.start > t and s.end > s.start:
                             s.end, s.preempted = s.start, guard.received or "a signal"
                 if losses:
-                    rate = sum((step - max(s.start, lo)) * s.r.global_batch for s in active) / max(time.time() - t_begin, 1e-9)
-                    bar.update(step, f"mean loss {sum(losses) / len(losses):.4f} over {len(losses)} seed(s), {rate:.0f} samples/s")
+                    rate = sum((step - max(s.start, lo)) * s.r.global_batch for s in active) / max(
+                        time.time() - t_begin, 1e-9
+                    )
+                    bar.update(
+                        step,
+                        f"mean loss {sum(losses) / len(losses):.4f} over {len(losses)} seed(s), {rate:.0f} samples/s",
+                    )
     finally:
-        bar.close(); guard.__exit__()
-        for s in states: s.events.run_end(s.end)   # e.g. a Tracker closes its writers, also after an error
+        bar.close()
+        guard.__exit__()
+        for s in states:
+            s.events.run_end(s.end)  # e.g. a Tracker closes its writers, also after an error
     results = []
     for s in states:
-        if s.error is not None: continue
+        if s.error is not None:
+            continue
         res = T.finish_run(s.r, s.cfg, s.start, s.end, s.last, s.last_ckpt, s.callbacks, s.preempted, s.run.save_final)
         monitor = next((cb for cb in s.callbacks if isinstance(cb, ValidationMonitor)), None)
         res.plateau = monitor.plateau if monitor is not None else None
@@ -196,41 +280,63 @@ def train_group(runs: Sequence, stop_signals: Iterable[str | int] | PreemptionGu
     return results
 
 # %% ../../nbs/recipes/04_seed_batch.ipynb #e1c65b0c
-def train_seeds(recipe,                               # a recipe name or `Recipe`
-                out: str | Path,                      # seed k trains into out/seed{k}
-                seeds: Sequence[int] = (0,),          # distinct seeds >= 0
-                data: WorldData | None = None,        # the built-in world (default `WorldData()`)
-                arch: str = "world-tiny",
-                steps: int | None = None,
-                init_checkpoint=None,                 # fine-tunes: see `seed_init` (each seed from its own parent)
-                *,
-                callbacks: Sequence[Callable] | Callable[[int], Sequence[Callable]] = (),
-                resume: bool = False,
-                stop_at: int | None = None,
-                log: Callable[[str], None] | None = None,
-                stop_signals: Iterable[str | int] | PreemptionGuard = PREEMPTION_SIGNALS,
-                run_dirs: Mapping[int, str | Path] | None = None,   # {seed: folder} instead of out/seed{k}
-                **kwargs) -> list[TrainResult]:       # the rest of `train_recipe`'s keywords and `TrainConfig` fields
-    "Train `seeds` of `recipe` side by side in this process, each exactly as `train_recipe` alone; one `TrainResult` per seed."
+def train_seeds(
+    recipe,  # a recipe name or `Recipe`
+    out: str | Path,  # seed k trains into out/seed{k}
+    seeds: Sequence[int] = (0,),  # distinct seeds >= 0
+    data: WorldData | None = None,  # the built-in world (default `WorldData()`)
+    arch: str = "world-tiny",
+    steps: int | None = None,
+    init_checkpoint=None,  # fine-tunes: see `seed_init` (each seed from its own parent)
+    *,
+    callbacks: Sequence[Callable] | Callable[[int], Sequence[Callable]] = (),
+    resume: bool = False,
+    stop_at: int | None = None,
+    log: Callable[[str], None] | None = None,
+    stop_signals: Iterable[str | int] | PreemptionGuard = PREEMPTION_SIGNALS,
+    run_dirs: Mapping[int, str | Path] | None = None,  # {seed: folder} instead of out/seed{k}
+    **kwargs,
+) -> list[TrainResult]:  # the rest of `train_recipe`'s keywords and `TrainConfig` fields
+    """Train `seeds` of `recipe` side by side in this process, each exactly as `train_recipe` alone; one `TrainResult`
+    per seed."""
     seeds = check_seeds(seeds)
     data = WorldData() if data is None else data
     if getattr(data, "kind", None) != "world":
-        raise SettingsError(f"several seeds in one process train the built-in world (data=WorldData(...)); got "
-                         f"{type(data).__name__} — train real data one seed per run (train_recipe / hierbench train --seed)")
+        raise SettingsError(
+            f"several seeds in one process train the built-in world (data=WorldData(...)); got "
+            f"{type(data).__name__} — train real data one seed per run (train_recipe / hierbench train --seed)"
+        )
     if kwargs.get("num_workers"):
-        raise SettingsError("num_workers must be 0: the seeds' batches are built in this process, from one draw per scene")
+        raise SettingsError(
+            "num_workers must be 0: the seeds' batches are built in this process, from one draw per scene"
+        )
     folders = {s: Path(run_dirs[s]) if run_dirs and s in run_dirs else seed_dir(out, s) for s in seeds}
     if not resume:
         busy = [str(f) for f in folders.values() if (f / "config.json").exists() or latest_checkpoint(f) is not None]
-        if busy: raise RunExistsError(f"{busy[0]} already holds a run; pass resume=True (--resume) to continue it, or "
-                                       "choose another folder" + (f" ({len(busy)} seed folders hold runs)" if len(busy) > 1 else ""))
-    inits = {s: seed_init(init_checkpoint, s) for s in seeds}   # a missing parent fails here, before any training
+        if busy:
+            raise RunExistsError(
+                f"{busy[0]} already holds a run; pass resume=True (--resume) to continue it, or "
+                "choose another folder" + (f" ({len(busy)} seed folders hold runs)" if len(busy) > 1 else "")
+            )
+    inits = {s: seed_init(init_checkpoint, s) for s in seeds}  # a missing parent fails here, before any training
     runs = []
     for s in seeds:
         grab = _Collect()
-        train_recipe(recipe, folders[s], data, arch, steps, s, inits[s], resume=resume, stop_at=stop_at,
-                     callbacks=callbacks(s) if callable(callbacks) else list(callbacks), trainer=grab,
-                     log=log if s == seeds[0] else None, **kwargs)
-        grab.run.extra_config = {**grab.run.extra_config, "seed_group": list(seeds)}   # a record; resume-free
+        train_recipe(
+            recipe,
+            folders[s],
+            data,
+            arch,
+            steps,
+            s,
+            inits[s],
+            resume=resume,
+            stop_at=stop_at,
+            callbacks=callbacks(s) if callable(callbacks) else list(callbacks),
+            trainer=grab,
+            log=log if s == seeds[0] else None,
+            **kwargs,
+        )
+        grab.run.extra_config = {**grab.run.extra_config, "seed_group": list(seeds)}  # a record; resume-free
         runs.append(grab.run)
     return train_group(runs, stop_signals=stop_signals, log=log)

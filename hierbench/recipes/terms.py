@@ -1,4 +1,6 @@
-"""The names of the loss terms a recipe weighs: the built-in ones `compute_loss` computes, and a researcher's own, registered with `register_term(name, fn)` and computed from the step's embeddings.
+"""The names of the loss terms a recipe weighs: the built-in ones `compute_loss` computes, and a
+researcher's own, registered with `register_term(name, fn)` and computed from the step's
+embeddings.
 
 Docs: https://hierbench.github.io/hierbench/recipes/terms.html.md"""
 
@@ -6,7 +8,9 @@ Docs: https://hierbench.github.io/hierbench/recipes/terms.html.md"""
 
 # %% ../../nbs/recipes/01_terms.ipynb #209bae82
 from __future__ import annotations
-import hashlib, inspect, textwrap
+import hashlib
+import inspect
+import textwrap
 from typing import Callable, Mapping
 import torch
 from ..plugins import PluginError, note_registration
@@ -15,13 +19,25 @@ from ..plugins import PluginError, note_registration
 __all__ = ['TERMS', 'INPUT_FIELDS', 'known_terms', 'register_term', 'plugin_terms', 'evaluate_terms', 'term_fingerprint']
 
 # %% ../../nbs/recipes/01_terms.ipynb #4f5d2e55
-# the built-in terms, computed by `hierbench.recipes.registry.compute_loss` (their functions: `hierbench.recipes.losses`)
+# the built-in terms, computed by `hierbench.recipes.registry.compute_loss` (their functions:
+# `hierbench.recipes.losses`)
 TERMS = ("contrastive", "entailment", "adaent", "reg", "igc", "tgc", "distill", "recon", "align")
 # what `fn(inputs)` of a registered term may read
-INPUT_FIELDS = ("images", "captions", "crops", "phrases", "negatives", "negatives_mask", "paraphrases",
-                "logit_scale", "similarity", "curvature")
+INPUT_FIELDS = (
+    "images",
+    "captions",
+    "crops",
+    "phrases",
+    "negatives",
+    "negatives_mask",
+    "paraphrases",
+    "logit_scale",
+    "similarity",
+    "curvature",
+)
 
 _PLUGIN_TERMS: dict[str, Callable] = {}
+
 
 def known_terms() -> tuple[str, ...]:
     "Every term a recipe may weigh: the built-in ones, then the registered ones in registration order."
@@ -32,11 +48,14 @@ def register_term(name: str, fn: Callable | None = None):
     """Register loss term `name`: `fn(inputs) -> scalar tensor` (see `INPUT_FIELDS`). Also a decorator:
     `@register_term("mine")`. A name that shadows a built-in term, or that another function holds, is refused;
     registering the same function again (a re-run cell, a re-imported plugin) replaces it."""
-    if fn is None: return lambda f: register_term(name, f)
+    if fn is None:
+        return lambda f: register_term(name, f)
     if not isinstance(name, str) or not name.isidentifier():
         raise PluginError(f"term name {name!r}: use a Python identifier (it becomes the recipe field weights.{name})")
-    if name in TERMS: raise PluginError(f"term {name!r} shadows a built-in term ({', '.join(TERMS)}): choose another name")
-    if not callable(fn): raise PluginError(f"term {name!r}: {fn!r} is not callable; give fn(inputs) -> scalar tensor")
+    if name in TERMS:
+        raise PluginError(f"term {name!r} shadows a built-in term ({', '.join(TERMS)}): choose another name")
+    if not callable(fn):
+        raise PluginError(f"term {name!r}: {fn!r} is not callable; give fn(inputs) -> scalar tensor")
     old = _PLUGIN_TERMS.get(name)
     same = lambda f: (getattr(f, "__module__", None), getattr(f, "__qualname__", None))
     if old is not None and old is not fn and same(old) != same(fn):
@@ -50,25 +69,32 @@ def plugin_terms(weights: Mapping[str, float]) -> dict[str, Callable]:
     "The registered terms `weights` gives a weight other than zero, by name (built-in terms are not here)."
     return {n: _PLUGIN_TERMS[n] for n in weights if n in _PLUGIN_TERMS and weights[n]}
 
+
 def evaluate_terms(terms: Mapping[str, Callable], inputs: Mapping) -> dict[str, torch.Tensor]:
     "Each term's value on `inputs`, checked: a float scalar tensor, else a `PluginError` naming the term."
     out = {}
     for name, fn in terms.items():
         v = fn(inputs)
         if not torch.is_tensor(v) or v.ndim != 0 or not v.is_floating_point():
-            what = f"a tensor of shape {tuple(v.shape)} ({v.dtype})" if torch.is_tensor(v) else f"{type(v).__name__} {v!r}"
-            raise PluginError(f"term {name!r} returned {what}: a loss term returns a float scalar tensor "
-                              "(reduce it, e.g. with .mean())")
+            what = (
+                f"a tensor of shape {tuple(v.shape)} ({v.dtype})" if torch.is_tensor(v) else f"{type(v).__name__} {v!r}"
+            )
+            raise PluginError(
+                f"term {name!r} returned {what}: a loss term returns a float scalar tensor "
+                "(reduce it, e.g. with .mean())"
+            )
         out[name] = v.float()
     return out
 
 # %% ../../nbs/recipes/01_terms.ipynb #3ea758a7
 def _source(fn: Callable) -> str:
     "The text of `fn`'s definition (dedented); its bytecode and constants when the source cannot be read."
-    try: return textwrap.dedent(inspect.getsource(fn))
+    try:
+        return textwrap.dedent(inspect.getsource(fn))
     except (OSError, TypeError):
         code = getattr(fn, "__code__", None)
         return repr((code.co_code, code.co_consts, code.co_names)) if code else repr(fn)
+
 
 def term_fingerprint(weights: Mapping[str, float]) -> dict[str, str]:
     "`{term: SHA-256 of its source}` of the registered terms `weights` uses (empty for built-in terms only)."

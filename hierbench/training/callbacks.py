@@ -1,4 +1,6 @@
-"""The events a run tells its callbacks (`RunEvents`, one implementation for `train` and `train_seeds`) and the callbacks hierbench ships: `ValidationMonitor` with the plateau rule, `EvalEvery`.
+"""The events a run tells its callbacks (`RunEvents`, one implementation for `train` and
+`train_seeds`) and the callbacks hierbench ships: `ValidationMonitor` with the plateau rule,
+`EvalEvery`.
 
 Docs: https://hierbench.github.io/hierbench/training/callbacks.html.md"""
 
@@ -20,19 +22,22 @@ __all__ = ['RunEvents', 'plateau_step', 'batch_to_device', 'evaluating', 'Valida
 # %% ../../nbs/training/03_callbacks.ipynb #3b93c5b4
 class RunEvents:
     "The events one run tells its callbacks (`run_start`, step 0's `begin` terms, `metrics`, `step_end`, `run_end`)."
+
     def __init__(self, callbacks: Iterable[Callable], model: nn.Module, teacher=None, start: int = 0):
         self.callbacks, self.model, self.teacher, self.start = list(callbacks), model, teacher, int(start)
 
     def notify(self, event: str, **state):
         "Tell every callback; what they return is not used (sinks of the metrics)."
-        for cb in self.callbacks: cb(event, dict(state, model=self.model, teacher=self.teacher))
+        for cb in self.callbacks:
+            cb(event, dict(state, model=self.model, teacher=self.teacher))
 
     def extra(self, event: str, step: int) -> dict:
         "The metrics callbacks add on a 'begin' or 'log' event (each returns a dict or None)."
         out = {}
         for cb in self.callbacks:
             res = cb(event, dict(step=step, model=self.model, teacher=self.teacher, start=self.start))
-            if isinstance(res, Mapping): out.update(res)
+            if isinstance(res, Mapping):
+                out.update(res)
         return out
 
     def run_start(self, run_dir: Path, config: Mapping, is_main: bool):
@@ -40,60 +45,91 @@ class RunEvents:
 
     def begin(self, metrics_path: Path, is_main: bool) -> dict:
         "A fresh run's step-0 terms: appended to metrics.jsonl as the line of step 0 and sent as its `metrics` event."
-        if self.start != 0: return {}
+        if self.start != 0:
+            return {}
         begin = self.extra("begin", 0)
         if begin and is_main:
-            with open(metrics_path, "a") as f: f.write(json.dumps(dict(step=0, **begin)) + "\n")
+            with open(metrics_path, "a") as f:
+                f.write(json.dumps(dict(step=0, **begin)) + "\n")
             self.metrics(0, dict(step=0, **begin))
         return begin
 
-    def metrics(self, step: int, metrics: Mapping): self.notify("metrics", step=step, metrics=metrics)   # the line metrics.jsonl got
+    def metrics(self, step: int, metrics: Mapping):
+        self.notify("metrics", step=step, metrics=metrics)  # the line metrics.jsonl got
 
     def step_end(self, step: int, optimizer, metrics: Mapping | None):
         for cb in self.callbacks:
-            cb("step_end", dict(step=step, model=self.model, optimizer=optimizer, teacher=self.teacher, metrics=metrics))
+            cb(
+                "step_end",
+                dict(step=step, model=self.model, optimizer=optimizer, teacher=self.teacher, metrics=metrics),
+            )
 
     @property
     def stop_requested(self) -> bool:
-        "Whether a callback asked the run to end after this step (e.g. `ValidationMonitor` at a plateau, `stop_on_plateau`)."
+        """Whether a callback asked the run to end after this step (e.g. `ValidationMonitor` at a plateau,
+        `stop_on_plateau`)."""
         return any(getattr(cb, "stop_requested", False) for cb in self.callbacks)
 
-    def run_end(self, step: int): self.notify("run_end", step=step)
+    def run_end(self, step: int):
+        self.notify("run_end", step=step)
 
 # %% ../../nbs/training/03_callbacks.ipynb #435117e9
-def plateau_step(steps: Sequence[int], values: Sequence[float], patience: int = 2, min_delta: float = 0.01) -> int | None:
-    "The first step after which no later value beats the best so far by > `min_delta`·|best| (≥ `patience` evaluations follow); else None."
-    if len(steps) != len(values): raise ValueError(f"{len(steps)} steps for {len(values)} values")
-    if patience < 1 or min_delta < 0: raise ValueError(f"need patience >= 1 and min_delta >= 0, got {patience}, {min_delta}")
+def plateau_step(
+    steps: Sequence[int], values: Sequence[float], patience: int = 2, min_delta: float = 0.01
+) -> int | None:
+    """The first step after which no later value beats the best so far by > `min_delta`·|best| (≥ `patience` evaluations
+    follow); else None."""
+    if len(steps) != len(values):
+        raise ValueError(f"{len(steps)} steps for {len(values)} values")
+    if patience < 1 or min_delta < 0:
+        raise ValueError(f"need patience >= 1 and min_delta >= 0, got {patience}, {min_delta}")
     v = np.asarray(values, float)
     best = np.minimum.accumulate(np.where(np.isfinite(v), v, np.inf))
-    later = np.minimum.accumulate(v[::-1])[::-1]            # later[k] = min(v[k:])
+    later = np.minimum.accumulate(v[::-1])[::-1]  # later[k] = min(v[k:])
     for k in range(len(v) - patience):
-        if np.isfinite(best[k]) and later[k + 1] >= best[k] - min_delta * abs(best[k]): return int(steps[k])
+        if np.isfinite(best[k]) and later[k + 1] >= best[k] - min_delta * abs(best[k]):
+            return int(steps[k])
     return None
 
 # %% ../../nbs/training/03_callbacks.ipynb #9d86ffc6
 def batch_to_device(batch, device):
-    if torch.is_tensor(batch): return batch.to(device, non_blocking=True)
-    if isinstance(batch, Mapping): return {k: batch_to_device(v, device) for k, v in batch.items()}
-    if isinstance(batch, list) and batch and torch.is_tensor(batch[0]): return [batch_to_device(v, device) for v in batch]
+    if torch.is_tensor(batch):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, Mapping):
+        return {k: batch_to_device(v, device) for k, v in batch.items()}
+    if isinstance(batch, list) and batch and torch.is_tensor(batch[0]):
+        return [batch_to_device(v, device) for v in batch]
     return batch
+
 
 def evaluating(model: nn.Module, fn: Callable):
     "`fn()` with `model` in eval mode and without gradients; the model's training flag is restored afterwards."
     was = model.training
     model.eval()
     try:
-        with torch.no_grad(): return fn()
-    finally: model.train(was)
+        with torch.no_grad():
+            return fn()
+    finally:
+        model.train(was)
 
 # %% ../../nbs/training/03_callbacks.ipynb #8ea40231
 class ValidationMonitor:
     """Callback: `loss_fn(model, batch, teacher)` terms on a fixed held-out `batch` at the start and every `every`
     steps, logged as `val_<term>`; `plateau` is the step `plateau_step` finds on `val_<monitor>` (None until then)."""
-    def __init__(self, loss_fn: Callable, batch: Mapping, every: int, monitor: str = "contrastive",
-                 patience: int = 2, min_delta: float = 0.01, stop_on_plateau: bool = False, device=None):
-        if every < 1: raise ValueError(f"every must be >= 1, got {every}")
+
+    def __init__(
+        self,
+        loss_fn: Callable,
+        batch: Mapping,
+        every: int,
+        monitor: str = "contrastive",
+        patience: int = 2,
+        min_delta: float = 0.01,
+        stop_on_plateau: bool = False,
+        device=None,
+    ):
+        if every < 1:
+            raise ValueError(f"every must be >= 1, got {every}")
         self.loss_fn, self.batch, self.every, self.monitor = loss_fn, batch, int(every), monitor
         self.patience, self.min_delta, self.stop_on_plateau = patience, min_delta, stop_on_plateau
         self.history: list[tuple[int, float]] = []
@@ -110,16 +146,19 @@ class ValidationMonitor:
         if event == "begin" or (event == "log" and state["step"] % self.every == 0):
             vals = self.evaluate(state["model"], state.get("teacher"))
             key = f"val_{self.monitor}"
-            if key not in vals: raise KeyError(f"ValidationMonitor: the loss has no term {self.monitor!r}; terms: {sorted(vals)}")
+            if key not in vals:
+                raise KeyError(f"ValidationMonitor: the loss has no term {self.monitor!r}; terms: {sorted(vals)}")
             self.history.append((int(state["step"]), vals[key]))
             # online: plateaued once the last `patience` evaluations bring no 1% gain over the best before them
-            # (what early stopping can know); `hierbench.ledger.compare` reports the after-the-fact `plateau_step` instead
+            # (what early stopping can know); `hierbench.ledger.compare` reports the after-the-fact `plateau_step`
+            # instead
             v = [h[1] for h in self.history]
             if self.plateau is None and len(v) > self.patience:
-                before = min(v[:-self.patience])
-                if min(v[-self.patience:]) >= before - self.min_delta * abs(before):
-                    self.plateau = self.history[int(np.argmin(v[:-self.patience]))][0]
-                    if self.stop_on_plateau: self.stop_requested = True
+                before = min(v[: -self.patience])
+                if min(v[-self.patience :]) >= before - self.min_delta * abs(before):
+                    self.plateau = self.history[int(np.argmin(v[: -self.patience]))][0]
+                    if self.stop_on_plateau:
+                        self.stop_requested = True
             return vals
         return None
 
@@ -127,11 +166,14 @@ class ValidationMonitor:
 class EvalEvery:
     """Callback: `evaluate(model) -> {metric: value}` (e.g. SugarCrepe and HierarCaps on the folders the user names)
     every `every` steps, in eval mode without gradients, logged into metrics.jsonl as `eval/<metric>`."""
+
     def __init__(self, evaluate: Callable[[nn.Module], Mapping[str, float]], every: int):
-        if every < 1: raise ValueError(f"every must be >= 1, got {every}")
+        if every < 1:
+            raise ValueError(f"every must be >= 1, got {every}")
         self.evaluate, self.every = evaluate, int(every)
 
     def __call__(self, event: str, state: Mapping):
-        if event != "log" or state["step"] % self.every: return None
+        if event != "log" or state["step"] % self.every:
+            return None
         res = evaluating(state["model"], lambda: self.evaluate(state["model"]))
         return {f"eval/{k}": float(v) for k, v in res.items()}

@@ -1,4 +1,6 @@
-"""Atomic checkpoint folders that resume a run exactly: weights as safetensors, optimizer/scheduler/RNG state loadable with `weights_only=True`, and `latest.json` as the commit point.
+"""Atomic checkpoint folders that resume a run exactly: weights as safetensors,
+optimizer/scheduler/RNG state loadable with `weights_only=True`, and `latest.json` as the commit
+point.
 
 Docs: https://hierbench.github.io/hierbench/training/checkpoints.html.md"""
 
@@ -6,7 +8,10 @@ Docs: https://hierbench.github.io/hierbench/training/checkpoints.html.md"""
 
 # %% ../../nbs/training/04_checkpoints.ipynb #9b404bf5
 from __future__ import annotations
-import json, random, shutil, warnings
+import json
+import random
+import shutil
+import warnings
 from pathlib import Path
 from typing import Mapping
 
@@ -28,11 +33,19 @@ def get_rng_state() -> dict:
     "The python, numpy, torch (and CUDA) generator states as tensors and plain numbers (`weights_only`-loadable)."
     version, mt, gauss_next = random.getstate()
     name, keys, pos, has_gauss, cached = np.random.get_state()
-    state = dict(python=dict(version=version, state=torch.tensor(mt, dtype=torch.int64), gauss_next=gauss_next),
-                 numpy=dict(name=name, keys=torch.from_numpy(keys.astype(np.int64)), pos=int(pos),
-                            has_gauss=int(has_gauss), cached_gaussian=float(cached)),
-                 torch=torch.get_rng_state())
-    if torch.cuda.is_available() and torch.cuda.is_initialized(): state["cuda"] = torch.cuda.get_rng_state_all()
+    state = dict(
+        python=dict(version=version, state=torch.tensor(mt, dtype=torch.int64), gauss_next=gauss_next),
+        numpy=dict(
+            name=name,
+            keys=torch.from_numpy(keys.astype(np.int64)),
+            pos=int(pos),
+            has_gauss=int(has_gauss),
+            cached_gaussian=float(cached),
+        ),
+        torch=torch.get_rng_state(),
+    )
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
 # %% ../../nbs/training/04_checkpoints.ipynb #4f22c013
@@ -41,21 +54,27 @@ def set_rng_state(state: Mapping) -> None:
     py = state["python"]
     random.setstate((py["version"], tuple(int(x) for x in py["state"].tolist()), py["gauss_next"]))
     npy = state["numpy"]
-    np.random.set_state((npy["name"], npy["keys"].numpy().astype(np.uint32), npy["pos"], npy["has_gauss"],
-                         npy["cached_gaussian"]))
+    np.random.set_state(
+        (npy["name"], npy["keys"].numpy().astype(np.uint32), npy["pos"], npy["has_gauss"], npy["cached_gaussian"])
+    )
     torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available(): torch.cuda.set_rng_state_all(state["cuda"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
 
 # %% ../../nbs/training/04_checkpoints.ipynb #7c24bbed
 CHECKPOINTS_DIR, LATEST_FILE, STATE_FILE = "checkpoints", "latest.json", "state.pt"
 
+
 def as_module(obj) -> nn.Module | None:
     "The `nn.Module` behind a teacher-like object (an `nn.Module` itself, or one stored as `.model`/`.module`)."
-    if obj is None or isinstance(obj, nn.Module): return obj
+    if obj is None or isinstance(obj, nn.Module):
+        return obj
     for attr in ("model", "module", "ema", "teacher"):
         m = getattr(obj, attr, None)
-        if isinstance(m, nn.Module): return m
+        if isinstance(m, nn.Module):
+            return m
     raise TypeError(f"cannot find the nn.Module inside {type(obj).__name__} (expected .model or .module)")
+
 
 def checkpoint_dir(run_dir: str | Path, step: int) -> Path:
     "Folder of the checkpoint after `step` optimizer steps."
@@ -64,47 +83,69 @@ def checkpoint_dir(run_dir: str | Path, step: int) -> Path:
 # %% ../../nbs/training/04_checkpoints.ipynb #fd7127b2
 def frozen_state_keys(module: nn.Module) -> set[str]:
     """State-dict keys a checkpoint leaves out: those a submodule lists in its `frozen_state_keys` attribute — a LoRA
-    model's frozen base (`hierbench.models.lora`), rebuilt from the base checkpoint on resume — prefixed with its path."""
+    model's frozen base (`hierbench.models.lora`), rebuilt from the base checkpoint on resume — prefixed with its
+    path."""
     out = set()
     for prefix, sub in module.named_modules():
-        keys = sub.__dict__.get("frozen_state_keys")   # the module's own attribute, not one a wrapper delegates
-        if keys: out |= {f"{prefix}.{k}" if prefix else k for k in keys}
+        keys = sub.__dict__.get("frozen_state_keys")  # the module's own attribute, not one a wrapper delegates
+        if keys:
+            out |= {f"{prefix}.{k}" if prefix else k for k in keys}
     return out
 
 # %% ../../nbs/training/04_checkpoints.ipynb #6eb921a4
 def save_weights(module: nn.Module, path: Path) -> None:
     frozen = frozen_state_keys(module)
-    if frozen:   # a LoRA run: what trains and the buffers; the frozen base is rebuilt from its own checkpoint
+    if frozen:  # a LoRA run: what trains and the buffers; the frozen base is rebuilt from its own checkpoint
         sd = {k: v.detach().contiguous() for k, v in module.state_dict().items() if k not in frozen}
         return atomic_write(path, lambda p: safetensors.torch.save_file(sd, str(p)))
     # safetensors' save_model de-duplicates tied tensors (plain save_file refuses them)
     atomic_write(path, lambda p: safetensors.torch.save_model(module, str(p), force_contiguous=True))
 
-def save_checkpoint(run_dir: str | Path, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler, step: int, *,
-                    teacher=None, modules: Mapping[str, nn.Module] | None = None, extra_state: Mapping | None = None,
-                    keep: int = 2, save_optimizer: bool = True) -> Path:
+
+def save_checkpoint(
+    run_dir: str | Path,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler,
+    step: int,
+    *,
+    teacher=None,
+    modules: Mapping[str, nn.Module] | None = None,
+    extra_state: Mapping | None = None,
+    keep: int = 2,
+    save_optimizer: bool = True,
+) -> Path:
     """Write the checkpoint of `step` atomically, point `latest.json` at it, keep the newest `keep` (0 = all).
     `save_optimizer=False` leaves the AdamW state out (a third of the size): such a checkpoint cannot resume."""
     run_dir = Path(run_dir)
     ck = checkpoint_dir(run_dir, step)
     ck.mkdir(parents=True, exist_ok=True)
     save_weights(model, ck / "model.safetensors")
-    if teacher is not None: save_weights(as_module(teacher), ck / "teacher.safetensors")
-    for name, m in (modules or {}).items(): save_weights(m, ck / f"module-{name}.safetensors")
-    state = dict(format=1, step=int(step), optimizer=optimizer.state_dict() if save_optimizer else None,
-                 scheduler=scheduler.state_dict() if scheduler is not None else None, **dict(extra_state or {}))
+    if teacher is not None:
+        save_weights(as_module(teacher), ck / "teacher.safetensors")
+    for name, m in (modules or {}).items():
+        save_weights(m, ck / f"module-{name}.safetensors")
+    state = dict(
+        format=1,
+        step=int(step),
+        optimizer=optimizer.state_dict() if save_optimizer else None,
+        scheduler=scheduler.state_dict() if scheduler is not None else None,
+        **dict(extra_state or {}),
+    )
     atomic_write(ck / STATE_FILE, lambda p: torch.save(state, p))
     atomic_write_text(run_dir / LATEST_FILE, json.dumps(dict(step=int(step), path=str(ck.relative_to(run_dir)))))
     if keep:
         for old in list_checkpoints(run_dir)[:-keep]:
-            if old != ck: shutil.rmtree(old, ignore_errors=True)
+            if old != ck:
+                shutil.rmtree(old, ignore_errors=True)
     return ck
 
 # %% ../../nbs/training/04_checkpoints.ipynb #a08d13fe
 def list_checkpoints(run_dir: str | Path) -> list[Path]:
     "Complete checkpoint folders (those with a `state.pt`), oldest first."
     root = Path(run_dir) / CHECKPOINTS_DIR
-    if not root.is_dir(): return []
+    if not root.is_dir():
+        return []
     return sorted(p for p in root.glob("step-*") if (p / STATE_FILE).is_file())
 
 # %% ../../nbs/training/04_checkpoints.ipynb #784a8bf5
@@ -114,38 +155,57 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
     ptr = run_dir / LATEST_FILE
     if ptr.is_file():
         ck = run_dir / json.loads(ptr.read_text())["path"]
-        if (ck / STATE_FILE).is_file(): return ck
+        if (ck / STATE_FILE).is_file():
+            return ck
         warnings.warn(f"{ptr} points to {ck}, which is incomplete; falling back to the newest complete checkpoint")
     cks = list_checkpoints(run_dir)
     return cks[-1] if cks else None
 
 # %% ../../nbs/training/04_checkpoints.ipynb #de5fe478
 def load_weights(module: nn.Module, path: Path) -> None:
-    if not path.is_file(): raise MissingFileError(f"checkpoint file missing: {path}")
+    if not path.is_file():
+        raise MissingFileError(f"checkpoint file missing: {path}")
     frozen = frozen_state_keys(module)
-    if not frozen: return safetensors.torch.load_model(module, str(path), strict=True)
+    if not frozen:
+        return safetensors.torch.load_model(module, str(path), strict=True)
     sd, expected = safetensors.torch.load_file(str(path)), set(module.state_dict()) - frozen
-    if set(sd) != expected:   # strict, as for a whole model: every saved tensor and nothing else
+    if set(sd) != expected:  # strict, as for a whole model: every saved tensor and nothing else
         diff = sorted(set(sd) ^ expected)
-        raise SettingsError(f"{path}: {len(diff)} tensor name(s) differ from the model's trainable state, e.g. {diff[0]}")
+        raise SettingsError(
+            f"{path}: {len(diff)} tensor name(s) differ from the model's trainable state, e.g. {diff[0]}"
+        )
     module.load_state_dict(sd, strict=False)
 
-def load_checkpoint(path: str | Path, model: nn.Module, optimizer: torch.optim.Optimizer | None = None,
-                    scheduler=None, *, teacher=None, modules: Mapping[str, nn.Module] | None = None) -> dict:
+
+def load_checkpoint(
+    path: str | Path,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer | None = None,
+    scheduler=None,
+    *,
+    teacher=None,
+    modules: Mapping[str, nn.Module] | None = None,
+) -> dict:
     "Load a checkpoint folder (or a run directory's latest) into the given objects; returns the `state.pt` dict."
     path = Path(path)
     if not (path / STATE_FILE).is_file():
         ck = latest_checkpoint(path)
-        if ck is None: raise MissingFileError(f"{path}: neither a checkpoint folder nor a run directory with one")
+        if ck is None:
+            raise MissingFileError(f"{path}: neither a checkpoint folder nor a run directory with one")
         path = ck
     load_weights(model, path / "model.safetensors")
-    if teacher is not None: load_weights(as_module(teacher), path / "teacher.safetensors")
-    for name, m in (modules or {}).items(): load_weights(m, path / f"module-{name}.safetensors")
+    if teacher is not None:
+        load_weights(as_module(teacher), path / "teacher.safetensors")
+    for name, m in (modules or {}).items():
+        load_weights(m, path / f"module-{name}.safetensors")
     state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True)
     if optimizer is not None:
         if state.get("optimizer") is None:
-            raise SettingsError(f"{path} was saved without optimizer state (save_optimizer=False), so the run cannot resume "
-                             f"exactly; start a new run from its weights instead (init_checkpoint={path / 'model.safetensors'})")
+            raise SettingsError(
+                f"{path} was saved without optimizer state (save_optimizer=False), so the run cannot resume "
+                f"exactly; start a new run from its weights instead (init_checkpoint={path / 'model.safetensors'})"
+            )
         optimizer.load_state_dict(state["optimizer"])
-    if scheduler is not None and state.get("scheduler") is not None: scheduler.load_state_dict(state["scheduler"])
+    if scheduler is not None and state.get("scheduler") is not None:
+        scheduler.load_state_dict(state["scheduler"])
     return state

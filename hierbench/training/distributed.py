@@ -1,4 +1,5 @@
-"""Several processes, one global batch: rank information, sharding, a differentiable all-gather that keeps the hard-negative layout, and gradient averaging.
+"""Several processes, one global batch: rank information, sharding, a differentiable all-gather that
+keeps the hard-negative layout, and gradient averaging.
 
 Docs: https://hierbench.github.io/hierbench/training/distributed.html.md"""
 
@@ -6,7 +7,11 @@ Docs: https://hierbench.github.io/hierbench/training/distributed.html.md"""
 
 # %% ../../nbs/training/00_distributed.ipynb #730b2e1f
 from __future__ import annotations
-import os, re, shutil, subprocess, warnings
+import os
+import re
+import shutil
+import subprocess
+import warnings
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
@@ -24,7 +29,8 @@ def _expand_host(group: str, whole: str) -> list[str]:
     "One host expression of a node list: a prefix, then `[ranges]` and more (e.g. 'rack[1-2]-n[01-02]')."
     m = re.fullmatch(r"([^\[\],]*)\[([^\[\]]*)\](.*)", group)
     if m is None:
-        if not group or any(c in group for c in "[]"): raise ValueError(f"SLURM node list {whole!r}: bad host {group!r}")
+        if not group or any(c in group for c in "[]"):
+            raise ValueError(f"SLURM node list {whole!r}: bad host {group!r}")
         return [group]
     prefix, body, rest = m.groups()
     tails = _expand_host(rest, whole) if rest else [""]
@@ -34,8 +40,9 @@ def _expand_host(group: str, whole: str) -> list[str]:
         if not lo.isdigit() or (dash and (not hi.isdigit() or int(hi) < int(lo))):
             raise ValueError(f"SLURM node list {whole!r}: bad range {part!r} in {group!r}")
         for n in range(int(lo), int(hi if dash else lo) + 1):
-            out += [f"{prefix}{n:0{len(lo)}d}{t}" for t in tails]   # zero padding as written: 01-10 → 01 … 10
+            out += [f"{prefix}{n:0{len(lo)}d}{t}" for t in tails]  # zero padding as written: 01-10 → 01 … 10
     return out
+
 
 def expand_nodelist(nodelist: str) -> list[str]:
     "SLURM's compressed host list as host names, in order: 'gpu[01-02,07],cpu5' → gpu01, gpu02, gpu07, cpu5."
@@ -44,7 +51,9 @@ def expand_nodelist(nodelist: str) -> list[str]:
         depth += (ch == "[") - (ch == "]")
         if depth not in (0, 1) or (depth and i == len(nodelist)):
             raise ValueError(f"SLURM node list {nodelist!r}: unbalanced brackets")
-        if ch == "," and depth == 0: groups.append(nodelist[start:i].strip()); start = i + 1
+        if ch == "," and depth == 0:
+            groups.append(nodelist[start:i].strip())
+            start = i + 1
     return [h for g in groups for h in _expand_host(g, nodelist)]
 
 # %% ../../nbs/training/00_distributed.ipynb #5baa0c88
@@ -52,49 +61,67 @@ def first_host(nodelist: str) -> str:
     "The first host of a SLURM node list: `scontrol show hostnames` where SLURM is installed, else `expand_nodelist`."
     if shutil.which("scontrol"):
         try:
-            out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
-                                 timeout=30, check=True).stdout.split()
-            if out: return out[0]
-        except (OSError, subprocess.SubprocessError): pass
+            out = subprocess.run(
+                ["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=30, check=True
+            ).stdout.split()
+            if out:
+                return out[0]
+        except (OSError, subprocess.SubprocessError):
+            pass
     return expand_nodelist(nodelist)[0]
+
 
 def slurm_port(job_id: str | int) -> int:
     "The rendezvous port every task of a job derives alike from `SLURM_JOB_ID`: 10000 + id mod 20000."
     return 10_000 + int(job_id) % 20_000
+
 
 def launch_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) derived from SLURM's when this
     process is one of several tasks of an `srun` step and torchrun's are absent; {} otherwise (torchrun's win).
     MASTER_ADDR/MASTER_PORT already set are kept (e.g. a port chosen in the sbatch script)."""
     env = os.environ if environ is None else environ
-    if "WORLD_SIZE" in env or "RANK" in env or "SLURM_PROCID" not in env: return {}
-    if "SLURM_STEP_NUM_TASKS" not in env:   # the batch script itself (no srun): one process, whatever --ntasks says
-        if int(env.get("SLURM_NTASKS", "1")) > 1:
-            warnings.warn(f"SLURM_NTASKS={env['SLURM_NTASKS']} but this process is not an srun task: it trains alone; "
-                          "start it with `srun` to use every task")
+    if "WORLD_SIZE" in env or "RANK" in env or "SLURM_PROCID" not in env:
         return {}
+    if "SLURM_STEP_NUM_TASKS" not in env:  # the batch script itself (no srun): one process, whatever --ntasks says
+        if int(env.get("SLURM_NTASKS", "1")) > 1:
+            warnings.warn(
+                f"SLURM_NTASKS={env['SLURM_NTASKS']} but this process is not an srun task: it trains alone; "
+                "start it with `srun` to use every task"
+            )
+        return {}
+
     def num(name):
-        try: return int(env[name])
-        except (KeyError, ValueError): raise ValueError(f"{name}={env.get(name)!r}: expected an integer (set by srun)") from None
+        try:
+            return int(env[name])
+        except (KeyError, ValueError):
+            raise ValueError(f"{name}={env.get(name)!r}: expected an integer (set by srun)") from None
+
     world, rank = num("SLURM_STEP_NUM_TASKS"), num("SLURM_PROCID")
-    if world <= 1: return {}
+    if world <= 1:
+        return {}
     out = dict(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(num("SLURM_LOCALID")))
     if "MASTER_ADDR" not in env:
         nodes = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
-        if not nodes: raise ValueError("srun task without SLURM_STEP_NODELIST/SLURM_JOB_NODELIST: cannot find rank 0's host")
+        if not nodes:
+            raise ValueError("srun task without SLURM_STEP_NODELIST/SLURM_JOB_NODELIST: cannot find rank 0's host")
         out["MASTER_ADDR"] = first_host(nodes)
-    if "MASTER_PORT" not in env: out["MASTER_PORT"] = str(slurm_port(num("SLURM_JOB_ID")))
+    if "MASTER_PORT" not in env:
+        out["MASTER_PORT"] = str(slurm_port(num("SLURM_JOB_ID")))
     return out
 
 # %% ../../nbs/training/00_distributed.ipynb #8d133156
 @dataclass(frozen=True)
 class DistInfo:
     "This process's place in the process group (rank 0 of 1 when not distributed)."
+
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
+
     @property
-    def is_main(self) -> bool: return self.rank == 0
+    def is_main(self) -> bool:
+        return self.rank == 0
 
 # %% ../../nbs/training/00_distributed.ipynb #8ad511de
 def is_distributed() -> bool:
@@ -104,30 +131,38 @@ def is_distributed() -> bool:
 # %% ../../nbs/training/00_distributed.ipynb #c10a96d4
 def dist_info() -> DistInfo:
     "Rank/world of the current process group (no initialisation)."
-    if not (dist.is_available() and dist.is_initialized()): return DistInfo()
+    if not (dist.is_available() and dist.is_initialized()):
+        return DistInfo()
     return DistInfo(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", dist.get_rank())))
 
 # %% ../../nbs/training/00_distributed.ipynb #5d06edcb
 def init_distributed(backend: str | None = None) -> DistInfo:
     """Join the process group described by torchrun's environment when `WORLD_SIZE` > 1 (NCCL on CUDA, else gloo);
     under `srun` without torchrun, that environment is first derived from SLURM's (`launch_env`)."""
-    if dist.is_available() and dist.is_initialized(): return dist_info()
-    for k, v in launch_env().items(): os.environ.setdefault(k, v)
+    if dist.is_available() and dist.is_initialized():
+        return dist_info()
+    for k, v in launch_env().items():
+        os.environ.setdefault(k, v)
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1: return DistInfo()
+    if world <= 1:
+        return DistInfo()
     missing = [k for k in ("RANK", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
-    if missing: raise RuntimeError(f"WORLD_SIZE={world} but {missing} not set; launch with torchrun or srun")
+    if missing:
+        raise RuntimeError(f"WORLD_SIZE={world} but {missing} not set; launch with torchrun or srun")
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
-    if backend == "nccl": torch.cuda.set_device(local_rank)
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank)
     dist.init_process_group(backend=backend)
     return dist_info()
 
 # %% ../../nbs/training/00_distributed.ipynb #8d5abe09
 def gather_features(x: torch.Tensor) -> torch.Tensor:
     "Differentiable all-gather: (b, ...) on each rank → (W·b, ...) in rank order; identity when not distributed."
-    if not is_distributed(): return x
+    if not is_distributed():
+        return x
     from torch.distributed.nn.functional import all_gather
+
     with warnings.catch_warnings():
         # torch ≥ 2.9 marks it deprecated in favour of private functional collectives whose autograd backward needs
         # reduce_scatter, which gloo lacks; this one falls back to all-to-all on gloo and works on both backends.
@@ -138,7 +173,9 @@ def gather_features(x: torch.Tensor) -> torch.Tensor:
 def gather_with_negatives(pos: torch.Tensor, neg: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     "Gather positives (b,D) and sample-major negatives (b·K,D) separately → (B,D), (B·K,D), layout kept."
     if pos.shape[0] == 0 or neg.shape[0] % pos.shape[0]:
-        raise ValueError(f"negatives must be sample-major b·K rows: got {neg.shape[0]} rows for {pos.shape[0]} positives")
+        raise ValueError(
+            f"negatives must be sample-major b·K rows: got {neg.shape[0]} rows for {pos.shape[0]} positives"
+        )
     return gather_features(pos), gather_features(neg)
 
 # %% ../../nbs/training/00_distributed.ipynb #8f4d569a
@@ -149,7 +186,8 @@ def local_labels(b: int, device=None) -> torch.Tensor:
 # %% ../../nbs/training/00_distributed.ipynb #bfd6ba38
 def allreduce_gradients(params: Iterable[nn.Parameter]) -> None:
     "Average `.grad` over ranks in one flat buffer per dtype (missing grads count as zeros); no-op when single."
-    if not is_distributed(): return
+    if not is_distributed():
+        return
     params = [p for p in params if p.requires_grad]
     world = dist.get_world_size()
     for dtype in {p.dtype for p in params}:
@@ -160,23 +198,28 @@ def allreduce_gradients(params: Iterable[nn.Parameter]) -> None:
         offset = 0
         for p in ps:
             n = p.numel()
-            p.grad = flat[offset:offset + n].view_as(p).clone()
+            p.grad = flat[offset : offset + n].view_as(p).clone()
             offset += n
 
 # %% ../../nbs/training/00_distributed.ipynb #1863ce0c
 def broadcast_module(module: nn.Module, src: int = 0) -> None:
     "Copy parameters and buffers of rank `src` to all ranks (in place)."
-    if not is_distributed(): return
-    for t in module.state_dict().values(): dist.broadcast(t, src)
+    if not is_distributed():
+        return
+    for t in module.state_dict().values():
+        dist.broadcast(t, src)
 
 # %% ../../nbs/training/00_distributed.ipynb #4d152e37
 def shard_batch(batch: Any, rank: int, world_size: int) -> Any:
     "This rank's equal contiguous slice along dim 0 of every tensor/list in `batch` (a dict, list or tensor)."
-    if world_size == 1: return batch
-    if isinstance(batch, Mapping): return {k: shard_batch(v, rank, world_size) for k, v in batch.items()}
+    if world_size == 1:
+        return batch
+    if isinstance(batch, Mapping):
+        return {k: shard_batch(v, rank, world_size) for k, v in batch.items()}
     if torch.is_tensor(batch) or isinstance(batch, (list, tuple)):
         n = len(batch)
-        if n % world_size: raise ValueError(f"cannot split a batch of {n} rows over {world_size} ranks")
+        if n % world_size:
+            raise ValueError(f"cannot split a batch of {n} rows over {world_size} ranks")
         k = n // world_size
-        return batch[rank * k:(rank + 1) * k]
+        return batch[rank * k : (rank + 1) * k]
     return batch

@@ -1,4 +1,5 @@
-"""`metrics.jsonl`, a run's log of what it measured: one JSON object a line, appended as the run goes; read back without importing the trainer.
+"""`metrics.jsonl`, a run's log of what it measured: one JSON object a line, appended as the run
+goes; read back without importing the trainer.
 
 Docs: https://hierbench.github.io/hierbench/training/metrics_log.html.md"""
 

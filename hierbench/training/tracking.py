@@ -1,4 +1,5 @@
-"""Every metrics line of a run also in TensorBoard and W&B (`--report-to`), with the norm distribution of the embeddings drawn at evaluation steps.
+"""Every metrics line of a run also in TensorBoard and W&B (`--report-to`), with the norm
+distribution of the embeddings drawn at evaluation steps.
 
 Docs: https://hierbench.github.io/hierbench/training/tracking.html.md"""
 
@@ -6,7 +7,9 @@ Docs: https://hierbench.github.io/hierbench/training/tracking.html.md"""
 
 # %% ../../nbs/training/05_tracking.ipynb #ef0c276e
 from __future__ import annotations
-import hashlib, json, os
+import hashlib
+import json
+import os
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -24,34 +27,49 @@ __all__ = ['parse_report_to', 'require_backends', 'metric_tag', 'scalars_of', 'e
 # %% ../../nbs/training/05_tracking.ipynb #b21f9922
 def parse_report_to(spec: str | Sequence[str] | None) -> tuple[str, ...]:
     "Backend names of `--report-to` ('tensorboard,wandb', a list, or None/'none' for none); an unknown one is an error."
-    if spec is None: return ()
+    if spec is None:
+        return ()
     names = [s.strip().lower() for s in (spec.split(",") if isinstance(spec, str) else spec) if str(s).strip()]
-    if names == ["none"]: return ()
+    if names == ["none"]:
+        return ()
     bad = [n for n in names if n not in REPORT_TO_BACKENDS]
     if bad or not names:
-        raise SettingsError(f"--report-to {spec if isinstance(spec, str) else ','.join(spec)!r}: unknown backend "
-                         f"{(bad or [''])[0]!r}; accepted: {', '.join(REPORT_TO_BACKENDS)} (comma-separated) or none")
-    return tuple(dict.fromkeys(names))   # in order, once each
+        raise SettingsError(
+            f"--report-to {spec if isinstance(spec, str) else ','.join(spec)!r}: unknown backend "
+            f"{(bad or [''])[0]!r}; accepted: {', '.join(REPORT_TO_BACKENDS)} (comma-separated) or none"
+        )
+    return tuple(dict.fromkeys(names))  # in order, once each
+
 
 def require_backends(backends: Sequence[str]) -> None:
     "Fail at once, with the pip extra to install, when a backend's library is missing (before a run folder is written)."
     for name in backends:
         module = {"tensorboard": "tensorboard", "wandb": "wandb"}[name]
-        try: __import__(module)
+        try:
+            __import__(module)
         except ImportError:
-            raise MissingExtraError(f"--report-to {name} needs the {module} package: pip install 'hierbench[track]'") from None
+            raise MissingExtraError(
+                f"--report-to {name} needs the {module} package: pip install 'hierbench[track]'"
+            ) from None
 
 # %% ../../nbs/training/05_tracking.ipynb #973cb149
 def metric_tag(key: str) -> str:
-    "The dashboard tag of a metrics.jsonl key: `val_<term>` → `val/<term>`, `eval/...` as it is, anything else `train/<key>`."
-    if key.startswith("val_"): return "val/" + key[4:]
-    if "/" in key: return key
+    """The dashboard tag of a metrics.jsonl key: `val_<term>` → `val/<term>`, `eval/...` as it is, anything else
+    `train/<key>`."""
+    if key.startswith("val_"):
+        return "val/" + key[4:]
+    if "/" in key:
+        return key
     return "train/" + key
+
 
 def scalars_of(metrics: Mapping) -> dict[str, float]:
     "Every numeric entry of a metrics line but `step`, under its `metric_tag`."
-    return {metric_tag(k): float(v) for k, v in metrics.items()
-            if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return {
+        metric_tag(k): float(v)
+        for k, v in metrics.items()
+        if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
 
 # %% ../../nbs/training/05_tracking.ipynb #c7a76f74
 def embedding_norms_of(model, batch: Mapping) -> dict[str, np.ndarray]:
@@ -67,24 +85,35 @@ def embedding_norms_of(model, batch: Mapping) -> dict[str, np.ndarray]:
                 c = model.head.curv
                 out = dict(image=dist0(model.encode_image(images), c), text=dist0(model.encode_text(captions), c))
             else:
-                out = dict(image=model.image_features(images).float().norm(dim=-1),
-                           text=model.text_features(captions).float().norm(dim=-1))
-    finally: model.train(was)
+                out = dict(
+                    image=model.image_features(images).float().norm(dim=-1),
+                    text=model.text_features(captions).float().norm(dim=-1),
+                )
+    finally:
+        model.train(was)
     return {k: v.detach().float().cpu().numpy() for k, v in out.items()}
 
 # %% ../../nbs/training/05_tracking.ipynb #dd0f4c36
 _COLOURS = ((31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40))
 
-def histogram_image(norms: Mapping[str, np.ndarray], title: str = "distance to the origin", bins: int = 30,
-                    size: tuple[int, int] = (640, 360)) -> Image.Image:
+
+def histogram_image(
+    norms: Mapping[str, np.ndarray],
+    title: str = "distance to the origin",
+    bins: int = 30,
+    size: tuple[int, int] = (640, 360),
+) -> Image.Image:
     """The norm distribution drawn with Pillow — one translucent histogram per group on shared bins, axis ticks at the
     range's ends and middle, a legend with each group's mean — an image for TensorBoard and W&B that needs neither a
     browser (plotly's PNG export drives Chrome) nor matplotlib."""
     groups = {k: np.asarray(v, dtype=float).ravel() for k, v in norms.items()}
-    if not groups or any(v.size == 0 for v in groups.values()): raise ValueError("histogram_image: an empty group of norms")
-    if not all(np.isfinite(v).all() for v in groups.values()): raise ValueError("histogram_image: NaN or inf among the norms")
+    if not groups or any(v.size == 0 for v in groups.values()):
+        raise ValueError("histogram_image: an empty group of norms")
+    if not all(np.isfinite(v).all() for v in groups.values()):
+        raise ValueError("histogram_image: NaN or inf among the norms")
     lo, hi = min(v.min() for v in groups.values()), max(v.max() for v in groups.values())
-    if hi - lo < 1e-12: lo, hi = lo - 0.5, hi + 0.5   # one value everywhere: a unit-wide window around it
+    if hi - lo < 1e-12:
+        lo, hi = lo - 0.5, hi + 0.5  # one value everywhere: a unit-wide window around it
     edges = np.linspace(lo, hi, bins + 1)
     dens = {k: np.histogram(v, edges, density=True)[0] for k, v in groups.items()}
     top = max(d.max() for d in dens.values()) or 1.0
@@ -98,15 +127,20 @@ def histogram_image(norms: Mapping[str, np.ndarray], title: str = "distance to t
     for i, (k, d) in enumerate(dens.items()):
         col = _COLOURS[i % len(_COLOURS)]
         for j, h in enumerate(d):
-            if h > 0: draw.rectangle([x_of(edges[j]), y_of(h), x_of(edges[j + 1]), lower], fill=col + (110,), outline=col + (255,))
+            if h > 0:
+                draw.rectangle(
+                    [x_of(edges[j]), y_of(h), x_of(edges[j + 1]), lower], fill=col + (110,), outline=col + (255,)
+                )
     img.paste(layer, (0, 0), layer)
     pen = ImageDraw.Draw(img)
     pen.line([left, upper, left, lower, right, lower], fill="black")
     for v in (lo, (lo + hi) / 2, hi):
         pen.line([x_of(v), lower, x_of(v), lower + 4], fill="black")
         pen.text((x_of(v) - 14, lower + 7), f"{v:.3g}", fill="black")
-    pen.text((4, upper - 4), f"{top:.3g}", fill="black"); pen.text((4, lower - 10), "0", fill="black")
-    pen.text((left, 8), title, fill="black"); pen.text(((left + right) // 2 - 20, H - 16), "norm", fill="black")
+    pen.text((4, upper - 4), f"{top:.3g}", fill="black")
+    pen.text((4, lower - 10), "0", fill="black")
+    pen.text((left, 8), title, fill="black")
+    pen.text(((left + right) // 2 - 20, H - 16), "norm", fill="black")
     for i, (k, v) in enumerate(groups.items()):
         col, y = _COLOURS[i % len(_COLOURS)], upper + 4 + 16 * i
         pen.rectangle([right - 150, y, right - 140, y + 10], fill=col)
@@ -115,77 +149,123 @@ def histogram_image(norms: Mapping[str, np.ndarray], title: str = "distance to t
 
 # %% ../../nbs/training/05_tracking.ipynb #b4b5736b
 class TensorBoardSink:
-    "TensorBoard's own writer (`torch.utils.tensorboard.SummaryWriter`) into `log_dir`; a resumed run purges the steps it redoes."
+    """TensorBoard's own writer (`torch.utils.tensorboard.SummaryWriter`) into `log_dir`; a resumed run purges the steps
+    it redoes."""
+
     def __init__(self, log_dir: str | Path, purge_step: int | None = None):
         require_backends(["tensorboard"])
         from torch.utils.tensorboard import SummaryWriter
-        # purge_step: TensorBoard drops the events of earlier sessions at steps >= it (what metrics.jsonl forgets on resume)
+
+        # purge_step: TensorBoard drops the events of earlier sessions at steps >= it (what metrics.jsonl forgets on
+        # resume)
         self.writer = SummaryWriter(str(log_dir), purge_step=purge_step)
+
     def scalars(self, step: int, values: Mapping[str, float]):
-        for tag, v in values.items(): self.writer.add_scalar(tag, v, step)
+        for tag, v in values.items():
+            self.writer.add_scalar(tag, v, step)
+
     def figure(self, step: int, image: Image.Image, norms: Mapping[str, np.ndarray]):
         self.writer.add_image("norms/distribution", np.asarray(image), step, dataformats="HWC")
-        for k, v in norms.items(): self.writer.add_histogram(f"norms/{k}", v, step)
-    def close(self): self.writer.close()
+        for k, v in norms.items():
+            self.writer.add_histogram(f"norms/{k}", v, step)
+
+    def close(self):
+        self.writer.close()
+
 
 def wandb_mode() -> str:
     "The W&B mode a run uses: `WANDB_MODE` when the user set it (online, offline, disabled), else offline."
     return os.environ.get("WANDB_MODE") or "offline"
 
+
 class WandbSink:
     """A W&B run in `run_dir/wandb`, offline unless the user's `WANDB_MODE` says otherwise: nothing leaves the machine
     unless asked (`WANDB_MODE=online`; `wandb sync RUN/wandb/offline-run-*` uploads an offline run later). Its id comes
     from the run folder, so a resumed run continues the same W&B run."""
+
     def __init__(self, run_dir: str | Path, config: Mapping | None = None):
         require_backends(["wandb"])
         import wandb
+
         run_dir = Path(run_dir).resolve()
         self.wandb = wandb
-        self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "hierbench"), name=run_dir.name, dir=str(run_dir),
-                              id=hashlib.sha1(str(run_dir).encode()).hexdigest()[:16], resume="allow", mode=wandb_mode(),
-                              config=dict(config or {}), settings=wandb.Settings(console="off"))
-    def scalars(self, step: int, values: Mapping[str, float]): self.run.log(dict(values), step=step)
+        self.run = wandb.init(
+            project=os.environ.get("WANDB_PROJECT", "hierbench"),
+            name=run_dir.name,
+            dir=str(run_dir),
+            id=hashlib.sha1(str(run_dir).encode()).hexdigest()[:16],
+            resume="allow",
+            mode=wandb_mode(),
+            config=dict(config or {}),
+            settings=wandb.Settings(console="off"),
+        )
+
+    def scalars(self, step: int, values: Mapping[str, float]):
+        self.run.log(dict(values), step=step)
+
     def figure(self, step: int, image: Image.Image, norms: Mapping[str, np.ndarray]):
-        self.run.log({"norms/distribution": self.wandb.Image(image),
-                      **{f"norms/{k}": self.wandb.Histogram(v) for k, v in norms.items()}}, step=step)
-    def close(self): self.run.finish()
+        self.run.log(
+            {
+                "norms/distribution": self.wandb.Image(image),
+                **{f"norms/{k}": self.wandb.Histogram(v) for k, v in norms.items()},
+            },
+            step=step,
+        )
+
+    def close(self):
+        self.run.finish()
 
 # %% ../../nbs/training/05_tracking.ipynb #a50c2d9a
 class Tracker:
-    """Trainer callback (`hierbench.training.trainer.train(callbacks=...)`) that sends each metrics line — the very dict written
+    """Trainer callback (`hierbench.training.trainer.train(callbacks=...)`) that sends each metrics line — the very dict
+    written
     to metrics.jsonl — to TensorBoard (`RUN/tb`) and/or W&B (`RUN/wandb`), with two derived values
     (`train/samples_per_second` between logged lines, `train/temperature` = 1 / logit scale) and, at evaluation steps
     (a line with `val_` or `eval/` keys) and the last step, the norm distribution of `figure_batch`'s embeddings as an
     image and histograms. The main process writes; other ranks stay silent. A trainer of its own drives it directly:
     `open(run_dir, ...)`, then `log(metrics, model)` per line, then `close()`."""
+
     def __init__(self, backends: str | Sequence[str], figure_batch: Mapping | None = None):
         self.backends = parse_report_to(backends)
         require_backends(self.backends)
         self.figure_batch, self.sinks = figure_batch, []
         self.total_steps, self.global_batch, self._last = None, None, (0, 0.0)
 
-    def open(self, run_dir: str | Path, start: int = 0, config: Mapping | None = None, total_steps: int | None = None,
-             global_batch: int | None = None):
+    def open(
+        self,
+        run_dir: str | Path,
+        start: int = 0,
+        config: Mapping | None = None,
+        total_steps: int | None = None,
+        global_batch: int | None = None,
+    ):
         "Start the backends' writers for the run in `run_dir`, which continues after `start` steps."
         self.close()
         run_dir = Path(run_dir)
         for b in self.backends:
-            self.sinks.append(TensorBoardSink(run_dir / "tb", purge_step=start + 1 if start else None) if b == "tensorboard"
-                              else WandbSink(run_dir, config))
+            self.sinks.append(
+                TensorBoardSink(run_dir / "tb", purge_step=start + 1 if start else None)
+                if b == "tensorboard"
+                else WandbSink(run_dir, config)
+            )
         self.total_steps, self.global_batch, self._last = total_steps, global_batch, (start, 0.0)
 
     def log(self, metrics: Mapping, model=None):
         "Send one metrics line (and, at an evaluation step, the norm figure of `model`)."
-        if not self.sinks: return
+        if not self.sinks:
+            return
         step, values = int(metrics["step"]), scalars_of(metrics)
-        if metrics.get("logit_scale"): values["train/temperature"] = 1.0 / float(metrics["logit_scale"])
+        if metrics.get("logit_scale"):
+            values["train/temperature"] = 1.0 / float(metrics["logit_scale"])
         t, (s0, t0) = metrics.get("time"), self._last
-        if t is not None and self.global_batch and step > s0 and t > t0:   # `time`: seconds since this session began
+        if t is not None and self.global_batch and step > s0 and t > t0:  # `time`: seconds since this session began
             values["train/samples_per_second"] = (step - s0) * self.global_batch / (t - t0)
             self._last = (step, float(t))
-        for s in self.sinks: s.scalars(step, values)
+        for s in self.sinks:
+            s.scalars(step, values)
         evaluated = any(k.startswith(("val_", "eval/")) for k in metrics) or step == self.total_steps
-        if model is not None and self.figure_batch is not None and evaluated: self.figure(step, model)
+        if model is not None and self.figure_batch is not None and evaluated:
+            self.figure(step, model)
 
     def figure(self, step: int, model):
         "The norm distribution of `figure_batch` under `model` now, as an image and histograms."
@@ -193,19 +273,25 @@ class Tracker:
         batch = dict(images=self.figure_batch["images"].to(dev), captions=self.figure_batch["captions"])
         norms = embedding_norms_of(model, batch)
         image = histogram_image(norms, title=f"distance to the origin ({model.geometry} head), step {step}")
-        for s in self.sinks: s.figure(step, image, norms)
+        for s in self.sinks:
+            s.figure(step, image, norms)
 
     def close(self):
         "Flush and close the writers (the trainer's 'run_end', also after an error)."
         sinks, self.sinks = self.sinks, []
-        for s in sinks: s.close()
+        for s in sinks:
+            s.close()
 
     def __call__(self, event: str, state: Mapping):
         if event == "run_start" and state.get("is_main", True):
             cfg = dict(state.get("config") or {})
-            saved = Path(state["run_dir"]) / "config.json"   # the whole record: recipe, data, architecture, LoRA
+            saved = Path(state["run_dir"]) / "config.json"  # the whole record: recipe, data, architecture, LoRA
             record = json.loads(saved.read_text()) if saved.is_file() else cfg
-            self.open(state["run_dir"], int(state.get("start", 0)), record, cfg.get("steps"), cfg.get("global_batch_size"))
-        elif event == "metrics": self.log(state["metrics"], state.get("model"))
-        elif event == "run_end": self.close()
+            self.open(
+                state["run_dir"], int(state.get("start", 0)), record, cfg.get("steps"), cfg.get("global_batch_size")
+            )
+        elif event == "metrics":
+            self.log(state["metrics"], state.get("model"))
+        elif event == "run_end":
+            self.close()
         return None

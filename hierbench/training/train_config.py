@@ -1,4 +1,5 @@
-"""`TrainConfig`, every number that decides a training run, and the optimiser it builds: AdamW's parameter groups and the warmup + cosine schedule.
+"""`TrainConfig`, every number that decides a training run, and the optimiser it builds: AdamW's
+parameter groups and the warmup + cosine schedule.
 
 Docs: https://hierbench.github.io/hierbench/training/train_config.html.md"""
 
@@ -24,83 +25,121 @@ __all__ = ['RESUME_FREE_FIELDS', 'NO_DECAY_NAME_KEYS', 'TrainConfig', 'is_no_dec
 @dataclass
 class TrainConfig:
     "Everything that decides a training run's numbers; saved as `config.json` in the run directory."
-    steps: int = 1000            # optimizer steps; schedules are defined over steps so world and real-data runs compare
-    batch_size: int = 64         # the batch: over all ranks together (`batch_scope` 'global'), or per process
+
+    steps: int = 1000  # optimizer steps; schedules are defined over steps so world and real-data runs compare
+    batch_size: int = 64  # the batch: over all ranks together (`batch_scope` 'global'), or per process
     batch_scope: str = "global"  # 'global': contrastive losses see `batch_size` in-batch negatives whatever the ranks
-                                 # (the world's runs); 'process': open_clip's --batch-size, global = batch_size × ranks
-    lr: float = 5e-4             # peak learning rate (MERU reference; DeGLA 1e-6, READ 1e-5)
-    weight_decay: float = 0.2    # decoupled AdamW decay, matrices only (see `param_groups`)
-    betas: tuple = (0.9, 0.98)   # β2 = 0.98 (CLIP/MERU): 0.999 reacts too slowly to contrastive-loss spikes
-    eps: float = 1e-8            # AdamW ε (DeGLA uses 1e-6)
-    warmup_steps: int = 50       # linear warmup to `lr`, then cosine down to `min_lr_ratio·lr`
-    min_lr_ratio: float = 0.0    # floor of the cosine as a fraction of `lr`
-    grad_clip: float = 1.0       # max global gradient L2 norm (0 disables); tames early steps of exp-map heads
-    seed: int = 0                # seeds python/numpy/torch and the data order ((seed, step) → batch)
-    log_every: int = 10          # steps between metrics.jsonl lines (the last step is always logged)
-    ckpt_every: int = 200        # steps between checkpoints (the last step is always saved)
-    keep_checkpoints: int = 2    # recent checkpoints kept on disk (0 = keep all)
+    # (the world's runs); 'process': open_clip's --batch-size, global = batch_size × ranks
+    lr: float = 5e-4  # peak learning rate (MERU reference; DeGLA 1e-6, READ 1e-5)
+    weight_decay: float = 0.2  # decoupled AdamW decay, matrices only (see `param_groups`)
+    betas: tuple = (0.9, 0.98)  # β2 = 0.98 (CLIP/MERU): 0.999 reacts too slowly to contrastive-loss spikes
+    eps: float = 1e-8  # AdamW ε (DeGLA uses 1e-6)
+    warmup_steps: int = 50  # linear warmup to `lr`, then cosine down to `min_lr_ratio·lr`
+    min_lr_ratio: float = 0.0  # floor of the cosine as a fraction of `lr`
+    grad_clip: float = 1.0  # max global gradient L2 norm (0 disables); tames early steps of exp-map heads
+    seed: int = 0  # seeds python/numpy/torch and the data order ((seed, step) → batch)
+    log_every: int = 10  # steps between metrics.jsonl lines (the last step is always logged)
+    ckpt_every: int = 200  # steps between checkpoints (the last step is always saved)
+    keep_checkpoints: int = 2  # recent checkpoints kept on disk (0 = keep all)
     save_optimizer: bool = True  # AdamW state in checkpoints (2x the weights); without it a run cannot resume exactly
-    run_dir: str | None = None   # None → <settings.runs_dir>/run-<timestamp>; give one explicitly to resume
-    device: str = "auto"         # 'auto' → cuda if available; under torchrun each rank uses cuda:LOCAL_RANK
-    precision: str = "fp32"      # open_clip's names: fp32 | bf16 | fp16 (tower weights) | amp_bf16 | amp_fp16 (autocast,
-                                 # on CPU too); heads and geometry stay float32 (`hierbench.models.precision`)
-    quiet: bool | None = None    # hide the progress bar; None = quiet under pytest/nbdev-test and on ranks > 0
-    num_workers: int = 0         # DataLoader processes that build whole batches ahead (JPEG decoding of real data);
-                                 # batch t is still `batches(t)`, so the numbers do not depend on it
+    run_dir: str | None = None  # None → <settings.runs_dir>/run-<timestamp>; give one explicitly to resume
+    device: str = "auto"  # 'auto' → cuda if available; under torchrun each rank uses cuda:LOCAL_RANK
+    precision: str = "fp32"  # open_clip's names: fp32 | bf16 | fp16 (tower weights) | amp_bf16 | amp_fp16 (autocast,
+    # on CPU too); heads and geometry stay float32 (`hierbench.models.precision`)
+    quiet: bool | None = None  # hide the progress bar; None = quiet under pytest/nbdev-test and on ranks > 0
+    num_workers: int = 0  # DataLoader processes that build whole batches ahead (JPEG decoding of real data);
+    # batch t is still `batches(t)`, so the numbers do not depend on it
     amp: InitVar[bool | None] = None  # before issue 27: bf16 autocast on CUDA only; read from old config.json files
 
     def __post_init__(self, amp=None):
         self.betas = tuple(self.betas)
-        if amp is not None and self.precision == "fp32": self.precision = legacy_amp_precision(amp, self.device)
-        try: self.precision = check_precision(self.precision)
-        except ValueError as e: raise SettingsError(f"TrainConfig.precision: {e}") from None
-        def bad(name, why): raise SettingsError(f"TrainConfig.{name} = {getattr(self, name)!r}: {why}")
+        if amp is not None and self.precision == "fp32":
+            self.precision = legacy_amp_precision(amp, self.device)
+        try:
+            self.precision = check_precision(self.precision)
+        except ValueError as e:
+            raise SettingsError(f"TrainConfig.precision: {e}") from None
+
+        def bad(name, why):
+            raise SettingsError(f"TrainConfig.{name} = {getattr(self, name)!r}: {why}")
+
         for name in ("steps", "batch_size", "log_every", "ckpt_every"):
-            if int(getattr(self, name)) < 1: bad(name, "must be >= 1")
-        if self.lr <= 0: bad("lr", "must be > 0")
-        if self.weight_decay < 0: bad("weight_decay", "must be >= 0")
-        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas): bad("betas", "need two values in [0, 1)")
-        if self.eps <= 0: bad("eps", "must be > 0")
-        if self.warmup_steps < 0: bad("warmup_steps", "must be >= 0")
-        if not 0 <= self.min_lr_ratio <= 1: bad("min_lr_ratio", "must be in [0, 1]")
-        if self.grad_clip < 0: bad("grad_clip", "must be >= 0 (0 disables clipping)")
-        if self.seed < 0: bad("seed", "must be >= 0")
-        if self.keep_checkpoints < 0: bad("keep_checkpoints", "must be >= 0")
-        if self.batch_scope not in ("global", "process"): bad("batch_scope", "must be 'global' or 'process'")
-        if self.num_workers < 0: bad("num_workers", "must be >= 0")
+            if int(getattr(self, name)) < 1:
+                bad(name, "must be >= 1")
+        if self.lr <= 0:
+            bad("lr", "must be > 0")
+        if self.weight_decay < 0:
+            bad("weight_decay", "must be >= 0")
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            bad("betas", "need two values in [0, 1)")
+        if self.eps <= 0:
+            bad("eps", "must be > 0")
+        if self.warmup_steps < 0:
+            bad("warmup_steps", "must be >= 0")
+        if not 0 <= self.min_lr_ratio <= 1:
+            bad("min_lr_ratio", "must be in [0, 1]")
+        if self.grad_clip < 0:
+            bad("grad_clip", "must be >= 0 (0 disables clipping)")
+        if self.seed < 0:
+            bad("seed", "must be >= 0")
+        if self.keep_checkpoints < 0:
+            bad("keep_checkpoints", "must be >= 0")
+        if self.batch_scope not in ("global", "process"):
+            bad("batch_scope", "must be 'global' or 'process'")
+        if self.num_workers < 0:
+            bad("num_workers", "must be >= 0")
 
     @classmethod
     def from_dict(cls, d: Mapping, strict: bool = True) -> "TrainConfig":
         """Build from a dict; unknown keys are an error that names them unless `strict=False` (a run's `config.json`
         also holds the caller's extras such as the recipe name, which are then ignored)."""
-        known = {f.name for f in fields(cls)} | {"amp"}   # `amp`: old config.json files
+        known = {f.name for f in fields(cls)} | {"amp"}  # `amp`: old config.json files
         unknown = set(d) - known
-        if unknown and strict: raise SettingsError(f"unknown TrainConfig field(s) {sorted(unknown)}; known: {sorted(known)}")
+        if unknown and strict:
+            raise SettingsError(f"unknown TrainConfig field(s) {sorted(unknown)}; known: {sorted(known)}")
         return cls(**{k: v for k, v in d.items() if k in known})
+
 
 # Fields that may change between an interrupted run and its resumption without changing any logged number
 # (`seed_group`: the seeds `hierbench.recipes.seed_batch` trained in one process with this one).
-RESUME_FREE_FIELDS = ("quiet", "device", "log_every", "ckpt_every", "keep_checkpoints", "run_dir", "num_workers",
-                      "save_optimizer", "seed_group")
+RESUME_FREE_FIELDS = (
+    "quiet",
+    "device",
+    "log_every",
+    "ckpt_every",
+    "keep_checkpoints",
+    "run_dir",
+    "num_workers",
+    "save_optimizer",
+    "seed_group",
+)
 
 # %% ../../nbs/training/01_train_config.ipynb #50959212
 NO_DECAY_NAME_KEYS = ("bias", "logit_scale", "alpha", "curv", "log_c")
+
 
 def is_no_decay(name: str, param: torch.Tensor) -> bool:
     "True for parameters that get no weight decay: ndim < 2 (biases, norm gains, scalars) or a scale-like leaf name."
     leaf = name.rsplit(".", 1)[-1].lower()
     return param.ndim < 2 or any(k in leaf for k in NO_DECAY_NAME_KEYS)
 
+
 def param_groups(named_params: Iterable[tuple[str, nn.Parameter]], weight_decay: float) -> list[dict]:
     "AdamW groups `decay` (weight_decay) and `no_decay` (0) over the trainable `named_params`; empty groups dropped."
     decay, no_decay = ([], []), ([], [])
     for name, p in named_params:
-        if not p.requires_grad: continue
+        if not p.requires_grad:
+            continue
         names, params = no_decay if is_no_decay(name, p) else decay
-        names.append(name); params.append(p)
-    groups = [dict(params=ps, param_names=ns, weight_decay=wd, group_name=gn)
-              for (ns, ps), wd, gn in ((decay, weight_decay, "decay"), (no_decay, 0.0, "no_decay")) if ps]
-    if not groups: raise ValueError("no trainable parameters (every parameter has requires_grad=False)")
+        names.append(name)
+        params.append(p)
+    groups = [
+        dict(params=ps, param_names=ns, weight_decay=wd, group_name=gn)
+        for (ns, ps), wd, gn in ((decay, weight_decay, "decay"), (no_decay, 0.0, "no_decay"))
+        if ps
+    ]
+    if not groups:
+        raise ValueError("no trainable parameters (every parameter has requires_grad=False)")
     return groups
 
 # %% ../../nbs/training/01_train_config.ipynb #f9de0128
@@ -108,18 +147,25 @@ def make_optimizer(named_params: Iterable[tuple[str, nn.Parameter]], cfg) -> tor
     "AdamW over `param_groups(named_params, cfg.weight_decay)` with `cfg.lr/betas/eps`; fused kernel where supported."
     groups = param_groups(named_params, cfg.weight_decay)
     params = [p for g in groups for p in g["params"]]
-    fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params) and \
-        len({p.device for p in params}) == 1
+    fused = (
+        all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
+        and len({p.device for p in params}) == 1
+    )
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, fused=fused)
 
 # %% ../../nbs/training/01_train_config.ipynb #bde6e673
 def lr_factor(step: int, warmup_steps: int, total_steps: int, min_ratio: float = 0.0) -> float:
     "Multiplier of the peak lr at 0-based optimizer `step`: warmup (step+1)/warmup, then cosine 1 → `min_ratio`."
-    if step < warmup_steps: return (step + 1) / warmup_steps
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
     progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
     return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
+
 def make_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig) -> torch.optim.lr_scheduler.LambdaLR:
     "`LambdaLR` with `lr_factor` over `cfg.steps` (a plain closure, so its state_dict is plain data)."
-    def factor(step): return lr_factor(step, cfg.warmup_steps, cfg.steps, cfg.min_lr_ratio)
+
+    def factor(step):
+        return lr_factor(step, cfg.warmup_steps, cfg.steps, cfg.min_lr_ratio)
+
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)

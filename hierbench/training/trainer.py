@@ -1,4 +1,6 @@
-"""One trainer for every recipe: AdamW with parameter groups, warmup + cosine, clipping, bf16 on CUDA, EMA teacher, NaN guard, JSON-lines metrics, atomic checkpoints, bit-exact resume, and multi-process contrastive training.
+"""One trainer for every recipe: AdamW with parameter groups, warmup + cosine, clipping, bf16 on
+CUDA, EMA teacher, NaN guard, JSON-lines metrics, atomic checkpoints, bit-exact resume, and
+multi-process contrastive training.
 
 Docs: https://hierbench.github.io/hierbench/training/trainer.html.md"""
 
@@ -6,8 +8,16 @@ Docs: https://hierbench.github.io/hierbench/training/trainer.html.md"""
 
 # %% ../../nbs/training/06_trainer.ipynb #0967ab44
 from __future__ import annotations
-import json, math, os, random, shutil, signal, threading, time, warnings
-from dataclasses import dataclass, asdict, fields, replace
+import json
+import math
+import os
+import random
+import shutil
+import signal
+import threading
+import time
+import warnings
+from dataclasses import dataclass, asdict, replace
 from functools import lru_cache
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,15 +28,86 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..models.precision import cast_towers_, describe_precision, grad_scaler, legacy_amp_precision, training_forward
+from hierbench.models.precision import (
+    cast_towers_,
+    describe_precision,
+    grad_scaler,
+    legacy_amp_precision,
+    training_forward,
+)
 from ..config import HierbenchError, RunExistsError, SettingsError
-# the settings and the callbacks live in modules of their own; their names answer here too (`from hierbench.training.trainer import TrainConfig`)
-from .train_config import (NO_DECAY_NAME_KEYS, RESUME_FREE_FIELDS, TrainConfig, is_no_decay, lr_factor, make_optimizer,
-                                    make_scheduler, param_groups)
-from .callbacks import EvalEvery, RunEvents, ValidationMonitor, evaluating, batch_to_device, plateau_step
-_all_ = ['NO_DECAY_NAME_KEYS', 'RESUME_FREE_FIELDS', 'TrainConfig', 'is_no_decay', 'lr_factor', 'make_optimizer', 'make_scheduler',
-         'param_groups', 'EvalEvery', 'RunEvents', 'ValidationMonitor', 'plateau_step']
-from .metrics_log import METRICS_FILE, parse_jsonl, read_metrics
+
+# the settings and the callbacks live in modules of their own; their names answer here too (`from
+# hierbench.training.trainer import TrainConfig`)
+from hierbench.training.train_config import (
+    NO_DECAY_NAME_KEYS,
+    RESUME_FREE_FIELDS,
+    TrainConfig,
+    is_no_decay,
+    lr_factor,
+    make_optimizer,
+    make_scheduler,
+    param_groups,
+)
+from hierbench.training.callbacks import (
+    EvalEvery,
+    RunEvents,
+    ValidationMonitor,
+    evaluating,  # noqa: F401 (re-exported here)
+    batch_to_device,
+    plateau_step,
+)
+
+_all_ = [
+    "NO_DECAY_NAME_KEYS",
+    "RESUME_FREE_FIELDS",
+    "TrainConfig",
+    "is_no_decay",
+    "lr_factor",
+    "make_optimizer",
+    "make_scheduler",
+    "param_groups",
+    "EvalEvery",
+    "RunEvents",
+    "ValidationMonitor",
+    "plateau_step",
+]
+from .metrics_log import parse_jsonl, read_metrics
+
+# %% auto #0
+__all__ = [
+    "CHANGEABLE_ON_RESUME",
+    "PREEMPTION_SIGNALS",
+    "PREEMPTED_EXIT_CODE",
+    "NonFiniteLossError",
+    "check_finite",
+    "batch_indices",
+    "model_scalars",
+    "clamp_hook",
+    "TrainResult",
+    "auto_quiet",
+    "PreemptionGuard",
+    "Preempted",
+    "setup_run",
+    "start_or_resume",
+    "train_step",
+    "log_step",
+    "checkpoint_step",
+    "finish_run",
+    "train",
+    "NO_DECAY_NAME_KEYS",
+    "RESUME_FREE_FIELDS",
+    "TrainConfig",
+    "is_no_decay",
+    "lr_factor",
+    "make_optimizer",
+    "make_scheduler",
+    "param_groups",
+    "EvalEvery",
+    "RunEvents",
+    "ValidationMonitor",
+    "plateau_step",
+]
 
 # %% auto #0
 __all__ = ['CHANGEABLE_ON_RESUME', 'PREEMPTION_SIGNALS', 'PREEMPTED_EXIT_CODE', 'NonFiniteLossError', 'check_finite',
@@ -38,28 +119,54 @@ __all__ = ['CHANGEABLE_ON_RESUME', 'PREEMPTION_SIGNALS', 'PREEMPTED_EXIT_CODE', 
 # %% ../../nbs/training/06_trainer.ipynb #f43370c6
 class NonFiniteLossError(HierbenchError, FloatingPointError):
     "Training stopped: a loss term (or the gradient norm) became NaN/inf at `step`."
+
     def __init__(self, step: int, term: str, value: float):
         self.step, self.term, self.value = step, term, value
-        super().__init__(f"non-finite value at step {step}: loss term '{term}' = {value}. Training stopped; the last "
-                         f"checkpoint is intact. Try a lower lr or grad_clip (resume with --allow-change lr,grad_clip), or inspect the batch of step {step}.")
-    def __reduce__(self): return (type(self), (self.step, self.term, self.value))
+        super().__init__(
+            f"non-finite value at step {step}: loss term '{term}' = {value}. Training stopped; the last "
+            "checkpoint is intact. Try a lower lr or grad_clip (resume with --allow-change lr,grad_clip), or inspect "
+            f"the batch of step {step}."
+        )
+
+    def __reduce__(self):
+        return (type(self), (self.step, self.term, self.value))
+
 
 def _scalar(v) -> torch.Tensor:
     return v.detach().float().reshape(()) if torch.is_tensor(v) else torch.tensor(float(v))
+
 
 def check_finite(step: int, loss: torch.Tensor, terms: Mapping[str, Any]) -> None:
     "Raise `NonFiniteLossError` naming the first non-finite entry of `terms`, else 'loss' if only the total is."
     names = [*terms, "loss"]
     vals = torch.stack([_scalar(terms[n]).cpu() for n in terms] + [_scalar(loss).cpu()])
     bad = (~torch.isfinite(vals)).nonzero()
-    if len(bad): i = int(bad[0]); raise NonFiniteLossError(step, names[i], float(vals[i]))
+    if len(bad):
+        i = int(bad[0])
+        raise NonFiniteLossError(step, names[i], float(vals[i]))
 
 # %% ../../nbs/training/06_trainer.ipynb #6bc4bb07
-from ..config import atomic_write, atomic_write_text, sweep_temporary_files  # one atomic writer for the whole workbench
-# the checkpoint machinery lives in `hierbench.training.checkpoints`; re-exported here so `from hierbench.training.trainer import ...` keeps working
-from .checkpoints import (CHECKPOINTS_DIR, LATEST_FILE, STATE_FILE, as_module, load_weights, save_weights,
-                                   checkpoint_dir, get_rng_state, latest_checkpoint, list_checkpoints, load_checkpoint,
-                                   save_checkpoint, set_rng_state)
+from hierbench.config import (
+    atomic_write,  # noqa: F401 (re-exported here)
+    atomic_write_text,
+    sweep_temporary_files,
+)  # one atomic writer for the whole workbench
+
+# the checkpoint machinery lives in `hierbench.training.checkpoints`; re-exported here so `from
+# hierbench.training.trainer import ...` keeps working
+from hierbench.training.checkpoints import (
+    CHECKPOINTS_DIR,
+    STATE_FILE,  # noqa: F401 (re-exported here)
+    as_module,
+    save_weights,
+    checkpoint_dir,
+    get_rng_state,
+    latest_checkpoint,
+    list_checkpoints,  # noqa: F401 (re-exported here)
+    load_checkpoint,
+    save_checkpoint,
+    set_rng_state,
+)
 
 # %% ../../nbs/training/06_trainer.ipynb #96e4ead1
 @lru_cache(maxsize=2)
@@ -67,72 +174,100 @@ def _epoch_permutation(n_items: int, seed: int, epoch: int) -> torch.Tensor:
     mixed = int(np.random.SeedSequence([seed, epoch]).generate_state(1, dtype=np.uint64)[0])
     return torch.randperm(n_items, generator=torch.Generator().manual_seed(mixed))
 
+
 def batch_indices(step: int, n_items: int, batch_size: int, seed: int) -> torch.Tensor:
-    "Dataset indices (batch_size,) of 0-based `step`: per-epoch permutation seeded by (seed, epoch), last batch dropped."
+    """Dataset indices (batch_size,) of 0-based `step`: per-epoch permutation seeded by (seed, epoch), last batch
+    dropped."""
     per_epoch = n_items // batch_size
-    if per_epoch == 0: raise SettingsError(f"batch_size {batch_size} is larger than the dataset ({n_items} items)")
+    if per_epoch == 0:
+        raise SettingsError(f"batch_size {batch_size} is larger than the dataset ({n_items} items)")
     epoch, i = divmod(step, per_epoch)
-    return _epoch_permutation(n_items, seed, epoch)[i * batch_size:(i + 1) * batch_size].clone()
+    return _epoch_permutation(n_items, seed, epoch)[i * batch_size : (i + 1) * batch_size].clone()
 
 # %% ../../nbs/training/06_trainer.ipynb #be5d2d72
 # multi-process helpers live in `hierbench.training.distributed` (losses and recipes use them too); re-exported here
-from .distributed import (DistInfo, is_distributed, dist_info, init_distributed, gather_features,
-                                   gather_with_negatives, local_labels, allreduce_gradients, broadcast_module,
-                                   shard_batch)
+from hierbench.training.distributed import (
+    DistInfo,
+    dist_info,  # noqa: F401 (re-exported here)
+    init_distributed,
+    gather_features,  # noqa: F401 (re-exported here)
+    gather_with_negatives,  # noqa: F401 (re-exported here)
+    allreduce_gradients,
+    broadcast_module,
+    shard_batch,
+)
 
 # %% ../../nbs/training/06_trainer.ipynb #90e9d2c1
 def _to_float(v) -> float:
     v = v() if callable(v) else v
     return float(v.detach().float().mean()) if torch.is_tensor(v) else float(v)
 
+
 def model_scalars(model: nn.Module) -> dict[str, float]:
     "Learned scalars worth logging: `logit_scale` (exp, clamped), `curvature`, `alpha_image`/`alpha_text` if present."
     out = {}
-    if hasattr(model, "logit_scale_exp"): out["logit_scale"] = _to_float(model.logit_scale_exp)
+    if hasattr(model, "logit_scale_exp"):
+        out["logit_scale"] = _to_float(model.logit_scale_exp)
     head = getattr(model, "head", None)
     if head is not None:
-        if getattr(head, "curv", None) is not None: out["curvature"] = _to_float(head.curv)
+        if getattr(head, "curv", None) is not None:
+            out["curvature"] = _to_float(head.curv)
         if callable(getattr(head, "alpha", None)):  # LorentzHead.alpha(modality): clamped lifting scale
-            for side in ("image", "text"): out[f"alpha_{side}"] = _to_float(head.alpha(side))
+            for side in ("image", "text"):
+                out[f"alpha_{side}"] = _to_float(head.alpha(side))
     return out
 
+
 def clamp_hook(model: nn.Module) -> Callable | None:
-    "The model's in-place clamp method (`clamp_parameters_` of `hierbench.models.family.DualEncoder`, or `clamp_`), if any."
+    """The model's in-place clamp method (`clamp_parameters_` of `hierbench.models.family.DualEncoder`, or `clamp_`), if
+    any."""
     for name in ("clamp_parameters_", "clamp_"):
         fn = getattr(model, name, None)
-        if callable(fn): return fn
+        if callable(fn):
+            return fn
     return None
 
 # %% ../../nbs/training/06_trainer.ipynb #a00ce8f5
 @dataclass
 class TrainResult:
     "What a finished (or stopped) run leaves behind."
-    step: int                  # optimizer steps completed
-    metrics: dict              # the last logged metrics line
+
+    step: int  # optimizer steps completed
+    metrics: dict  # the last logged metrics line
     run_dir: Path
     metrics_path: Path
     config_path: Path
-    checkpoint: Path | None    # the last checkpoint written
+    checkpoint: Path | None  # the last checkpoint written
     weights_path: Path | None  # final weights (run_dir/model.safetensors) when the run reached cfg.steps
-    stopped_early: bool        # True when `stop_at` ended the run before cfg.steps
-    plateau: int | None = None # the step a `ValidationMonitor` found the run plateaued at (set by `hierbench.recipes.recipe_run`)
-    preempted: str | None = None # the signal (e.g. 'SIGTERM') that stopped the run after a step and a checkpoint
+    stopped_early: bool  # True when `stop_at` ended the run before cfg.steps
+    plateau: int | None = (
+        None  # the step a `ValidationMonitor` found the run plateaued at (set by `hierbench.recipes.recipe_run`)
+    )
+    preempted: str | None = None  # the signal (e.g. 'SIGTERM') that stopped the run after a step and a checkpoint
 
 # %% ../../nbs/training/06_trainer.ipynb #8023b8a0
 def _resolve_device(cfg: TrainConfig, info: DistInfo) -> torch.device:
-    if cfg.device != "auto": return torch.device(cfg.device)
-    if torch.cuda.is_available(): return torch.device("cuda", info.local_rank if info.world_size > 1 else torch.cuda.current_device())
+    if cfg.device != "auto":
+        return torch.device(cfg.device)
+    if torch.cuda.is_available():
+        return torch.device("cuda", info.local_rank if info.world_size > 1 else torch.cuda.current_device())
     return torch.device("cpu")
 
+
 def _resolve_run_dir(cfg: TrainConfig, info: DistInfo) -> Path:
-    if cfg.run_dir is not None: return Path(cfg.run_dir).expanduser().resolve()
+    if cfg.run_dir is not None:
+        return Path(cfg.run_dir).expanduser().resolve()
     from hierbench.config import load_settings
+
     path = [str(load_settings().runs_dir / time.strftime("run-%Y%m%d-%H%M%S"))]
-    if info.world_size > 1: dist.broadcast_object_list(path, src=0)  # one timestamp for all ranks
+    if info.world_size > 1:
+        dist.broadcast_object_list(path, src=0)  # one timestamp for all ranks
     return Path(path[0])
+
 
 class _Batches:
     "Global batch of step t from a dataset (indices) or a step function, sliced to this rank."
+
     def __init__(self, data, cfg: TrainConfig, collate_fn, info: DistInfo):
         self.data, self.cfg, self.info = data, cfg, info
         if cfg.batch_size % info.world_size:
@@ -143,65 +278,94 @@ class _Batches:
         if collate_fn is None:
             from torch.utils.data import default_collate as collate_fn
         self.collate_fn = collate_fn
-        if self.is_dataset:   # fail early — before the run folder is written — if the size does not fit the data, or
-            compose = getattr(data, "batch_indices", None)   # the dataset's own batch composition refuses it
+        if self.is_dataset:  # fail early — before the run folder is written — if the size does not fit the data, or
+            compose = getattr(data, "batch_indices", None)  # the dataset's own batch composition refuses it
             if (compose(0, cfg.batch_size, cfg.seed) if callable(compose) else None) is None:
                 batch_indices(0, len(data), cfg.batch_size, cfg.seed)
 
     def state(self) -> dict:
-        return dict(seed=self.cfg.seed, batch_size=self.cfg.batch_size,
-                    n_items=len(self.data) if self.is_dataset else -1, kind="dataset" if self.is_dataset else "function")
+        return dict(
+            seed=self.cfg.seed,
+            batch_size=self.cfg.batch_size,
+            n_items=len(self.data) if self.is_dataset else -1,
+            kind="dataset" if self.is_dataset else "function",
+        )
 
     def __call__(self, step: int):
         r, w = self.info.rank, self.info.world_size
-        if not self.is_dataset: return shard_batch(self.data(step), r, w)
+        if not self.is_dataset:
+            return shard_batch(self.data(step), r, w)
         # a dataset may compose its own batches (e.g. each scene with its nearest neighbour, NegCLIP's hard-negative
         # images); it must stay a pure function of (step, batch size, seed) for exact resume
         compose = getattr(self.data, "batch_indices", None)
         idx = compose(step, self.cfg.batch_size, self.cfg.seed) if callable(compose) else None
-        idx = batch_indices(step, len(self.data), self.cfg.batch_size, self.cfg.seed) if idx is None else torch.as_tensor(idx)
+        idx = (
+            batch_indices(step, len(self.data), self.cfg.batch_size, self.cfg.seed)
+            if idx is None
+            else torch.as_tensor(idx)
+        )
         if hasattr(self.data, "set_epoch"):  # datasets that sample per epoch (WorldDataset) see the epoch of this step
             self.data.set_epoch(step // (len(self.data) // self.cfg.batch_size))
         b = len(idx) // w
-        mine = [int(i) for i in idx[r * b:(r + 1) * b]]
-        many = getattr(self.data, "__getitems__", None)   # torch's batched-fetch protocol, when the dataset has it
+        mine = [int(i) for i in idx[r * b : (r + 1) * b]]
+        many = getattr(self.data, "__getitems__", None)  # torch's batched-fetch protocol, when the dataset has it
         return self.collate_fn(many(mine) if callable(many) else [self.data[i] for i in mine])
 
-    def __getitem__(self, step: int): return self(step)   # DataLoader workers fetch whole steps: batches[t] = batches(t)
+    def __getitem__(self, step: int):
+        return self(step)  # DataLoader workers fetch whole steps: batches[t] = batches(t)
 
     def stream(self, start: int, end: int, num_workers: int = 0, pin_memory: bool = False):
         "Batches of steps start … end-1 in order; with `num_workers`, built ahead in DataLoader worker processes."
         if num_workers == 0:
-            for t in range(start, end): yield self(t)
+            for t in range(start, end):
+                yield self(t)
             return
         # batch_size=None: each worker builds one whole step (indices, epoch, collate) and the loader keeps step order
-        yield from torch.utils.data.DataLoader(self, batch_size=None, sampler=range(start, end), num_workers=num_workers,
-                                               pin_memory=pin_memory, prefetch_factor=2)
+        yield from torch.utils.data.DataLoader(
+            self,
+            batch_size=None,
+            sampler=range(start, end),
+            num_workers=num_workers,
+            pin_memory=pin_memory,
+            prefetch_factor=2,
+        )
 
 # %% ../../nbs/training/06_trainer.ipynb #093f759d
 class _Progress:
     "fastprogress bar (terminal and notebook) or nothing."
+
     def __init__(self, start: int, total: int, quiet: bool):
         self.bar, self.start = None, start
         if not quiet and total > start:
             from fastprogress.fastprogress import progress_bar
+
             self.bar = progress_bar(range(start, total))  # counts the steps of this process (resumed runs start late)
             self.bar.update(0)
+
     def update(self, step: int, comment: str):
-        if self.bar is None: return
+        if self.bar is None:
+            return
         self.bar.comment = f"step {step}, {comment}"
         self.bar.update(step - self.start)
+
     def close(self):
-        if self.bar is None: return
+        if self.bar is None:
+            return
         from fastprogress.fastprogress import ConsoleProgressBar
-        if self.bar.last_v is not None: self.bar.on_interrupt()  # ended before cfg.steps (stop_at, error)
-        if isinstance(self.bar, ConsoleProgressBar): print()      # the console bar ends without a newline
+
+        if self.bar.last_v is not None:
+            self.bar.on_interrupt()  # ended before cfg.steps (stop_at, error)
+        if isinstance(self.bar, ConsoleProgressBar):
+            print()  # the console bar ends without a newline
 
 # %% ../../nbs/training/06_trainer.ipynb #2adb2135
 def auto_quiet(cfg: TrainConfig, info: DistInfo) -> bool:
-    if not info.is_main: return True
-    if cfg.quiet is not None: return cfg.quiet
+    if not info.is_main:
+        return True
+    if cfg.quiet is not None:
+        return cfg.quiet
     return bool(os.environ.get("PYTEST_CURRENT_TEST") or os.environ.get("IN_TEST"))
+
 
 def _reduce_scalars(loss, terms, info: DistInfo) -> torch.Tensor:
     "[loss, *terms] as float32, averaged over ranks (each rank's loss is its local mean, so this is the global mean)."
@@ -211,71 +375,92 @@ def _reduce_scalars(loss, terms, info: DistInfo) -> torch.Tensor:
         vals = vals / info.world_size
     return vals.cpu()
 
+
 def _forget_after(run_dir: Path, metrics_path: Path, last_step: int) -> None:
     "On resume: drop metric lines and checkpoint folders newer than the checkpoint we continue from."
     if metrics_path.is_file():
         keep = [m for m in parse_jsonl(metrics_path) if m["step"] <= last_step]
         atomic_write_text(metrics_path, "".join(json.dumps(m) + "\n" for m in keep))
     for ck in (run_dir / CHECKPOINTS_DIR).glob("step-*"):
-        if ck.is_dir() and ck.name[5:].isdigit() and int(ck.name[5:]) > last_step: shutil.rmtree(ck, ignore_errors=True)
+        if ck.is_dir() and ck.name[5:].isdigit() and int(ck.name[5:]) > last_step:
+            shutil.rmtree(ck, ignore_errors=True)
+
 
 # optimiser settings a resumed run may change when asked (`train(..., allow_changes=...)`, `hierbench train --resume
 # --allow-change lr`): the change is recorded in config.json's "history"; the data order and model stay as they were
 CHANGEABLE_ON_RESUME = ("lr", "weight_decay", "grad_clip", "warmup_steps", "min_lr_ratio", "steps", "betas", "eps")
 
-def _check_resume_config(saved: Mapping, cfg: TrainConfig, where: Path, extra: Mapping,
-                         allow_changes: Sequence[str] = ()) -> dict:
+
+def _check_resume_config(
+    saved: Mapping, cfg: TrainConfig, where: Path, extra: Mapping, allow_changes: Sequence[str] = ()
+) -> dict:
     "The allowed changes {field: [saved, now]}; any other difference is an error that names it."
     now = {**asdict(cfg), **extra}
-    if "precision" not in saved and "amp" in saved:   # a run from before `precision`: compare what it actually ran at
+    if "precision" not in saved and "amp" in saved:  # a run from before `precision`: compare what it actually ran at
         saved = {**saved, "precision": legacy_amp_precision(bool(saved["amp"]), saved.get("device", "auto"))}
-    norm = lambda v: tuple(v) if isinstance(v, list) else v   # JSON turns tuples into lists
+    norm = lambda v: tuple(v) if isinstance(v, list) else v  # JSON turns tuples into lists
     bad = [k for k in allow_changes if k not in CHANGEABLE_ON_RESUME]
-    if bad: raise SettingsError(f"cannot allow changes to {bad} on resume; changeable: {list(CHANGEABLE_ON_RESUME)}")
+    if bad:
+        raise SettingsError(f"cannot allow changes to {bad} on resume; changeable: {list(CHANGEABLE_ON_RESUME)}")
     diff = [k for k in now if k not in RESUME_FREE_FIELDS and k in saved and norm(saved[k]) != norm(now[k])]
     refused = [k for k in diff if k not in allow_changes]
     if refused:
         hint = [k for k in refused if k in CHANGEABLE_ON_RESUME]
-        raise SettingsError(f"cannot resume {where}: config differs in "
-                         + ", ".join(f"{k} (saved {saved[k]!r}, now {now[k]!r})" for k in refused)
-                         + (f"; to resume with new optimiser settings on purpose, allow them (allow_changes={hint}, "
-                            f"or --allow-change {','.join(hint)}): the change is recorded in config.json" if hint else ""))
+        raise SettingsError(
+            f"cannot resume {where}: config differs in "
+            + ", ".join(f"{k} (saved {saved[k]!r}, now {now[k]!r})" for k in refused)
+            + (
+                f"; to resume with new optimiser settings on purpose, allow them (allow_changes={hint}, "
+                f"or --allow-change {','.join(hint)}): the change is recorded in config.json"
+                if hint
+                else ""
+            )
+        )
     return {k: [saved[k], now[k]] for k in diff}
 
 # %% ../../nbs/training/06_trainer.ipynb #4f2bedb9
-# SLURM's signals: SIGTERM on preemption and at the time limit, the `--signal` of `sbatch` (USR1 by habit, USR2 for submitit)
+# SLURM's signals: SIGTERM on preemption and at the time limit, the `--signal` of `sbatch` (USR1 by habit, USR2 for
+# submitit)
 PREEMPTION_SIGNALS = ("SIGUSR1", "SIGUSR2", "SIGTERM")
-PREEMPTED_EXIT_CODE = 75   # EX_TEMPFAIL: "try again"; `hierbench train` exits with it after a preemption checkpoint
+PREEMPTED_EXIT_CODE = 75  # EX_TEMPFAIL: "try again"; `hierbench train` exits with it after a preemption checkpoint
+
 
 class PreemptionGuard:
     """While training, a preemption signal only raises a flag: the run finishes its step, writes a checkpoint and
     returns (`TrainResult.preempted`) instead of dying mid-step. Handlers are installed from the main thread only and
     the previous ones come back on exit (submitit's, for instance, which then requeues the job)."""
+
     def __init__(self, signals: Iterable[str | int] = PREEMPTION_SIGNALS):
         def sig(s):
             if isinstance(s, str) and not isinstance(getattr(signal, s, None), signal.Signals):
                 raise SettingsError(f"unknown signal {s!r}; expected names such as {PREEMPTION_SIGNALS}")
             return signal.Signals(getattr(signal, s) if isinstance(s, str) else s)
+
         self.signals = [sig(s) for s in signals]
-        self.received: str | None = None   # name of the first signal caught
+        self.received: str | None = None  # name of the first signal caught
         self._previous = {}
 
     def request(self, name: str) -> None:
         "Ask the run to stop after its current step (what the signal handler does; callable from any thread)."
-        if self.received is None: self.received = name
+        if self.received is None:
+            self.received = name
 
-    def _catch(self, signum, frame): self.request(signal.Signals(signum).name)
+    def _catch(self, signum, frame):
+        self.request(signal.Signals(signum).name)
 
     @property
-    def installed(self) -> bool: return bool(self._previous)
+    def installed(self) -> bool:
+        return bool(self._previous)
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
-            for s in self.signals: self._previous[s] = signal.signal(s, self._catch)
+            for s in self.signals:
+                self._previous[s] = signal.signal(s, self._catch)
         return self
 
     def __exit__(self, *exc):
-        for s, h in self._previous.items(): signal.signal(s, signal.SIG_DFL if h is None else h)
+        for s, h in self._previous.items():
+            signal.signal(s, signal.SIG_DFL if h is None else h)
         self._previous = {}
 
     def agreed(self, info: DistInfo, device) -> bool:
@@ -290,10 +475,15 @@ class PreemptionGuard:
 # %% ../../nbs/training/06_trainer.ipynb #e6944e60
 class Preempted(RuntimeError):
     "A run stopped by a preemption signal after writing its checkpoint: run it again (resuming) to continue exactly."
+
     def __init__(self, signal_name: str, run_dir: str | Path):
         self.signal_name, self.run_dir = signal_name, Path(run_dir)
-        super().__init__(f"{run_dir}: stopped by {signal_name} after a checkpoint; run it again with resume to continue")
-    def __reduce__(self): return (type(self), (self.signal_name, str(self.run_dir)))
+        super().__init__(
+            f"{run_dir}: stopped by {signal_name} after a checkpoint; run it again with resume to continue"
+        )
+
+    def __reduce__(self):
+        return (type(self), (self.signal_name, str(self.run_dir)))
 
 # %% ../../nbs/training/06_trainer.ipynb #f3a2223b
 def setup_run(model: nn.Module, data, cfg: TrainConfig, teacher, modules, collate_fn) -> SimpleNamespace:
@@ -302,139 +492,231 @@ def setup_run(model: nn.Module, data, cfg: TrainConfig, teacher, modules, collat
     device = _resolve_device(cfg, info)
     run_dir = _resolve_run_dir(cfg, info)
     global_batch = cfg.batch_size * (info.world_size if cfg.batch_scope == "process" else 1)
-    cfg_dict = {**asdict(cfg), "run_dir": str(run_dir), "precision_ran": describe_precision(cfg.precision, device),
-                "global_batch_size": global_batch, "world_size": info.world_size}
+    cfg_dict = {
+        **asdict(cfg),
+        "run_dir": str(run_dir),
+        "precision_ran": describe_precision(cfg.precision, device),
+        "global_batch_size": global_batch,
+        "world_size": info.world_size,
+    }
     modules = dict(modules or {})
-    r = SimpleNamespace(info=info, device=device, run_dir=run_dir, global_batch=global_batch, cfg_dict=cfg_dict,
-                        metrics_path=run_dir / "metrics.jsonl", config_path=run_dir / "config.json",
-                        model=model, teacher=teacher, modules=modules)
-    random.seed(cfg.seed); np.random.seed(cfg.seed)
+    r = SimpleNamespace(
+        info=info,
+        device=device,
+        run_dir=run_dir,
+        global_batch=global_batch,
+        cfg_dict=cfg_dict,
+        metrics_path=run_dir / "metrics.jsonl",
+        config_path=run_dir / "config.json",
+        model=model,
+        teacher=teacher,
+        modules=modules,
+    )
+    random.seed(cfg.seed)
+    np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed + info.rank)  # per-rank dropout masks; data order does not depend on these generators
     model.to(device).train()
-    cast_towers_(model, cfg.precision)   # bf16/fp16: the towers' weights (heads stay float32); else nothing
-    for m in modules.values(): m.to(device).train()
+    cast_towers_(model, cfg.precision)  # bf16/fp16: the towers' weights (heads stay float32); else nothing
+    for m in modules.values():
+        m.to(device).train()
     teacher_module = as_module(teacher)
-    if teacher_module is not None: teacher_module.to(device); cast_towers_(teacher_module, cfg.precision)
-    for m in (model, *modules.values(), *([teacher_module] if teacher_module is not None else [])): broadcast_module(m)
+    if teacher_module is not None:
+        teacher_module.to(device)
+        cast_towers_(teacher_module, cfg.precision)
+    for m in (model, *modules.values(), *([teacher_module] if teacher_module is not None else [])):
+        broadcast_module(m)
     if info.world_size > 1 and any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
         # BatchNorm (the world presets' ResNet tower) normalises with statistics of the local batch: on CUDA they are
         # synchronised over ranks; SyncBatchNorm has no CPU kernel, so under gloo each rank uses its own shard
-        if device.type == "cuda": nn.SyncBatchNorm.convert_sync_batchnorm(model)
+        if device.type == "cuda":
+            nn.SyncBatchNorm.convert_sync_batchnorm(model)
         elif info.is_main:
-            warnings.warn("the model has BatchNorm layers and runs on CPU with several processes: batch statistics are "
-                          "per rank (SyncBatchNorm needs CUDA), so losses differ slightly from one process on the same "
-                          "global batch; use a BatchNorm-free preset (e.g. world-tiny-vit) for exact equivalence")
-    named = [*model.named_parameters()] + [(f"modules.{k}.{n}", p) for k, m in modules.items() for n, p in m.named_parameters()]
+            warnings.warn(
+                "the model has BatchNorm layers and runs on CPU with several processes: batch statistics are "
+                "per rank (SyncBatchNorm needs CUDA), so losses differ slightly from one process on the same "
+                "global batch; use a BatchNorm-free preset (e.g. world-tiny-vit) for exact equivalence"
+            )
+    named = [*model.named_parameters()] + [
+        (f"modules.{k}.{n}", p) for k, m in modules.items() for n, p in m.named_parameters()
+    ]
     r.params = [p for _, p in named if p.requires_grad]
     r.optimizer = make_optimizer(named, cfg)
     r.scheduler = make_scheduler(r.optimizer, cfg)
-    r.scaler = grad_scaler(device, cfg.precision)   # amp_fp16 only, as open_clip_train
+    r.scaler = grad_scaler(device, cfg.precision)  # amp_fp16 only, as open_clip_train
     r.batches = _Batches(data, replace(cfg, batch_size=global_batch, batch_scope="global"), collate_fn, info)
     return r
 
 # %% ../../nbs/training/06_trainer.ipynb #53e6b045
-def start_or_resume(r: SimpleNamespace, cfg: TrainConfig, resume: bool, extra_config: Mapping | None,
-                     allow_changes: Sequence[str]) -> int:
+def start_or_resume(
+    r: SimpleNamespace, cfg: TrainConfig, resume: bool, extra_config: Mapping | None, allow_changes: Sequence[str]
+) -> int:
     "Write a fresh run's config.json and empty metrics, or restore a resumed run's state; the step to continue from."
     info, run_dir, config_path, optimizer, scheduler = r.info, r.run_dir, r.config_path, r.optimizer, r.scheduler
-    if info.is_main and run_dir.exists(): sweep_temporary_files(run_dir)   # half-written files of a killed run
+    if info.is_main and run_dir.exists():
+        sweep_temporary_files(run_dir)  # half-written files of a killed run
     ckpt = latest_checkpoint(run_dir) if run_dir.exists() else None
     if not resume and (config_path.exists() or ckpt is not None):
         raise RunExistsError(f"{run_dir} already holds a run; pass resume=True to continue it or choose a new run_dir")
-    if info.world_size > 1: dist.barrier()  # every rank has looked before rank 0 writes config.json
+    if info.world_size > 1:
+        dist.barrier()  # every rank has looked before rank 0 writes config.json
     start = 0
     if resume and ckpt is not None:
         changes, saved_cfg = {}, None
         if config_path.is_file():
             saved_cfg = json.loads(config_path.read_text())
-            changes = _check_resume_config(saved_cfg, cfg, run_dir, json.loads(json.dumps(dict(extra_config or {}), default=str)),
-                                           allow_changes)
+            changes = _check_resume_config(
+                saved_cfg, cfg, run_dir, json.loads(json.dumps(dict(extra_config or {}), default=str)), allow_changes
+            )
         state = load_checkpoint(ckpt, r.model, optimizer, scheduler, teacher=r.teacher, modules=r.modules)
-        if r.scaler is not None and state.get("scaler") is not None: r.scaler.load_state_dict(state["scaler"])
-        if changes:   # the optimiser and schedule follow the new settings from the resumed step on
+        if r.scaler is not None and state.get("scaler") is not None:
+            r.scaler.load_state_dict(state["scaler"])
+        if changes:  # the optimiser and schedule follow the new settings from the resumed step on
             for g in optimizer.param_groups:
-                g.update(weight_decay=cfg.weight_decay if g.get("weight_decay", 0) else 0.0, betas=tuple(cfg.betas), eps=cfg.eps)
+                g.update(
+                    weight_decay=cfg.weight_decay if g.get("weight_decay", 0) else 0.0,
+                    betas=tuple(cfg.betas),
+                    eps=cfg.eps,
+                )
                 g["initial_lr"] = cfg.lr
-            scheduler.base_lrs = [cfg.lr for _ in optimizer.param_groups]   # its lambdas already follow the new cfg
+            scheduler.base_lrs = [cfg.lr for _ in optimizer.param_groups]  # its lambdas already follow the new cfg
             for g, base, lam in zip(optimizer.param_groups, scheduler.base_lrs, scheduler.lr_lambdas):
                 g["lr"] = base * lam(int(state["step"]))
             if info.is_main:
                 hist = list(saved_cfg.get("history", [])) + [dict(step=int(state["step"]), changed=changes)]
-                atomic_write_text(config_path, json.dumps({**r.cfg_dict, **dict(extra_config or {}), "history": hist},
-                                                          indent=2, default=str))
+                atomic_write_text(
+                    config_path,
+                    json.dumps({**r.cfg_dict, **dict(extra_config or {}), "history": hist}, indent=2, default=str),
+                )
         if state["data"] != r.batches.state():
             raise SettingsError(f"cannot resume {ckpt}: data differs (saved {state['data']}, now {r.batches.state()})")
         rngs = state["rng"]
-        if len(rngs) == info.world_size: set_rng_state(rngs[info.rank])
-        else: warnings.warn(f"checkpoint has RNG states of {len(rngs)} ranks, now {info.world_size}: not restored")
+        if len(rngs) == info.world_size:
+            set_rng_state(rngs[info.rank])
+        else:
+            warnings.warn(f"checkpoint has RNG states of {len(rngs)} ranks, now {info.world_size}: not restored")
         start = int(state["step"])
-        if info.is_main: _forget_after(run_dir, r.metrics_path, start)
+        if info.is_main:
+            _forget_after(run_dir, r.metrics_path, start)
     elif info.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(config_path, json.dumps({**r.cfg_dict, **dict(extra_config or {})}, indent=2, default=str))
         atomic_write_text(r.metrics_path, "")
-    if info.world_size > 1: dist.barrier()
+    if info.world_size > 1:
+        dist.barrier()
     return start
 
 # %% ../../nbs/training/06_trainer.ipynb #ccc34bac
-def train_step(r: SimpleNamespace, cfg: TrainConfig, loss_fn: Callable, batch, step: int, callbacks: list,
-                clamps: list) -> tuple:
-    "One optimizer step (1-based `step`): forward, NaN guard, backward, gradient averaging and clipping, update, clamps, EMA, schedule."
+def train_step(
+    r: SimpleNamespace, cfg: TrainConfig, loss_fn: Callable, batch, step: int, callbacks: list, clamps: list
+) -> tuple:
+    """One optimizer step (1-based `step`): forward, NaN guard, backward, gradient averaging and clipping, update,
+    clamps, EMA, schedule."""
     model, teacher, optimizer, scaler, info, params = r.model, r.teacher, r.optimizer, r.scaler, r.info, r.params
     batch = batch_to_device(batch, r.device)
-    with training_forward(r.device, cfg.precision): loss, terms = loss_fn(model, batch, teacher)
+    with training_forward(r.device, cfg.precision):
+        loss, terms = loss_fn(model, batch, teacher)
     terms = dict(terms or {})
     vals = _reduce_scalars(loss, terms, info)
     check_finite(step, vals[0], dict(zip(terms, vals[1:])))
     optimizer.zero_grad(set_to_none=True)
     (loss if scaler is None else scaler.scale(loss)).backward()
     allreduce_gradients(params)
-    if scaler is not None: scaler.unscale_(optimizer)
+    if scaler is not None:
+        scaler.unscale_(optimizer)
     # clip_grad_norm_ returns the norm *before* clipping; max_norm=inf only measures it
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip if cfg.grad_clip > 0 else math.inf))
-    if not math.isfinite(grad_norm) and scaler is None: raise NonFiniteLossError(step, "grad_norm", grad_norm)
-    for cb in callbacks: cb("before_optimizer_step", dict(step=step, model=model, optimizer=optimizer, teacher=teacher, grad_norm=grad_norm))
+    if not math.isfinite(grad_norm) and scaler is None:
+        raise NonFiniteLossError(step, "grad_norm", grad_norm)
+    for cb in callbacks:
+        cb(
+            "before_optimizer_step",
+            dict(step=step, model=model, optimizer=optimizer, teacher=teacher, grad_norm=grad_norm),
+        )
     lr = optimizer.param_groups[0]["lr"]
-    if scaler is None: optimizer.step()
-    else: scaler.step(optimizer); scaler.update()   # skips the step when fp16 gradients overflowed
-    for clamp in clamps: clamp()    # model-owned clamps: logit scale ≤ 100, curvature range, α ≤ 1
-    if teacher is not None: teacher.update(model)  # EMA after the step (DeGLA)
+    if scaler is None:
+        optimizer.step()
+    else:
+        scaler.step(optimizer)
+        scaler.update()  # skips the step when fp16 gradients overflowed
+    for clamp in clamps:
+        clamp()  # model-owned clamps: logit scale ≤ 100, curvature range, α ≤ 1
+    if teacher is not None:
+        teacher.update(model)  # EMA after the step (DeGLA)
     r.scheduler.step()
     return lr, terms, vals, grad_norm
 
 # %% ../../nbs/training/06_trainer.ipynb #4c337a46
-def log_step(r: SimpleNamespace, step: int, lr: float, terms: dict, vals: torch.Tensor, grad_norm: float, t0: float,
-              extra_metrics: Callable) -> dict:
+def log_step(
+    r: SimpleNamespace,
+    step: int,
+    lr: float,
+    terms: dict,
+    vals: torch.Tensor,
+    grad_norm: float,
+    t0: float,
+    extra_metrics: Callable,
+) -> dict:
     "The metrics line of a logged step, appended to metrics.jsonl by the main process."
     metrics = dict(step=step, lr=lr, loss=float(vals[0]))
-    for k, v in zip(terms, vals[1:].tolist()): metrics[k if k not in metrics else f"term_{k}"] = v
+    for k, v in zip(terms, vals[1:].tolist()):
+        metrics[k if k not in metrics else f"term_{k}"] = v
     metrics.update(grad_norm=grad_norm, **model_scalars(r.model), time=round(time.time() - t0, 3))
-    if r.scaler is not None: metrics["grad_scale"] = float(r.scaler.get_scale())
-    if r.device.type == "cuda": metrics["cuda_peak_mb"] = round(torch.cuda.max_memory_allocated(r.device) / 2**20, 1)
-    metrics.update(extra_metrics("log", step))   # e.g. validation terms of `ValidationMonitor`
+    if r.scaler is not None:
+        metrics["grad_scale"] = float(r.scaler.get_scale())
+    if r.device.type == "cuda":
+        metrics["cuda_peak_mb"] = round(torch.cuda.max_memory_allocated(r.device) / 2**20, 1)
+    metrics.update(extra_metrics("log", step))  # e.g. validation terms of `ValidationMonitor`
     if r.info.is_main:
-        with open(r.metrics_path, "a") as f: f.write(json.dumps(metrics) + "\n")
+        with open(r.metrics_path, "a") as f:
+            f.write(json.dumps(metrics) + "\n")
     return metrics
 
 # %% ../../nbs/training/06_trainer.ipynb #6f00edd2
 def checkpoint_step(r: SimpleNamespace, cfg: TrainConfig, step: int) -> Path:
     "Gather every rank's RNG state and write the checkpoint of `step` (main process); its folder on every rank."
     info = r.info
-    rng = get_rng_state(); rngs = [rng]
-    if info.world_size > 1: rngs = [None] * info.world_size; dist.all_gather_object(rngs, rng)
+    rng = get_rng_state()
+    rngs = [rng]
+    if info.world_size > 1:
+        rngs = [None] * info.world_size
+        dist.all_gather_object(rngs, rng)
     path = None
     if info.is_main:
-        path = save_checkpoint(r.run_dir, r.model, r.optimizer, r.scheduler, step, teacher=r.teacher, modules=r.modules,
-                               extra_state=dict(rng=rngs, data=r.batches.state(), config=r.cfg_dict,
-                                                **({"scaler": r.scaler.state_dict()} if r.scaler is not None else {})),
-                               keep=cfg.keep_checkpoints, save_optimizer=cfg.save_optimizer)
-    if info.world_size > 1: dist.barrier()
+        path = save_checkpoint(
+            r.run_dir,
+            r.model,
+            r.optimizer,
+            r.scheduler,
+            step,
+            teacher=r.teacher,
+            modules=r.modules,
+            extra_state=dict(
+                rng=rngs,
+                data=r.batches.state(),
+                config=r.cfg_dict,
+                **({"scaler": r.scaler.state_dict()} if r.scaler is not None else {}),
+            ),
+            keep=cfg.keep_checkpoints,
+            save_optimizer=cfg.save_optimizer,
+        )
+    if info.world_size > 1:
+        dist.barrier()
     return path or checkpoint_dir(r.run_dir, step)
 
 # %% ../../nbs/training/06_trainer.ipynb #529f1036
-def finish_run(r: SimpleNamespace, cfg: TrainConfig, start: int, end: int, last: dict, last_ckpt: Path | None,
-                callbacks: list, preempted: str | None, save_final: Callable | None) -> TrainResult:
-    "Final weights (a run that reached its end or was stopped by a callback, not a preempted one) and the `TrainResult`."
+def finish_run(
+    r: SimpleNamespace,
+    cfg: TrainConfig,
+    start: int,
+    end: int,
+    last: dict,
+    last_ckpt: Path | None,
+    callbacks: list,
+    preempted: str | None,
+    save_final: Callable | None,
+) -> TrainResult:
+    """Final weights (a run that reached its end or was stopped by a callback, not a preempted one) and the
+    `TrainResult`."""
     run_dir, metrics_path = r.run_dir, r.metrics_path
     weights = None
     stopped_by_callback = any(getattr(cb, "stop_requested", False) for cb in callbacks)
@@ -442,24 +724,46 @@ def finish_run(r: SimpleNamespace, cfg: TrainConfig, start: int, end: int, last:
         weights = run_dir / "model.safetensors"
         (save_final or save_weights)(r.model, weights)
     if not last and metrics_path.is_file() and r.info.is_main:
-        prev = read_metrics(run_dir); last = prev[-1] if prev else {}
-    return TrainResult(step=end if start < end else start, metrics=last, run_dir=run_dir, metrics_path=metrics_path,
-                       config_path=r.config_path, checkpoint=last_ckpt or latest_checkpoint(run_dir),
-                       weights_path=weights, stopped_early=end < cfg.steps and not stopped_by_callback, preempted=preempted)
+        prev = read_metrics(run_dir)
+        last = prev[-1] if prev else {}
+    return TrainResult(
+        step=end if start < end else start,
+        metrics=last,
+        run_dir=run_dir,
+        metrics_path=metrics_path,
+        config_path=r.config_path,
+        checkpoint=last_ckpt or latest_checkpoint(run_dir),
+        weights_path=weights,
+        stopped_early=end < cfg.steps and not stopped_by_callback,
+        preempted=preempted,
+    )
 
 # %% ../../nbs/training/06_trainer.ipynb #9e6af762
-def train(model: nn.Module, loss_fn: Callable, data, cfg: TrainConfig, teacher=None, callbacks: Iterable[Callable] = (),
-          *, resume: bool = False, stop_at: int | None = None, collate_fn: Callable | None = None,
-          modules: Mapping[str, nn.Module] | None = None, extra_config: Mapping | None = None,
-          save_final: Callable[[nn.Module, Path], Any] | None = None, allow_changes: Sequence[str] = (),
-          stop_signals: Iterable[str | int] | PreemptionGuard = PREEMPTION_SIGNALS) -> TrainResult:
+def train(
+    model: nn.Module,
+    loss_fn: Callable,
+    data,
+    cfg: TrainConfig,
+    teacher=None,
+    callbacks: Iterable[Callable] = (),
+    *,
+    resume: bool = False,
+    stop_at: int | None = None,
+    collate_fn: Callable | None = None,
+    modules: Mapping[str, nn.Module] | None = None,
+    extra_config: Mapping | None = None,
+    save_final: Callable[[nn.Module, Path], Any] | None = None,
+    allow_changes: Sequence[str] = (),
+    stop_signals: Iterable[str | int] | PreemptionGuard = PREEMPTION_SIGNALS,
+) -> TrainResult:
     """Train `model` with `loss_fn(model, batch, teacher) -> (loss, terms)` on `data` (dataset or step → batch).
     `teacher`: EMA teacher with `.update(model)`, stepped after each optimizer step. `modules`: extra trainable modules
     (optimised and checkpointed with the model). `stop_at`: end (with a checkpoint) after that many steps.
     `extra_config` is saved in config.json beside the TrainConfig (e.g. recipe and preset names).
     `save_final(model, path)` writes the final weights (default: plain safetensors of the state dict).
     `allow_changes`: optimiser fields (`CHANGEABLE_ON_RESUME`) a resumed run may change; recorded in config.json.
-    `stop_signals`: signals that stop the run after the current step with a checkpoint (or a `PreemptionGuard`; () = none)."""
+    `stop_signals`: signals that stop the run after the current step with a checkpoint (or a `PreemptionGuard`; () =
+    none)."""
     callbacks = list(callbacks)
     r = setup_run(model, data, cfg, teacher, modules, collate_fn)
     info, device = r.info, r.device
@@ -470,7 +774,7 @@ def train(model: nn.Module, loss_fn: Callable, data, cfg: TrainConfig, teacher=N
     end = cfg.steps if stop_at is None else min(cfg.steps, int(stop_at))
     bar = _Progress(start, cfg.steps, auto_quiet(cfg, info))
     t0, last, last_ckpt = time.time(), {}, None
-    events.begin(r.metrics_path, info.is_main)   # e.g. validation terms before the first step, logged as step 0
+    events.begin(r.metrics_path, info.is_main)  # e.g. validation terms before the first step, logged as step 0
     guard = stop_signals if isinstance(stop_signals, PreemptionGuard) else PreemptionGuard(stop_signals)
     guard, preempted = guard.__enter__(), None
     try:
@@ -482,12 +786,22 @@ def train(model: nn.Module, loss_fn: Callable, data, cfg: TrainConfig, teacher=N
             if step % cfg.log_every == 0 or step == cfg.steps or step == end:
                 metrics = last = log_step(r, step, lr, terms, vals, grad_norm, t0, events.extra)
                 events.metrics(step, metrics)
-            bar.update(step, f"loss {float(vals[0]):.4f}, {(step - start) * r.global_batch / max(time.time() - t0, 1e-9):.0f} samples/s")
+            bar.update(
+                step,
+                f"loss {float(vals[0]):.4f}, {(step - start) * r.global_batch / max(time.time() - t0, 1e-9):.0f} "
+                "samples/s",
+            )
             events.step_end(step, r.optimizer, metrics)
-            if events.stop_requested: end = step   # e.g. a plateau with stop_on_plateau
-            if guard.agreed(info, device) and step < end: end, preempted = step, guard.received or "a signal on another rank"
-            if step % cfg.ckpt_every == 0 or step == end: last_ckpt = checkpoint_step(r, cfg, step)
-            if step == end: break
+            if events.stop_requested:
+                end = step  # e.g. a plateau with stop_on_plateau
+            if guard.agreed(info, device) and step < end:
+                end, preempted = step, guard.received or "a signal on another rank"
+            if step % cfg.ckpt_every == 0 or step == end:
+                last_ckpt = checkpoint_step(r, cfg, step)
+            if step == end:
+                break
     finally:
-        bar.close(); guard.__exit__(); events.run_end(end)
+        bar.close()
+        guard.__exit__()
+        events.run_end(end)
     return finish_run(r, cfg, start, end, last, last_ckpt, callbacks, preempted, save_final)

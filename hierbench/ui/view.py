@@ -1,4 +1,6 @@
-"""`hierbench view`: a HyperView workspace of what a model makes of images and texts — HoroPCA's Poincaré layout and a Euclidean one from hierbench's own geometry, norms and parent captions as fields — served locally or exported as a static bundle.
+"""`hierbench view`: a HyperView workspace of what a model makes of images and texts — HoroPCA's
+Poincaré layout and a Euclidean one from hierbench's own geometry, norms and parent captions as
+fields — served locally or exported as a static bundle.
 
 Docs: https://hierbench.github.io/hierbench/ui/view.html.md"""
 
@@ -6,7 +8,13 @@ Docs: https://hierbench.github.io/hierbench/ui/view.html.md"""
 
 # %% ../../nbs/ui/01_view.ipynb #e2942260
 from __future__ import annotations
-import contextlib, hashlib, importlib.util, json, os, sys, time, warnings
+import contextlib
+import hashlib
+import importlib.util
+import json
+import os
+import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -18,11 +26,43 @@ import torch
 from ..world import scenes as world
 from ..config import MissingExtraError, MissingFileError, SettingsError, atomic_folder, atomic_write_text
 from ..data.batch import DataFormatError, MissingImageError
-from ..evaluation.encoding import (embedding_radius, encode_image_sources, encode_texts, encode_uint8_images, eval_mode,
-                                head_curv)
+from hierbench.evaluation.encoding import (
+    embedding_radius,
+    encode_image_sources,
+    encode_texts,
+    encode_uint8_images,
+    eval_mode,
+    head_curv,
+)
 from ..geometry import lorentz_time
 from ..models.scorers import ImagesUnsupported, has_images
 from ..viz.figures import HoroPCA, project_2d
+
+# %% auto #0
+__all__ = [
+    "IMAGE_SUFFIXES",
+    "VIEW_GEOMETRIES",
+    "VIEW_MARKER",
+    "COLOR_BY",
+    "ViewItems",
+    "world_items",
+    "read_captions",
+    "folder_items",
+    "view_geometry",
+    "encode_items",
+    "view_layouts",
+    "item_fields",
+    "View",
+    "build_view",
+    "check_hyperview",
+    "require_hyperview",
+    "hyperview_home",
+    "color_labels",
+    "write_workspace",
+    "export_static",
+    "serve_workspace",
+    "cmd_view",
+]
 
 # %% auto #0
 __all__ = ['IMAGE_SUFFIXES', 'VIEW_GEOMETRIES', 'VIEW_MARKER', 'COLOR_BY', 'ViewItems', 'world_items', 'read_captions',
@@ -33,20 +73,28 @@ __all__ = ['IMAGE_SUFFIXES', 'VIEW_GEOMETRIES', 'VIEW_MARKER', 'COLOR_BY', 'View
 # %% ../../nbs/ui/01_view.ipynb #a947e525
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp")
 
+
 @dataclass
 class ViewItems:
     "Samples of a view, no model inside: `table` has one row per image (first) and per distinct text."
-    table: pd.DataFrame    # id, kind ('image'|'text'), text, label, depth, split, source
-    images: list           # per image row: a file path or a uint8 (S, S, 3) array
+
+    table: pd.DataFrame  # id, kind ('image'|'text'), text, label, depth, split, source
+    images: list  # per image row: a file path or a uint8 (S, S, 3) array
     title: str
+
     @property
-    def n_images(self) -> int: return len(self.images)
+    def n_images(self) -> int:
+        return len(self.images)
+
     @property
-    def texts(self) -> list[str]: return self.table.text[self.n_images:].tolist()
+    def texts(self) -> list[str]:
+        return self.table.text[self.n_images :].tolist()
+
 
 def _sample_id(*parts) -> str:
     "A short stable id (HyperView keys media folders by it)."
     return hashlib.sha1("|".join(map(str, parts)).encode()).hexdigest()[:16]
+
 
 def _items(image_rows: list[dict], images: list, chains: list[list[str]], text_label, title: str) -> ViewItems:
     """Rows for the images and one row per distinct caption of their `chains` (general → specific): its depth is its
@@ -55,16 +103,28 @@ def _items(image_rows: list[dict], images: list, chains: list[list[str]], text_l
     for row, chain in zip(image_rows, chains):
         for level, text in enumerate(chain):
             r = seen.setdefault(text, dict(level=level, labels=[], splits=[], sources=[]))
-            r["labels"].append(row["label"]); r["splits"].append(row["split"]); r["sources"].append(row["source"])
-    texts = [dict(id=_sample_id("text", t), kind="text", text=t, label=text_label(r["labels"], r["level"]), depth=r["level"],
-                  split=r["splits"][0] if len(set(r["splits"])) == 1 else "several", source=r["sources"][0])
-             for t, r in seen.items()]
+            r["labels"].append(row["label"])
+            r["splits"].append(row["split"])
+            r["sources"].append(row["source"])
+    texts = [
+        dict(
+            id=_sample_id("text", t),
+            kind="text",
+            text=t,
+            label=text_label(r["labels"], r["level"]),
+            depth=r["level"],
+            split=r["splits"][0] if len(set(r["splits"])) == 1 else "several",
+            source=r["sources"][0],
+        )
+        for t, r in seen.items()
+    ]
     cols = ["id", "kind", "text", "label", "depth", "split", "source"]
     return ViewItems(pd.DataFrame(image_rows + texts, columns=cols), list(images), title)
 
 # %% ../../nbs/ui/01_view.ipynb #dc062082
-def world_items(n: int = 200, splits: Sequence[str] = ("test-iid", "test-comp"), seed: int = 0, config=None,
-                cache_dir=None) -> ViewItems:
+def world_items(
+    n: int = 200, splits: Sequence[str] = ("test-iid", "test-comp"), seed: int = 0, config=None, cache_dir=None
+) -> ViewItems:
     """`n` scenes of each world split with their caption chains. An image's label is its scene's class (the chain's
     object shape); a caption's is the class it names: the shape's family for the most general one ('a round shape' →
     round), else the lowest class of the world's taxonomy above the scenes it describes — colouring by label shows the
@@ -74,57 +134,89 @@ def world_items(n: int = 200, splits: Sequence[str] = ("test-iid", "test-comp"),
         ws = world.build_split(split, n, seed=seed, config=config, cache_dir=cache_dir)
         for i in range(len(ws)):
             chain = ws.chains[i]
-            cls = chain[1].split()[-1]   # "a ring": the level-1 caption names the scene's shape
-            rows.append(dict(id=_sample_id("world", seed, split, i), kind="image", text=None, label=cls,
-                             depth=len(chain), split=split, source=f"{split}/{i}"))
-            images.append(np.asarray(ws.images[i])); chains.append(chain)
+            cls = chain[1].split()[-1]  # "a ring": the level-1 caption names the scene's shape
+            rows.append(
+                dict(
+                    id=_sample_id("world", seed, split, i),
+                    kind="image",
+                    text=None,
+                    label=cls,
+                    depth=len(chain),
+                    split=split,
+                    source=f"{split}/{i}",
+                )
+            )
+            images.append(np.asarray(ws.images[i]))
+            chains.append(chain)
+
     def lca(labels, level):
         labels = [world.SHAPES.parent[l] for l in labels] if level == 0 else labels
         out = labels[0]
-        for l in labels[1:]: out = world.SHAPES.lca(out, l)
+        for l in labels[1:]:
+            out = world.SHAPES.lca(out, l)
         return out
+
     return _items(rows, images, chains, lca, f"world {'+'.join(splits)} ({n} scenes each)")
 
 # %% ../../nbs/ui/01_view.ipynb #17821f6d
-_IMAGE_COLS, _CAPTION_COLS = ("image", "file_name", "filename", "image_path", "image_url"), ("caption", "captions", "text")
+_IMAGE_COLS, _CAPTION_COLS = (
+    ("image", "file_name", "filename", "image_path", "image_url"),
+    ("caption", "captions", "text"),
+)
+
 
 def _read_records(path: Path) -> list[dict]:
     "Records of a captions file (CSV/TSV, JSON list or {image: caption(s)}, JSONL)."
     try:
         if path.suffix.lower() in (".json", ".jsonl"):
             text = path.read_text(encoding="utf-8")
-            if path.suffix.lower() == ".jsonl": return [json.loads(l) for l in text.splitlines() if l.strip()]
+            if path.suffix.lower() == ".jsonl":
+                return [json.loads(l) for l in text.splitlines() if l.strip()]
             data = json.loads(text)
             return [dict(image=k, captions=v) for k, v in data.items()] if isinstance(data, dict) else list(data)
         return pd.read_csv(path, sep="\t" if path.suffix.lower() == ".tsv" else ",", dtype=str).to_dict("records")
-    except (ValueError, pd.errors.ParserError) as e: raise DataFormatError(path, problem=f"cannot be read ({e})") from None
+    except (ValueError, pd.errors.ParserError) as e:
+        raise DataFormatError(path, problem=f"cannot be read ({e})") from None
+
 
 def _captions_of(value) -> list[str]:
     "A caption cell as a list (a list, a JSON list, or a HierarCaps chain 'a => b => c')."
-    if isinstance(value, (list, tuple)): return [str(v).strip() for v in value if str(v).strip()]
+    if isinstance(value, (list, tuple)):
+        return [str(v).strip() for v in value if str(v).strip()]
     value = str(value).strip()
     if value.startswith("["):
-        with contextlib.suppress(ValueError): return _captions_of(json.loads(value))
+        with contextlib.suppress(ValueError):
+            return _captions_of(json.loads(value))
     return [p.strip() for p in value.split("=>") if p.strip()]
 
+
 def read_captions(path: str | Path, images_dir: str | Path) -> dict[Path, tuple[list[str], str]]:
-    "{image path: (captions general → specific, record id)} of a captions file, every image checked to be in `images_dir`."
+    """{image path: (captions general → specific, record id)} of a captions file, every image checked to be in
+    `images_dir`."""
     path, root = Path(path), Path(images_dir)
-    if not path.is_file(): raise MissingFileError(f"captions file not found: {path}")
+    if not path.is_file():
+        raise MissingFileError(f"captions file not found: {path}")
     records = _read_records(path)
-    if not records: raise DataFormatError(path, problem="no records")
+    if not records:
+        raise DataFormatError(path, problem="no records")
     cols = set(records[0])
-    icol = next((c for c in _IMAGE_COLS if c in cols), None); ccol = next((c for c in _CAPTION_COLS if c in cols), None)
+    icol = next((c for c in _IMAGE_COLS if c in cols), None)
+    ccol = next((c for c in _CAPTION_COLS if c in cols), None)
     if icol is None or ccol is None:
-        raise DataFormatError(path, problem=f"needs an image column ({', '.join(_IMAGE_COLS)}) and a caption column "
-                                            f"({', '.join(_CAPTION_COLS)}); it has {sorted(cols)}")
+        raise DataFormatError(
+            path,
+            problem=f"needs an image column ({', '.join(_IMAGE_COLS)}) and a caption column "
+            f"({', '.join(_CAPTION_COLS)}); it has {sorted(cols)}",
+        )
     out: dict[Path, tuple[list[str], str]] = {}
     for i, r in enumerate(records):
         name = str(r[icol]).rsplit("/", 1)[-1] if icol == "image_url" else str(r[icol])
         img = root / name
-        if not img.is_file(): raise MissingImageError(img, f"named by {path.name}, record {i}; --images is {root}")
+        if not img.is_file():
+            raise MissingImageError(img, f"named by {path.name}, record {i}; --images is {root}")
         caps = _captions_of(r[ccol])
-        if not caps: raise DataFormatError(path, i, ccol, "empty caption")
+        if not caps:
+            raise DataFormatError(path, i, ccol, "empty caption")
         prev = out.get(img, ([], str(r.get("id", i))))
         out[img] = (prev[0] + [c for c in caps if c not in prev[0]], prev[1])
     return out
@@ -132,79 +224,114 @@ def read_captions(path: str | Path, images_dir: str | Path) -> dict[Path, tuple[
 # %% ../../nbs/ui/01_view.ipynb #e6179c0b
 def folder_items(images_dir: str | Path, captions: str | Path | None = None, limit: int | None = None) -> ViewItems:
     """The images of a folder (recursively; a class subfolder is an image's label) and, with `captions`, their captions
-    (`read_captions`): a caption's depth is its place in its image's list, its label the label of the images it describes.
+    (`read_captions`): a caption's depth is its place in its image's list, its label the label of the images it
+    describes.
     Without `captions`: the images alone, no texts."""
     root = Path(images_dir)
-    if not root.is_dir(): raise MissingFileError(f"--images {root}: not a folder")
+    if not root.is_dir():
+        raise MissingFileError(f"--images {root}: not a folder")
     files = sorted(p for p in root.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
-    if not files: raise DataFormatError(root, problem=f"no images ({', '.join(IMAGE_SUFFIXES)}) in this folder")
+    if not files:
+        raise DataFormatError(root, problem=f"no images ({', '.join(IMAGE_SUFFIXES)}) in this folder")
     caps = read_captions(captions, root) if captions else {}
-    if caps: files = [f for f in files if f in caps]          # a captions file chooses the images it describes
+    if caps:
+        files = [f for f in files if f in caps]  # a captions file chooses the images it describes
     files = files[:limit] if limit else files
     rows, chains = [], []
     for f in files:
         rel = f.relative_to(root)
         label = rel.parts[0] if len(rel.parts) > 1 else (caps[f][0][0] if f in caps else "image")
         chain, rid = caps.get(f, ([], str(rel)))
-        rows.append(dict(id=_sample_id("image", f.resolve()), kind="image", text=None, label=label,
-                         depth=len(chain) if chain else None, split=None, source=rid))
+        rows.append(
+            dict(
+                id=_sample_id("image", f.resolve()),
+                kind="image",
+                text=None,
+                label=label,
+                depth=len(chain) if chain else None,
+                split=None,
+                source=rid,
+            )
+        )
         chains.append(chain)
-    def label(labels, level): return labels[0] if len(set(labels)) == 1 else "several"
+
+    def label(labels, level):
+        return labels[0] if len(set(labels)) == 1 else "several"
+
     return _items(rows, [str(f) for f in files], chains, label, f"{root.name} ({len(files)} images)")
 
 # %% ../../nbs/ui/01_view.ipynb #7f49995b
-VIEW_GEOMETRIES = {"lorentz": ("poincare", "euclidean"), "euclidean": ("euclidean",)}   # head → HyperView layouts
+VIEW_GEOMETRIES = {"lorentz": ("poincare", "euclidean"), "euclidean": ("euclidean",)}  # head → HyperView layouts
+
 
 def view_geometry(model) -> tuple[str, float]:
     "(geometry, c) of a scorer whose embeddings HyperView can show, else a `ValueError` saying why not."
     g = getattr(getattr(model, "head", None), "geometry", None)
     if g not in VIEW_GEOMETRIES:
-        raise SettingsError(f"{getattr(model, 'name', type(model).__name__)}: its head's geometry {g!r} has no HyperView layout "
-                         "(hierbench draws Lorentz models in the Poincaré disk and Euclidean ones flat)")
+        raise SettingsError(
+            f"{getattr(model, 'name', type(model).__name__)}: its head's geometry {g!r} has no HyperView layout "
+            "(hierbench draws Lorentz models in the Poincaré disk and Euclidean ones flat)"
+        )
     return g, head_curv(model)
+
 
 @torch.no_grad()
 def encode_items(model, items: ViewItems, batch_size: int = 64, num_workers: int | None = None) -> torch.Tensor:
     "Embeddings (N, D) float32 of the rows of `items.table`: images first, then texts."
     if items.n_images and not has_images(model):
-        raise ImagesUnsupported(f"{getattr(model, 'name', type(model).__name__)} is a text-only model: it cannot place "
-                                "images in a view (give an image-text scorer)")
+        raise ImagesUnsupported(
+            f"{getattr(model, 'name', type(model).__name__)} is a text-only model: it cannot place "
+            "images in a view (give an image-text scorer)"
+        )
     parts = []
     with eval_mode(model):
         if items.n_images and isinstance(items.images[0], np.ndarray):
             parts.append(encode_uint8_images(model, np.stack(items.images), batch_size))
         elif items.n_images:
             embs, rows, bad = encode_image_sources(model, items.images, batch_size=batch_size, num_workers=num_workers)
-            if bad: raise DataFormatError(items.images[int(np.flatnonzero(rows < 0)[0])], problem=f"cannot be read: {bad[0]}")
+            if bad:
+                raise DataFormatError(
+                    items.images[int(np.flatnonzero(rows < 0)[0])], problem=f"cannot be read: {bad[0]}"
+                )
             parts.append(embs[torch.as_tensor(rows)])
-        if items.texts: parts.append(encode_texts(model, items.texts, batch_size))
+        if items.texts:
+            parts.append(encode_texts(model, items.texts, batch_size))
     return torch.cat([p.float().cpu() for p in parts])
 
 # %% ../../nbs/ui/01_view.ipynb #3d28e9b1
-def view_layouts(emb: torch.Tensor, geometry: str, c: float = 1.0, euclidean: str = "pca", seed: int = 0) -> dict[str, dict]:
+def view_layouts(
+    emb: torch.Tensor, geometry: str, c: float = 1.0, euclidean: str = "pca", seed: int = 0
+) -> dict[str, dict]:
     "{'poincare' (Lorentz heads): HoroPCA, 'euclidean': PCA or UMAP} → {method, coords (N, 2)} of embeddings (N, D)."
-    if euclidean not in ("pca", "umap"): raise SettingsError(f"euclidean layout must be 'pca' or 'umap', got {euclidean!r}")
+    if euclidean not in ("pca", "umap"):
+        raise SettingsError(f"euclidean layout must be 'pca' or 'umap', got {euclidean!r}")
     out = {}
     if geometry == "lorentz":
-        out["poincare"] = dict(method="horopca", coords=HoroPCA(n_components=2, seed=seed).fit_transform(emb.double(), c))
-    out["euclidean"] = dict(method=euclidean, coords=project_2d(emb.double(), euclidean, geometry=geometry, c=c, seed=seed))
+        out["poincare"] = dict(
+            method="horopca", coords=HoroPCA(n_components=2, seed=seed).fit_transform(emb.double(), c)
+        )
+    out["euclidean"] = dict(
+        method=euclidean, coords=project_2d(emb.double(), euclidean, geometry=geometry, c=c, seed=seed)
+    )
     return out
 
 # %% ../../nbs/ui/01_view.ipynb #c98249e3
 @torch.no_grad()
 def item_fields(model, emb: torch.Tensor, items: ViewItems, chunk: int = 2048) -> pd.DataFrame:
-    "Per row of `items.table`: `norm` (float) and the nearest more-general caption `parent` ('' for the most general; all '' without texts)."
+    """Per row of `items.table`: `norm` (float) and the nearest more-general caption `parent` ('' for the most general;
+    all '' without texts)."""
     geometry, c = view_geometry(model)
     root = encode_texts(model, [""]).cpu()[0] if geometry == "euclidean" else None
     norm = embedding_radius(emb, geometry, c, root).double()
     is_text = torch.tensor((items.table.kind == "text").to_numpy())
     t_idx = torch.nonzero(is_text).squeeze(1)
     texts = items.table.text.to_numpy()
-    if len(t_idx) == 0: return pd.DataFrame({"norm": norm.numpy(), "parent": [""] * len(emb)})   # images without captions
+    if len(t_idx) == 0:
+        return pd.DataFrame({"norm": norm.numpy(), "parent": [""] * len(emb)})  # images without captions
     parents = []
     for a in range(0, len(emb), chunk):
-        sim = model.head.pairwise_sim(emb[a:a + chunk], emb[t_idx]).double()
-        sim[norm[a:a + chunk, None] <= norm[None, t_idx]] = -torch.inf     # only captions closer to the origin
+        sim = model.head.pairwise_sim(emb[a : a + chunk], emb[t_idx]).double()
+        sim[norm[a : a + chunk, None] <= norm[None, t_idx]] = -torch.inf  # only captions closer to the origin
         best = sim.argmax(1)
         ok = torch.isfinite(sim.gather(1, best[:, None]).squeeze(1))
         parents += [texts[int(t_idx[b])] if o else "" for b, o in zip(best.tolist(), ok.tolist())]
@@ -214,6 +341,7 @@ def item_fields(model, emb: torch.Tensor, items: ViewItems, chunk: int = 2048) -
 @dataclass
 class View:
     "Everything a workspace holds, computed by hierbench: items, embeddings, layouts, fields, the model's geometry."
+
     items: ViewItems
     embeddings: torch.Tensor
     layouts: dict
@@ -223,10 +351,18 @@ class View:
     model_name: str
     seconds: dict = field(default_factory=dict)
 
-def build_view(model, items: ViewItems, euclidean: str = "pca", seed: int = 0, batch_size: int = 64,
-               num_workers: int | None = None, name: str | None = None) -> View:
+
+def build_view(
+    model,
+    items: ViewItems,
+    euclidean: str = "pca",
+    seed: int = 0,
+    batch_size: int = 64,
+    num_workers: int | None = None,
+    name: str | None = None,
+) -> View:
     "Encode `items` with `model`, lay them out and compute their fields (no HyperView needed)."
-    geometry, c = view_geometry(model)          # refuse a geometry HyperView cannot show before encoding anything
+    geometry, c = view_geometry(model)  # refuse a geometry HyperView cannot show before encoding anything
     t0 = time.perf_counter()
     emb = encode_items(model, items, batch_size, num_workers)
     t1 = time.perf_counter()
@@ -234,50 +370,80 @@ def build_view(model, items: ViewItems, euclidean: str = "pca", seed: int = 0, b
     t2 = time.perf_counter()
     fields = item_fields(model, emb, items)
     t3 = time.perf_counter()
-    return View(items, emb, layouts, fields, geometry, c, name or getattr(model, "name", type(model).__name__),
-                dict(encode=t1 - t0, layouts=t2 - t1, fields=t3 - t2))
+    return View(
+        items,
+        emb,
+        layouts,
+        fields,
+        geometry,
+        c,
+        name or getattr(model, "name", type(model).__name__),
+        dict(encode=t1 - t0, layouts=t2 - t1, fields=t3 - t2),
+    )
 
 # %% ../../nbs/ui/01_view.ipynb #0d32fc6c
 VIEW_MARKER = "hierbench-view.json"
 COLOR_BY = ("label", "depth", "split", "kind", "norm", "parent")
 
+
 def check_hyperview():
     """A `MissingExtraError` naming the `[view]` extra unless HyperView is installed — found, not imported: importing
     it starts LanceDB's runtime, after which the image decoders' forked workers could deadlock (LanceDB warns so)."""
-    try: found = sys.modules["hyperview"] is not None if "hyperview" in sys.modules else importlib.util.find_spec("hyperview")
-    except (ImportError, ValueError): found = None
-    if not found: raise MissingExtraError("hierbench view needs HyperView: pip install 'hierbench[view]' (hyperview is missing)")
+    try:
+        found = (
+            sys.modules["hyperview"] is not None
+            if "hyperview" in sys.modules
+            else importlib.util.find_spec("hyperview")
+        )
+    except (ImportError, ValueError):
+        found = None
+    if not found:
+        raise MissingExtraError("hierbench view needs HyperView: pip install 'hierbench[view]' (hyperview is missing)")
+
 
 def require_hyperview():
     "The `hyperview` module, or a `MissingExtraError` naming the `[view]` extra."
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")   # HyperView gets vectors and coordinates; it never needs a hub
-    try: import hyperview
-    except ImportError as e: raise MissingExtraError("hierbench view needs HyperView: pip install 'hierbench[view]' "
-                                                     f"({e.name} is missing)") from e
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # HyperView gets vectors and coordinates; it never needs a hub
+    try:
+        import hyperview
+    except ImportError as e:
+        raise MissingExtraError(
+            f"hierbench view needs HyperView: pip install 'hierbench[view]' ({e.name} is missing)"
+        ) from e
     return hyperview
+
 
 @contextlib.contextmanager
 def hyperview_home(folder: str | Path):
-    "HyperView's state (datasets, media, workspace registry) under `folder` while inside; the environment restored after."
+    """HyperView's state (datasets, media, workspace registry) under `folder` while inside; the environment restored
+    after."""
     keys = ("HYPERVIEW_HOME", "HYPERVIEW_DATASETS_DIR", "HYPERVIEW_MEDIA_DIR")
     old = {k: os.environ.get(k) for k in keys}
-    for k in keys[1:]: os.environ.pop(k, None)
+    for k in keys[1:]:
+        os.environ.pop(k, None)
     os.environ["HYPERVIEW_HOME"] = str(Path(folder).resolve())
-    try: yield Path(folder)
+    try:
+        yield Path(folder)
     finally:
         for k, v in old.items():
-            if v is None: os.environ.pop(k, None)
-            else: os.environ[k] = v
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
-def _is_view_workspace(folder: Path) -> bool: return (folder / VIEW_MARKER).is_file()
+
+def _is_view_workspace(folder: Path) -> bool:
+    return (folder / VIEW_MARKER).is_file()
+
 
 def color_labels(view: View, color_by: str = "label") -> list[str]:
     "The label HyperView colours each sample by: a field of the view (`norm`: its quartile among the points)."
     t = view.items.table
-    if color_by not in COLOR_BY: raise SettingsError(f"--color-by {color_by!r}: one of {', '.join(COLOR_BY)}")
+    if color_by not in COLOR_BY:
+        raise SettingsError(f"--color-by {color_by!r}: one of {', '.join(COLOR_BY)}")
     if color_by == "norm":
         q = pd.qcut(view.fields.norm.rank(method="first"), 4, labels=False) if len(t) >= 4 else np.zeros(len(t), int)
-        edges = np.quantile(view.fields.norm, [0, .25, .5, .75, 1])
+        edges = np.quantile(view.fields.norm, [0, 0.25, 0.5, 0.75, 1])
         return [f"norm q{k + 1} ({edges[k]:.2f}–{edges[k + 1]:.2f})" for k in q]
     col = view.fields.parent if color_by == "parent" else t[color_by]
     return [f"{color_by} {v}" if color_by == "depth" else str(v) for v in col.fillna("—")]
@@ -286,57 +452,116 @@ def color_labels(view: View, color_by: str = "label") -> list[str]:
 def _samples(hv, view: View, media: Path, final_media: Path, color_by: str) -> list:
     "HyperView samples: world arrays written as PNGs into `media` (referenced at `final_media`, where they will be)."
     from PIL import Image
+
     t, f, labels = view.items.table, view.fields, color_labels(view, color_by)
     out = []
     for i, r in enumerate(t.itertuples(index=False)):
-        meta = {"kind": r.kind, "class": r.label, "depth": None if pd.isna(r.depth) else int(r.depth),
-                "split": r.split, "source": r.source, "norm": float(f.norm[i]), "parent": f.parent[i]}
+        meta = {
+            "kind": r.kind,
+            "class": r.label,
+            "depth": None if pd.isna(r.depth) else int(r.depth),
+            "split": r.split,
+            "source": r.source,
+            "norm": float(f.norm[i]),
+            "parent": f.parent[i],
+        }
         if r.kind == "text":
-            out.append(hv.Sample(id=r.id, text=r.text, label=labels[i], modality="text", metadata=meta)); continue
+            out.append(hv.Sample(id=r.id, text=r.text, label=labels[i], modality="text", metadata=meta))
+            continue
         img = view.items.images[i]
         if isinstance(img, np.ndarray):
             media.mkdir(parents=True, exist_ok=True)
             Image.fromarray(img).save(media / f"{r.id}.png")
             path, (h, w) = final_media / f"{r.id}.png", img.shape[:2]
-        else: path, w, h = Path(img).resolve(), None, None
-        out.append(hv.Sample(id=r.id, filepath=str(path), label=labels[i], metadata=meta, width=w, height=h,
-                             media_type="image/png" if str(path).endswith(".png") else None))
+        else:
+            path, w, h = Path(img).resolve(), None, None
+        out.append(
+            hv.Sample(
+                id=r.id,
+                filepath=str(path),
+                label=labels[i],
+                metadata=meta,
+                width=w,
+                height=h,
+                media_type="image/png" if str(path).endswith(".png") else None,
+            )
+        )
     return out
+
 
 def write_workspace(view: View, out: str | Path, name: str = "hierbench", color_by: str = "label") -> dict:
     """Write `view` as a HyperView workspace into `out` (HyperView's home folder, see above); returns its layout keys
     and seconds taken. Only the `[view]` extra's HyperView is imported; nothing is downloaded."""
     hv = require_hyperview()
     from hyperview.runtime import HyperViewRuntime
+
     t0, out = time.perf_counter(), Path(out)
-    color_labels(view, color_by)   # a bad --color-by fails before anything is written
+    color_labels(view, color_by)  # a bad --color-by fails before anything is written
     ids = view.items.table.id.tolist()
     with atomic_folder(out, replaceable=_is_view_workspace) as tmp, hyperview_home(tmp):
         ds = hv.Dataset(name)
         ds.add_samples(_samples(hv, view, tmp / "media", out.resolve() / "media", color_by))
         if view.geometry == "lorentz":
-            vectors = torch.cat([lorentz_time(view.embeddings.double(), view.curv, keepdim=True), view.embeddings.double()], 1)
-            config = {"provider": "hierbench", "geometry": "hyperboloid", "modality": "multimodal", "params": {"curvature": view.curv}}
-        else: vectors, config = view.embeddings, {"provider": "hierbench", "geometry": "euclidean", "modality": "multimodal"}
+            vectors = torch.cat(
+                [lorentz_time(view.embeddings.double(), view.curv, keepdim=True), view.embeddings.double()], 1
+            )
+            config = {
+                "provider": "hierbench",
+                "geometry": "hyperboloid",
+                "modality": "multimodal",
+                "params": {"curvature": view.curv},
+            }
+        else:
+            vectors, config = (
+                view.embeddings,
+                {"provider": "hierbench", "geometry": "euclidean", "modality": "multimodal"},
+            )
         space = ds.register_embeddings("hierbench", view.model_name, ids, vectors.float().numpy(), config=config)
-        keys = {g: ds.register_layout(f"hierbench__{lay['method']}__{g}__2d", space, ids, lay["coords"],
-                                      method=lay["method"], geometry=g) for g, lay in view.layouts.items()}
+        keys = {
+            g: ds.register_layout(
+                f"hierbench__{lay['method']}__{g}__2d", space, ids, lay["coords"], method=lay["method"], geometry=g
+            )
+            for g, lay in view.layouts.items()
+        }
         runtime = HyperViewRuntime()
         runtime.workspace_registry.ensure_workspace("default", activate=True)
         runtime.set_workspace_dataset("default", name)
-        titles = {"poincare": "Poincaré (HoroPCA)", "euclidean": f"Euclidean ({view.layouts['euclidean']['method'].upper()})"}
-        # the layouts side by side (Poincaré first), then the samples and the labels panel HyperView colours and filters by
+        titles = {
+            "poincare": "Poincaré (HoroPCA)",
+            "euclidean": f"Euclidean ({view.layouts['euclidean']['method'].upper()})",
+        }
+        # the layouts side by side (Poincaré first), then the samples and the labels panel HyperView colours and filters
+        # by
         scatters, prev = [], None
         for g, k in keys.items():
-            scatters.append(hv.ui.Scatter(id=f"scatter-{g}", title=titles[g], layout_key=k, geometry=g, preset=f"{g}-2d",
-                                          reference_panel_id=prev, direction="right" if prev else None))
+            scatters.append(
+                hv.ui.Scatter(
+                    id=f"scatter-{g}",
+                    title=titles[g],
+                    layout_key=k,
+                    geometry=g,
+                    preset=f"{g}-2d",
+                    reference_panel_id=prev,
+                    direction="right" if prev else None,
+                )
+            )
             prev = f"scatter-{g}"
         hv.ui.View(*scatters, hv.ui.Samples(), hv.ui.Explorer()).apply(runtime, "default")
         runtime.set_active_layout("default", next(iter(keys.values())))
-        record = dict(format="hierbench-view/1", dataset=name, model=view.model_name, geometry=view.geometry,
-                      curvature=view.curv if view.geometry == "lorentz" else None, title=view.items.title,
-                      samples=len(ids), images=view.items.n_images, layouts=keys, color_by=color_by,
-                      fields=["kind", "class", "depth", "split", "source", "norm", "parent"], seconds=view.seconds)
+        record = dict(
+            format="hierbench-view/1",
+            dataset=name,
+            model=view.model_name,
+            geometry=view.geometry,
+            curvature=view.curv if view.geometry == "lorentz" else None,
+            title=view.items.title,
+            samples=len(ids),
+            images=view.items.n_images,
+            layouts=keys,
+            color_by=color_by,
+            fields=["kind", "class", "depth", "split", "source", "norm", "parent"],
+            seconds=view.seconds,
+        )
         atomic_write_text(tmp / VIEW_MARKER, json.dumps(record, indent=1))
     return dict(layouts=keys, seconds=time.perf_counter() - t0)
 
@@ -346,20 +571,26 @@ def export_static(workspace: str | Path, out: str | Path, similarity_k: int | No
     require_hyperview()
     from hyperview.runtime import HyperViewRuntime
     from hyperview.static_export import DEFAULT_SIMILARITY_EXPORT_K, export_runtime_workspace
+
     workspace = Path(workspace)
-    if not _is_view_workspace(workspace): raise MissingFileError(f"{workspace}: not a `hierbench view` workspace (no {VIEW_MARKER})")
+    if not _is_view_workspace(workspace):
+        raise MissingFileError(f"{workspace}: not a `hierbench view` workspace (no {VIEW_MARKER})")
     is_bundle = lambda p: (p / "hyperview-static.json").is_file()
     with atomic_folder(out, replaceable=is_bundle) as tmp, hyperview_home(workspace):
         k = DEFAULT_SIMILARITY_EXPORT_K if similarity_k is None else similarity_k
         res = export_runtime_workspace(HyperViewRuntime(), "default", tmp, similarity_k=k).to_dict()
     return {k: v for k, v in res.items() if k != "output_dir"} | {"output_dir": str(Path(out))}
 
+
 def serve_workspace(workspace: str | Path, host: str = "127.0.0.1", port: int = 6262, block: bool = True):
-    "Start HyperView's server on a `hierbench view` workspace; blocks until Ctrl-C unless `block=False` (returns the session)."
+    """Start HyperView's server on a `hierbench view` workspace; blocks until Ctrl-C unless `block=False` (returns the
+    session)."""
     hv = require_hyperview()
     from hyperview.runtime import HyperViewRuntime
+
     workspace = Path(workspace)
-    if not _is_view_workspace(workspace): raise MissingFileError(f"{workspace}: not a `hierbench view` workspace (no {VIEW_MARKER})")
+    if not _is_view_workspace(workspace):
+        raise MissingFileError(f"{workspace}: not a `hierbench view` workspace (no {VIEW_MARKER})")
     record = json.loads((workspace / VIEW_MARKER).read_text())
     with hyperview_home(workspace):
         runtime = HyperViewRuntime()
@@ -367,28 +598,39 @@ def serve_workspace(workspace: str | Path, host: str = "127.0.0.1", port: int = 
         session.start(background=True)
     print(f"HyperView is serving {workspace} at {session.url} (Ctrl-C stops it)")
     if block:
-        with contextlib.suppress(KeyboardInterrupt): session.wait()
+        with contextlib.suppress(KeyboardInterrupt):
+            session.wait()
         session.stop()
     return session
 
 # %% ../../nbs/ui/01_view.ipynb #3642a266
 def cmd_view(args):
-    "`hierbench view`: build the workspace (and the static bundle), then serve it if asked. Refusals are `HierbenchError`s (one line each)."
+    """`hierbench view`: build the workspace (and the static bundle), then serve it if asked. Refusals are
+    `HierbenchError`s (one line each)."""
     from hierbench.models.scorers import load_scorer
-    check_hyperview()           # imported only to write, after the encoding (see `check_hyperview`)
-    if args.captions and not args.images: raise SettingsError("--captions goes with --images DIR")
+
+    check_hyperview()  # imported only to write, after the encoding (see `check_hyperview`)
+    if args.captions and not args.images:
+        raise SettingsError("--captions goes with --images DIR")
     splits = [s.strip() for s in args.world_splits.split(",") if s.strip()]
-    items = (world_items(args.n_world, splits) if args.world else folder_items(args.images, args.captions, args.limit))
+    items = world_items(args.n_world, splits) if args.world else folder_items(args.images, args.captions, args.limit)
     model = load_scorer(args.scorer, geometry=args.geometry, quick_gelu=args.quick_gelu)
     if items.n_images and not has_images(model):
         raise ImagesUnsupported(f"{args.scorer} is a text-only model: it cannot place images in a view")
     view = build_view(model, items, euclidean=args.euclidean, name=args.scorer)
     res = write_workspace(view, args.out, color_by=args.color_by)
-    print(f"wrote {args.out}: {len(items.table)} samples ({items.n_images} images), layouts "
-          + ", ".join(res["layouts"]) + " — " + ", ".join(f"{k} {v:.1f} s" for k, v in view.seconds.items())
-          + f", write {res['seconds']:.1f} s")
+    print(
+        f"wrote {args.out}: {len(items.table)} samples ({items.n_images} images), layouts "
+        + ", ".join(res["layouts"])
+        + " — "
+        + ", ".join(f"{k} {v:.1f} s" for k, v in view.seconds.items())
+        + f", write {res['seconds']:.1f} s"
+    )
     if args.static:
         s = export_static(args.out, args.static)
-        print(f"wrote HyperView's static bundle {args.static} ({s['num_files']} files): serve it with any static "
-              f"file server, e.g. python -m http.server -d {args.static}")
-    if args.serve: serve_workspace(args.out, args.host, args.port)
+        print(
+            f"wrote HyperView's static bundle {args.static} ({s['num_files']} files): serve it with any static "
+            f"file server, e.g. python -m http.server -d {args.static}"
+        )
+    if args.serve:
+        serve_workspace(args.out, args.host, args.port)

@@ -1,4 +1,5 @@
-"""ipywidgets explorers over the figures: the entailment-angle explorer and the `compare` run browser.
+"""ipywidgets explorers over the figures: the entailment-angle explorer and the `compare` run
+browser.
 
 Docs: https://hierbench.github.io/hierbench/ui/widgets.html.md"""
 
@@ -18,7 +19,13 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..evaluation.encoding import eval_mode, head_curv, model_device
-from ..viz.figures import HoroPCA, entailment_disk_figure, entailment_table, ablation_bars_figure, confidence_intervals
+from hierbench.viz.figures import (
+    HoroPCA,
+    entailment_disk_figure,
+    entailment_table,
+    ablation_bars_figure,
+    confidence_intervals,
+)
 
 # %% auto #0
 __all__ = ['PAIR_COLUMNS', 'RESULT_COLUMNS', 'EntailmentScene', 'as_entailment_scene', 'embed_scene', 'entailment_pairs',
@@ -28,68 +35,104 @@ __all__ = ['PAIR_COLUMNS', 'RESULT_COLUMNS', 'EntailmentScene', 'as_entailment_s
 @dataclass
 class EntailmentScene:
     "One image and its texts for the entailment view. `image`: PIL image, path or uint8 (H, W, 3) array."
+
     image: object
-    chain: list                                      # true captions, general → specific
-    phrases: list = field(default_factory=list)      # further true texts (the world: one phrase per object)
-    negatives: list = field(default_factory=list)    # (type, text) pairs, verified false
+    chain: list  # true captions, general → specific
+    phrases: list = field(default_factory=list)  # further true texts (the world: one phrase per object)
+    negatives: list = field(default_factory=list)  # (type, text) pairs, verified false
     title: str = ""
 
     @property
-    def texts(self) -> list[str]: return [*self.chain, *self.phrases, *(t for _, t in self.negatives)]
+    def texts(self) -> list[str]:
+        return [*self.chain, *self.phrases, *(t for _, t in self.negatives)]
 
     @property
     def roles(self) -> list[str]:
         "Role of each of `texts`: 'chain 0' … 'chain L-1', 'phrase', or 'negative: <type>'."
-        return ([f"chain {k}" for k in range(len(self.chain))] + ["phrase"] * len(self.phrases)
-                + [f"negative: {t}" for t, _ in self.negatives])
+        return (
+            [f"chain {k}" for k in range(len(self.chain))]
+            + ["phrase"] * len(self.phrases)
+            + [f"negative: {t}" for t, _ in self.negatives]
+        )
+
 
 def _as_negatives(negs) -> list[tuple[str, str]]:
     out = []
     for i, n in enumerate(negs or []):
-        if isinstance(n, str): out.append(("negative", n))
-        elif isinstance(n, Sequence) and len(n) == 2 and all(isinstance(v, str) for v in n): out.append((n[0], n[1]))
-        else: raise ValueError(f"negatives[{i}]: expected a string or a (type, text) pair, got {n!r}")
+        if isinstance(n, str):
+            out.append(("negative", n))
+        elif isinstance(n, Sequence) and len(n) == 2 and all(isinstance(v, str) for v in n):
+            out.append((n[0], n[1]))
+        else:
+            raise ValueError(f"negatives[{i}]: expected a string or a (type, text) pair, got {n!r}")
     return out
+
 
 def as_entailment_scene(scene_or_texts, split: str = "test-iid", seed: int = 0, config=None) -> EntailmentScene:
     """A world scene index, a `world.Scene`, an `EntailmentScene`, a mapping with keys image/chain[/phrases/negatives],
     or a tuple `(image, chain)` / `(image, chain, negatives)` -> `EntailmentScene`."""
     from hierbench.world.scenes import Scene, make_scene
+
     s = scene_or_texts
-    if isinstance(s, EntailmentScene): return s
+    if isinstance(s, EntailmentScene):
+        return s
     if isinstance(s, (int, np.integer)) and not isinstance(s, bool):
         s = make_scene(int(s), seed=seed, config=config, split=split)
     if isinstance(s, Scene):
-        return EntailmentScene(s.image, list(s.chain), list(dict.fromkeys(s.phrases)), [(n[0], n[1]) for n in s.negatives],
-                               title=f"world {s.split} scene {s.index}")
+        return EntailmentScene(
+            s.image,
+            list(s.chain),
+            list(dict.fromkeys(s.phrases)),
+            [(n[0], n[1]) for n in s.negatives],
+            title=f"world {s.split} scene {s.index}",
+        )
     if isinstance(s, Mapping):
         missing = {"image", "chain"} - set(s)
-        if missing: raise ValueError(f"scene mapping: missing key(s) {sorted(missing)} (has {sorted(s)})")
-        image, chain, negs, phrases, title = s["image"], s["chain"], s.get("negatives", []), s.get("phrases", []), s.get("title", "")
+        if missing:
+            raise ValueError(f"scene mapping: missing key(s) {sorted(missing)} (has {sorted(s)})")
+        image, chain, negs, phrases, title = (
+            s["image"],
+            s["chain"],
+            s.get("negatives", []),
+            s.get("phrases", []),
+            s.get("title", ""),
+        )
     elif isinstance(s, tuple) and len(s) in (2, 3):
         (image, chain, negs), phrases, title = (*s, [])[:3], [], ""
     else:
-        raise TypeError(f"scene_or_texts: expected a scene index, a world Scene, an EntailmentScene, a mapping or a tuple "
-                        f"(image, chain[, negatives]), got {type(scene_or_texts).__name__}")
+        raise TypeError(
+            f"scene_or_texts: expected a scene index, a world Scene, an EntailmentScene, a mapping or a tuple "
+            f"(image, chain[, negatives]), got {type(scene_or_texts).__name__}"
+        )
     if isinstance(chain, str) or not chain or not all(isinstance(t, str) and t for t in chain):
         raise ValueError(f"chain: expected a non-empty list of non-empty strings (general → specific), got {chain!r}")
-    return EntailmentScene(image, list(chain), list(phrases), _as_negatives(negs),
-                           title=title or (f"image {Path(image).name}" if isinstance(image, (str, Path)) else "image"))
+    return EntailmentScene(
+        image,
+        list(chain),
+        list(phrases),
+        _as_negatives(negs),
+        title=title or (f"image {Path(image).name}" if isinstance(image, (str, Path)) else "image"),
+    )
 
 # %% ../../nbs/ui/00_widgets.ipynb #c1ab1fe2
 def _image_tensor(model, image) -> torch.Tensor:
     "PIL image / path / uint8 (H, W, 3) array -> model input (1, 3, S, S)."
     from hierbench.data.batch import image_to_tensor, load_image
-    if isinstance(image, (str, Path)): image = load_image(image)
+
+    if isinstance(image, (str, Path)):
+        image = load_image(image)
     size = model.image_size
     size = size[0] if isinstance(size, (tuple, list)) else int(size)
     return image_to_tensor(image, size, model.image_mean, model.image_std)[None]
 
+
 def embed_scene(model, scene: EntailmentScene) -> tuple[torch.Tensor, torch.Tensor]:
     "Image (D,) and texts (T, D) embeddings of `scene` (float64, model in eval mode, no gradients)."
     if getattr(model, "geometry", None) != "lorentz":
-        raise ValueError(f"entailment cones live in hyperbolic space: the model needs a Lorentz head "
-                         f"(geometry='lorentz'), got geometry={getattr(model, 'geometry', None)!r}")
+        raise ValueError(
+            f"entailment cones live in hyperbolic space: the model needs a Lorentz head "
+            f"(geometry='lorentz'), got geometry={getattr(model, 'geometry', None)!r}"
+        )
     with eval_mode(model), torch.no_grad():
         img = model.encode_image(_image_tensor(model, scene.image).to(model_device(model)))[0]
         txt = model.encode_text(scene.texts)
@@ -98,47 +141,73 @@ def embed_scene(model, scene: EntailmentScene) -> tuple[torch.Tensor, torch.Tens
 # %% ../../nbs/ui/00_widgets.ipynb #b9d187f5
 PAIR_COLUMNS = ("parent", "child", "role", "holds", "phi", "omega", "inside_cone", "pep")
 
-def entailment_pairs(img: torch.Tensor, txt: torch.Tensor, scene: EntailmentScene, c: float, K: float = 0.1) -> pd.DataFrame:
-    "Pairs text → image (T rows) then chain[k] → chain[k+1] (L-1 rows), columns `PAIR_COLUMNS`; image (D,), texts (T, D)."
+
+def entailment_pairs(
+    img: torch.Tensor, txt: torch.Tensor, scene: EntailmentScene, c: float, K: float = 0.1
+) -> pd.DataFrame:
+    """Pairs text → image (T rows) then chain[k] → chain[k+1] (L-1 rows), columns `PAIR_COLUMNS`; image (D,), texts (T,
+    D)."""
     texts, roles = scene.texts, scene.roles
-    if txt.shape[0] != len(texts): raise ValueError(f"txt: {txt.shape[0]} embeddings for {len(texts)} texts")
+    if txt.shape[0] != len(texts):
+        raise ValueError(f"txt: {txt.shape[0]} embeddings for {len(texts)} texts")
     rows = []
     for i, (t, role) in enumerate(zip(texts, roles)):
         r = entailment_table(txt[i], img[None], c=c, K=K, names=["image"]).iloc[0]
         rows.append(dict(parent=t, child="image", role=role, holds=not role.startswith("negative"), **r.drop("child")))
     for k in range(len(scene.chain) - 1):
         r = entailment_table(txt[k], txt[k + 1][None], c=c, K=K, names=[scene.chain[k + 1]]).iloc[0]
-        rows.append(dict(parent=scene.chain[k], child=r["child"], role=f"chain {k} → {k + 1}", holds=True,
-                         **r.drop("child")))
+        rows.append(
+            dict(parent=scene.chain[k], child=r["child"], role=f"chain {k} → {k + 1}", holds=True, **r.drop("child"))
+        )
     df = pd.DataFrame(rows, columns=list(PAIR_COLUMNS))
     return df.astype({"holds": bool, "inside_cone": bool, "phi": float, "omega": float, "pep": float})
 
 # %% ../../nbs/ui/00_widgets.ipynb #c0330dc6
-_ROLE_STYLE = {"image": dict(color="black", symbol="star", size=14), "chain": dict(color="#1f77b4", symbol="circle", size=10),
-               "phrase": dict(color="seagreen", symbol="square", size=8), "negative": dict(color="crimson", symbol="x", size=9)}
+_ROLE_STYLE = {
+    "image": dict(color="black", symbol="star", size=14),
+    "chain": dict(color="#1f77b4", symbol="circle", size=10),
+    "phrase": dict(color="seagreen", symbol="square", size=8),
+    "negative": dict(color="crimson", symbol="x", size=9),
+}
 
-def _role_group(role: str) -> str: return role.split(" ")[0].rstrip(":")
+
+def _role_group(role: str) -> str:
+    return role.split(" ")[0].rstrip(":")
+
 
 def _apex_index(apex, texts: Sequence[str]) -> int:
     if isinstance(apex, str):
-        if apex not in texts: raise ValueError(f"apex: {apex!r} is not one of the scene's texts {list(texts)}")
+        if apex not in texts:
+            raise ValueError(f"apex: {apex!r} is not one of the scene's texts {list(texts)}")
         return list(texts).index(apex)
     if not isinstance(apex, (int, np.integer)) or not -len(texts) <= apex < len(texts):
         raise ValueError(f"apex: expected a text or an index in [0, {len(texts)}), got {apex!r}")
     return int(apex) % len(texts)
 
+
 def _copy_traces(src: go.Figure, dst: go.Figure, col: int, showlegend: bool = False):
     for tr in src.data:
-        tr = go.Figure(tr).data[0]           # a fresh copy: a trace belongs to one figure
+        tr = go.Figure(tr).data[0]  # a fresh copy: a trace belongs to one figure
         tr.showlegend = showlegend and tr.showlegend is not False
         dst.add_trace(tr, row=1, col=col)
 
-def entailment_view(model, scene_or_texts, K: float = 0.1, apex: int | str = 0, c_scale: float = 1.0,
-                    split: str = "test-iid", seed: int = 0, horopca_steps: int = 100) -> tuple[go.Figure, pd.DataFrame]:
+
+def entailment_view(
+    model,
+    scene_or_texts,
+    K: float = 0.1,
+    apex: int | str = 0,
+    c_scale: float = 1.0,
+    split: str = "test-iid",
+    seed: int = 0,
+    horopca_steps: int = 100,
+) -> tuple[go.Figure, pd.DataFrame]:
     """Figure (HoroPCA disk | apex cone) and pair table (`PAIR_COLUMNS`) of a Lorentz `model` on one scene.
     `scene_or_texts`: anything `as_entailment_scene` takes; `apex`: index into the scene's texts or the text itself."""
-    if not K > 0: raise ValueError(f"K: the cone constant must be > 0, got {K}")
-    if not c_scale > 0: raise ValueError(f"c_scale: the display curvature factor must be > 0, got {c_scale}")
+    if not K > 0:
+        raise ValueError(f"K: the cone constant must be > 0, got {K}")
+    if not c_scale > 0:
+        raise ValueError(f"c_scale: the display curvature factor must be > 0, got {c_scale}")
     scene = as_entailment_scene(scene_or_texts, split=split, seed=seed)
     img, txt = embed_scene(model, scene)
     c = head_curv(model)
@@ -149,27 +218,66 @@ def entailment_view(model, scene_or_texts, K: float = 0.1, apex: int | str = 0, 
     # left: HoroPCA of [image, texts]
     pts = torch.cat([img[None], txt])
     xy = HoroPCA(n_components=2, steps=horopca_steps).fit_transform(pts, c_view)
-    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.04, subplot_titles=[
-        "scene on the Poincaré disk (HoroPCA)", f"cone of “{texts[a]}”" + ("" if c_scale == 1 else f" (display c = {c_view:.3g})")])
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        horizontal_spacing=0.04,
+        subplot_titles=[
+            "scene on the Poincaré disk (HoroPCA)",
+            f"cone of “{texts[a]}”" + ("" if c_scale == 1 else f" (display c = {c_view:.3g})"),
+        ],
+    )
     t = np.linspace(0, 2 * np.pi, 200)
-    fig.add_trace(go.Scatter(x=np.cos(t), y=np.sin(t), mode="lines", line=dict(color="lightgray", width=1),
-                             hoverinfo="skip", showlegend=False), row=1, col=1)
+    fig.add_trace(
+        go.Scatter(
+            x=np.cos(t),
+            y=np.sin(t),
+            mode="lines",
+            line=dict(color="lightgray", width=1),
+            hoverinfo="skip",
+            showlegend=False,
+        ),
+        row=1,
+        col=1,
+    )
     chain_idx = [1 + k for k in range(len(scene.chain))] + [0]
-    fig.add_trace(go.Scatter(x=xy[chain_idx, 0], y=xy[chain_idx, 1], mode="lines", name="chain → image",
-                             line=dict(color="#1f77b4", width=1, dash="dot"), hoverinfo="skip"), row=1, col=1)
+    fig.add_trace(
+        go.Scatter(
+            x=xy[chain_idx, 0],
+            y=xy[chain_idx, 1],
+            mode="lines",
+            name="chain → image",
+            line=dict(color="#1f77b4", width=1, dash="dot"),
+            hoverinfo="skip",
+        ),
+        row=1,
+        col=1,
+    )
     point_roles = ["image", *roles]
     point_text = ["image", *texts]
     img_row = table[table.child == "image"].reset_index(drop=True)
-    hover = ["the image"] + [f"{r.role}: {r.parent}<br>φ = {r.phi:.3f}, ω = {r.omega:.3f}, PEP = {r.pep:.3f}"
-                             for r in img_row.itertuples()]
+    hover = ["the image"] + [
+        f"{r.role}: {r.parent}<br>φ = {r.phi:.3f}, ω = {r.omega:.3f}, PEP = {r.pep:.3f}" for r in img_row.itertuples()
+    ]
     for group in ("image", "chain", "phrase", "negative"):
         idx = [i for i, r in enumerate(point_roles) if _role_group(r) == group]
-        if not idx: continue
+        if not idx:
+            continue
         st = _ROLE_STYLE[group]
-        fig.add_trace(go.Scatter(x=xy[idx, 0], y=xy[idx, 1], mode="markers", name=group,
-                                 marker=dict(color=st["color"], symbol=st["symbol"], size=st["size"]),
-                                 text=[hover[i] for i in idx], hoverinfo="text", customdata=[point_text[i] for i in idx]),
-                      row=1, col=1)
+        fig.add_trace(
+            go.Scatter(
+                x=xy[idx, 0],
+                y=xy[idx, 1],
+                mode="markers",
+                name=group,
+                marker=dict(color=st["color"], symbol=st["symbol"], size=st["size"]),
+                text=[hover[i] for i in idx],
+                hoverinfo="text",
+                customdata=[point_text[i] for i in idx],
+            ),
+            row=1,
+            col=1,
+        )
     # right: the apex's cone with the image and every other text as children
     others = [i for i in range(len(texts)) if i != a]
     children = torch.cat([img[None], txt[others]])
@@ -177,10 +285,15 @@ def entailment_view(model, scene_or_texts, K: float = 0.1, apex: int | str = 0, 
     cone = entailment_disk_figure(txt[a], children, c=c_view, K=K, labels=labels, parent_label=roles[a])
     _copy_traces(cone, fig, col=2)
     inside = int(table[(table.child == "image")].inside_cone.sum())
-    fig.update_layout(template="plotly_white", height=480, legend=dict(orientation="h", y=-0.05),
-                      title=f"{scene.title}: image inside {inside}/{len(texts)} cones "
-                            f"({sum(table[table.child == 'image'].holds)} true texts), c = {c:.3g}, K = {K:g}")
-    for ax in ("xaxis", "xaxis2"): fig.layout[ax].update(range=[-1.05, 1.05], visible=False)
+    fig.update_layout(
+        template="plotly_white",
+        height=480,
+        legend=dict(orientation="h", y=-0.05),
+        title=f"{scene.title}: image inside {inside}/{len(texts)} cones "
+        f"({sum(table[table.child == 'image'].holds)} true texts), c = {c:.3g}, K = {K:g}",
+    )
+    for ax in ("xaxis", "xaxis2"):
+        fig.layout[ax].update(range=[-1.05, 1.05], visible=False)
     fig.layout.yaxis.update(range=[-1.05, 1.05], visible=False, scaleanchor="x", scaleratio=1)
     fig.layout.yaxis2.update(range=[-1.05, 1.05], visible=False, scaleanchor="x2", scaleratio=1)
     return fig, table
@@ -191,16 +304,19 @@ def _show(out, *objs):
     its state). They go into the widget's own `outputs` state rather than through `with out:` capture, so a saved
     notebook's widget state carries the figure (JupyterLab rebuilds it for a trusted notebook), and a headless run
     (nbclient) gets no output messages it waits on."""
-    try: from IPython import get_ipython
-    except ImportError: return
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
     ip = get_ipython()
-    if ip is None or getattr(ip, "kernel", None) is None: return
+    if ip is None or getattr(ip, "kernel", None) is None:
+        return
     outputs = []
     for o in objs:
         # a plotly figure displays itself (`_ipython_display_`), so IPython's formatter returns nothing for it: ask
         # the object for its bundle directly (plotly: its JSON mimetype, which JupyterLab draws offline)
         bundle = o._repr_mimebundle_() if hasattr(o, "_repr_mimebundle_") else ip.display_formatter.format(o)[0]
-        if "application/vnd.plotly.v1+json" in bundle:   # the HTML alternative loads plotly.js from a CDN: not offline
+        if "application/vnd.plotly.v1+json" in bundle:  # the HTML alternative loads plotly.js from a CDN: not offline
             bundle = {k: v for k, v in bundle.items() if k != "text/html"}
         outputs.append({"output_type": "display_data", "data": bundle, "metadata": {}})
     out.outputs = tuple(outputs)
@@ -208,12 +324,14 @@ def _show(out, *objs):
 # %% ../../nbs/ui/00_widgets.ipynb #c8ff321d
 class _ModelBank:
     "name -> model, loading saved-model paths lazily (once)."
+
     def __init__(self, models):
         if isinstance(models, (str, Path)) or not isinstance(models, Mapping) and not isinstance(models, Sequence):
             models = [models]
         if not isinstance(models, Mapping):
             models = {Path(m).stem if isinstance(m, (str, Path)) else f"model {i}": m for i, m in enumerate(models)}
-        if not models: raise ValueError("models: need at least one model (a dict name → model or path)")
+        if not models:
+            raise ValueError("models: need at least one model (a dict name → model or path)")
         self.items, self.loaded = dict(models), {}
 
     def __getitem__(self, name: str):
@@ -221,50 +339,86 @@ class _ModelBank:
             m = self.items[name]
             if isinstance(m, (str, Path)):
                 from hierbench.models.family import load_model
+
                 m = load_model(m)
             self.loaded[name] = m
         return self.loaded[name]
 
 # %% ../../nbs/ui/00_widgets.ipynb #ac215bea
 def _ipywidgets():
-    try: import ipywidgets
-    except ImportError as e: raise ImportError("the explorers need ipywidgets: pip install -e '.[lab]'") from e
+    try:
+        import ipywidgets
+    except ImportError as e:
+        raise ImportError("the explorers need ipywidgets: pip install -e '.[lab]'") from e
     return ipywidgets
 
 # %% ../../nbs/ui/00_widgets.ipynb #9e3c1b25
-def entailment_explorer(models, scenes: Sequence | None = None, K: float = 0.1, split: str = "test-iid",
-                        seed: int = 0, horopca_steps: int = 100):
+def entailment_explorer(
+    models,
+    scenes: Sequence | None = None,
+    K: float = 0.1,
+    split: str = "test-iid",
+    seed: int = 0,
+    horopca_steps: int = 100,
+):
     """An ipywidgets VBox over `entailment_view`: model, scene, apex, K and display-curvature controls.
     `models`: dict name → DualEncoder or saved-model path (or a list of them); `scenes`: world scene indices and/or
     `(image, chain[, negatives])` tuples (default: world scenes 0..19). Attributes: controls, figure, table, error."""
     W = _ipywidgets()
     bank = _ModelBank(models)
     scenes = list(range(20)) if scenes is None else list(scenes)
-    if not scenes: raise ValueError("scenes: empty")
+    if not scenes:
+        raise ValueError("scenes: empty")
     cache: dict[int, EntailmentScene] = {}
+
     def scene_at(i):
-        if i not in cache: cache[i] = as_entailment_scene(scenes[i], split=split, seed=seed)
+        if i not in cache:
+            cache[i] = as_entailment_scene(scenes[i], split=split, seed=seed)
         return cache[i]
+
     first = scene_at(0)
     controls = dict(
         model=W.Dropdown(options=list(bank.items), description="model"),
         scene=W.IntSlider(value=0, min=0, max=len(scenes) - 1, description="scene", continuous_update=False),
-        apex=W.Dropdown(options=[(f"{r}: {t}", i) for i, (r, t) in enumerate(zip(first.roles, first.texts))],
-                        value=0, description="apex"),
+        apex=W.Dropdown(
+            options=[(f"{r}: {t}", i) for i, (r, t) in enumerate(zip(first.roles, first.texts))],
+            value=0,
+            description="apex",
+        ),
         K=W.FloatSlider(value=K, min=0.01, max=0.5, step=0.01, description="K", continuous_update=False),
-        c_scale=W.FloatLogSlider(value=1.0, base=10, min=-1.5, max=1.5, step=0.05, description="display c ×",
-                                 continuous_update=False))
+        c_scale=W.FloatLogSlider(
+            value=1.0, base=10, min=-1.5, max=1.5, step=0.05, description="display c ×", continuous_update=False
+        ),
+    )
     message, out = W.HTML(), W.Output()
-    box = W.VBox([W.HBox([controls["model"], controls["scene"]]), controls["apex"],
-                  W.HBox([controls["K"], controls["c_scale"]]), message, out])
+    box = W.VBox(
+        [
+            W.HBox([controls["model"], controls["scene"]]),
+            controls["apex"],
+            W.HBox([controls["K"], controls["c_scale"]]),
+            message,
+            out,
+        ]
+    )
     box.controls, box.figure, box.table, box.error = controls, None, None, None
 
     def refresh(*_):
         v = {k: w.value for k, w in controls.items()}
         try:
-            fig, tab = entailment_view(bank[v["model"]], scene_at(v["scene"]), K=v["K"], apex=0 if v["apex"] is None else v["apex"],
-                                       c_scale=v["c_scale"], split=split, seed=seed, horopca_steps=horopca_steps)
-        except (ValueError, FileNotFoundError) as e:   # a Euclidean model, a missing file: say so, keep the controls alive
+            fig, tab = entailment_view(
+                bank[v["model"]],
+                scene_at(v["scene"]),
+                K=v["K"],
+                apex=0 if v["apex"] is None else v["apex"],
+                c_scale=v["c_scale"],
+                split=split,
+                seed=seed,
+                horopca_steps=horopca_steps,
+            )
+        except (
+            ValueError,
+            FileNotFoundError,
+        ) as e:  # a Euclidean model, a missing file: say so, keep the controls alive
             box.error, message.value = str(e), f"<b style='color:crimson'>{e}</b>"
             return
         box.figure, box.table, box.error, message.value = fig, tab, None, ""
@@ -272,14 +426,15 @@ def entailment_explorer(models, scenes: Sequence | None = None, K: float = 0.1, 
 
     def on_scene(change):
         s = scene_at(change["new"])
-        controls["apex"].unobserve(refresh, names="value")   # new options must not trigger a view of the old scene
+        controls["apex"].unobserve(refresh, names="value")  # new options must not trigger a view of the old scene
         controls["apex"].options = [(f"{r}: {t}", i) for i, (r, t) in enumerate(zip(s.roles, s.texts))]
         controls["apex"].value = 0
         controls["apex"].observe(refresh, names="value")
         refresh()
 
     controls["scene"].observe(on_scene, names="value")
-    for k in ("model", "apex", "K", "c_scale"): controls[k].observe(refresh, names="value")
+    for k in ("model", "apex", "K", "c_scale"):
+        controls[k].observe(refresh, names="value")
     box.refresh = refresh
     refresh()
     return box
@@ -287,74 +442,119 @@ def entailment_explorer(models, scenes: Sequence | None = None, K: float = 0.1, 
 # %% ../../nbs/ui/00_widgets.ipynb #1306f3a9
 RESULT_COLUMNS = ("recipe", "seed", "metric", "value")
 
+
 def load_results(results) -> pd.DataFrame:
-    "Long results frame (recipe, seed, metric, value[, chance]) from a results.json path/folder, its dict, run_compare's output, rows or a DataFrame."
+    """Long results frame (recipe, seed, metric, value[, chance]) from a results.json path/folder, its dict,
+    run_compare's output, rows or a DataFrame."""
     src = results
     if isinstance(results, (str, Path)):
         path = Path(results)
-        if path.is_dir(): path = path / "results.json"
-        if not path.is_file(): raise FileNotFoundError(f"no compare results at {path}")
-        try: results = json.loads(path.read_text())
-        except json.JSONDecodeError as e: raise ValueError(f"{path}: not valid JSON ({e})") from None
+        if path.is_dir():
+            path = path / "results.json"
+        if not path.is_file():
+            raise FileNotFoundError(f"no compare results at {path}")
+        try:
+            results = json.loads(path.read_text())
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: not valid JSON ({e})") from None
     if isinstance(results, Mapping):
-        if "rows" in results: results = results["rows"]
-        elif "results" in results: results = results["results"]
-        else: raise ValueError(f"results: a mapping needs 'rows' (results.json) or 'results' (run_compare), has {sorted(results)}")
+        if "rows" in results:
+            results = results["rows"]
+        elif "results" in results:
+            results = results["results"]
+        else:
+            raise ValueError(
+                f"results: a mapping needs 'rows' (results.json) or 'results' (run_compare), has {sorted(results)}"
+            )
     df = results.copy() if isinstance(results, pd.DataFrame) else pd.DataFrame(list(results))
     missing = [c for c in RESULT_COLUMNS if c not in df.columns]
-    if missing: raise ValueError(f"results{f' from {src}' if isinstance(src, (str, Path)) else ''}: missing column(s) "
-                                 f"{missing} (has {list(df.columns)})")
-    if "chance" not in df: df["chance"] = np.nan
+    if missing:
+        raise ValueError(
+            f"results{f' from {src}' if isinstance(src, (str, Path)) else ''}: missing column(s) "
+            f"{missing} (has {list(df.columns)})"
+        )
+    if "chance" not in df:
+        df["chance"] = np.nan
     df["value"] = pd.to_numeric(df["value"], errors="coerce")
-    df["chance"] = pd.to_numeric(df["chance"], errors="coerce")   # JSON null -> NaN
+    df["chance"] = pd.to_numeric(df["chance"], errors="coerce")  # JSON null -> NaN
     return df
 
-def run_browser_view(results, metric: str, recipes: Sequence[str] | None = None, seeds: Sequence[int] | None = None,
-                     confidence: float = 0.95) -> tuple[go.Figure, pd.DataFrame]:
+
+def run_browser_view(
+    results,
+    metric: str,
+    recipes: Sequence[str] | None = None,
+    seeds: Sequence[int] | None = None,
+    confidence: float = 0.95,
+) -> tuple[go.Figure, pd.DataFrame]:
     """Ablation bars (mean ± t-interval over `seeds`) of `metric` for `recipes` (default: all with that metric), each
     seed a dot, chance as a dashed line; and the table (recipe, n, mean, std, low, high, half_width, chance, seeds)."""
     df = load_results(results)
     sub = df[df.metric == metric]
-    if sub.empty: raise ValueError(f"metric: {metric!r} not in results (metrics: {sorted(set(df.metric))})")
+    if sub.empty:
+        raise ValueError(f"metric: {metric!r} not in results (metrics: {sorted(set(df.metric))})")
     if seeds is not None:
         seeds = list(seeds)
-        if not seeds: raise ValueError("seeds: empty selection")
+        if not seeds:
+            raise ValueError("seeds: empty selection")
         sub = sub[sub.seed.isin(seeds)]
-        if sub.empty: raise ValueError(f"seeds: no {metric!r} results for seeds {seeds} (have {sorted(set(df.seed))})")
+        if sub.empty:
+            raise ValueError(f"seeds: no {metric!r} results for seeds {seeds} (have {sorted(set(df.seed))})")
     recipes = list(dict.fromkeys(sub.recipe)) if recipes is None else list(recipes)
-    if not recipes: raise ValueError("recipes: empty selection")
+    if not recipes:
+        raise ValueError("recipes: empty selection")
     unknown = [r for r in recipes if r not in set(sub.recipe)]
-    if unknown: raise ValueError(f"recipes: {unknown} have no {metric!r} results (have {list(dict.fromkeys(sub.recipe))})")
+    if unknown:
+        raise ValueError(f"recipes: {unknown} have no {metric!r} results (have {list(dict.fromkeys(sub.recipe))})")
     sub = sub[sub.recipe.isin(recipes)]
     table = confidence_intervals(sub, metric, recipes, confidence)
     g = sub.groupby("recipe")
     table["chance"] = table.recipe.map(g.chance.mean())
     table["seeds"] = table.recipe.map(g.seed.apply(lambda s: ",".join(map(str, sorted(s)))))
     fig = ablation_bars_figure(sub, metric, recipes, confidence)
-    fig.add_trace(go.Scatter(x=sub.recipe, y=sub.value, mode="markers", name="seeds", text=[f"seed {s}" for s in sub.seed],
-                             marker=dict(color="black", size=6, opacity=0.6)))
+    fig.add_trace(
+        go.Scatter(
+            x=sub.recipe,
+            y=sub.value,
+            mode="markers",
+            name="seeds",
+            text=[f"seed {s}" for s in sub.seed],
+            marker=dict(color="black", size=6, opacity=0.6),
+        )
+    )
     chance = table.chance.dropna()
-    if len(chance): fig.add_hline(y=float(chance.mean()), line_dash="dash", line_color="gray",
-                                  annotation_text=f"chance {float(chance.mean()):.3g}")
+    if len(chance):
+        fig.add_hline(
+            y=float(chance.mean()),
+            line_dash="dash",
+            line_color="gray",
+            annotation_text=f"chance {float(chance.mean()):.3g}",
+        )
     fig.update_layout(showlegend=False)
     return fig, table
 
 # %% ../../nbs/ui/00_widgets.ipynb #91aef638
 def run_browser(results, metric: str | None = None, confidence: float = 0.95):
     """An ipywidgets VBox over `run_browser_view`: metric dropdown, recipe and seed multi-selects.
-    `results`: results.json path/folder, DataFrame, ... (see `load_results`). Attributes: controls, figure, table, error."""
+    `results`: results.json path/folder, DataFrame, ... (see `load_results`). Attributes: controls, figure, table,
+    error."""
     W = _ipywidgets()
     df = load_results(results)
     metrics = sorted(set(df.metric))
     if metric is None:
         from hierbench.ledger.report import KEY_METRICS
+
         metric = next((m for m in KEY_METRICS if m in metrics), metrics[0])
-    if metric not in metrics: raise ValueError(f"metric: {metric!r} not in results (metrics: {metrics})")
+    if metric not in metrics:
+        raise ValueError(f"metric: {metric!r} not in results (metrics: {metrics})")
     recipes, seeds = list(dict.fromkeys(df.recipe)), sorted(set(df.seed))
-    controls = dict(metric=W.Dropdown(options=metrics, value=metric, description="metric"),
-                    recipes=W.SelectMultiple(options=recipes, value=tuple(recipes), description="recipes",
-                                             rows=min(10, len(recipes))),
-                    seeds=W.SelectMultiple(options=seeds, value=tuple(seeds), description="seeds", rows=min(5, len(seeds))))
+    controls = dict(
+        metric=W.Dropdown(options=metrics, value=metric, description="metric"),
+        recipes=W.SelectMultiple(
+            options=recipes, value=tuple(recipes), description="recipes", rows=min(10, len(recipes))
+        ),
+        seeds=W.SelectMultiple(options=seeds, value=tuple(seeds), description="seeds", rows=min(5, len(seeds))),
+    )
     message, out = W.HTML(), W.Output()
     box = W.VBox([W.HBox(list(controls.values())), message, out])
     box.controls, box.figure, box.table, box.error = controls, None, None, None
@@ -362,15 +562,17 @@ def run_browser(results, metric: str | None = None, confidence: float = 0.95):
     def refresh(*_):
         m, rs, ss = controls["metric"].value, list(controls["recipes"].value), list(controls["seeds"].value)
         have = set(df[df.metric == m].recipe)
-        rs = [r for r in rs if r in have]   # recipes without this metric (e.g. no PEP for Euclidean runs) are skipped
-        try: fig, tab = run_browser_view(df, m, rs, ss, confidence)
+        rs = [r for r in rs if r in have]  # recipes without this metric (e.g. no PEP for Euclidean runs) are skipped
+        try:
+            fig, tab = run_browser_view(df, m, rs, ss, confidence)
         except ValueError as e:
             box.error, message.value = str(e), f"<b style='color:crimson'>{e}</b>"
             return
         box.figure, box.table, box.error, message.value = fig, tab, None, ""
         _show(out, fig, tab.round(4))
 
-    for w in controls.values(): w.observe(refresh, names="value")
+    for w in controls.values():
+        w.observe(refresh, names="value")
     box.refresh = refresh
     refresh()
     return box

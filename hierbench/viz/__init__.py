@@ -7,7 +7,7 @@ Docs: https://hierbench.github.io/hierbench/viz/front_door.html.md"""
 # %% auto #0
 __all__ = []
 
-# %% ../../nbs/viz/03_front_door.ipynb #b0f67f77
+# %% ../../nbs/viz/03_front_door.ipynb #8dd0d8092fe74a7c96281538738b07e2
 from ..layout import wing_front_door
 
-__getattr__, __dir__ = wing_front_door(__name__, 'figures')
+__getattr__, __dir__ = wing_front_door(__name__, "figures")

@@ -1,4 +1,5 @@
-"""HoroPCA, PCA and UMAP views of embeddings, norm distributions, entailment-cone diagrams, training curves and sweep bars: pure functions that return plotly figures.
+"""HoroPCA, PCA and UMAP views of embeddings, norm distributions, entailment-cone diagrams, training
+curves and sweep bars: pure functions that return plotly figures.
 
 Docs: https://hierbench.github.io/hierbench/viz/figures.html.md"""
 
@@ -6,9 +7,9 @@ Docs: https://hierbench.github.io/hierbench/viz/figures.html.md"""
 
 # %% ../../nbs/viz/01_figures.ipynb #479cbf58
 from __future__ import annotations
-import math, warnings
+import math
+import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -17,14 +18,75 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..geometry import dist0, exterior_angle, half_aperture, lorentz_to_poincare, pairwise_dist
-from ..evaluation.metrics import pep_score, saturated_fraction  # ARGENT's PEP score (numpy or torch) and saturation measure
+from hierbench.evaluation.metrics import (
+    pep_score,
+    saturated_fraction,
+)  # ARGENT's PEP score (numpy or torch) and saturation measure
 from ..stats import t_half_width
+
 # HoroPCA and its Poincaré-ball toolkit (hierbench.viz.horopca), also reachable here as hierbench.viz.figures.NAME
-from .horopca import (HoroPCA, as_float64, frechet_objective, horopca_objective, busemann, check_in_ball,
-                               frechet_mean, horo_project, mobius_add, poincare_dist, poincare_exp0, poincare_log0,
-                               random_tree_embeddings)
-_all_ = ['HoroPCA', 'busemann', 'check_in_ball', 'frechet_mean', 'horo_project', 'mobius_add', 'poincare_dist',
-         'poincare_exp0', 'poincare_log0', 'random_tree_embeddings']
+from hierbench.viz.horopca import (
+    HoroPCA,
+    as_float64,
+    frechet_objective,  # noqa: F401 (re-exported here)
+    horopca_objective,  # noqa: F401 (re-exported here)
+    busemann,
+    check_in_ball,
+    frechet_mean,
+    horo_project,
+    mobius_add,
+    poincare_dist,
+    poincare_exp0,
+    poincare_log0,
+    random_tree_embeddings,
+)
+
+_all_ = [
+    "HoroPCA",
+    "busemann",
+    "check_in_ball",
+    "frechet_mean",
+    "horo_project",
+    "mobius_add",
+    "poincare_dist",
+    "poincare_exp0",
+    "poincare_log0",
+    "random_tree_embeddings",
+]
+
+# %% auto #0
+__all__ = [
+    "PROJECTION_METHODS",
+    "ANGLE_COLOURS",
+    "project_2d",
+    "projection_figure",
+    "horopca_figure",
+    "projection_comparison_figure",
+    "embedding_norms",
+    "norms_table",
+    "norm_distribution_figure",
+    "entailment_table",
+    "entailment_plane",
+    "cone_boundary",
+    "entailment_disk_figure",
+    "aperture_saturation_figure",
+    "training_curves_figure",
+    "TrainingHealth",
+    "pep_curves_figure",
+    "angle_histograms_figure",
+    "confidence_intervals",
+    "ablation_bars_figure",
+    "HoroPCA",
+    "busemann",
+    "check_in_ball",
+    "frechet_mean",
+    "horo_project",
+    "mobius_add",
+    "poincare_dist",
+    "poincare_exp0",
+    "poincare_log0",
+    "random_tree_embeddings",
+]
 
 # %% auto #0
 __all__ = ['PROJECTION_METHODS', 'ANGLE_COLOURS', 'project_2d', 'projection_figure', 'horopca_figure',
@@ -38,26 +100,35 @@ __all__ = ['PROJECTION_METHODS', 'ANGLE_COLOURS', 'project_2d', 'projection_figu
 # %% ../../nbs/viz/01_figures.ipynb #01682476
 PROJECTION_METHODS = ("horopca", "pca", "umap")
 
+
 def _check_geometry(geometry: str) -> str:
-    if geometry not in ("lorentz", "euclidean"): raise ValueError(f"geometry: expected 'lorentz' or 'euclidean', got {geometry!r}")
+    if geometry not in ("lorentz", "euclidean"):
+        raise ValueError(f"geometry: expected 'lorentz' or 'euclidean', got {geometry!r}")
     return geometry
 
-def project_2d(embeddings, method: str = "horopca", geometry: str = "lorentz", c: float = 1.0, seed: int = 0,
-               **method_kwargs) -> np.ndarray:
+
+def project_2d(
+    embeddings, method: str = "horopca", geometry: str = "lorentz", c: float = 1.0, seed: int = 0, **method_kwargs
+) -> np.ndarray:
     "Embeddings (N, D) -> (N, 2) coordinates by `method` in ('horopca', 'pca', 'umap')."
-    if method not in PROJECTION_METHODS: raise ValueError(f"method: expected one of {PROJECTION_METHODS}, got {method!r}")
+    if method not in PROJECTION_METHODS:
+        raise ValueError(f"method: expected one of {PROJECTION_METHODS}, got {method!r}")
     _check_geometry(geometry)
     x = as_float64(embeddings, "embeddings")
     if x.ndim != 2 or x.shape[1] < 2 or len(x) < 3:
         raise ValueError(f"embeddings: need shape (N ≥ 3, D ≥ 2), got {tuple(x.shape)}")
     if method == "horopca":
-        if geometry != "lorentz": raise ValueError("method 'horopca' needs hyperbolic (geometry='lorentz') embeddings")
+        if geometry != "lorentz":
+            raise ValueError("method 'horopca' needs hyperbolic (geometry='lorentz') embeddings")
         return HoroPCA(n_components=2, seed=seed, **method_kwargs).fit_transform(x, c)
     if method == "pca":
         from sklearn.decomposition import PCA
+
         return PCA(n_components=2, random_state=seed, **method_kwargs).fit_transform(x.numpy())
-    try: import umap  # heavy (numba); only when asked for
-    except ImportError as e: raise ImportError("method='umap' needs umap-learn: pip install -e '.[lab]'") from e
+    try:
+        import umap  # heavy (numba); only when asked for
+    except ImportError as e:
+        raise ImportError("method='umap' needs umap-learn: pip install -e '.[lab]'") from e
     kw = dict(n_neighbors=min(15, len(x) - 1), random_state=seed) | method_kwargs
     with warnings.catch_warnings():
         # expected and harmless here: no inverse_transform with a precomputed metric; a seed forces one thread
@@ -65,36 +136,68 @@ def project_2d(embeddings, method: str = "horopca", geometry: str = "lorentz", c
         warnings.filterwarnings("ignore", message="n_jobs value .* overridden", category=UserWarning)
         if geometry == "lorentz":
             dist = pairwise_dist(x, x, c).numpy()
-            np.fill_diagonal(dist, 0.0)   # the matmul formula leaves ~1e-8 on the diagonal; UMAP expects exact zeros
+            np.fill_diagonal(dist, 0.0)  # the matmul formula leaves ~1e-8 on the diagonal; UMAP expects exact zeros
             return umap.UMAP(n_components=2, metric="precomputed", **kw).fit_transform(dist)
         return umap.UMAP(n_components=2, metric="cosine", **kw).fit_transform(x.numpy())
 
 # %% ../../nbs/viz/01_figures.ipynb #ace6efc3
 def _unit_circle(n: int = 256, **line) -> go.Scatter:
     t = np.linspace(0, 2 * np.pi, n)
-    return go.Scatter(x=np.cos(t), y=np.sin(t), mode="lines", line=dict(color="lightgray", width=1, **line),
-                      hoverinfo="skip", showlegend=False, name="boundary")
+    return go.Scatter(
+        x=np.cos(t),
+        y=np.sin(t),
+        mode="lines",
+        line=dict(color="lightgray", width=1, **line),
+        hoverinfo="skip",
+        showlegend=False,
+        name="boundary",
+    )
+
 
 def _groups(labels, n: int) -> list[tuple[str, np.ndarray]]:
     "(label, row indices) for each distinct label in order of first appearance; one group 'points' when labels is None."
-    if labels is None: return [("points", np.arange(n))]
+    if labels is None:
+        return [("points", np.arange(n))]
     labels = np.asarray(labels)
-    if labels.shape != (n,): raise ValueError(f"labels: expected {n} labels, got shape {labels.shape}")
+    if labels.shape != (n,):
+        raise ValueError(f"labels: expected {n} labels, got shape {labels.shape}")
     _, first = np.unique(labels, return_index=True)
     return [(str(labels[i]), np.flatnonzero(labels == labels[i])) for i in np.sort(first)]
 
-def projection_figure(embeddings, method: str = "horopca", labels=None, geometry: str = "lorentz", c: float = 1.0,
-                      hover=None, seed: int = 0, title: str | None = None, **method_kwargs) -> go.Figure:
+
+def projection_figure(
+    embeddings,
+    method: str = "horopca",
+    labels=None,
+    geometry: str = "lorentz",
+    c: float = 1.0,
+    hover=None,
+    seed: int = 0,
+    title: str | None = None,
+    **method_kwargs,
+) -> go.Figure:
     "Scatter of `project_2d(embeddings, method)` coloured by `labels` (N,); `hover` (N,) strings shown on hover."
     xy = project_2d(embeddings, method, geometry=geometry, c=c, seed=seed, **method_kwargs)
     hover = None if hover is None else np.asarray(hover, dtype=object)
     fig = go.Figure()
-    if method == "horopca": fig.add_trace(_unit_circle())
+    if method == "horopca":
+        fig.add_trace(_unit_circle())
     for name, idx in _groups(labels, len(xy)):
-        fig.add_trace(go.Scatter(x=xy[idx, 0], y=xy[idx, 1], mode="markers", name=name, marker=dict(size=6),
-                                 text=None if hover is None else hover[idx]))
-    fig.update_layout(title=title or f"{method.upper() if method != 'horopca' else 'HoroPCA'} of {len(xy)} embeddings",
-                      template="plotly_white", legend_title_text="label")
+        fig.add_trace(
+            go.Scatter(
+                x=xy[idx, 0],
+                y=xy[idx, 1],
+                mode="markers",
+                name=name,
+                marker=dict(size=6),
+                text=None if hover is None else hover[idx],
+            )
+        )
+    fig.update_layout(
+        title=title or f"{method.upper() if method != 'horopca' else 'HoroPCA'} of {len(xy)} embeddings",
+        template="plotly_white",
+        legend_title_text="label",
+    )
     if method == "horopca":
         fig.update_xaxes(range=[-1.05, 1.05], visible=False)
         fig.update_yaxes(range=[-1.05, 1.05], visible=False, scaleanchor="x", scaleratio=1)
@@ -105,24 +208,59 @@ def horopca_figure(embeddings, c: float = 1.0, labels=None, **kwargs) -> go.Figu
     "HoroPCA scatter of Lorentz `embeddings` (N, D) in the unit disk: `projection_figure(..., method='horopca')`."
     return projection_figure(embeddings, "horopca", labels=labels, geometry="lorentz", c=c, **kwargs)
 
-def projection_comparison_figure(embeddings, methods: Sequence[str] = ("horopca", "pca"), labels=None,
-                                 geometry: str = "lorentz", c: float = 1.0, seed: int = 0, title: str | None = None,
-                                 horopca_kwargs: Mapping | None = None) -> go.Figure:
+
+def projection_comparison_figure(
+    embeddings,
+    methods: Sequence[str] = ("horopca", "pca"),
+    labels=None,
+    geometry: str = "lorentz",
+    c: float = 1.0,
+    seed: int = 0,
+    title: str | None = None,
+    horopca_kwargs: Mapping | None = None,
+) -> go.Figure:
     "The same embeddings under several `methods`, side by side (one column each; one legend entry per label)."
     fig = make_subplots(rows=1, cols=len(methods), subplot_titles=[m if m != "horopca" else "HoroPCA" for m in methods])
-    palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
+    palette = [
+        "#1f77b4",
+        "#ff7f0e",
+        "#2ca02c",
+        "#d62728",
+        "#9467bd",
+        "#8c564b",
+        "#e377c2",
+        "#7f7f7f",
+        "#bcbd22",
+        "#17becf",
+    ]
     for col, method in enumerate(methods, start=1):
         kw = dict(horopca_kwargs or {}) if method == "horopca" else {}
         xy = project_2d(embeddings, method, geometry=geometry, c=c, seed=seed, **kw)
         if method == "horopca":
             fig.add_trace(_unit_circle(), row=1, col=col)
             fig.update_xaxes(range=[-1.05, 1.05], visible=False, row=1, col=col)
-            fig.update_yaxes(range=[-1.05, 1.05], visible=False, row=1, col=col,
-                             scaleanchor="x" if col == 1 else f"x{col}", scaleratio=1)
+            fig.update_yaxes(
+                range=[-1.05, 1.05],
+                visible=False,
+                row=1,
+                col=col,
+                scaleanchor="x" if col == 1 else f"x{col}",
+                scaleratio=1,
+            )
         for i, (name, idx) in enumerate(_groups(labels, len(xy))):
-            fig.add_trace(go.Scatter(x=xy[idx, 0], y=xy[idx, 1], mode="markers", name=name, legendgroup=name,
-                                     showlegend=col == 1, marker=dict(size=6, color=palette[i % len(palette)])),
-                          row=1, col=col)
+            fig.add_trace(
+                go.Scatter(
+                    x=xy[idx, 0],
+                    y=xy[idx, 1],
+                    mode="markers",
+                    name=name,
+                    legendgroup=name,
+                    showlegend=col == 1,
+                    marker=dict(size=6, color=palette[i % len(palette)]),
+                ),
+                row=1,
+                col=col,
+            )
     fig.update_layout(title=title or "Projections", template="plotly_white", height=450, width=420 * len(methods))
     return fig
 
@@ -130,13 +268,21 @@ def projection_comparison_figure(embeddings, methods: Sequence[str] = ("horopca"
 def embedding_norms(embs, geometry: str = "lorentz", c: float = 1.0) -> np.ndarray:
     "Distance to the origin (N,) of embeddings (N, D): `d(O, x)` for 'lorentz', the L2 norm for 'euclidean'."
     x = as_float64(embs, "embeddings")
-    if x.ndim != 2: raise ValueError(f"embeddings: expected shape (N, D), got {tuple(x.shape)}")
-    if _check_geometry(geometry) == "euclidean": return x.norm(dim=-1).numpy()
-    if not c > 0: raise ValueError(f"c: curvature magnitude must be > 0, got {c}")
+    if x.ndim != 2:
+        raise ValueError(f"embeddings: expected shape (N, D), got {tuple(x.shape)}")
+    if _check_geometry(geometry) == "euclidean":
+        return x.norm(dim=-1).numpy()
+    if not c > 0:
+        raise ValueError(f"c: curvature magnitude must be > 0, got {c}")
     return dist0(x, c).numpy()
 
-def norms_table(embeddings: Mapping[str, object], geometry: str = "lorentz", c: float = 1.0,
-                levels: Mapping[str, Sequence] | None = None) -> pd.DataFrame:
+
+def norms_table(
+    embeddings: Mapping[str, object],
+    geometry: str = "lorentz",
+    c: float = 1.0,
+    levels: Mapping[str, Sequence] | None = None,
+) -> pd.DataFrame:
     "Long table (modality, level, norm) from {modality: embeddings (N, D)} and optional {modality: levels (N,)}."
     frames = []
     for modality, embs in embeddings.items():
@@ -145,38 +291,62 @@ def norms_table(embeddings: Mapping[str, object], geometry: str = "lorentz", c: 
         if lv is not None and len(lv) != len(norms):
             raise ValueError(f"levels[{modality!r}]: {len(lv)} levels for {len(norms)} embeddings")
         frames.append(pd.DataFrame(dict(modality=modality, level=lv if lv is not None else "all", norm=norms)))
-    if not frames: raise ValueError("embeddings: empty mapping")
+    if not frames:
+        raise ValueError("embeddings: empty mapping")
     return pd.concat(frames, ignore_index=True)
 
 # %% ../../nbs/viz/01_figures.ipynb #840d75b8
 def _norms_frame(norms) -> pd.DataFrame:
     if isinstance(norms, pd.DataFrame):
         missing = {"modality", "norm"} - set(norms.columns)
-        if missing: raise ValueError(f"norms: DataFrame lacks column(s) {sorted(missing)} (has {list(norms.columns)})")
+        if missing:
+            raise ValueError(f"norms: DataFrame lacks column(s) {sorted(missing)} (has {list(norms.columns)})")
         df = norms.copy()
-        if "level" not in df: df["level"] = "all"
+        if "level" not in df:
+            df["level"] = "all"
     elif isinstance(norms, Mapping):
-        if not norms: raise ValueError("norms: empty mapping")
-        df = pd.concat([pd.DataFrame(dict(modality=str(k), level="all", norm=np.asarray(v, dtype=float).ravel()))
-                        for k, v in norms.items()], ignore_index=True)
+        if not norms:
+            raise ValueError("norms: empty mapping")
+        df = pd.concat(
+            [
+                pd.DataFrame(dict(modality=str(k), level="all", norm=np.asarray(v, dtype=float).ravel()))
+                for k, v in norms.items()
+            ],
+            ignore_index=True,
+        )
         empty = [k for k, v in norms.items() if np.asarray(v).size == 0]
-        if empty: raise ValueError(f"norms: group(s) {empty} are empty")
-    else: raise TypeError(f"norms: expected dict[str, array] or DataFrame, got {type(norms).__name__}")
+        if empty:
+            raise ValueError(f"norms: group(s) {empty} are empty")
+    else:
+        raise TypeError(f"norms: expected dict[str, array] or DataFrame, got {type(norms).__name__}")
     df["norm"] = pd.to_numeric(df["norm"], errors="coerce")
-    if not np.isfinite(df["norm"].to_numpy()).all(): raise ValueError("norms: contains NaN, inf or non-numeric values")
+    if not np.isfinite(df["norm"].to_numpy()).all():
+        raise ValueError("norms: contains NaN, inf or non-numeric values")
     df["level"] = df["level"].astype(str)
     return df
 
+
 def norm_distribution_figure(norms, kind: str = "violin", title: str | None = None) -> go.Figure:
     """Distribution of distances to the origin per modality (one trace each) and per level (x axis of the violins).
-    `norms`: {group: norms} or a DataFrame with columns modality, norm and optionally level. `kind`: 'violin' | 'hist'."""
-    if kind not in ("violin", "hist"): raise ValueError(f"kind: expected 'violin' or 'hist', got {kind!r}")
+    `norms`: {group: norms} or a DataFrame with columns modality, norm and optionally level. `kind`: 'violin' |
+    'hist'."""
+    if kind not in ("violin", "hist"):
+        raise ValueError(f"kind: expected 'violin' or 'hist', got {kind!r}")
     df = _norms_frame(norms)
     fig = go.Figure()
     for modality, g in df.groupby("modality", sort=False):
         if kind == "violin":
-            fig.add_trace(go.Violin(x=g["level"], y=g["norm"], name=str(modality), box_visible=True,
-                                    meanline_visible=True, points=False, scalemode="width"))
+            fig.add_trace(
+                go.Violin(
+                    x=g["level"],
+                    y=g["norm"],
+                    name=str(modality),
+                    box_visible=True,
+                    meanline_visible=True,
+                    points=False,
+                    scalemode="width",
+                )
+            )
         else:
             fig.add_trace(go.Histogram(x=g["norm"], name=str(modality), opacity=0.6, histnorm="probability density"))
     if kind == "violin":
@@ -189,44 +359,67 @@ def norm_distribution_figure(norms, kind: str = "violin", title: str | None = No
 # %% ../../nbs/viz/01_figures.ipynb #5dc8abef
 def _parent_children(parent, children) -> tuple[torch.Tensor, torch.Tensor]:
     x, ys = as_float64(parent, "parent"), as_float64(children, "children")
-    if ys.ndim == 1: ys = ys[None]
+    if ys.ndim == 1:
+        ys = ys[None]
     if x.ndim != 1 or ys.ndim != 2 or ys.shape[1] != x.shape[0] or len(ys) == 0:
-        raise ValueError(f"parent/children: expected shapes (D,) and (M, D), got {tuple(x.shape)} and {tuple(ys.shape)}")
-    if x.norm() == 0: raise ValueError("parent: the origin has no cone axis (exterior angles are undefined there)")
+        raise ValueError(
+            f"parent/children: expected shapes (D,) and (M, D), got {tuple(x.shape)} and {tuple(ys.shape)}"
+        )
+    if x.norm() == 0:
+        raise ValueError("parent: the origin has no cone axis (exterior angles are undefined there)")
     return x, ys
 
-def entailment_table(parent, children, c: float = 1.0, K: float = 0.1, names: Sequence[str] | None = None) -> pd.DataFrame:
+
+def entailment_table(
+    parent, children, c: float = 1.0, K: float = 0.1, names: Sequence[str] | None = None
+) -> pd.DataFrame:
     "Per child of Lorentz `parent` (D,): exterior angle φ, half-aperture ω, inside-cone flag and PEP score."
     x, ys = _parent_children(parent, children)
     phi = exterior_angle(x.expand_as(ys), ys, c).numpy()
     omega = float(half_aperture(x[None], c, K)[0])
     names = [f"child {i}" for i in range(len(ys))] if names is None else list(names)
-    if len(names) != len(ys): raise ValueError(f"names: {len(names)} names for {len(ys)} children")
+    if len(names) != len(ys):
+        raise ValueError(f"names: {len(names)} names for {len(ys)} children")
     return pd.DataFrame(dict(child=names, phi=phi, omega=omega, inside_cone=phi <= omega, pep=pep_score(phi)))
 
 # %% ../../nbs/viz/01_figures.ipynb #ee97badd
 def entailment_plane(parent, children) -> tuple[torch.Tensor, torch.Tensor]:
-    "Lorentz parent (D,) and children (M, D) -> parent (2,) and children (M, 2) in the planes (parent axis, child offset)."
+    """Lorentz parent (D,) and children (M, D) -> parent (2,) and children (M, 2) in the planes (parent axis, child
+    offset)."""
     x, ys = _parent_children(parent, children)
     e = x / x.norm()
     along = ys @ e
-    return torch.stack([x.norm(), torch.zeros((), dtype=x.dtype)]), torch.stack([along, (ys - along[:, None] * e).norm(dim=-1)], -1)
+    return torch.stack([x.norm(), torch.zeros((), dtype=x.dtype)]), torch.stack(
+        [along, (ys - along[:, None] * e).norm(dim=-1)], -1
+    )
+
 
 def cone_boundary(parent_disk, omega: float, n: int = 100) -> tuple[np.ndarray, np.ndarray]:
-    "Points (n, 2) of the two boundary rays (+ω, −ω) of the cone at Poincaré-disk point `parent_disk` (2,), from P to ≈ the rim."
+    """Points (n, 2) of the two boundary rays (+ω, −ω) of the cone at Poincaré-disk point `parent_disk` (2,), from P to
+    ≈ the rim."""
     P = as_float64(parent_disk, "parent_disk")
     r = P.norm()
     radial = P / r if r > 0 else torch.tensor([1.0, 0.0], dtype=torch.float64)
-    s = torch.tanh(torch.linspace(0, 16, n, dtype=torch.float64) / 2)[:, None]   # equal hyperbolic steps, up to 1 − 2e-7
+    s = torch.tanh(torch.linspace(0, 16, n, dtype=torch.float64) / 2)[:, None]  # equal hyperbolic steps, up to 1 − 2e-7
     rays = []
     for sign in (1.0, -1.0):
         a = sign * omega
-        u = torch.stack([radial[0] * math.cos(a) - radial[1] * math.sin(a), radial[0] * math.sin(a) + radial[1] * math.cos(a)])
+        u = torch.stack(
+            [radial[0] * math.cos(a) - radial[1] * math.sin(a), radial[0] * math.sin(a) + radial[1] * math.cos(a)]
+        )
         rays.append(mobius_add(P.expand(n, 2), s * u).numpy())
     return rays[0], rays[1]
 
-def entailment_disk_figure(parent, children, c: float = 1.0, K: float = 0.1, labels: Sequence[str] | None = None,
-                           parent_label: str = "parent", title: str | None = None) -> go.Figure:
+
+def entailment_disk_figure(
+    parent,
+    children,
+    c: float = 1.0,
+    K: float = 0.1,
+    labels: Sequence[str] | None = None,
+    parent_label: str = "parent",
+    title: str | None = None,
+) -> go.Figure:
     """Poincaré-disk diagram of a Lorentz `parent` (D,), its entailment cone and its `children` (M, D).
     Traces: disk boundary, cone (filled), geodesic O→parent, parent, children (green inside the cone, red outside)."""
     tab = entailment_table(parent, children, c, K, names=labels)
@@ -236,81 +429,160 @@ def entailment_disk_figure(parent, children, c: float = 1.0, K: float = 0.1, lab
     omega = float(tab.omega.iloc[0])
     plus, minus = cone_boundary(P, omega)
     a_plus, a_minus = math.atan2(plus[-1, 1], plus[-1, 0]), math.atan2(minus[-1, 1], minus[-1, 0])
-    arc = np.linspace(a_plus, a_minus, 64)   # along the rim through angle 0, where the cone opens
+    arc = np.linspace(a_plus, a_minus, 64)  # along the rim through angle 0, where the cone opens
     rim = np.stack([np.cos(arc), np.sin(arc)], -1) * np.linalg.norm(plus[-1])
     cone = np.concatenate([plus, rim, minus[::-1]])
     hover = [f"{r.child}<br>φ = {r.phi:.3f}<br>ω = {r.omega:.3f}<br>PEP = {r.pep:.3f}" for r in tab.itertuples()]
-    fig = go.Figure([
-        _unit_circle(),
-        go.Scatter(x=cone[:, 0], y=cone[:, 1], fill="toself", mode="lines", name=f"cone (ω = {omega:.3f})",
-                   line=dict(color="rgba(31,119,180,0.6)", width=1), fillcolor="rgba(31,119,180,0.15)", hoverinfo="skip"),
-        go.Scatter(x=[0, float(P[0])], y=[0, float(P[1])], mode="lines", name="geodesic O→parent",
-                   line=dict(color="gray", dash="dot"), hoverinfo="skip"),
-        go.Scatter(x=[float(P[0])], y=[float(P[1])], mode="markers+text", name=parent_label, text=[parent_label],
-                   textposition="bottom center", marker=dict(size=12, color="black", symbol="diamond")),
-        go.Scatter(x=Y[:, 0], y=Y[:, 1], mode="markers", name="children", text=hover, hoverinfo="text",
-                   marker=dict(size=9, color=np.where(tab.inside_cone, "seagreen", "crimson").tolist()))])
-    fig.update_layout(title=title or f"Entailment cone (c = {c:g}, K = {K:g}); {int(tab.inside_cone.sum())}/{len(tab)} children inside",
-                      template="plotly_white", showlegend=True)
+    fig = go.Figure(
+        [
+            _unit_circle(),
+            go.Scatter(
+                x=cone[:, 0],
+                y=cone[:, 1],
+                fill="toself",
+                mode="lines",
+                name=f"cone (ω = {omega:.3f})",
+                line=dict(color="rgba(31,119,180,0.6)", width=1),
+                fillcolor="rgba(31,119,180,0.15)",
+                hoverinfo="skip",
+            ),
+            go.Scatter(
+                x=[0, float(P[0])],
+                y=[0, float(P[1])],
+                mode="lines",
+                name="geodesic O→parent",
+                line=dict(color="gray", dash="dot"),
+                hoverinfo="skip",
+            ),
+            go.Scatter(
+                x=[float(P[0])],
+                y=[float(P[1])],
+                mode="markers+text",
+                name=parent_label,
+                text=[parent_label],
+                textposition="bottom center",
+                marker=dict(size=12, color="black", symbol="diamond"),
+            ),
+            go.Scatter(
+                x=Y[:, 0],
+                y=Y[:, 1],
+                mode="markers",
+                name="children",
+                text=hover,
+                hoverinfo="text",
+                marker=dict(size=9, color=np.where(tab.inside_cone, "seagreen", "crimson").tolist()),
+            ),
+        ]
+    )
+    fig.update_layout(
+        title=title
+        or f"Entailment cone (c = {c:g}, K = {K:g}); {int(tab.inside_cone.sum())}/{len(tab)} children inside",
+        template="plotly_white",
+        showlegend=True,
+    )
     fig.update_xaxes(range=[-1.05, 1.05], visible=False)
     fig.update_yaxes(range=[-1.05, 1.05], visible=False, scaleanchor="x", scaleratio=1)
     return fig
 
 # %% ../../nbs/viz/01_figures.ipynb #92ddddae
 def _saturation_series(history, threshold: float) -> tuple[np.ndarray, np.ndarray]:
-    if isinstance(history, Mapping): items = list(history.items())
+    if isinstance(history, Mapping):
+        items = list(history.items())
     else:
-        try: items = [(r["step"], r["omega"]) for r in history]
-        except (KeyError, TypeError) as e: raise ValueError(f"history: rows need keys 'step' and 'omega' ({e})") from None
-    if not items: raise ValueError("history: empty")
+        try:
+            items = [(r["step"], r["omega"]) for r in history]
+        except (KeyError, TypeError) as e:
+            raise ValueError(f"history: rows need keys 'step' and 'omega' ({e})") from None
+    if not items:
+        raise ValueError("history: empty")
     items.sort(key=lambda kv: kv[0])
     return np.array([k for k, _ in items], dtype=float), np.array([saturated_fraction(v, threshold) for _, v in items])
 
+
 def aperture_saturation_figure(history, threshold: float = 0.99, title: str | None = None) -> go.Figure:
     "Fraction of parents with ω ≥ threshold·π/2 against step; `history` = {step: ω (P,)} or {run: {step: ω}} or rows."
-    runs = history if isinstance(history, Mapping) and history and all(isinstance(k, str) for k in history) else {"run": history}
+    runs = (
+        history
+        if isinstance(history, Mapping) and history and all(isinstance(k, str) for k in history)
+        else {"run": history}
+    )
     fig = go.Figure()
     for name, h in runs.items():
         steps, frac = _saturation_series(h, threshold)
         fig.add_trace(go.Scatter(x=steps, y=frac, mode="lines+markers", name=str(name)))
-    fig.update_layout(title=title or f"Saturated cones (ω ≥ {threshold:g}·π/2)", xaxis_title="step",
-                      yaxis_title="fraction of parents", yaxis_range=[-0.02, 1.02], template="plotly_white")
+    fig.update_layout(
+        title=title or f"Saturated cones (ω ≥ {threshold:g}·π/2)",
+        xaxis_title="step",
+        yaxis_title="fraction of parents",
+        yaxis_range=[-0.02, 1.02],
+        template="plotly_white",
+    )
     return fig
 
 # %% ../../nbs/viz/01_figures.ipynb #b8e12ba4
 _PANELS = {  # metrics key -> panel title; any other numeric key is a loss term
-    "lr": "learning rate", "grad_norm": "gradient norm", "curvature": "curvature c", "curv": "curvature c",
-    "alpha_image": "lifting scale α", "alpha_text": "lifting scale α", "alpha_img": "lifting scale α",
-    "alpha_txt": "lifting scale α", "logit_scale": "logit scale", "health/norm_image": "embedding norms",
-    "health/norm_text": "embedding norms", "health/aperture_saturated": "saturated apertures",
-    "health/curv_min": "curvature c", "health/curv_max": "curvature c"}
+    "lr": "learning rate",
+    "grad_norm": "gradient norm",
+    "curvature": "curvature c",
+    "curv": "curvature c",
+    "alpha_image": "lifting scale α",
+    "alpha_text": "lifting scale α",
+    "alpha_img": "lifting scale α",
+    "alpha_txt": "lifting scale α",
+    "logit_scale": "logit scale",
+    "health/norm_image": "embedding norms",
+    "health/norm_text": "embedding norms",
+    "health/aperture_saturated": "saturated apertures",
+    "health/curv_min": "curvature c",
+    "health/curv_max": "curvature c",
+}
 _IGNORED = {"step", "time", "epoch"}
 
-def training_curves_figure(metrics_rows: Sequence[Mapping], keys: Sequence[str] | None = None,
-                           title: str | None = None) -> go.Figure:
+
+def training_curves_figure(
+    metrics_rows: Sequence[Mapping], keys: Sequence[str] | None = None, title: str | None = None
+) -> go.Figure:
     "One panel per kind of logged quantity (losses, lr, grad norm, curvature, α, logit scale) against step."
     rows = list(metrics_rows)
-    if not rows: raise ValueError("metrics_rows: empty (no metrics.jsonl lines?)")
+    if not rows:
+        raise ValueError("metrics_rows: empty (no metrics.jsonl lines?)")
     bad = [i for i, r in enumerate(rows) if not isinstance(r, Mapping) or "step" not in r]
-    if bad: raise ValueError(f"metrics_rows: row(s) {bad[:5]} have no 'step'")
-    seen = list(dict.fromkeys(k for r in rows for k, v in r.items()
-                              if k not in _IGNORED and isinstance(v, (int, float)) and not isinstance(v, bool)))
+    if bad:
+        raise ValueError(f"metrics_rows: row(s) {bad[:5]} have no 'step'")
+    seen = list(
+        dict.fromkeys(
+            k
+            for r in rows
+            for k, v in r.items()
+            if k not in _IGNORED and isinstance(v, (int, float)) and not isinstance(v, bool)
+        )
+    )
     if keys is not None:
         unknown = set(keys) - set(seen)
-        if unknown: raise ValueError(f"keys: {sorted(unknown)} not logged; logged: {seen}")
+        if unknown:
+            raise ValueError(f"keys: {sorted(unknown)} not logged; logged: {seen}")
         seen = [k for k in seen if k in keys]
-    panels = list(dict.fromkeys(["losses"] * any(k not in _PANELS for k in seen) + [_PANELS[k] for k in seen if k in _PANELS]))
-    if not panels: raise ValueError("metrics_rows: no numeric quantities besides step/time/epoch")
+    panels = list(
+        dict.fromkeys(["losses"] * any(k not in _PANELS for k in seen) + [_PANELS[k] for k in seen if k in _PANELS])
+    )
+    if not panels:
+        raise ValueError("metrics_rows: no numeric quantities besides step/time/epoch")
     fig = make_subplots(rows=len(panels), cols=1, shared_xaxes=True, subplot_titles=panels, vertical_spacing=0.06)
     dropped = 0
     for k in seen:
         pts = [(r["step"], r[k]) for r in rows if isinstance(r.get(k), (int, float))]
         ok = [(s, v) for s, v in pts if math.isfinite(v)]
         dropped += len(pts) - len(ok)
-        fig.add_trace(go.Scatter(x=[s for s, _ in ok], y=[v for _, v in ok], mode="lines", name=k),
-                      row=panels.index(_PANELS.get(k, "losses")) + 1, col=1)
-    fig.update_layout(title=(title or "Training curves") + (f" — {dropped} non-finite value(s) dropped" if dropped else ""),
-                      template="plotly_white", height=220 * len(panels) + 80)
+        fig.add_trace(
+            go.Scatter(x=[s for s, _ in ok], y=[v for _, v in ok], mode="lines", name=k),
+            row=panels.index(_PANELS.get(k, "losses")) + 1,
+            col=1,
+        )
+    fig.update_layout(
+        title=(title or "Training curves") + (f" — {dropped} non-finite value(s) dropped" if dropped else ""),
+        template="plotly_white",
+        height=220 * len(panels) + 80,
+    )
     fig.update_xaxes(title_text="step", row=len(panels), col=1)
     return fig
 
@@ -319,20 +591,37 @@ class TrainingHealth:
     """Trainer callback (`train(..., callbacks=[TrainingHealth(...)])`): live health of a (hyperbolic) run.
     `probe_texts` / `probe_images`: a fixed probe embedded at each logged step; `every`: redraw every so many logs;
     `display`: 'auto' (a figure updated in place in a notebook, else a line), 'figure', 'line' or 'none'."""
-    def __init__(self, probe_texts: Sequence[str] = (), probe_images=None, every: int = 1, display: str = "auto",
-                 saturation_warn: float = 0.5, bound_tol: float = 0.01):
-        if display not in ("auto", "figure", "line", "none"): raise ValueError(f"display must be auto/figure/line/none, got {display!r}")
-        self.probe_texts, self.probe_images, self.every, self.display = list(probe_texts), probe_images, int(every), display
+
+    def __init__(
+        self,
+        probe_texts: Sequence[str] = (),
+        probe_images=None,
+        every: int = 1,
+        display: str = "auto",
+        saturation_warn: float = 0.5,
+        bound_tol: float = 0.01,
+    ):
+        if display not in ("auto", "figure", "line", "none"):
+            raise ValueError(f"display must be auto/figure/line/none, got {display!r}")
+        self.probe_texts, self.probe_images, self.every, self.display = (
+            list(probe_texts),
+            probe_images,
+            int(every),
+            display,
+        )
         self.saturation_warn, self.bound_tol = saturation_warn, bound_tol
         self.rows, self.warnings, self._handle, self._logs = [], [], None, 0
 
     def measure(self, model) -> dict:
         "Probe norms per modality, saturated share of the text apertures, curvature and its clamp bounds."
         from hierbench.geometry import half_aperture
+
         out, head = {}, getattr(model, "head", None)
-        if head is None or getattr(head, "geometry", None) != "lorentz": return out
+        if head is None or getattr(head, "geometry", None) != "lorentz":
+            return out
         out["health/curv_min"], out["health/curv_max"] = math.exp(head.log_curv_min), math.exp(head.log_curv_max)
         from hierbench.evaluation.encoding import eval_mode
+
         with eval_mode(model), torch.no_grad():
             c = head.curv
             if self.probe_texts:
@@ -347,41 +636,71 @@ class TrainingHealth:
         c, lo, hi = row.get("curvature"), row.get("health/curv_min"), row.get("health/curv_max")
         if c is not None and lo is not None and "curvature" not in {w[0] for w in self.warnings}:
             if c <= lo * (1 + self.bound_tol) or c >= hi * (1 - self.bound_tol):
-                self.warnings.append(("curvature", row["step"], f"step {row['step']}: curvature {c:.4g} sits at its "
-                                      f"clamp bound [{lo:.3g}, {hi:.3g}] (MERU issue 4: check the entailment term)"))
+                self.warnings.append(
+                    (
+                        "curvature",
+                        row["step"],
+                        f"step {row['step']}: curvature {c:.4g} sits at its "
+                        f"clamp bound [{lo:.3g}, {hi:.3g}] (MERU issue 4: check the entailment term)",
+                    )
+                )
         s = row.get("health/aperture_saturated")
         if s is not None and s > self.saturation_warn and "apertures" not in {w[0] for w in self.warnings}:
-            self.warnings.append(("apertures", row["step"], f"step {row['step']}: {100 * s:.0f}% of the probe's "
-                                  "entailment cones are saturated (ω ≈ π/2: parents near the origin)"))
-            
+            self.warnings.append(
+                (
+                    "apertures",
+                    row["step"],
+                    f"step {row['step']}: {100 * s:.0f}% of the probe's "
+                    "entailment cones are saturated (ω ≈ π/2: parents near the origin)",
+                )
+            )
+
     def __call__(self, event: str, state: Mapping):
         if event == "log":
             h = self.measure(state["model"])
             return h or None
-        if event != "step_end" or state.get("metrics") is None: return None
-        row = dict(state["metrics"]); self.rows.append(row)
-        n_warn = len(self.warnings); self._check(row)
-        for _, _, msg in self.warnings[n_warn:]: warnings.warn(f"TrainingHealth: {msg}")
+        if event != "step_end" or state.get("metrics") is None:
+            return None
+        row = dict(state["metrics"])
+        self.rows.append(row)
+        n_warn = len(self.warnings)
+        self._check(row)
+        for _, _, msg in self.warnings[n_warn:]:
+            warnings.warn(f"TrainingHealth: {msg}")
         self._logs += 1
-        if self._logs % self.every == 0: self._show(row)
+        if self._logs % self.every == 0:
+            self._show(row)
         return None
 
     def _show(self, row: dict):
         mode = self.display
-        if mode == "none": return
+        if mode == "none":
+            return
         if mode == "auto":
             try:
                 from IPython import get_ipython
+
                 mode = "figure" if get_ipython() is not None and "IPKernelApp" in get_ipython().config else "line"
-            except ImportError: mode = "line"
+            except ImportError:
+                mode = "line"
         if mode == "line":
-            keys = [k for k in ("loss", "curvature", "health/norm_text", "health/norm_image", "health/aperture_saturated") if k in row]
-            print(f"[health] step {row['step']}: " + ", ".join(f"{k.removeprefix('health/')} {row[k]:.4g}" for k in keys), flush=True)
+            keys = [
+                k
+                for k in ("loss", "curvature", "health/norm_text", "health/norm_image", "health/aperture_saturated")
+                if k in row
+            ]
+            print(
+                f"[health] step {row['step']}: " + ", ".join(f"{k.removeprefix('health/')} {row[k]:.4g}" for k in keys),
+                flush=True,
+            )
             return
         from IPython.display import display
+
         fig = training_curves_figure(self.rows, title="Training health (live)")
-        if self._handle is None: self._handle = display(fig, display_id=True)
-        else: self._handle.update(fig)
+        if self._handle is None:
+            self._handle = display(fig, display_id=True)
+        else:
+            self._handle.update(fig)
 
 # %% ../../nbs/viz/01_figures.ipynb #5fb60cf1
 def pep_curves_figure(scores: Mapping[str, tuple], title: str = "PEP: ROC and precision-recall") -> go.Figure:
@@ -389,89 +708,154 @@ def pep_curves_figure(scores: Mapping[str, tuple], title: str = "PEP: ROC and pr
     from sklearn.metrics import precision_recall_curve, roc_curve
     from hierbench.evaluation.metrics import pep_auc_ap
     import plotly.colors
-    if not scores: raise ValueError("pep_curves_figure: no models")
+
+    if not scores:
+        raise ValueError("pep_curves_figure: no models")
     fig = make_subplots(rows=1, cols=2, subplot_titles=("ROC", "precision-recall"))
     for k, (name, (pos, neg)) in enumerate(scores.items()):
         pos, neg = np.asarray(pos, float), np.asarray(neg, float)
-        if not len(pos) or not len(neg): raise ValueError(f"pep_curves_figure: {name!r} needs positive and negative scores")
+        if not len(pos) or not len(neg):
+            raise ValueError(f"pep_curves_figure: {name!r} needs positive and negative scores")
         y, s = np.r_[np.ones(len(pos)), np.zeros(len(neg))], np.r_[pos, neg]
-        fpr, tpr, _ = roc_curve(y, s); prec, rec, _ = precision_recall_curve(y, s)
+        fpr, tpr, _ = roc_curve(y, s)
+        prec, rec, _ = precision_recall_curve(y, s)
         colour = plotly.colors.qualitative.Plotly[k % len(plotly.colors.qualitative.Plotly)]
-        m = pep_auc_ap(pos, neg)   # the evaluation's own AUC/AP, so the legend matches the reported numbers
-        fig.add_trace(go.Scatter(x=fpr, y=tpr, mode="lines", line=dict(color=colour),
-                                 name=f"{name} (AUC {m['auc']:.3f}, AP {m['ap']:.3f})"), 1, 1)
+        m = pep_auc_ap(pos, neg)  # the evaluation's own AUC/AP, so the legend matches the reported numbers
+        fig.add_trace(
+            go.Scatter(
+                x=fpr,
+                y=tpr,
+                mode="lines",
+                line=dict(color=colour),
+                name=f"{name} (AUC {m['auc']:.3f}, AP {m['ap']:.3f})",
+            ),
+            1,
+            1,
+        )
         fig.add_trace(go.Scatter(x=rec, y=prec, mode="lines", line=dict(color=colour), showlegend=False), 1, 2)
-    fig.add_trace(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", line=dict(dash="dot", color="#999"), name="chance"), 1, 1)
-    fig.update_xaxes(title_text="false positive rate", row=1, col=1); fig.update_yaxes(title_text="true positive rate", row=1, col=1)
-    fig.update_xaxes(title_text="recall", row=1, col=2); fig.update_yaxes(title_text="precision", row=1, col=2)
+    fig.add_trace(
+        go.Scatter(x=[0, 1], y=[0, 1], mode="lines", line=dict(dash="dot", color="#999"), name="chance"), 1, 1
+    )
+    fig.update_xaxes(title_text="false positive rate", row=1, col=1)
+    fig.update_yaxes(title_text="true positive rate", row=1, col=1)
+    fig.update_xaxes(title_text="recall", row=1, col=2)
+    fig.update_yaxes(title_text="precision", row=1, col=2)
     return fig.update_layout(title=title, height=360, width=820, margin=dict(l=50, r=10, t=60, b=40))
 
 # %% ../../nbs/viz/01_figures.ipynb #8c3a69d0
 ANGLE_COLOURS = {"l1": "#9ecae1", "l2": "#6baed6", "l3": "#3182bd", "l4": "#08519c", "negatives": "#de2d26"}
 
-def angle_histograms_figure(summaries: Mapping[str, Sequence[Mapping] | Mapping], title: str | None = None) -> go.Figure:
+
+def angle_histograms_figure(
+    summaries: Mapping[str, Sequence[Mapping] | Mapping], title: str | None = None
+) -> go.Figure:
     """One panel per model: the share of pairs per φ bin for each chain level's positives and for the PEP negatives.
     `summaries[name]`: a `pep_angle_summary` dict or a list of them (seeds: their histograms are summed)."""
-    if not summaries: raise ValueError("angle_histograms_figure: no models")
+    if not summaries:
+        raise ValueError("angle_histograms_figure: no models")
     names = list(summaries)
     fig = make_subplots(rows=1, cols=len(names), subplot_titles=names, shared_yaxes=True)
     for j, name in enumerate(names):
         runs = summaries[name]
         runs = [runs] if isinstance(runs, Mapping) else list(runs)
-        if not runs: raise ValueError(f"angle_histograms_figure: {name!r} has no summaries")
-        bins = np.asarray(runs[0]["bins"], float); mid = np.degrees((bins[1:] + bins[:-1]) / 2)
+        if not runs:
+            raise ValueError(f"angle_histograms_figure: {name!r} has no summaries")
+        bins = np.asarray(runs[0]["bins"], float)
+        mid = np.degrees((bins[1:] + bins[:-1]) / 2)
         for key, colour in ANGLE_COLOURS.items():
-            parts = [np.asarray(p["hist"], float) for p in (r["negatives"] if key == "negatives" else r["positives"].get(key)
-                                                            for r in runs) if p]
+            parts = [
+                np.asarray(p["hist"], float)
+                for p in (r["negatives"] if key == "negatives" else r["positives"].get(key) for r in runs)
+                if p
+            ]
             total = np.sum(parts, 0) if parts else np.zeros(len(mid))
-            if total.sum() == 0: continue
-            fig.add_trace(go.Scatter(x=mid, y=total / total.sum(), mode="lines", name=key, line=dict(color=colour),
-                                     legendgroup=key, showlegend=j == 0), 1, j + 1)
+            if total.sum() == 0:
+                continue
+            fig.add_trace(
+                go.Scatter(
+                    x=mid,
+                    y=total / total.sum(),
+                    mode="lines",
+                    name=key,
+                    line=dict(color=colour),
+                    legendgroup=key,
+                    showlegend=j == 0,
+                ),
+                1,
+                j + 1,
+            )
         fig.add_vline(x=90, line=dict(dash="dot", color="#888"), row=1, col=j + 1)
-    fig.update_xaxes(title_text="φ (degrees)"); fig.update_yaxes(title_text="share of pairs", col=1)
-    return fig.update_layout(title=title or "φ(caption, image): positives by chain level vs PEP negatives "
-                             "(dotted: π/2, where PEP's score is floored at 0)",
-                             height=340, width=max(420, 260 * len(names) + 140), margin=dict(l=50, r=10, t=60, b=40))
+    fig.update_xaxes(title_text="φ (degrees)")
+    fig.update_yaxes(title_text="share of pairs", col=1)
+    return fig.update_layout(
+        title=title
+        or "φ(caption, image): positives by chain level vs PEP negatives "
+        "(dotted: π/2, where PEP's score is floored at 0)",
+        height=340,
+        width=max(420, 260 * len(names) + 140),
+        margin=dict(l=50, r=10, t=60, b=40),
+    )
 
 # %% ../../nbs/viz/01_figures.ipynb #b7a3c334
 def _long_results(results, metric: str) -> pd.DataFrame:
     df = pd.DataFrame(results) if not isinstance(results, pd.DataFrame) else results
-    if "recipe" not in df: raise ValueError(f"results: need a 'recipe' column (has {list(df.columns)})")
+    if "recipe" not in df:
+        raise ValueError(f"results: need a 'recipe' column (has {list(df.columns)})")
     if {"metric", "value"} <= set(df.columns):
         sel = df[df["metric"] == metric]
-        if sel.empty: raise ValueError(f"metric: {metric!r} not in results (metrics: {sorted(set(df['metric']))})")
+        if sel.empty:
+            raise ValueError(f"metric: {metric!r} not in results (metrics: {sorted(set(df['metric']))})")
         return sel[["recipe", "value"]]
-    if metric in df: return df[["recipe", metric]].rename(columns={metric: "value"})
+    if metric in df:
+        return df[["recipe", metric]].rename(columns={metric: "value"})
     raise ValueError(f"results: no rows for metric {metric!r} (need columns metric/value or a column {metric!r})")
 
-def confidence_intervals(results, metric: str, recipes: Sequence[str] | None = None,
-                         confidence: float = 0.95) -> pd.DataFrame:
+
+def confidence_intervals(
+    results, metric: str, recipes: Sequence[str] | None = None, confidence: float = 0.95
+) -> pd.DataFrame:
     "Per recipe: n, mean, std and the t-interval (low, high, half_width) of `metric` over seeds."
-    if not 0 < confidence < 1: raise ValueError(f"confidence: must be in (0, 1), got {confidence}")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence: must be in (0, 1), got {confidence}")
     df = _long_results(results, metric)
     vals = pd.to_numeric(df["value"], errors="coerce")
-    if not np.isfinite(vals.to_numpy(dtype=float)).all(): raise ValueError(f"results: non-finite values for metric {metric!r}")
+    if not np.isfinite(vals.to_numpy(dtype=float)).all():
+        raise ValueError(f"results: non-finite values for metric {metric!r}")
     df = df.assign(value=vals)
     order = list(recipes) if recipes is not None else list(dict.fromkeys(df["recipe"]))
     missing = [r for r in order if r not in set(df["recipe"])]
-    if missing: raise ValueError(f"recipes: {missing} have no {metric!r} results")
+    if missing:
+        raise ValueError(f"recipes: {missing} have no {metric!r} results")
     out = []
     for r in order:
         v = df.loc[df["recipe"] == r, "value"].to_numpy(dtype=float)
         n, mean = len(v), float(v.mean())
         std = float(v.std(ddof=1)) if n > 1 else 0.0
-        half = t_half_width(std, n, confidence) if n > 1 else 0.0   # the ledger's t-interval (hierbench.stats)
+        half = t_half_width(std, n, confidence) if n > 1 else 0.0  # the ledger's t-interval (hierbench.stats)
         out.append(dict(recipe=r, n=n, mean=mean, std=std, low=mean - half, high=mean + half, half_width=half))
     return pd.DataFrame(out)
 
-def ablation_bars_figure(results, metric: str, recipes: Sequence[str] | None = None, confidence: float = 0.95,
-                         title: str | None = None) -> go.Figure:
+
+def ablation_bars_figure(
+    results, metric: str, recipes: Sequence[str] | None = None, confidence: float = 0.95, title: str | None = None
+) -> go.Figure:
     "Bars of the mean `metric` per recipe with `confidence` t-intervals over seeds (one bar trace)."
     ci = confidence_intervals(results, metric, recipes, confidence)
-    fig = go.Figure(go.Bar(x=ci["recipe"], y=ci["mean"], error_y=dict(type="data", array=ci["half_width"], visible=True),
-                           text=[f"n={n}" for n in ci["n"]], textposition="outside", name=metric,
-                           customdata=ci[["low", "high"]].to_numpy(),
-                           hovertemplate="%{x}: %{y:.4g}<br>CI [%{customdata[0]:.4g}, %{customdata[1]:.4g}]<extra></extra>"))
-    fig.update_layout(title=title or f"{metric}: mean over seeds ± {confidence:.0%} t-interval", yaxis_title=metric,
-                      template="plotly_white")
+    fig = go.Figure(
+        go.Bar(
+            x=ci["recipe"],
+            y=ci["mean"],
+            error_y=dict(type="data", array=ci["half_width"], visible=True),
+            text=[f"n={n}" for n in ci["n"]],
+            textposition="outside",
+            name=metric,
+            customdata=ci[["low", "high"]].to_numpy(),
+            hovertemplate="%{x}: %{y:.4g}<br>CI [%{customdata[0]:.4g}, %{customdata[1]:.4g}]<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        title=title or f"{metric}: mean over seeds ± {confidence:.0%} t-interval",
+        yaxis_title=metric,
+        template="plotly_white",
+    )
     return fig

@@ -1,4 +1,6 @@
-"""HoroPCA (Chami et al., 2021): the few Poincaré-ball operations it needs (Möbius addition, distance, Fréchet mean, Busemann functions, horospherical projection), the fit itself, and a synthetic tree to look at.
+"""HoroPCA (Chami et al., 2021): the few Poincaré-ball operations it needs (Möbius addition,
+distance, Fréchet mean, Busemann functions, horospherical projection), the fit itself, and a
+synthetic tree to look at.
 
 Docs: https://hierbench.github.io/hierbench/viz/horopca.html.md"""
 
@@ -20,21 +22,28 @@ __all__ = ['as_float64', 'check_in_ball', 'mobius_add', 'poincare_dist', 'poinca
 
 # %% ../../nbs/viz/00_horopca.ipynb #2e65689d
 _BALL_MARGIN = 1e-15  # smallest 1-||x||² we divide by: float64 rounding can put a far-out point a hair from the sphere
-_TINY = 1e-300        # guards 0/0 for zero vectors (their direction is irrelevant because their length is 0)
+_TINY = 1e-300  # guards 0/0 for zero vectors (their direction is irrelevant because their length is 0)
+
 
 def as_float64(x, name: str = "x") -> torch.Tensor:
-    "`x` (numpy array, list or tensor on any device, any float dtype) as a detached CPU float64 tensor; raises on NaN/inf."
+    """`x` (numpy array, list or tensor on any device, any float dtype) as a detached CPU float64 tensor; raises on
+    NaN/inf."""
     t = (x.detach().cpu() if isinstance(x, torch.Tensor) else torch.as_tensor(np.asarray(x))).to(torch.float64)
-    if not torch.isfinite(t).all(): raise ValueError(f"{name}: contains NaN or inf")
+    if not torch.isfinite(t).all():
+        raise ValueError(f"{name}: contains NaN or inf")
     return t
+
 
 def check_in_ball(x: torch.Tensor, name: str = "points") -> torch.Tensor:
     "Return `x` (..., D) unchanged if every row lies strictly inside the unit ball, else raise a ValueError."
     n = x.norm(dim=-1)
     if (n >= 1).any():
-        raise ValueError(f"{name}: {int((n >= 1).sum())} point(s) on or outside the unit ball "
-                         f"(largest norm {n.max().item():.6g}); Poincaré-ball points need ||x|| < 1")
+        raise ValueError(
+            f"{name}: {int((n >= 1).sum())} point(s) on or outside the unit ball "
+            f"(largest norm {n.max().item():.6g}); Poincaré-ball points need ||x|| < 1"
+        )
     return x
+
 
 def mobius_add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     "Möbius addition `x ⊕ y` in the unit Poincaré ball; x, y broadcastable (..., D) -> (..., D)."
@@ -42,18 +51,22 @@ def mobius_add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     xx, yy = (x * x).sum(-1, keepdim=True), (y * y).sum(-1, keepdim=True)
     return ((1 + 2 * xy + yy) * x + (1 - xx) * y) / (1 + 2 * xy + xx * yy)
 
+
 def poincare_dist(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     "Geodesic distance in the unit Poincaré ball (curvature −1); x, y broadcastable (..., D) -> (...)."
     den = ((1 - (x * x).sum(-1)).clamp_min(_BALL_MARGIN) * (1 - (y * y).sum(-1)).clamp_min(_BALL_MARGIN)).sqrt()
     return 2 * torch.asinh((x - y).norm(dim=-1) / den)
+
 
 def poincare_exp0(v: torch.Tensor) -> torch.Tensor:
     "Exponential map at the origin of the unit ball: tangent vectors (..., D) -> points (..., D)."
     n = v.norm(dim=-1, keepdim=True)
     return torch.tanh(n / 2) * v / n.clamp_min(_TINY)
 
+
 def poincare_log0(y: torch.Tensor) -> torch.Tensor:
-    "Logarithmic map at the origin of the unit ball: points (..., D) -> tangent vectors (..., D); `||log0(y)|| = d(0,y)`."
+    """Logarithmic map at the origin of the unit ball: points (..., D) -> tangent vectors (..., D); `||log0(y)|| =
+    d(0,y)`."""
     n = y.norm(dim=-1, keepdim=True)
     # artanh(1) = inf: keep the norm below 1 by the ball margin (only reached by points rounded onto the sphere)
     return 2 * torch.atanh(n.clamp_max(1 - _BALL_MARGIN)) * y / n.clamp_min(_TINY)
@@ -62,22 +75,26 @@ def poincare_log0(y: torch.Tensor) -> torch.Tensor:
 def frechet_objective(m: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return 0.5 * (poincare_dist(m, x) ** 2).mean()
 
+
 def frechet_mean(x: torch.Tensor, steps: int = 200, tol: float = 1e-10) -> torch.Tensor:
     "Fréchet mean (D,) of Poincaré-ball points `x` (N, D) by Riemannian gradient descent with backtracking."
     x = check_in_ball(as_float64(x, "points"))
-    if x.ndim != 2 or len(x) == 0: raise ValueError(f"points: expected a non-empty (N, D) array, got shape {tuple(x.shape)}")
+    if x.ndim != 2 or len(x) == 0:
+        raise ValueError(f"points: expected a non-empty (N, D) array, got shape {tuple(x.shape)}")
     m = torch.zeros(x.shape[1], dtype=torch.float64)
     f = frechet_objective(m, x)
     for _ in range(steps):
-        y = mobius_add(-m, x)                     # the cloud seen from m (m moved to the origin)
-        direction = poincare_log0(y).mean(0)      # minus the Riemannian gradient
-        if direction.norm() < tol: break
-        d = (2 * torch.atanh(y.norm(dim=-1).clamp_max(1 - _BALL_MARGIN))).clamp_min(1e-8)   # d·coth d → 1 as d → 0
+        y = mobius_add(-m, x)  # the cloud seen from m (m moved to the origin)
+        direction = poincare_log0(y).mean(0)  # minus the Riemannian gradient
+        if direction.norm() < tol:
+            break
+        d = (2 * torch.atanh(y.norm(dim=-1).clamp_max(1 - _BALL_MARGIN))).clamp_min(1e-8)  # d·coth d → 1 as d → 0
         lr = 1 / (d / torch.tanh(d)).mean()
         while True:
             cand = mobius_add(m, poincare_exp0(lr * direction))
             f_cand = frechet_objective(cand, x)
-            if f_cand <= f or lr < 1e-12: break
+            if f_cand <= f or lr < 1e-12:
+                break
             lr = lr / 2
         m, f = cand, f_cand
     return m
@@ -89,18 +106,24 @@ def _busemann_coords(x: torch.Tensor, ideals: torch.Tensor) -> torch.Tensor:
     # ||p - x||² = 1 - 2⟨p,x⟩ + ||x||² for a unit p; it is > 0 strictly inside the ball
     return torch.log(1 - 2 * x @ ideals.T + sq) - torch.log((1 - sq).clamp_min(_BALL_MARGIN))
 
+
 def _check_ideals(ideals, dim: int) -> torch.Tensor:
     p = as_float64(ideals, "ideals")
-    if p.ndim == 1: p = p[None]
+    if p.ndim == 1:
+        p = p[None]
     if p.ndim != 2 or p.shape[1] != dim:
         raise ValueError(f"ideals: expected shape (K, {dim}), got {tuple(p.shape)}")
-    if p.shape[0] > dim: raise ValueError(f"ideals: {p.shape[0]} ideal points cannot be orthonormal in {dim} dimensions")
+    if p.shape[0] > dim:
+        raise ValueError(f"ideals: {p.shape[0]} ideal points cannot be orthonormal in {dim} dimensions")
     gram_err = (p @ p.T - torch.eye(len(p), dtype=p.dtype)).abs().max().item()
-    if gram_err > 1e-6: raise ValueError(f"ideals: rows must be orthonormal unit vectors (max |PPᵀ − I| = {gram_err:.3g})")
+    if gram_err > 1e-6:
+        raise ValueError(f"ideals: rows must be orthonormal unit vectors (max |PPᵀ − I| = {gram_err:.3g})")
     return p
 
+
 def busemann(x, p) -> torch.Tensor:
-    "Busemann function `B_p(x)` of Poincaré points `x` (..., D) for ideal point(s) `p` (D,) or (K, D) -> (...) or (..., K)."
+    """Busemann function `B_p(x)` of Poincaré points `x` (..., D) for ideal point(s) `p` (D,) or (K, D) -> (...) or
+    (..., K)."""
     x = check_in_ball(as_float64(x, "points"))
     P = _check_ideals(p, x.shape[-1])
     out = _busemann_coords(x.reshape(-1, x.shape[-1]), P).reshape(*x.shape[:-1], len(P))
@@ -111,30 +134,36 @@ def _horo_project(x: torch.Tensor, ideals: torch.Tensor) -> torch.Tensor:
     "(N, D) centred Poincaré points, (K, D) orthonormal ideals -> (N, K) projections (no input checks, differentiable)."
     K = ideals.shape[0]
     sq = (x * x).sum(-1, keepdim=True)
-    e = (1 - 2 * x @ ideals.T + sq) / (1 - sq).clamp_min(_BALL_MARGIN)   # exp(B_k(x)), (N, K)
+    e = (1 - 2 * x @ ideals.T + sq) / (1 - sq).clamp_min(_BALL_MARGIN)  # exp(B_k(x)), (N, K)
     beta = (1 + e) / 2
-    pairs = (e[:, :, None] * e[:, None, :]).triu(1).sum((-2, -1))       # Σ_{j<k} e_j e_k
+    pairs = (e[:, :, None] * e[:, None, :]).triu(1).sum((-2, -1))  # Σ_{j<k} e_j e_k
     # ≥ 0 in exact arithmetic (two real roots, see above); rounding can push a double root a hair below 0
     disc = (2 * pairs - (K - 2) * (e * e).sum(-1) - (K - 1)).clamp_min(0)
     w = (K - 1 + e.sum(-1) + disc.sqrt()) / (2 * (beta * beta).sum(-1))  # 1 − ||y||², the root nearer the origin
     return 1 - beta * w[:, None]
 
+
 def horo_project(x, ideals) -> torch.Tensor:
-    "Horospherical projection of Poincaré points `x` (N, D) onto the span of orthonormal `ideals` (K, D) -> (N, K) ball coordinates."
+    """Horospherical projection of Poincaré points `x` (N, D) onto the span of orthonormal `ideals` (K, D) -> (N, K)
+    ball coordinates."""
     x = check_in_ball(as_float64(x, "points"))
-    if x.ndim != 2: raise ValueError(f"points: expected shape (N, D), got {tuple(x.shape)}")
+    if x.ndim != 2:
+        raise ValueError(f"points: expected shape (N, D), got {tuple(x.shape)}")
     return _horo_project(x, _check_ideals(ideals, x.shape[1]))
 
 # %% ../../nbs/viz/00_horopca.ipynb #4b376147
 def _orthonormalise(W: torch.Tensor) -> torch.Tensor:
-    "Rows of `W` (K, D) -> orthonormal rows spanning the same flags (Gram–Schmidt order and orientation), differentiable."
+    """Rows of `W` (K, D) -> orthonormal rows spanning the same flags (Gram–Schmidt order and orientation),
+    differentiable."""
     Q, R = torch.linalg.qr(W.T)
     # LAPACK's QR may flip signs; fixing diag(R) > 0 makes the first row keep its direction, as Gram–Schmidt does
     return (Q * torch.sign(torch.diagonal(R)).where(torch.diagonal(R) != 0, torch.ones(()))).T
 
+
 def horopca_objective(x: torch.Tensor, ideals: torch.Tensor) -> torch.Tensor:
     "Quantity HoroPCA maximises for centred points `x` (N, D) and orthonormal `ideals` (K, D)."
-    if len(ideals) == 1: return _busemann_coords(x, ideals)[:, 0].var()
+    if len(ideals) == 1:
+        return _busemann_coords(x, ideals)[:, 0].var()
     y = _horo_project(x, ideals)
     i, j = torch.triu_indices(len(y), len(y), offset=1)
     q = ((y[i] - y[j]) ** 2).sum(-1) / ((1 - (y[i] ** 2).sum(-1)) * (1 - (y[j] ** 2).sum(-1))).clamp_min(_BALL_MARGIN)
@@ -145,18 +174,22 @@ def horopca_objective(x: torch.Tensor, ideals: torch.Tensor) -> torch.Tensor:
 # %% ../../nbs/viz/00_horopca.ipynb #0ec00ea0
 @dataclass
 class HoroPCA:
-    "Hyperbolic PCA by horospherical projections (Chami et al., 2021) for Lorentz points; sklearn-like `fit`/`transform`."
-    n_components: int = 2     # K ideal points = dimension of the output ball (2 for a plot)
-    lr: float = 0.05          # longest step of the unit ideal points (≈ radians); backtracking shortens it
-    steps: int = 200          # most optimisation steps (it stops earlier once no step improves the full data)
-    seed: int = 0             # seeds the point subsets when N > max_points
-    max_points: int = 256     # points per step for the O(N²) K ≥ 2 objective (32k pairs: ≈ 40 ms a step on one core)
+    """Hyperbolic PCA by horospherical projections (Chami et al., 2021) for Lorentz points; sklearn-like
+    `fit`/`transform`."""
+
+    n_components: int = 2  # K ideal points = dimension of the output ball (2 for a plot)
+    lr: float = 0.05  # longest step of the unit ideal points (≈ radians); backtracking shortens it
+    steps: int = 200  # most optimisation steps (it stops earlier once no step improves the full data)
+    seed: int = 0  # seeds the point subsets when N > max_points
+    max_points: int = 256  # points per step for the O(N²) K ≥ 2 objective (32k pairs: ≈ 40 ms a step on one core)
     frechet_steps: int = 200  # Riemannian gradient steps for the Fréchet mean (measured: 5–25 are used)
 
     def _to_ball(self, points, c: float) -> torch.Tensor:
         x = as_float64(points, "points")
-        if x.ndim != 2: raise ValueError(f"points: expected Lorentz space components of shape (N, D), got {tuple(x.shape)}")
-        if not c > 0: raise ValueError(f"c: curvature magnitude must be > 0, got {c}")
+        if x.ndim != 2:
+            raise ValueError(f"points: expected Lorentz space components of shape (N, D), got {tuple(x.shape)}")
+        if not c > 0:
+            raise ValueError(f"c: curvature magnitude must be > 0, got {c}")
         return check_in_ball(lorentz_to_poincare(x, c), "points mapped to the Poincaré ball")
 
     def fit(self, points, c: float = 1.0) -> "HoroPCA":
@@ -164,8 +197,11 @@ class HoroPCA:
         x = self._to_ball(points, c)
         N, D = x.shape
         if not 1 <= self.n_components <= D:
-            raise ValueError(f"n_components: must be between 1 and the embedding dimension {D}, got {self.n_components}")
-        if N < 2: raise ValueError(f"points: HoroPCA needs at least 2 points, got {N}")
+            raise ValueError(
+                f"n_components: must be between 1 and the embedding dimension {D}, got {self.n_components}"
+            )
+        if N < 2:
+            raise ValueError(f"points: HoroPCA needs at least 2 points, got {N}")
         self.c_, self.dim_ = float(c), D
         self.mean_ = frechet_mean(x, steps=self.frechet_steps)
         xc = mobius_add(-self.mean_, x)
@@ -175,37 +211,46 @@ class HoroPCA:
         _, _, Vh = torch.linalg.svd(tangents - tangents.mean(0), full_matrices=K > min(N, D))
         W0 = Vh[:K].clone()
         if K <= 3:
-            signs = torch.tensor(np.array(np.meshgrid(*[[1., -1.]] * K)).reshape(K, -1).T)
-            sub = xc[:self.max_points]
-            with torch.no_grad(): scores = [horopca_objective(sub, s[:, None] * W0) for s in signs]
+            signs = torch.tensor(np.array(np.meshgrid(*[[1.0, -1.0]] * K)).reshape(K, -1).T)
+            sub = xc[: self.max_points]
+            with torch.no_grad():
+                scores = [horopca_objective(sub, s[:, None] * W0) for s in signs]
             W0 = signs[int(torch.stack(scores).argmax())][:, None] * W0
         W, step, full = W0.clone(), self.lr, N <= self.max_points
         gen = torch.Generator().manual_seed(self.seed)
         self.history_ = []
         for _ in range(self.steps):
-            batch = xc if full else xc[torch.randperm(N, generator=gen)[:self.max_points]]
+            batch = xc if full else xc[torch.randperm(N, generator=gen)[: self.max_points]]
             W.requires_grad_(True)
             obj = horopca_objective(batch, _orthonormalise(W))
             (grad,) = torch.autograd.grad(obj, W)
             W, best, improved = W.detach(), obj.item(), False
-            if not self.history_: self.history_.append(best)
+            if not self.history_:
+                self.history_.append(best)
             with torch.no_grad():
-                while step >= 1e-9:   # backtracking: shorten the step until this batch's objective goes up
+                while step >= 1e-9:  # backtracking: shorten the step until this batch's objective goes up
                     cand = _orthonormalise(W + step * grad / grad.norm().clamp_min(_TINY))
                     cand_obj = horopca_objective(batch, cand).item()
-                    if cand_obj > best: W, best, step, improved = cand, cand_obj, min(self.lr, 2 * step), True; break
+                    if cand_obj > best:
+                        W, best, step, improved = cand, cand_obj, min(self.lr, 2 * step), True
+                        break
                     step /= 2
-            if improved: self.history_.append(best)
-            elif full: break            # no ascent direction left on the full data: converged
-            else: step = self.lr        # only this batch was stuck; try the next one at full length
+            if improved:
+                self.history_.append(best)
+            elif full:
+                break  # no ascent direction left on the full data: converged
+            else:
+                step = self.lr  # only this batch was stuck; try the next one at full length
         self.components_ = W
         return self
 
     def transform(self, points) -> np.ndarray:
         "Lorentz points (N, D) -> (N, K) coordinates in the unit ball spanned by the learned ideal points."
-        if not hasattr(self, "components_"): raise RuntimeError("HoroPCA: call fit() before transform()")
+        if not hasattr(self, "components_"):
+            raise RuntimeError("HoroPCA: call fit() before transform()")
         x = self._to_ball(points, self.c_)
-        if x.shape[1] != self.dim_: raise ValueError(f"points: fitted on dimension {self.dim_}, got {x.shape[1]}")
+        if x.shape[1] != self.dim_:
+            raise ValueError(f"points: fitted on dimension {self.dim_}, got {x.shape[1]}")
         return _horo_project(mobius_add(-self.mean_, x), self.components_).numpy()
 
     def fit_transform(self, points, c: float = 1.0) -> np.ndarray:
@@ -213,8 +258,9 @@ class HoroPCA:
         return self.fit(points, c).transform(points)
 
 # %% ../../nbs/viz/00_horopca.ipynb #8e2b8460
-def random_tree_embeddings(depth: int = 3, branching: int = 3, dim: int = 8, c: float = 1.0, step: float = 0.8,
-                           seed: int = 0) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
+def random_tree_embeddings(
+    depth: int = 3, branching: int = 3, dim: int = 8, c: float = 1.0, step: float = 0.8, seed: int = 0
+) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
     "Lorentz points (N, dim) of a random tree + each node's depth (N,) and parent index (N,; −1 for the root)."
     g = torch.Generator().manual_seed(seed)
     tangents, depths, parents = [0.05 * torch.randn(dim, generator=g, dtype=torch.float64)], [0], [-1]
@@ -226,7 +272,9 @@ def random_tree_embeddings(depth: int = 3, branching: int = 3, dim: int = 8, c: 
                 v = tangents[p]
                 out = v / v.norm() if level > 1 else torch.randn(dim, generator=g, dtype=torch.float64)
                 d = out / out.norm() + 0.6 * torch.randn(dim, generator=g, dtype=torch.float64) / math.sqrt(dim)
-                tangents.append(v + step * d / d.norm()); depths.append(level); parents.append(p)
+                tangents.append(v + step * d / d.norm())
+                depths.append(level)
+                parents.append(p)
                 nxt.append(len(tangents) - 1)
         frontier = nxt
     return exp_map0(torch.stack(tangents), c), np.array(depths), np.array(parents)

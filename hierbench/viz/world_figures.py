@@ -1,4 +1,5 @@
-"""The built-in world drawn: scene grids with their captions, a scene beside its crops, a taxonomy as a tree.
+"""The built-in world drawn: scene grids with their captions, a scene beside its crops, a taxonomy as
+a tree.
 
 Docs: https://hierbench.github.io/hierbench/viz/world_figures.html.md"""
 
@@ -6,7 +7,8 @@ Docs: https://hierbench.github.io/hierbench/viz/world_figures.html.md"""
 
 # %% ../../nbs/viz/02_world_figures.ipynb #763aca7e
 from __future__ import annotations
-import base64, io
+import base64
+import io
 from collections.abc import Sequence
 
 import numpy as np
@@ -26,14 +28,16 @@ def _png_uri(img: np.ndarray, scale: int = 4) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 # %% ../../nbs/viz/02_world_figures.ipynb #95f4bba7
-def image_grid_figure(images: Sequence[np.ndarray], titles: Sequence[str], cols: int = 4, scale: int = 3,
-                      cell_px: int = 240):
+def image_grid_figure(
+    images: Sequence[np.ndarray], titles: Sequence[str], cols: int = 4, scale: int = 3, cell_px: int = 240
+):
     "Plotly figure: uint8 (H,W,3) images in a grid (embedded as small PNGs), each with a title."
     rows = -(-len(images) // cols)
     fig = make_subplots(rows, cols, subplot_titles=list(titles), horizontal_spacing=0.02, vertical_spacing=0.12)
     for k, img in enumerate(images):
         fig.add_trace(go.Image(source=_png_uri(np.asarray(img), scale)), k // cols + 1, k % cols + 1)
-    fig.update_xaxes(visible=False); fig.update_yaxes(visible=False)
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
     fig.update_annotations(font_size=9)
     fig.update_layout(height=cell_px * rows, width=cell_px * cols, margin=dict(l=5, r=5, t=40, b=5))
     return fig
@@ -46,8 +50,9 @@ def scene_grid_figure(scenes: Sequence[Scene], cols: int = 4, scale: int = 3):
 # %% ../../nbs/viz/02_world_figures.ipynb #151986af
 def crops_figure(scene: Scene, scale: int = 3):
     "Plotly figure: a scene and its per-object crops, titled with the phrases (HyCoCLIP's box-phrase pairs)."
-    return image_grid_figure([scene.image, *scene.crops], ["scene", *scene.phrases], cols=1 + len(scene.crops),
-                             scale=scale, cell_px=200)
+    return image_grid_figure(
+        [scene.image, *scene.crops], ["scene", *scene.phrases], cols=1 + len(scene.crops), scale=scale, cell_px=200
+    )
 
 # %% ../../nbs/viz/02_world_figures.ipynb #eaf57ac4
 def taxonomy_figure(tax: Taxonomy):
@@ -55,13 +60,33 @@ def taxonomy_figure(tax: Taxonomy):
     xs = {l: i for i, l in enumerate(tax.leaves)}
     for d in range(max(map(tax.depth, tax.nodes)) - 1, -1, -1):
         for n in tax.level(d):
-            if tax.children(n): xs[n] = float(np.mean([xs[c] for c in tax.children(n)]))
+            if tax.children(n):
+                xs[n] = float(np.mean([xs[c] for c in tax.children(n)]))
     ex, ey = [], []
     for n, p in tax.parent.items():
-        if p is not None: ex += [xs[p], xs[n], None]; ey += [-tax.depth(p), -tax.depth(n), None]
-    fig = go.Figure([go.Scatter(x=ex, y=ey, mode="lines", line=dict(color="#999"), hoverinfo="skip"),
-                     go.Scatter(x=[xs[n] for n in tax.nodes], y=[-tax.depth(n) for n in tax.nodes], mode="markers+text",
-                                text=tax.nodes, textposition="bottom center", marker=dict(size=10))])
-    fig.update_layout(title=f"{tax.name} taxonomy", showlegend=False, height=300, width=640,
-                      xaxis=dict(visible=False), yaxis=dict(visible=False), margin=dict(l=10, r=10, t=40, b=10))
+        if p is not None:
+            ex += [xs[p], xs[n], None]
+            ey += [-tax.depth(p), -tax.depth(n), None]
+    fig = go.Figure(
+        [
+            go.Scatter(x=ex, y=ey, mode="lines", line=dict(color="#999"), hoverinfo="skip"),
+            go.Scatter(
+                x=[xs[n] for n in tax.nodes],
+                y=[-tax.depth(n) for n in tax.nodes],
+                mode="markers+text",
+                text=tax.nodes,
+                textposition="bottom center",
+                marker=dict(size=10),
+            ),
+        ]
+    )
+    fig.update_layout(
+        title=f"{tax.name} taxonomy",
+        showlegend=False,
+        height=300,
+        width=640,
+        xaxis=dict(visible=False),
+        yaxis=dict(visible=False),
+        margin=dict(l=10, r=10, t=40, b=10),
+    )
     return fig

@@ -1,4 +1,5 @@
-"""The built-in synthetic world in one import: the scenes' names answer here (`hierbench.world.make_scene`), as they did before the wings.
+"""The built-in synthetic world in one import: the scenes' names answer here
+(`hierbench.world.make_scene`), as they did before the wings.
 
 Docs: https://hierbench.github.io/hierbench/world/front_door.html.md"""
 
@@ -7,7 +8,7 @@ Docs: https://hierbench.github.io/hierbench/world/front_door.html.md"""
 # %% auto #0
 __all__ = []
 
-# %% ../../nbs/world/03_front_door.ipynb #796dd050
+# %% ../../nbs/world/03_front_door.ipynb #8dd0d8092fe74a7c96281538738b07e2
 from ..layout import wing_front_door
 
-__getattr__, __dir__ = wing_front_door(__name__, 'scenes')
+__getattr__, __dir__ = wing_front_door(__name__, "scenes")

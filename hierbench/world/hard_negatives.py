@@ -1,4 +1,6 @@
-"""The world's verified hard negatives: eight edit types of a scene's most specific caption, each candidate checked false against the scene's objects; and the audit that sorts any generator's negatives into valid hard, easy and hard positives.
+"""The world's verified hard negatives: eight edit types of a scene's most specific caption, each
+candidate checked false against the scene's objects; and the audit that sorts any generator's
+negatives into valid hard, easy and hard positives.
 
 Docs: https://hierbench.github.io/hierbench/world/hard_negatives.html.md"""
 
@@ -13,7 +15,18 @@ from typing import TYPE_CHECKING, Callable, Iterable, NamedTuple, Sequence
 if TYPE_CHECKING:  # the audit returns a DataFrame; pandas itself loads only when it runs
     import pandas as pd
 
-from .language import COLOURS, NP, RELATIONS, SHAPES, SIZES, Clause, Meaning, meaning_holds, parse, render
+from hierbench.world.language import (
+    COLOURS,
+    NP,
+    RELATIONS,
+    SHAPES,
+    SIZES,
+    Clause,
+    Meaning,
+    meaning_holds,
+    parse,
+    render,
+)
 
 # %% auto #0
 __all__ = ['NEGATIVE_TYPES', 'WorldNegative', 'check_negative_types', 'world_negatives', 'classify_negative', 'audit_negatives',
@@ -22,19 +35,33 @@ __all__ = ['NEGATIVE_TYPES', 'WorldNegative', 'check_negative_types', 'world_neg
 # %% ../../nbs/world/01_hard_negatives.ipynb #5058ed46
 class WorldNegative(NamedTuple):
     "A hard negative caption, verified false for its scene."
+
     type: str
     text: str
 
 # %% ../../nbs/world/01_hard_negatives.ipynb #3038e575
-NEGATIVE_TYPES = ("replace_obj", "replace_att", "replace_rel", "swap_obj", "swap_att", "add_obj", "add_att", "reshuffle")
+NEGATIVE_TYPES = (
+    "replace_obj",
+    "replace_att",
+    "replace_rel",
+    "swap_obj",
+    "swap_att",
+    "add_obj",
+    "add_att",
+    "reshuffle",
+)
+
 
 def check_negative_types(types: Sequence[str]) -> tuple[str, ...]:
-    "`types` as a tuple after checking each is one of `NEGATIVE_TYPES` (a non-empty selection); else a ValueError naming them."
+    """`types` as a tuple after checking each is one of `NEGATIVE_TYPES` (a non-empty selection); else a ValueError
+    naming them."""
     types = tuple(types)
     unknown = [t for t in types if t not in NEGATIVE_TYPES]
     if unknown or not types:
-        raise ValueError(f"negative types {list(types)}: {'unknown ' + str(unknown) if unknown else 'empty'}; "
-                         f"known: {list(NEGATIVE_TYPES)}")
+        raise ValueError(
+            f"negative types {list(types)}: {'unknown ' + str(unknown) if unknown else 'empty'}; "
+            f"known: {list(NEGATIVE_TYPES)}"
+        )
     return types
 
 # %% ../../nbs/world/01_hard_negatives.ipynb #60f64e38
@@ -45,18 +72,30 @@ def _negative_candidates(kind, top: Meaning, add_base: Meaning, objects, rng, bi
     binding rejects it."""
     c0 = top.clauses[0]
     nps = [c0.np] + ([c0.other] if c0.other else [])
+
     def with_nps(new):
         return replace(top, clauses=(Clause(new[0], c0.relation, new[1] if len(new) > 1 else None),))
-    def pick(seq): return seq[int(rng.integers(len(seq)))]
+
+    def pick(seq):
+        return seq[int(rng.integers(len(seq)))]
+
     multi = c0.other is not None
     if kind in ("replace_obj", "replace_att") and binding and rng.random() < binding:
         k = int(rng.integers(len(nps)))
-        if kind == "replace_obj": opts = [("head", s) for s in dict.fromkeys(o.shape for o in objects) if s != nps[k].head]
-        else: opts = [(a, v) for a in ("colour", "size") for v in dict.fromkeys(getattr(o, a) for o in objects)
-                      if v != getattr(nps[k], a)]
+        if kind == "replace_obj":
+            opts = [("head", s) for s in dict.fromkeys(o.shape for o in objects) if s != nps[k].head]
+        else:
+            opts = [
+                (a, v)
+                for a in ("colour", "size")
+                for v in dict.fromkeys(getattr(o, a) for o in objects)
+                if v != getattr(nps[k], a)
+            ]
         for j in rng.permutation(len(opts)):
             a, v = opts[j]
-            new = list(nps); new[k] = replace(nps[k], **{a: v}); yield with_nps(new)
+            new = list(nps)
+            new[k] = replace(nps[k], **{a: v})
+            yield with_nps(new)
     if kind == "replace_obj":
         k = int(rng.integers(len(nps)))
         sib = SHAPES.children(SHAPES.parent[nps[k].head])
@@ -64,13 +103,17 @@ def _negative_candidates(kind, top: Meaning, add_base: Meaning, objects, rng, bi
         # half the time a sibling first (circle -> ring: the harder foil), else any shape
         pool = [*rng.permutation(near), *rng.permutation(far)] if rng.random() < 0.5 else rng.permutation(near + far)
         for s in pool:
-            new = list(nps); new[k] = replace(nps[k], head=str(s)); yield with_nps(new)
+            new = list(nps)
+            new[k] = replace(nps[k], head=str(s))
+            yield with_nps(new)
     elif kind == "replace_att":
         for _ in range(6):
             k = int(rng.integers(len(nps)))
             new = list(nps)
-            if rng.random() < 0.6: new[k] = replace(nps[k], colour=pick([c for c in COLOURS.leaves if c != nps[k].colour]))
-            else: new[k] = replace(nps[k], size="small" if nps[k].size == "large" else "large")
+            if rng.random() < 0.6:
+                new[k] = replace(nps[k], colour=pick([c for c in COLOURS.leaves if c != nps[k].colour]))
+            else:
+                new[k] = replace(nps[k], size="small" if nps[k].size == "large" else "large")
             yield with_nps(new)
     elif kind == "replace_rel" and multi:
         for r in rng.permutation([r for r in RELATIONS if r != c0.relation]):
@@ -78,8 +121,10 @@ def _negative_candidates(kind, top: Meaning, add_base: Meaning, objects, rng, bi
     elif kind == "swap_obj" and multi:
         yield with_nps([replace(nps[0], head=nps[1].head), replace(nps[1], head=nps[0].head)])
     elif kind == "swap_att" and multi:
-        for att in (["colour", "size"] if rng.random() < 0.6 else ["size", "colour"]):
-            yield with_nps([replace(nps[0], **{att: getattr(nps[1], att)}), replace(nps[1], **{att: getattr(nps[0], att)})])
+        for att in ["colour", "size"] if rng.random() < 0.6 else ["size", "colour"]:
+            yield with_nps(
+                [replace(nps[0], **{att: getattr(nps[1], att)}), replace(nps[1], **{att: getattr(nps[0], att)})]
+            )
     elif kind == "add_obj":
         base = replace(top, exclusive=False)
         for _ in range(6):
@@ -90,49 +135,70 @@ def _negative_candidates(kind, top: Meaning, add_base: Meaning, objects, rng, bi
         bnps = [b0.np] + ([b0.other] if b0.other else [])
         # every way to add one attribute the object does not have (nps[k] is the full phrase of the same object),
         # in random order: with two look-alike objects most of them are true, and the search must not give up early
-        opts = [(k, "colour", c) for k in range(len(bnps)) for c in COLOURS.leaves if c != nps[k].colour] + \
-               [(k, "size", "small" if nps[k].size == "large" else "large") for k in range(len(bnps))]
+        opts = [(k, "colour", c) for k in range(len(bnps)) for c in COLOURS.leaves if c != nps[k].colour] + [
+            (k, "size", "small" if nps[k].size == "large" else "large") for k in range(len(bnps))
+        ]
         for j in rng.permutation(len(opts)):
             k, a, v = opts[j]
-            new = list(bnps); new[k] = replace(bnps[k], **{a: v})
+            new = list(bnps)
+            new[k] = replace(bnps[k], **{a: v})
             yield replace(add_base, clauses=(Clause(new[0], b0.relation, new[1] if len(new) > 1 else None),))
     elif kind == "reshuffle" and multi:
         # grammatical reshuffle: the same content words in new slots (>= 2 word classes move) or the two
         # phrases trade places around the relation
         trade_places = rng.random() < 0.5
-        if trade_places: yield replace(top, clauses=(Clause(c0.other, c0.relation, c0.np),))
+        if trade_places:
+            yield replace(top, clauses=(Clause(c0.other, c0.relation, c0.np),))
         classes = [("head", "colour"), ("head", "size"), ("colour", "size")]
-        for k in rng.permutation(3):          # two of (head, colour, size) move to the other phrase
+        for k in rng.permutation(3):  # two of (head, colour, size) move to the other phrase
             a, b = nps
             for att in classes[k]:
                 a, b = replace(a, **{att: getattr(b, att)}), replace(b, **{att: getattr(a, att)})
             yield with_nps([a, b])
-        if not trade_places: yield replace(top, clauses=(Clause(c0.other, c0.relation, c0.np),))
+        if not trade_places:
+            yield replace(top, clauses=(Clause(c0.other, c0.relation, c0.np),))
 
 # %% ../../nbs/world/01_hard_negatives.ipynb #ee6ccb21
-def world_negatives(objects, top: Meaning, add_base: Meaning, rng, margin: float, tries: int = 8,
-                   types: Sequence[str] = NEGATIVE_TYPES, avoid: Callable | None = None, per_type: int = 1,
-                   binding: float = 0.0) -> tuple[list[WorldNegative], dict]:
+def world_negatives(
+    objects,
+    top: Meaning,
+    add_base: Meaning,
+    rng,
+    margin: float,
+    tries: int = 8,
+    types: Sequence[str] = NEGATIVE_TYPES,
+    avoid: Callable | None = None,
+    per_type: int = 1,
+    binding: float = 0.0,
+) -> tuple[list[WorldNegative], dict]:
     """Up to `per_type` distinct verified-false negatives per applicable type, and the count of rejected (true)
     candidates per type. `avoid(meaning) -> bool` skips candidates without counting them (used to keep held-out
     combinations out of the training splits' negatives); `binding` as in `_negative_candidates`."""
     out, rejected = [], {}
     for kind in types:
         found = 0
-        for cand in itertools.islice(_negative_candidates(kind, top, add_base, objects, rng, binding), tries * per_type):
-            if avoid is not None and avoid(cand): continue
-            if meaning_holds(cand, objects, 0.0):   # lenient truth: not even arguably true
-                rejected[kind] = rejected.get(kind, 0) + 1; continue
+        for cand in itertools.islice(
+            _negative_candidates(kind, top, add_base, objects, rng, binding), tries * per_type
+        ):
+            if avoid is not None and avoid(cand):
+                continue
+            if meaning_holds(cand, objects, 0.0):  # lenient truth: not even arguably true
+                rejected[kind] = rejected.get(kind, 0) + 1
+                continue
             text = render(cand)
-            if any(text == n.text for n in out): continue   # e.g. a reshuffle equal to the swap_att text
-            out.append(WorldNegative(kind, text)); found += 1
-            if found == per_type: break
+            if any(text == n.text for n in out):
+                continue  # e.g. a reshuffle equal to the swap_att text
+            out.append(WorldNegative(kind, text))
+            found += 1
+            if found == per_type:
+                break
     return out, rejected
 
 # %% ../../nbs/world/01_hard_negatives.ipynb #4cd53091
 def _one_edit_neighbours(m: Meaning) -> Iterable[Meaning]:
     "Meanings one structural edit away from `m`."
     nps, layout = m.nps, [(c.other is not None) for c in m.clauses]
+
     def rebuild(new_nps, rels=None, clauses_keep=None):
         out, k = [], 0
         for ci, (c, two) in enumerate(zip(m.clauses, layout)):
@@ -141,32 +207,53 @@ def _one_edit_neighbours(m: Meaning) -> Iterable[Meaning]:
                 out.append(Clause(new_nps[k], r, new_nps[k + 1]) if two else Clause(new_nps[k]))
             k += 2 if two else 1
         return replace(m, clauses=tuple(out))
+
     heads = [h for h in SHAPES.nodes]
     for k, n in enumerate(nps):
         for h in heads:
-            if h != n.head: new = list(nps); new[k] = replace(n, head=h); yield rebuild(new)
+            if h != n.head:
+                new = list(nps)
+                new[k] = replace(n, head=h)
+                yield rebuild(new)
         for c in [None, *COLOURS.nodes[1:]]:
-            if c != n.colour: new = list(nps); new[k] = replace(n, colour=c); yield rebuild(new)
+            if c != n.colour:
+                new = list(nps)
+                new[k] = replace(n, colour=c)
+                yield rebuild(new)
         for z in (None, *SIZES):
-            if z != n.size: new = list(nps); new[k] = replace(n, size=z); yield rebuild(new)
+            if z != n.size:
+                new = list(nps)
+                new[k] = replace(n, size=z)
+                yield rebuild(new)
     for i, j in itertools.combinations(range(len(nps)), 2):
         for att in ("head", "colour", "size"):
             new = list(nps)
-            new[i], new[j] = replace(nps[i], **{att: getattr(nps[j], att)}), replace(nps[j], **{att: getattr(nps[i], att)})
+            new[i], new[j] = (
+                replace(nps[i], **{att: getattr(nps[j], att)}),
+                replace(nps[j], **{att: getattr(nps[i], att)}),
+            )
             yield rebuild(new)
-        new = list(nps); new[i], new[j] = nps[j], nps[i]; yield rebuild(new)
+        new = list(nps)
+        new[i], new[j] = nps[j], nps[i]
+        yield rebuild(new)
     for ci, c in enumerate(m.clauses):
         if c.relation:
             for r in RELATIONS:
-                if r != c.relation: yield rebuild(nps, rels={ci: r})
-        if len(m.clauses) > 1: yield rebuild(nps, clauses_keep=set(range(len(m.clauses))) - {ci})
+                if r != c.relation:
+                    yield rebuild(nps, rels={ci: r})
+        if len(m.clauses) > 1:
+            yield rebuild(nps, clauses_keep=set(range(len(m.clauses))) - {ci})
     yield replace(m, exclusive=not m.exclusive)
+
 
 def classify_negative(scene, text: str) -> str:
     "'hard_positive', 'valid_hard' or 'easy' (see above) for a candidate negative `text` of `scene`."
-    try: m = parse(text)
-    except ValueError: return "easy"
-    if meaning_holds(m, scene.objects, 0.0): return "hard_positive"
+    try:
+        m = parse(text)
+    except ValueError:
+        return "easy"
+    if meaning_holds(m, scene.objects, 0.0):
+        return "hard_positive"
     margin = scene.config.margin_px
     return "valid_hard" if any(meaning_holds(n, scene.objects, margin) for n in _one_edit_neighbours(m)) else "easy"
 
@@ -174,6 +261,7 @@ def classify_negative(scene, text: str) -> str:
 def audit_negatives(scenes: Iterable, generator: Callable) -> "pd.DataFrame":
     "Per negative type: count and fractions of valid_hard / easy / hard_positive, plus a 'total' row."
     import pandas as pd  # imported here: the world itself does not need pandas
+
     rows = [(t, classify_negative(s, text)) for s in scenes for t, text in generator(s)]
     df = pd.DataFrame(rows, columns=["type", "label"])
     cats = ["valid_hard", "easy", "hard_positive"]

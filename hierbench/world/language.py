@@ -1,4 +1,5 @@
-"""The built-in world's vocabulary and language: taxonomies, noun phrases and clauses, render and parse, truth on a scene's objects, entailment and specificity.
+"""The built-in world's vocabulary and language: taxonomies, noun phrases and clauses, render and
+parse, truth on a scene's objects, entailment and specificity.
 
 Docs: https://hierbench.github.io/hierbench/world/language.html.md"""
 
@@ -6,7 +7,8 @@ Docs: https://hierbench.github.io/hierbench/world/language.html.md"""
 
 # %% ../../nbs/world/00_language.ipynb #4a18a533
 from __future__ import annotations
-import functools, itertools
+import functools
+import itertools
 from dataclasses import dataclass
 from typing import NamedTuple, Sequence
 import numpy as np
@@ -20,18 +22,22 @@ __all__ = ['SHAPES', 'COLOURS', 'SIZES', 'RELATIONS', 'INVERSE_RELATION', 'COLOU
 @dataclass(frozen=True, eq=False)
 class Taxonomy:
     "A rooted tree of category names. `parent[node]` is the parent name (the root maps to `None`)."
+
     name: str
     parent: dict
 
     def __post_init__(self):
         for n, p in self.parent.items():
-            if p is not None and p not in self.parent: raise ValueError(f"taxonomy {self.name!r}: parent {p!r} of {n!r} is not a node")
+            if p is not None and p not in self.parent:
+                raise ValueError(f"taxonomy {self.name!r}: parent {p!r} of {n!r} is not a node")
         anc = {}
         for n in self.parent:
             chain, p = [n], self.parent[n]
-            while p is not None: chain.append(p); p = self.parent[p]
+            while p is not None:
+                chain.append(p)
+                p = self.parent[p]
             anc[n] = tuple(chain)
-        object.__setattr__(self, "_anc", anc)   # node -> (node, parent, ..., root): precomputed, is_a is hot
+        object.__setattr__(self, "_anc", anc)  # node -> (node, parent, ..., root): precomputed, is_a is hot
         inner = {p for p in self.parent.values() if p is not None}
         object.__setattr__(self, "_leaves", tuple(n for n in self.parent if n not in inner))
 
@@ -39,12 +45,16 @@ class Taxonomy:
     def from_nested(cls, root: str, nested: dict) -> "Taxonomy":
         "Build from `{super: [leaf, ...] | {sub: [...]}}` under `root`."
         par = {root: None}
+
         def walk(p, sub):
             items = sub.items() if isinstance(sub, dict) else ((k, None) for k in sub)
             for k, v in items:
-                if k in par: raise ValueError(f"taxonomy {root!r}: node {k!r} appears twice")
+                if k in par:
+                    raise ValueError(f"taxonomy {root!r}: node {k!r} appears twice")
                 par[k] = p
-                if v: walk(k, v)
+                if v:
+                    walk(k, v)
+
         walk(root, nested)
         return cls(root, par)
 
@@ -53,61 +63,87 @@ class Taxonomy:
             raise KeyError(f"{node!r} is not a node of the {self.name!r} taxonomy; nodes: {self.nodes}")
 
     @property
-    def root(self) -> str: return self.name
+    def root(self) -> str:
+        return self.name
+
     @property
-    def nodes(self) -> list[str]: return list(self.parent)
+    def nodes(self) -> list[str]:
+        return list(self.parent)
+
     @property
     def leaves(self) -> list[str]:
         "Leaf names in insertion order (the class order used by classifiers)."
         return list(self._leaves)
+
     def children(self, node: str) -> list[str]:
-        self._check(node); return [c for c, p in self.parent.items() if p == node]
+        self._check(node)
+        return [c for c, p in self.parent.items() if p == node]
+
     def ancestors(self, node: str, include_self: bool = False) -> list[str]:
         "Ancestors from the parent up to the root (`node` first when `include_self`)."
         self._check(node)
-        return list(self._anc[node][0 if include_self else 1:])
+        return list(self._anc[node][0 if include_self else 1 :])
+
     def depth(self, node: str) -> int:
         "Edges from the root (the root has depth 0)."
         return len(self.ancestors(node))
+
     def is_a(self, node: str, category: str) -> bool:
         "True when `category` is `node` or one of its ancestors."
-        self._check(node); self._check(category); return category in self._anc[node]
+        self._check(node)
+        self._check(category)
+        return category in self._anc[node]
+
     def lca(self, a: str, b: str) -> str:
         "Lowest common ancestor."
         anc = set(self.ancestors(a, include_self=True))
         return next(n for n in self.ancestors(b, include_self=True) if n in anc)
+
     def distance(self, a: str, b: str) -> int:
         "Tree distance: number of edges on the path from `a` to `b`."
         return self.depth(a) + self.depth(b) - 2 * self.depth(self.lca(a, b))
+
     def distance_matrix(self, nodes: Sequence[str] | None = None) -> np.ndarray:
         "Tree distances between `nodes` (default: the leaves), int (k, k)."
         nodes = self.leaves if nodes is None else list(nodes)
         return np.array([[self.distance(a, b) for b in nodes] for a in nodes])
+
     def level(self, depth: int) -> list[str]:
         "All nodes at a given depth."
         return [n for n in self.parent if self.depth(n) == depth]
-    def __repr__(self): return f"Taxonomy({self.name!r}, {len(self.leaves)} leaves, depth {max(map(self.depth, self.parent))})"
+
+    def __repr__(self):
+        return f"Taxonomy({self.name!r}, {len(self.leaves)} leaves, depth {max(map(self.depth, self.parent))})"
 
 # %% ../../nbs/world/00_language.ipynb #c43a8489
-SHAPES = Taxonomy.from_nested("shape", {
-    "round":   ["circle", "ring", "semicircle"],
-    "angular": ["square", "triangle", "diamond"],
-    "symbol":  ["cross", "star", "heart"]})
-COLOURS = Taxonomy.from_nested("colour", {
-    "warm": ["red", "orange", "yellow"],
-    "cool": ["green", "blue", "purple"]})
+SHAPES = Taxonomy.from_nested(
+    "shape",
+    {
+        "round": ["circle", "ring", "semicircle"],
+        "angular": ["square", "triangle", "diamond"],
+        "symbol": ["cross", "star", "heart"],
+    },
+)
+COLOURS = Taxonomy.from_nested("colour", {"warm": ["red", "orange", "yellow"], "cool": ["green", "blue", "purple"]})
 SIZES = ("small", "large")
 RELATIONS = ("left", "right", "above", "below")
 INVERSE_RELATION = {"left": "right", "right": "left", "above": "below", "below": "above"}
 # every pair of colours is >= 83 apart (orange / yellow); with a per-channel jitter of 18 two objects of different
 # colours stay >= 83 - 2·18·√3 ≈ 21 apart, so a colour word is never ambiguous
-COLOUR_RGB = {"red": (215, 40, 40), "orange": (240, 135, 25), "yellow": (230, 215, 40),
-              "green": (45, 165, 65), "blue": (40, 85, 215), "purple": (140, 55, 185)}
+COLOUR_RGB = {
+    "red": (215, 40, 40),
+    "orange": (240, 135, 25),
+    "yellow": (230, 215, 40),
+    "green": (45, 165, 65),
+    "blue": (40, 85, 215),
+    "purple": (140, 55, 185),
+}
 
 # %% ../../nbs/world/00_language.ipynb #35a6af6d
 @dataclass(frozen=True)
 class NP:
     "A noun phrase: `head` is a node of `SHAPES`; `colour` a node of `COLOURS` or None; `size` in `SIZES` or None."
+
     head: str
     colour: str | None = None
     size: str | None = None
@@ -116,6 +152,7 @@ class NP:
 @dataclass(frozen=True)
 class Clause:
     "`np` alone, or `np relation other`."
+
     np: NP
     relation: str | None = None
     other: NP | None = None
@@ -124,24 +161,47 @@ class Clause:
 @dataclass(frozen=True)
 class Meaning:
     "A sentence: a conjunction of clauses; `exclusive` = 'and nothing else'."
+
     clauses: tuple
     exclusive: bool = False
+
     @property
-    def nps(self) -> list[NP]: return [n for c in self.clauses for n in ((c.np,) if c.other is None else (c.np, c.other))]
+    def nps(self) -> list[NP]:
+        return [n for c in self.clauses for n in ((c.np,) if c.other is None else (c.np, c.other))]
 
 # %% ../../nbs/world/00_language.ipynb #ae756f54
-_HEAD_WORDS = {**{s: s for s in SHAPES.leaves}, "round shape": "round", "angular shape": "angular",
-               "symbol": "symbol", "shape": "shape"}
+_HEAD_WORDS = {
+    **{s: s for s in SHAPES.leaves},
+    "round shape": "round",
+    "angular shape": "angular",
+    "symbol": "symbol",
+    "shape": "shape",
+}
 _HEAD_SURFACE = {v: k for k, v in _HEAD_WORDS.items()}
 _SIZE_WORDS = {"small": "small", "little": "small", "large": "large", "big": "large"}
 _SIZE_SURFACE = {"small": ("small", "little"), "large": ("large", "big")}  # (canonical, synonym)
 _COLOUR_WORDS = {c: c for c in COLOURS.nodes if c != COLOURS.root}
-_REL_WORDS = {"to the left of": "left", "left of": "left", "to the right of": "right", "right of": "right",
-              "above": "above", "over": "above", "below": "below", "under": "below"}
-_REL_SURFACE = {"left": ("to the left of", "left of"), "right": ("to the right of", "right of"),
-                "above": ("above", "over"), "below": ("below", "under")}
+_REL_WORDS = {
+    "to the left of": "left",
+    "left of": "left",
+    "to the right of": "right",
+    "right of": "right",
+    "above": "above",
+    "over": "above",
+    "below": "below",
+    "under": "below",
+}
+_REL_SURFACE = {
+    "left": ("to the left of", "left of"),
+    "right": ("to the right of", "right of"),
+    "above": ("above", "over"),
+    "below": ("below", "under"),
+}
 
-def _article(word: str) -> str: return "an" if word[0] in "aeiou" else "a"
+
+def _article(word: str) -> str:
+    return "an" if word[0] in "aeiou" else "a"
+
 
 def render_np(np_: NP, synonyms: bool = False) -> str:
     "Surface text of a noun phrase; `synonyms` uses big/little instead of large/small."
@@ -155,63 +215,95 @@ def render(m: Meaning, synonyms: bool = False) -> str:
     parts = []
     for c in m.clauses:
         s = render_np(c.np, synonyms)
-        if c.relation: s += f" {_REL_SURFACE[c.relation][int(synonyms)]} {render_np(c.other, synonyms)}"
+        if c.relation:
+            s += f" {_REL_SURFACE[c.relation][int(synonyms)]} {render_np(c.other, synonyms)}"
         parts.append(s)
     return " and ".join(parts) + (" and nothing else" if m.exclusive else "")
 
 # %% ../../nbs/world/00_language.ipynb #39c352be
 def parse(text: str) -> Meaning:
     "Parse a sentence of the world's language into a `Meaning`; ValueError naming the text when outside it."
-    if not isinstance(text, str): raise ValueError(f"text outside the world's language: {text!r} is not a string")
+    if not isinstance(text, str):
+        raise ValueError(f"text outside the world's language: {text!r} is not a string")
     toks = text.strip().lower().removesuffix(".").split()
     pos = 0
+
     def fail(why):
-        raise ValueError(f"text outside the world's language: {text!r} ({why} at word {pos + 1}: "
-                         f"{' '.join(toks[pos:pos + 3]) or 'end of text'!r})")
+        raise ValueError(
+            f"text outside the world's language: {text!r} ({why} at word {pos + 1}: "
+            f"{' '.join(toks[pos : pos + 3]) or 'end of text'!r})"
+        )
+
     def match(options: dict):
         nonlocal pos
         for n in (4, 3, 2, 1):  # longest match first: "to the left of" before "left of"
-            key = " ".join(toks[pos:pos + n])
-            if len(toks[pos:pos + n]) == n and key in options: pos += n; return options[key]
+            key = " ".join(toks[pos : pos + n])
+            if len(toks[pos : pos + n]) == n and key in options:
+                pos += n
+                return options[key]
         return None
+
     def noun_phrase():
         nonlocal pos
-        if pos >= len(toks) or toks[pos] not in ("a", "an"): fail("expected 'a' or 'an'")
-        art = toks[pos]; pos += 1
-        if pos < len(toks) and art != _article(toks[pos]): fail(f"wrong article {art!r}")
-        size = match(_SIZE_WORDS); colour = match(_COLOUR_WORDS); head = match(_HEAD_WORDS)
-        if head is None: fail("expected a shape word")
+        if pos >= len(toks) or toks[pos] not in ("a", "an"):
+            fail("expected 'a' or 'an'")
+        art = toks[pos]
+        pos += 1
+        if pos < len(toks) and art != _article(toks[pos]):
+            fail(f"wrong article {art!r}")
+        size = match(_SIZE_WORDS)
+        colour = match(_COLOUR_WORDS)
+        head = match(_HEAD_WORDS)
+        if head is None:
+            fail("expected a shape word")
         return NP(head, colour, size)
+
     clauses, exclusive = [], False
     while True:
         first = noun_phrase()
         rel = match(_REL_WORDS)
         clauses.append(Clause(first, rel, noun_phrase()) if rel else Clause(first))
-        if pos == len(toks): break
-        if toks[pos] != "and": fail("expected 'and' or a relation")
+        if pos == len(toks):
+            break
+        if toks[pos] != "and":
+            fail("expected 'and' or a relation")
         pos += 1
-        if toks[pos:] == ["nothing", "else"]: exclusive = True; pos = len(toks); break
+        if toks[pos:] == ["nothing", "else"]:
+            exclusive = True
+            pos = len(toks)
+            break
     return Meaning(tuple(clauses), exclusive)
 
 # %% ../../nbs/world/00_language.ipynb #5c573c83
-WORLD_LEXICON = tuple(sorted({w for phrase in [*_HEAD_WORDS, *_SIZE_WORDS, *_COLOUR_WORDS, *_REL_WORDS, "a", "an", "and",
-                                         "nothing else"] for w in phrase.split()}))
+WORLD_LEXICON = tuple(
+    sorted(
+        {
+            w
+            for phrase in [*_HEAD_WORDS, *_SIZE_WORDS, *_COLOUR_WORDS, *_REL_WORDS, "a", "an", "and", "nothing else"]
+            for w in phrase.split()
+        }
+    )
+)
 
 # %% ../../nbs/world/00_language.ipynb #2e031b8c
 @dataclass(frozen=True)
 class Obj:
     "One object of a scene; `box` = (x0, y0, x1, y1) in pixels, x1/y1 exclusive."
+
     shape: str
     colour: str
     size: str
     box: tuple
+
     @property
-    def centre(self) -> tuple[float, float]: return ((self.box[0] + self.box[2]) / 2, (self.box[1] + self.box[3]) / 2)
+    def centre(self) -> tuple[float, float]:
+        return ((self.box[0] + self.box[2]) / 2, (self.box[1] + self.box[3]) / 2)
 
 # %% ../../nbs/world/00_language.ipynb #828b9bf6
 class Relation(NamedTuple):
     """`objects[subject]` is `relation` of `objects[object]` (stated only beyond the margin). A scene lists every
     stated fact for every ordered pair, so (0, 'left', 1) comes with (1, 'right', 0)."""
+
     subject: int
     relation: str
     object: int
@@ -220,34 +312,48 @@ class Relation(NamedTuple):
 def relation_holds(a: Obj, rel: str, b: Obj, margin: float) -> bool:
     "Is `a` `rel` of `b` with centre offset > `margin` pixels? (y grows downwards.)"
     (ax, ay), (bx, by) = a.centre, b.centre
-    if rel == "left": return ax < bx - margin
-    if rel == "right": return ax > bx + margin
-    if rel == "above": return ay < by - margin
-    if rel == "below": return ay > by + margin
+    if rel == "left":
+        return ax < bx - margin
+    if rel == "right":
+        return ax > bx + margin
+    if rel == "above":
+        return ay < by - margin
+    if rel == "below":
+        return ay > by + margin
     raise ValueError(f"unknown relation {rel!r}; known: {RELATIONS}")
 
 # %% ../../nbs/world/00_language.ipynb #66a826e4
 def np_matches(np_: NP, o: Obj) -> bool:
     "Does object `o` satisfy the noun phrase (head/colour by taxonomy ancestry, size exactly)?"
-    return (SHAPES.is_a(o.shape, np_.head) and (np_.colour is None or COLOURS.is_a(o.colour, np_.colour))
-            and (np_.size is None or np_.size == o.size))
+    return (
+        SHAPES.is_a(o.shape, np_.head)
+        and (np_.colour is None or COLOURS.is_a(o.colour, np_.colour))
+        and (np_.size is None or np_.size == o.size)
+    )
 
 # %% ../../nbs/world/00_language.ipynb #8332bab6
 def meaning_holds(m: Meaning, objects: Sequence[Obj], margin: float) -> bool:
     "Truth of a meaning: some assignment of distinct objects satisfies every phrase and relation."
     nps = m.nps
-    if len(nps) > len(objects) or (m.exclusive and len(nps) != len(objects)): return False
+    if len(nps) > len(objects) or (m.exclusive and len(nps) != len(objects)):
+        return False
     cands = [[i for i, o in enumerate(objects) if np_matches(n, o)] for n in nps]
-    if any(not c for c in cands): return False
+    if any(not c for c in cands):
+        return False
     for assign in itertools.product(*cands):
-        if len(set(assign)) < len(assign): continue
+        if len(set(assign)) < len(assign):
+            continue
         k, ok = 0, True
         for c in m.clauses:
             if c.other is not None:
-                if not relation_holds(objects[assign[k]], c.relation, objects[assign[k + 1]], margin): ok = False; break
+                if not relation_holds(objects[assign[k]], c.relation, objects[assign[k + 1]], margin):
+                    ok = False
+                    break
                 k += 2
-            else: k += 1
-        if ok: return True
+            else:
+                k += 1
+        if ok:
+            return True
     return False
 
 # %% ../../nbs/world/00_language.ipynb #ca5fb9cc
@@ -258,9 +364,12 @@ def holds(scene, text: str, margin: float | None = None) -> bool:
 # %% ../../nbs/world/00_language.ipynb #af3ff95a
 def _np_refines(a: NP, b: NP) -> bool:
     "Is phrase `a` at least as specific as `b`?"
-    return SHAPES.is_a(a.head, b.head) and \
-        (b.colour is None or (a.colour is not None and COLOURS.is_a(a.colour, b.colour))) and \
-        (b.size is None or a.size == b.size)
+    return (
+        SHAPES.is_a(a.head, b.head)
+        and (b.colour is None or (a.colour is not None and COLOURS.is_a(a.colour, b.colour)))
+        and (b.size is None or a.size == b.size)
+    )
+
 
 def _facts(m: Meaning) -> tuple[list[NP], set]:
     "Phrases and relation facts (i, rel, j), normalised to left/above."
@@ -270,29 +379,40 @@ def _facts(m: Meaning) -> tuple[list[NP], set]:
         if c.other is not None:
             nps.append(c.other)
             i, j, r = k, k + 1, c.relation
-            if r in ("right", "below"): i, j, r = j, i, INVERSE_RELATION[r]
-            facts.add((i, r, j)); k += 2
-        else: k += 1
+            if r in ("right", "below"):
+                i, j, r = j, i, INVERSE_RELATION[r]
+            facts.add((i, r, j))
+            k += 2
+        else:
+            k += 1
     return nps, facts
+
 
 def entails(specific: str | Meaning, general: str | Meaning) -> bool:
     "Structural entailment: does `specific` entail `general` under the world's semantics? (sound, not complete)"
     s = parse(specific) if isinstance(specific, str) else specific
     g = parse(general) if isinstance(general, str) else general
-    snp, sf = _facts(s); gnp, gf = _facts(g)
-    if g.exclusive and not (s.exclusive and len(snp) == len(gnp)): return False
+    snp, sf = _facts(s)
+    gnp, gf = _facts(g)
+    if g.exclusive and not (s.exclusive and len(snp) == len(gnp)):
+        return False
     for assign in itertools.permutations(range(len(snp)), len(gnp)):
-        if all(_np_refines(snp[a], gnp[i]) for i, a in enumerate(assign)) and \
-           all((assign[i], r, assign[j]) in sf for i, r, j in gf): return True
+        if all(_np_refines(snp[a], gnp[i]) for i, a in enumerate(assign)) and all(
+            (assign[i], r, assign[j]) in sf for i, r, j in gf
+        ):
+            return True
     return False
 
 # %% ../../nbs/world/00_language.ipynb #6c8db62f
 @functools.lru_cache(maxsize=1 << 16)
 def specificity(text: str) -> int:
-    "Number of filled slots of a sentence: leaf shapes, leaf colours and sizes of its phrases, relations, 'nothing else'."
+    """Number of filled slots of a sentence: leaf shapes, leaf colours and sizes of its phrases, relations, 'nothing
+    else'."""
     m = parse(text)
-    slots = sum((n.head in SHAPES.leaves) + (n.colour is not None and n.colour in COLOURS.leaves) + (n.size is not None)
-                for n in m.nps)
+    slots = sum(
+        (n.head in SHAPES.leaves) + (n.colour is not None and n.colour in COLOURS.leaves) + (n.size is not None)
+        for n in m.nps
+    )
     return slots + sum(c.relation is not None for c in m.clauses) + int(m.exclusive)
 
 # %% ../../nbs/world/00_language.ipynb #b3043dbb

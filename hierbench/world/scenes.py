@@ -1,4 +1,6 @@
-"""A procedurally generated image-text universe with a known hierarchy and exact truth: scenes, caption chains, phrases and crops, paraphrases, alternatives, verified hard negatives, splits and an on-disk cache.
+"""A procedurally generated image-text universe with a known hierarchy and exact truth: scenes,
+caption chains, phrases and crops, paraphrases, alternatives, verified hard negatives, splits and
+an on-disk cache.
 
 Docs: https://hierbench.github.io/hierbench/world/scenes.html.md"""
 
@@ -6,7 +8,13 @@ Docs: https://hierbench.github.io/hierbench/world/scenes.html.md"""
 
 # %% ../../nbs/world/02_scenes.ipynb #f80640cd
 from __future__ import annotations
-import functools, hashlib, itertools, json, os, shutil, tempfile
+import functools
+import hashlib
+import itertools
+import json
+import os
+import shutil
+import tempfile
 from dataclasses import dataclass, field, asdict, replace
 from pathlib import Path
 from typing import Sequence
@@ -16,15 +24,86 @@ import numpy as np
 from PIL import Image
 
 from ..config import load_settings
+
 # the world's language (hierbench.world.language), also reachable here as hierbench.world.scenes.NAME
-from .language import (COLOURS, COLOUR_RGB, INVERSE_RELATION, NP, RELATIONS, SHAPES, SIZES, WORLD_LEXICON,
-                                  Clause, Meaning, Obj, Relation, Taxonomy, entails, entails_text, holds, meaning_holds,
-                                  np_matches, parse, relation_holds, render, render_np, specificity)
+from hierbench.world.language import (
+    COLOURS,
+    COLOUR_RGB,
+    INVERSE_RELATION,
+    NP,
+    RELATIONS,
+    SHAPES,
+    SIZES,
+    WORLD_LEXICON,  # noqa: F401 (re-exported here)
+    Clause,
+    Meaning,
+    Obj,
+    Relation,
+    Taxonomy,  # noqa: F401 (re-exported here)
+    entails,
+    entails_text,  # noqa: F401 (re-exported here)
+    holds,  # noqa: F401 (re-exported here)
+    meaning_holds,  # noqa: F401 (re-exported here)
+    np_matches,  # noqa: F401 (re-exported here)
+    parse,  # noqa: F401 (re-exported here)
+    relation_holds,
+    render,
+    render_np,
+    specificity,  # noqa: F401 (re-exported here)
+)
+
 # the hard negatives of a scene (hierbench.world.hard_negatives), also reachable here as hierbench.world.scenes.NAME
-from .hard_negatives import (NEGATIVE_TYPES, WorldNegative, audit_negatives, builtin_negatives,
-                                       check_negative_types, classify_negative, world_negatives)
-_all_ = ['NEGATIVE_TYPES', 'WorldNegative', 'audit_negatives', 'builtin_negatives', 'check_negative_types', 'classify_negative',
-         'world_negatives']
+from hierbench.world.hard_negatives import (
+    NEGATIVE_TYPES,
+    WorldNegative,
+    audit_negatives,
+    builtin_negatives,
+    check_negative_types,
+    classify_negative,
+    world_negatives,
+)
+
+_all_ = [
+    "NEGATIVE_TYPES",
+    "WorldNegative",
+    "audit_negatives",
+    "builtin_negatives",
+    "check_negative_types",
+    "classify_negative",
+    "world_negatives",
+]
+
+# %% auto #0
+__all__ = [
+    "WORLD_VERSION",
+    "SPLITS",
+    "WorldConfig",
+    "scene_rng",
+    "Scene",
+    "true_texts",
+    "shape_mask",
+    "shape_alpha",
+    "render_image",
+    "resize_bilinear",
+    "heldout_combinations",
+    "full_np",
+    "mentions_heldout",
+    "make_scene",
+    "mirror_text",
+    "mirror_scene",
+    "sloppy_negatives",
+    "WorldSplit",
+    "scene_meta",
+    "split_cache_path",
+    "build_split",
+    "NEGATIVE_TYPES",
+    "WorldNegative",
+    "audit_negatives",
+    "builtin_negatives",
+    "check_negative_types",
+    "classify_negative",
+    "world_negatives",
+]
 
 # %% auto #0
 __all__ = ['WORLD_VERSION', 'SPLITS', 'WorldConfig', 'scene_rng', 'Scene', 'true_texts', 'shape_mask', 'shape_alpha',
@@ -34,41 +113,54 @@ __all__ = ['WORLD_VERSION', 'SPLITS', 'WorldConfig', 'scene_rng', 'Scene', 'true
            'check_negative_types', 'classify_negative', 'world_negatives']
 
 # %% ../../nbs/world/02_scenes.ipynb #f15d9645
-WORLD_VERSION = 3  # bump when rendering or text generation changes: it is part of the cache key (3: add_att / reshuffle draws)
+WORLD_VERSION = (
+    3  # bump when rendering or text generation changes: it is part of the cache key (3: add_att / reshuffle draws)
+)
 # 2: 64 px, narrower size gap, two negatives per type, binding-hard replacements
+
 
 @dataclass(frozen=True)
 class WorldConfig:
     "Every knob of the built-in world. Fractions are of the image side."
-    image_size: int = 64                # 64 px: objects are 16-30 px, shapes learnable in a few hundred CPU steps
-    crop_size: int | None = None        # side of per-object crops (None: image_size, as HyCoCLIP resizes box crops)
-    max_objects: int = 3                # 1-3 objects: enough for relations and distractors
+
+    image_size: int = 64  # 64 px: objects are 16-30 px, shapes learnable in a few hundred CPU steps
+    crop_size: int | None = None  # side of per-object crops (None: image_size, as HyCoCLIP resizes box crops)
+    max_objects: int = 3  # 1-3 objects: enough for relations and distractors
     object_count_probs: tuple = (0.2, 0.4, 0.4)  # P(1), P(2), P(3) objects in non-`general` splits
-    small_side: tuple = (0.25, 0.31)    # small objects 16-20 px at 64 px ...
-    large_side: tuple = (0.38, 0.47)    # ... large 24-30 px: disjoint ranges keep "small"/"large" unambiguous
-    min_gap: float = 0.03               # free space between boxes (2 px at 64): objects never touch
-    relation_margin: float = 0.1        # a relation is stated only when the centre offset exceeds this (6.4 px at 64)
+    small_side: tuple = (0.25, 0.31)  # small objects 16-20 px at 64 px ...
+    large_side: tuple = (0.38, 0.47)  # ... large 24-30 px: disjoint ranges keep "small"/"large" unambiguous
+    min_gap: float = 0.03  # free space between boxes (2 px at 64): objects never touch
+    relation_margin: float = 0.1  # a relation is stated only when the centre offset exceeds this (6.4 px at 64)
     background_level: tuple = (60, 180)  # grey level of the background, drawn per scene
-    background_tint: float = 14.0       # per-channel tint of the background (mild colour variation)
-    background_ramp: float = 12.0       # amplitude of a random linear brightness gradient
-    colour_jitter: float = 18.0         # per-channel jitter of an object's colour; colours stay > 60 apart
-    pixel_noise: float = 4.0            # std of per-pixel Gaussian noise (after drawing)
-    supersample: int = 2                # sub-pixel samples per axis for anti-aliased edges
+    background_tint: float = 14.0  # per-channel tint of the background (mild colour variation)
+    background_ramp: float = 12.0  # amplitude of a random linear brightness gradient
+    colour_jitter: float = 18.0  # per-channel jitter of an object's colour; colours stay > 60 apart
+    pixel_noise: float = 4.0  # std of per-pixel Gaussian noise (after drawing)
+    supersample: int = 2  # sub-pixel samples per axis for anti-aliased edges
     heldout_colour_shape: tuple = (("red", "square"), ("blue", "star"), ("green", "circle"), ("purple", "triangle"))
-    heldout_relation_triples: tuple = (("circle", "left", "square"), ("star", "above", "triangle"),
-                                       ("heart", "left", "diamond"))
-    negative_tries: int = 8             # candidates tried per negative type before giving up on that type
-    negatives_per_type: int = 2         # distinct verified negatives per type and scene (K = 4 without repeats)
-    binding_hard: float = 1.0           # P(a replace_obj / replace_att negative first tries a value another object
-                                        # of the scene has): such a foil has the same bag of words as the scene
-    placement_tries: int = 200          # rejection-sampling attempts to place non-overlapping boxes
+    heldout_relation_triples: tuple = (
+        ("circle", "left", "square"),
+        ("star", "above", "triangle"),
+        ("heart", "left", "diamond"),
+    )
+    negative_tries: int = 8  # candidates tried per negative type before giving up on that type
+    negatives_per_type: int = 2  # distinct verified negatives per type and scene (K = 4 without repeats)
+    binding_hard: float = 1.0  # P(a replace_obj / replace_att negative first tries a value another object
+    # of the scene has): such a foil has the same bag of words as the scene
+    placement_tries: int = 200  # rejection-sampling attempts to place non-overlapping boxes
 
     def __post_init__(self):
-        def bad(f, why): raise ValueError(f"WorldConfig.{f}={getattr(self, f)!r}: {why}")
-        if self.image_size < 16: bad("image_size", "must be >= 16 pixels")
-        if self.negatives_per_type < 1: bad("negatives_per_type", "must be >= 1")
-        if not 0 <= self.binding_hard <= 1: bad("binding_hard", "must be a probability in [0, 1]")
-        if not 1 <= self.max_objects <= 4: bad("max_objects", "must be in 1..4")
+        def bad(f, why):
+            raise ValueError(f"WorldConfig.{f}={getattr(self, f)!r}: {why}")
+
+        if self.image_size < 16:
+            bad("image_size", "must be >= 16 pixels")
+        if self.negatives_per_type < 1:
+            bad("negatives_per_type", "must be >= 1")
+        if not 0 <= self.binding_hard <= 1:
+            bad("binding_hard", "must be a probability in [0, 1]")
+        if not 1 <= self.max_objects <= 4:
+            bad("max_objects", "must be in 1..4")
         if len(self.object_count_probs) != self.max_objects or abs(sum(self.object_count_probs) - 1) > 1e-6:
             bad("object_count_probs", f"needs {self.max_objects} probabilities summing to 1")
         if not (0 < self.small_side[0] <= self.small_side[1] < self.large_side[0] <= self.large_side[1] <= 0.6):
@@ -76,17 +168,23 @@ class WorldConfig:
         if not 0 <= self.relation_margin < self.small_side[0] + self.min_gap:
             # two disjoint boxes are separated by >= small side + gap along some axis, so with this bound every
             # pair of objects has at least one stated relation
-            bad("relation_margin", f"must be in [0, small_side[0] + min_gap) = [0, {self.small_side[0] + self.min_gap})")
+            bad(
+                "relation_margin", f"must be in [0, small_side[0] + min_gap) = [0, {self.small_side[0] + self.min_gap})"
+            )
         for c, s in self.heldout_colour_shape:
-            if c not in COLOUR_RGB or s not in SHAPES.leaves: bad("heldout_colour_shape", f"unknown pair {(c, s)}")
+            if c not in COLOUR_RGB or s not in SHAPES.leaves:
+                bad("heldout_colour_shape", f"unknown pair {(c, s)}")
         for a, r, b in self.heldout_relation_triples:
             if a not in SHAPES.leaves or b not in SHAPES.leaves or r not in RELATIONS:
                 bad("heldout_relation_triples", f"unknown triple {(a, r, b)}")
 
     @property
-    def crop_side(self) -> int: return self.crop_size or self.image_size
+    def crop_side(self) -> int:
+        return self.crop_size or self.image_size
+
     @property
-    def margin_px(self) -> float: return self.relation_margin * self.image_size
+    def margin_px(self) -> float:
+        return self.relation_margin * self.image_size
 
     def config_hash(self) -> str:
         "Stable 16-hex-digit hash of every field and `WORLD_VERSION` (same on every machine and process)."
@@ -95,6 +193,7 @@ class WorldConfig:
 
 # %% ../../nbs/world/02_scenes.ipynb #7c4d4fba
 SPLITS = ("train", "val", "test-iid", "test-comp", "general")
+
 
 def scene_rng(seed: int, split: str, index: int) -> np.random.Generator:
     "A numpy Generator that depends only on (seed, split, index), identical across processes and machines."
@@ -105,6 +204,7 @@ def scene_rng(seed: int, split: str, index: int) -> np.random.Generator:
 @dataclass
 class Scene:
     "One scene of the world with all its texts. `image` uint8 (S,S,3); `crops` uint8 (n,C,C,3), one per object."
+
     index: int
     seed: int
     split: str
@@ -129,20 +229,27 @@ def true_texts(scene) -> list[str]:
 def shape_mask(shape: str, u: np.ndarray, v: np.ndarray) -> np.ndarray:
     "Boolean inside-test of a leaf shape on unit-box coordinates u, v (any equal shapes)."
     r2 = u * u + v * v
-    if shape == "circle": return r2 <= 0.95 ** 2
-    if shape == "ring": return (r2 <= 0.95 ** 2) & (r2 >= 0.5 ** 2)
-    if shape == "semicircle": return (u * u + (v - 0.45) ** 2 <= 0.95 ** 2) & (v <= 0.45)
-    if shape == "square": return np.maximum(abs(u), abs(v)) <= 0.8
-    if shape == "triangle": return (v <= 0.8) & (abs(u) <= 0.95 * (v + 0.95) / 1.75)
-    if shape == "diamond": return abs(u) + abs(v) <= 0.97
-    if shape == "cross": return ((abs(u) <= 0.3) & (abs(v) <= 0.95)) | ((abs(v) <= 0.3) & (abs(u) <= 0.95))
+    if shape == "circle":
+        return r2 <= 0.95**2
+    if shape == "ring":
+        return (r2 <= 0.95**2) & (r2 >= 0.5**2)
+    if shape == "semicircle":
+        return (u * u + (v - 0.45) ** 2 <= 0.95**2) & (v <= 0.45)
+    if shape == "square":
+        return np.maximum(abs(u), abs(v)) <= 0.8
+    if shape == "triangle":
+        return (v <= 0.8) & (abs(u) <= 0.95 * (v + 0.95) / 1.75)
+    if shape == "diamond":
+        return abs(u) + abs(v) <= 0.97
+    if shape == "cross":
+        return ((abs(u) <= 0.3) & (abs(v) <= 0.95)) | ((abs(v) <= 0.3) & (abs(u) <= 0.95))
     if shape == "star":
-        theta = np.arctan2(v, u) + np.pi / 2                       # a tip points up
-        phi = (theta + np.pi / 5) % (2 * np.pi / 5) - np.pi / 5   # angle to the nearest tip
+        theta = np.arctan2(v, u) + np.pi / 2  # a tip points up
+        phi = (theta + np.pi / 5) % (2 * np.pi / 5) - np.pi / 5  # angle to the nearest tip
         return np.sqrt(r2) <= 1.0 - 0.6 * np.abs(phi) / (np.pi / 5)
     if shape == "heart":
         x, y = u * 1.2, -v * 1.2 + 0.15
-        return (x * x + y * y - 1) ** 3 - x * x * y ** 3 <= 0
+        return (x * x + y * y - 1) ** 3 - x * x * y**3 <= 0
     raise ValueError(f"unknown shape {shape!r}; known: {SHAPES.leaves}")
 
 # %% ../../nbs/world/02_scenes.ipynb #eefbbfc9
@@ -150,10 +257,11 @@ def shape_mask(shape: str, u: np.ndarray, v: np.ndarray) -> np.ndarray:
 def shape_alpha(shape: str, side: int, supersample: int = 2) -> np.ndarray:
     "Coverage (alpha in [0, 1]) of a shape drawn in a side x side box: float32 (side, side, 1). Cached."
     offs = (np.arange(supersample) + 0.5) / supersample
-    px = (np.arange(side)[:, None] + offs[None]).ravel() / side * 2 - 1   # sub-pixel centres in unit coords
+    px = (np.arange(side)[:, None] + offs[None]).ravel() / side * 2 - 1  # sub-pixel centres in unit coords
     u, v = np.meshgrid(px, px)
     a = shape_mask(shape, u, v).reshape(side, supersample, side, supersample).mean(axis=(1, 3))
-    a = a.astype(np.float32)[..., None]; a.flags.writeable = False
+    a = a.astype(np.float32)[..., None]
+    a.flags.writeable = False
     return a
 
 # %% ../../nbs/world/02_scenes.ipynb #f38267a4
@@ -162,14 +270,21 @@ def _place(rng, sides: list[int], cfg: WorldConfig) -> list[tuple] | None:
     S, gap = cfg.image_size, max(1, round(cfg.min_gap * cfg.image_size))
     boxes = np.zeros((0, 4), int)
     for s in sides:
-        xy = rng.integers(0, S - s + 1, size=(cfg.placement_tries, 2))   # all candidates at once
+        xy = rng.integers(0, S - s + 1, size=(cfg.placement_tries, 2))  # all candidates at once
         cand = np.concatenate([xy, xy + s], axis=1)
         ok = np.ones(len(cand), bool)
         for c in boxes:
-            ok &= (cand[:, 0] >= c[2] + gap) | (c[0] >= cand[:, 2] + gap) | (cand[:, 1] >= c[3] + gap) | (c[1] >= cand[:, 3] + gap)
-        if not ok.any(): return None
+            ok &= (
+                (cand[:, 0] >= c[2] + gap)
+                | (c[0] >= cand[:, 2] + gap)
+                | (cand[:, 1] >= c[3] + gap)
+                | (c[1] >= cand[:, 3] + gap)
+            )
+        if not ok.any():
+            return None
         boxes = np.vstack([boxes, cand[np.argmax(ok)]])
     return [tuple(int(v) for v in b) for b in boxes]
+
 
 def render_image(objects: Sequence[Obj], rng: np.random.Generator, cfg: WorldConfig) -> np.ndarray:
     "Draw objects on a mildly varied background: uint8 (S,S,3)."
@@ -179,7 +294,9 @@ def render_image(objects: Sequence[Obj], rng: np.random.Generator, cfg: WorldCon
     ang = rng.uniform(0, 2 * np.pi)
     t = np.linspace(-0.5, 0.5, S, dtype=np.float32)
     ramp = cfg.background_ramp * (np.cos(ang) * t[None, :] + np.sin(ang) * t[:, None])
-    img = np.empty((S, S, 3), np.float32); img[:] = level + tint; img += ramp[..., None]
+    img = np.empty((S, S, 3), np.float32)
+    img[:] = level + tint
+    img += ramp[..., None]
     for o in objects:
         x0, y0, x1, y1 = o.box
         alpha = shape_alpha(o.shape, x1 - x0, ss)
@@ -197,10 +314,12 @@ def resize_bilinear(img: np.ndarray, out: int) -> np.ndarray:
 def _canonical_triple(a: str, rel: str, b: str) -> tuple:
     return (b, INVERSE_RELATION[rel], a) if rel in ("right", "below") else (a, rel, b)
 
+
 def heldout_combinations(objects: Sequence[Obj], cfg: WorldConfig, margin: float = 0.0) -> set:
     "Held-out (colour, shape) pairs and (shape, rel, shape) triples present in the objects (relations at `margin`)."
-    found = {("colour-shape", o.colour, o.shape) for o in objects} & \
-            {("colour-shape", c, s) for c, s in cfg.heldout_colour_shape}
+    found = {("colour-shape", o.colour, o.shape) for o in objects} & {
+        ("colour-shape", c, s) for c, s in cfg.heldout_colour_shape
+    }
     triples = {_canonical_triple(*t) for t in cfg.heldout_relation_triples}
     for a, b in itertools.permutations(objects, 2):
         for rel in ("left", "above"):
@@ -211,7 +330,8 @@ def heldout_combinations(objects: Sequence[Obj], cfg: WorldConfig, margin: float
 # %% ../../nbs/world/02_scenes.ipynb #7487e6c3
 def _sample_objects(rng, cfg: WorldConfig, split: str):
     "Objects for a scene of `split` and, for test-comp, the focus (subject, relation, object) its caption states."
-    if split not in SPLITS: raise ValueError(f"unknown split {split!r}; known: {SPLITS}")
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; known: {SPLITS}")
     n = 1 if split == "general" else int(rng.choice(np.arange(1, cfg.max_objects + 1), p=cfg.object_count_probs))
     comp_kind = None
     if split == "test-comp":
@@ -219,11 +339,14 @@ def _sample_objects(rng, cfg: WorldConfig, split: str):
     S = cfg.image_size
     banned = set(cfg.heldout_colour_shape)
     for _ in range(100):
-        sides = [int(rng.integers(round(lo * S), round(hi * S) + 1)) for lo, hi in
-                 [cfg.large_side if rng.random() < 0.5 else cfg.small_side for _ in range(n)]]
-        boxes = _place(rng, sorted(sides, reverse=True), cfg)   # largest first: they are the hardest to fit
-        if boxes is None: continue
-        boxes = [boxes[k] for k in rng.permutation(n)]          # ... but object order must not encode size
+        sides = [
+            int(rng.integers(round(lo * S), round(hi * S) + 1))
+            for lo, hi in [cfg.large_side if rng.random() < 0.5 else cfg.small_side for _ in range(n)]
+        ]
+        boxes = _place(rng, sorted(sides, reverse=True), cfg)  # largest first: they are the hardest to fit
+        if boxes is None:
+            continue
+        boxes = [boxes[k] for k in rng.permutation(n)]  # ... but object order must not encode size
         sides = [b[2] - b[0] for b in boxes]
         sizes = ["large" if s >= round(cfg.large_side[0] * S) else "small" for s in sides]
         shapes = [SHAPES.leaves[i] for i in rng.integers(0, len(SHAPES.leaves), n)]
@@ -239,9 +362,13 @@ def _sample_objects(rng, cfg: WorldConfig, split: str):
         elif comp_kind == "triple":
             a, rel, b = cfg.heldout_relation_triples[int(rng.integers(len(cfg.heldout_relation_triples)))]
             tmp = [Obj("circle", "red", z, bx) for z, bx in zip(sizes, boxes)]
-            pairs = [(i, j) for i, j in itertools.permutations(range(n), 2)
-                     if relation_holds(tmp[i], rel, tmp[j], cfg.margin_px)]
-            if not pairs: continue
+            pairs = [
+                (i, j)
+                for i, j in itertools.permutations(range(n), 2)
+                if relation_holds(tmp[i], rel, tmp[j], cfg.margin_px)
+            ]
+            if not pairs:
+                continue
             i, j = pairs[int(rng.integers(len(pairs)))]
             shapes[i], shapes[j] = a, b
             for k in (i, j):  # keep the colour-shape held-outs out of triple scenes unless drawn so
@@ -250,34 +377,49 @@ def _sample_objects(rng, cfg: WorldConfig, split: str):
                     colours[k] = allowed[int(rng.integers(len(allowed)))]
             focus = (i, rel, j)
         objs = [Obj(s, c, z, b) for s, c, z, b in zip(shapes, colours, sizes, boxes)]
-        if comp_kind is None and heldout_combinations(objs, cfg, margin=0.0): continue
+        if comp_kind is None and heldout_combinations(objs, cfg, margin=0.0):
+            continue
         return objs, focus
     raise RuntimeError(f"could not sample a {split} scene with config {cfg.config_hash()} in 100 attempts")
 
 # %% ../../nbs/world/02_scenes.ipynb #1c73c12b
-def full_np(o: Obj) -> NP: return NP(o.shape, o.colour, o.size)
+def full_np(o: Obj) -> NP:
+    return NP(o.shape, o.colour, o.size)
+
 
 def _stated_relations(objects, margin) -> list[Relation]:
-    return [Relation(i, r, j) for i, j in itertools.permutations(range(len(objects)), 2) for r in RELATIONS
-            if relation_holds(objects[i], r, objects[j], margin)]
+    return [
+        Relation(i, r, j)
+        for i, j in itertools.permutations(range(len(objects)), 2)
+        for r in RELATIONS
+        if relation_holds(objects[i], r, objects[j], margin)
+    ]
+
 
 def _inverse(m: Meaning) -> Meaning:
     "Restate every relation clause from the other object (same meaning)."
-    return replace(m, clauses=tuple(Clause(c.other, INVERSE_RELATION[c.relation], c.np) if c.other else c
-                                    for c in m.clauses))
+    return replace(
+        m, clauses=tuple(Clause(c.other, INVERSE_RELATION[c.relation], c.np) if c.other else c for c in m.clauses)
+    )
+
 
 def _positive_meanings(objects, relations, rng, focus):
     "The chain (4 meanings), paraphrases and alternatives as meanings/texts."
     n = len(objects)
     a = focus[0] if focus else int(rng.integers(n))
     A = objects[a]
-    chain = [Meaning((Clause(NP(SHAPES.parent[A.shape])),)), Meaning((Clause(NP(A.shape)),)),
-             Meaning((Clause(full_np(A)),))]
+    chain = [
+        Meaning((Clause(NP(SHAPES.parent[A.shape])),)),
+        Meaning((Clause(NP(A.shape)),)),
+        Meaning((Clause(full_np(A)),)),
+    ]
     if n == 1:
         top = Meaning((Clause(full_np(A)),), exclusive=True)
         paraphrases = [render(top, synonyms=True)]
-        alternatives = [render(Meaning((Clause(NP(A.shape)),), exclusive=True)),
-                        render(Meaning((Clause(NP(SHAPES.parent[A.shape], A.colour)),)))]
+        alternatives = [
+            render(Meaning((Clause(NP(A.shape)),), exclusive=True)),
+            render(Meaning((Clause(NP(SHAPES.parent[A.shape], A.colour)),))),
+        ]
         return chain + [top], paraphrases, alternatives, None
     if focus and focus[1]:
         rel = Relation(*focus)
@@ -289,8 +431,11 @@ def _positive_meanings(objects, relations, rng, focus):
     inv = _inverse(top)
     paraphrases = list(dict.fromkeys([render(inv), render(top, synonyms=True), render(inv, synonyms=True)]))
     alts = [Meaning((Clause(full_np(o)),)) for i, o in enumerate(objects) if i != a]
-    alts += [Meaning((Clause(full_np(objects[r.subject]), r.relation, full_np(objects[r.object])),))
-             for r in relations if r.subject < r.object]   # every stated fact, once per pair and axis
+    alts += [
+        Meaning((Clause(full_np(objects[r.subject]), r.relation, full_np(objects[r.object])),))
+        for r in relations
+        if r.subject < r.object
+    ]  # every stated fact, once per pair and axis
     alts.append(Meaning(tuple(Clause(full_np(o)) for o in objects), exclusive=True))
     shapes_only = Meaning((Clause(NP(A.shape), rel.relation, NP(B.shape)),))
     alts.append(shapes_only)
@@ -304,13 +449,15 @@ def mentions_heldout(m: Meaning, cfg: WorldConfig) -> bool:
     "Does a meaning name a held-out (colour, shape) pair or (shape, relation, shape) triple?"
     pairs, triples = set(cfg.heldout_colour_shape), {_canonical_triple(*t) for t in cfg.heldout_relation_triples}
     return any((n.colour, n.head) in pairs for n in m.nps) or any(
-        c.other is not None and _canonical_triple(c.np.head, c.relation, c.other.head) in triples for c in m.clauses)
+        c.other is not None and _canonical_triple(c.np.head, c.relation, c.other.head) in triples for c in m.clauses
+    )
 
 # %% ../../nbs/world/02_scenes.ipynb #87ffeef9
 def make_scene(index: int, seed: int = 0, config: WorldConfig | None = None, split: str = "train") -> Scene:
     "The scene `index` of `split`: a pure function of (seed, split, index, config)."
     cfg = config or WorldConfig()
-    if not isinstance(index, (int, np.integer)) or index < 0: raise ValueError(f"index must be an int >= 0, got {index!r}")
+    if not isinstance(index, (int, np.integer)) or index < 0:
+        raise ValueError(f"index must be an int >= 0, got {index!r}")
     rng = scene_rng(seed, split, index)
     objects, focus = _sample_objects(rng, cfg, split)
     image = render_image(objects, rng, cfg)
@@ -320,16 +467,38 @@ def make_scene(index: int, seed: int = 0, config: WorldConfig | None = None, spl
     # outside test-comp no text may name a held-out combination, not even a negative: a model that only ever saw
     # "a red square" as a wrong caption would learn to reject it, and test-comp would measure that instead
     avoid = None if split == "test-comp" else (lambda m: mentions_heldout(m, cfg))
-    negatives, rejected = world_negatives(objects, chain[3], add_base, rng, cfg.margin_px, cfg.negative_tries,
-                                         avoid=avoid, per_type=cfg.negatives_per_type, binding=cfg.binding_hard)
-    crops = np.stack([resize_bilinear(image[o.box[1]:o.box[3], o.box[0]:o.box[2]], cfg.crop_side) for o in objects])
-    return Scene(index=int(index), seed=int(seed), split=split, config=cfg, image=image, objects=objects,
-                 relations=relations, chain=[render(m) for m in chain], phrases=[render_np(full_np(o)) for o in objects],
-                 crops=crops, paraphrases=paraphrases, alternatives=alternatives, negatives=negatives,
-                 rejected=rejected)
+    negatives, rejected = world_negatives(
+        objects,
+        chain[3],
+        add_base,
+        rng,
+        cfg.margin_px,
+        cfg.negative_tries,
+        avoid=avoid,
+        per_type=cfg.negatives_per_type,
+        binding=cfg.binding_hard,
+    )
+    crops = np.stack([resize_bilinear(image[o.box[1] : o.box[3], o.box[0] : o.box[2]], cfg.crop_side) for o in objects])
+    return Scene(
+        index=int(index),
+        seed=int(seed),
+        split=split,
+        config=cfg,
+        image=image,
+        objects=objects,
+        relations=relations,
+        chain=[render(m) for m in chain],
+        phrases=[render_np(full_np(o)) for o in objects],
+        crops=crops,
+        paraphrases=paraphrases,
+        alternatives=alternatives,
+        negatives=negatives,
+        rejected=rejected,
+    )
 
 # %% ../../nbs/world/02_scenes.ipynb #799a46f9
 _MIRROR_WORDS = {"left": "right", "right": "left"}
+
 
 def mirror_text(text: str) -> str:
     "`text` as it reads of the scene's left-right mirror: the words 'left' and 'right' trade places."
@@ -342,11 +511,17 @@ def mirror_scene(scene: Scene) -> Scene:
     side = scene.image.shape[1]
     objects = [replace(o, box=(side - o.box[2], o.box[1], side - o.box[0], o.box[3])) for o in scene.objects]
     mirrored = lambda texts: [mirror_text(t) for t in texts]
-    return replace(scene, image=scene.image[:, ::-1].copy(), crops=scene.crops[:, :, ::-1].copy(), objects=objects,
-                   relations=_stated_relations(objects, scene.config.margin_px), chain=mirrored(scene.chain),
-                   paraphrases=mirrored(scene.paraphrases),
-                   alternatives=mirrored(scene.alternatives),
-                   negatives=[WorldNegative(n.type, mirror_text(n.text)) for n in scene.negatives])
+    return replace(
+        scene,
+        image=scene.image[:, ::-1].copy(),
+        crops=scene.crops[:, :, ::-1].copy(),
+        objects=objects,
+        relations=_stated_relations(objects, scene.config.margin_px),
+        chain=mirrored(scene.chain),
+        paraphrases=mirrored(scene.paraphrases),
+        alternatives=mirrored(scene.alternatives),
+        negatives=[WorldNegative(n.type, mirror_text(n.text)) for n in scene.negatives],
+    )
 
 # %% ../../nbs/world/02_scenes.ipynb #50e95361
 def sloppy_negatives(scene) -> list[WorldNegative]:
@@ -356,8 +531,10 @@ def sloppy_negatives(scene) -> list[WorldNegative]:
     out = []
     for k, w in enumerate(words):
         if w in COLOUR_RGB:
-            new = list(words); new[k] = COLOURS.leaves[int(rng.integers(len(COLOURS.leaves)))]
-            out.append(WorldNegative("replace_att", " ".join(new))); break
+            new = list(words)
+            new[k] = COLOURS.leaves[int(rng.integers(len(COLOURS.leaves)))]
+            out.append(WorldNegative("replace_att", " ".join(new)))
+            break
     out.append(WorldNegative("reshuffle", " ".join(rng.permutation(words))))
     return out
 
@@ -365,69 +542,119 @@ def sloppy_negatives(scene) -> list[WorldNegative]:
 @dataclass
 class WorldSplit:
     "A built split: arrays plus per-scene metadata (objects, relations, texts, negatives)."
+
     split: str
     seed: int
     config: WorldConfig
-    images: np.ndarray        # uint8 (n,S,S,3) (a read-only np.memmap when reloaded with mmap=True)
-    crops: np.ndarray         # uint8 (m,C,C,3): one crop per object, scene-major
+    images: np.ndarray  # uint8 (n,S,S,3) (a read-only np.memmap when reloaded with mmap=True)
+    crops: np.ndarray  # uint8 (m,C,C,3): one crop per object, scene-major
     crop_offsets: np.ndarray  # int64 (n+1,)
-    meta: list                # per scene: dict(objects, relations, chain, phrases, paraphrases, alternatives, negatives, rejected)
+    meta: list  # per scene: dict(objects, relations, chain, phrases, paraphrases, alternatives, negatives, rejected)
     path: Path | None = None
 
-    def __len__(self): return len(self.images)
+    def __len__(self):
+        return len(self.images)
+
     @property
-    def chains(self) -> list[list[str]]: return [m["chain"] for m in self.meta]
+    def chains(self) -> list[list[str]]:
+        return [m["chain"] for m in self.meta]
+
     @property
-    def phrases(self) -> list[list[str]]: return [m["phrases"] for m in self.meta]
+    def phrases(self) -> list[list[str]]:
+        return [m["phrases"] for m in self.meta]
+
     @property
-    def paraphrases(self) -> list[list[str]]: return [m["paraphrases"] for m in self.meta]
+    def paraphrases(self) -> list[list[str]]:
+        return [m["paraphrases"] for m in self.meta]
+
     @property
-    def alternatives(self) -> list[list[str]]: return [m["alternatives"] for m in self.meta]
+    def alternatives(self) -> list[list[str]]:
+        return [m["alternatives"] for m in self.meta]
+
     @property
-    def negatives(self) -> list[list[WorldNegative]]: return [[WorldNegative(*n) for n in m["negatives"]] for m in self.meta]
+    def negatives(self) -> list[list[WorldNegative]]:
+        return [[WorldNegative(*n) for n in m["negatives"]] for m in self.meta]
+
     @property
-    def n_objects(self) -> np.ndarray: return np.diff(self.crop_offsets)
+    def n_objects(self) -> np.ndarray:
+        return np.diff(self.crop_offsets)
+
     def objects(self, i: int) -> list[Obj]:
         return [Obj(o["shape"], o["colour"], o["size"], tuple(o["box"])) for o in self.meta[i]["objects"]]
+
     def scene(self, i: int) -> Scene:
         "Scene `i` rebuilt from the arrays (no re-rendering)."
         m = self.meta[i]
-        return Scene(index=i, seed=self.seed, split=self.split, config=self.config, image=self.images[i],
-                     objects=self.objects(i), relations=[Relation(*r) for r in m["relations"]], chain=m["chain"],
-                     phrases=m["phrases"], crops=self.crops[self.crop_offsets[i]:self.crop_offsets[i + 1]],
-                     paraphrases=m["paraphrases"], alternatives=m["alternatives"],
-                     negatives=[WorldNegative(*n) for n in m["negatives"]], rejected=m["rejected"])
-    def true_texts(self, i: int) -> list[str]: return true_texts(self.scene(i))
+        return Scene(
+            index=i,
+            seed=self.seed,
+            split=self.split,
+            config=self.config,
+            image=self.images[i],
+            objects=self.objects(i),
+            relations=[Relation(*r) for r in m["relations"]],
+            chain=m["chain"],
+            phrases=m["phrases"],
+            crops=self.crops[self.crop_offsets[i] : self.crop_offsets[i + 1]],
+            paraphrases=m["paraphrases"],
+            alternatives=m["alternatives"],
+            negatives=[WorldNegative(*n) for n in m["negatives"]],
+            rejected=m["rejected"],
+        )
+
+    def true_texts(self, i: int) -> list[str]:
+        return true_texts(self.scene(i))
+
     def object_labels(self) -> dict:
         """One row per crop (scene-major, aligned with `crops`): `scene` (m,), `shape` / `colour` / `size` (m,)
         indices into `SHAPES.leaves` / `COLOURS.leaves` / `SIZES`, `box` (m,4)."""
         objs = [o for m in self.meta for o in m["objects"]]
         idx = lambda names, key: np.array([names.index(o[key]) for o in objs], np.int64)
-        return dict(scene=np.repeat(np.arange(len(self)), self.n_objects), shape=idx(SHAPES.leaves, "shape"),
-                    colour=idx(COLOURS.leaves, "colour"), size=idx(list(SIZES), "size"),
-                    box=np.array([o["box"] for o in objs], np.int64).reshape(-1, 4))
+        return dict(
+            scene=np.repeat(np.arange(len(self)), self.n_objects),
+            shape=idx(SHAPES.leaves, "shape"),
+            colour=idx(COLOURS.leaves, "colour"),
+            size=idx(list(SIZES), "size"),
+            box=np.array([o["box"] for o in objs], np.int64).reshape(-1, 4),
+        )
+
     def rejected_total(self) -> dict:
         "Rejected (true) negative candidates per type over the split."
         tot = {}
         for m in self.meta:
-            for k, v in m["rejected"].items(): tot[k] = tot.get(k, 0) + v
+            for k, v in m["rejected"].items():
+                tot[k] = tot.get(k, 0) + v
         return tot
 
+
 def scene_meta(s: Scene) -> dict:
-    return dict(objects=[dict(shape=o.shape, colour=o.colour, size=o.size, box=list(o.box)) for o in s.objects],
-                relations=[list(r) for r in s.relations], chain=s.chain, phrases=s.phrases, paraphrases=s.paraphrases,
-                alternatives=s.alternatives, negatives=[list(n) for n in s.negatives], rejected=s.rejected)
+    return dict(
+        objects=[dict(shape=o.shape, colour=o.colour, size=o.size, box=list(o.box)) for o in s.objects],
+        relations=[list(r) for r in s.relations],
+        chain=s.chain,
+        phrases=s.phrases,
+        paraphrases=s.paraphrases,
+        alternatives=s.alternatives,
+        negatives=[list(n) for n in s.negatives],
+        rejected=s.rejected,
+    )
+
 
 def _build_chunk(args) -> tuple:
     "Worker: render scenes [start, stop) -> (images, crops, counts, metas)."
     split, seed, cfg, start, stop = args
     scenes = [make_scene(i, seed, cfg, split) for i in range(start, stop)]
-    return (np.stack([s.image for s in scenes]), np.concatenate([s.crops for s in scenes]),
-            [len(s.objects) for s in scenes], [scene_meta(s) for s in scenes])
+    return (
+        np.stack([s.image for s in scenes]),
+        np.concatenate([s.crops for s in scenes]),
+        [len(s.objects) for s in scenes],
+        [scene_meta(s) for s in scenes],
+    )
 
 # %% ../../nbs/world/02_scenes.ipynb #80670cf2
-def split_cache_path(split: str, n: int, seed: int = 0, config: WorldConfig | None = None,
-                     cache_dir: str | Path | None = None) -> Path:
+def split_cache_path(
+    split: str, n: int, seed: int = 0, config: WorldConfig | None = None, cache_dir: str | Path | None = None
+) -> Path:
     "The folder that caches this split."
     cfg = config or WorldConfig()
     if cache_dir is None:
@@ -436,24 +663,43 @@ def split_cache_path(split: str, n: int, seed: int = 0, config: WorldConfig | No
 
 # %% ../../nbs/world/02_scenes.ipynb #5758b72a
 def _load_split(path: Path, split, seed, cfg, mmap: bool = True) -> WorldSplit:
-    with open(path / "meta.json") as f: meta = json.load(f)
+    with open(path / "meta.json") as f:
+        meta = json.load(f)
     if meta.get("config_hash") != cfg.config_hash():
         raise ValueError(f"{path}/meta.json: config hash {meta.get('config_hash')!r} != {cfg.config_hash()!r}")
     load = lambda name: np.load(path / name, mmap_mode="r" if mmap else None)
-    return WorldSplit(split, seed, cfg, load("images.npy"), load("crops.npy"), np.load(path / "crop_offsets.npy"),
-                      meta["scenes"], path)
+    return WorldSplit(
+        split,
+        seed,
+        cfg,
+        load("images.npy"),
+        load("crops.npy"),
+        np.load(path / "crop_offsets.npy"),
+        meta["scenes"],
+        path,
+    )
 
-def build_split(split: str, n: int, seed: int = 0, config: WorldConfig | None = None,
-                cache_dir: str | Path | None | bool = None, workers: int | None = None,
-                rebuild: bool = False, mmap: bool = True) -> WorldSplit:
+
+def build_split(
+    split: str,
+    n: int,
+    seed: int = 0,
+    config: WorldConfig | None = None,
+    cache_dir: str | Path | None | bool = None,
+    workers: int | None = None,
+    rebuild: bool = False,
+    mmap: bool = True,
+) -> WorldSplit:
     """`n` scenes of `split`, cached on disk keyed by (config hash, seed, split, n).
     `cache_dir`: folder (default: the workbench settings' cache_dir); `False`: no disk cache.
     `workers`: processes (default 1: serial is safe anywhere; > 1 spawns workers, so the calling script needs an
     `if __name__ == "__main__":` guard).
     `mmap`: a reloaded split's images/crops are read-only memory maps (instant reload; index them to get arrays)."""
     cfg = config or WorldConfig()
-    if split not in SPLITS: raise ValueError(f"unknown split {split!r}; known: {SPLITS}")
-    if n < 1: raise ValueError(f"n must be >= 1, got {n}")
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; known: {SPLITS}")
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
     path = None if cache_dir is False else split_cache_path(split, n, seed, cfg, cache_dir)
     if path is not None and not rebuild and (path / "meta.json").is_file():
         return _load_split(path, split, seed, cfg, mmap)
@@ -461,14 +707,19 @@ def build_split(split: str, n: int, seed: int = 0, config: WorldConfig | None = 
     bounds = np.linspace(0, n, max(1, workers) * 4 + 1).astype(int) if workers > 1 else np.array([0, n])
     jobs = [(split, seed, cfg, int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
     if workers > 1:
-        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as ex: parts = list(ex.map(_build_chunk, jobs))
-    else: parts = [_build_chunk(j) for j in jobs]
-    images = np.concatenate([p[0] for p in parts]); crops = np.concatenate([p[1] for p in parts])
+        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as ex:
+            parts = list(ex.map(_build_chunk, jobs))
+    else:
+        parts = [_build_chunk(j) for j in jobs]
+    images = np.concatenate([p[0] for p in parts])
+    crops = np.concatenate([p[1] for p in parts])
     offsets = np.concatenate([[0], np.cumsum([c for p in parts for c in p[2]])]).astype(np.int64)
     metas = [m for p in parts for m in p[3]]
     ws = WorldSplit(split, seed, cfg, images, crops, offsets, metas, path)
-    if path is not None: _save_split(ws, path, replace_existing=rebuild)
+    if path is not None:
+        _save_split(ws, path, replace_existing=rebuild)
     return ws
+
 
 def _save_split(ws: WorldSplit, path: Path, replace_existing: bool = False):
     """Write into a temporary sibling folder, then rename it into place (atomic on one filesystem). An entry that
@@ -476,17 +727,31 @@ def _save_split(ws: WorldSplit, path: Path, replace_existing: bool = False):
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=path.name + ".tmp-", dir=path.parent))
     try:
-        np.save(tmp / "images.npy", ws.images); np.save(tmp / "crops.npy", ws.crops)
+        np.save(tmp / "images.npy", ws.images)
+        np.save(tmp / "crops.npy", ws.crops)
         np.save(tmp / "crop_offsets.npy", ws.crop_offsets)
         with open(tmp / "meta.json", "w") as f:
-            json.dump(dict(config=asdict(ws.config), config_hash=ws.config.config_hash(), seed=ws.seed,
-                           split=ws.split, n=len(ws), world_version=WORLD_VERSION, scenes=ws.meta), f,
-                      separators=(",", ":"))
+            json.dump(
+                dict(
+                    config=asdict(ws.config),
+                    config_hash=ws.config.config_hash(),
+                    seed=ws.seed,
+                    split=ws.split,
+                    n=len(ws),
+                    world_version=WORLD_VERSION,
+                    scenes=ws.meta,
+                ),
+                f,
+                separators=(",", ":"),
+            )
         if path.exists():
-            if not replace_existing and (path / "meta.json").is_file(): return
-            shutil.rmtree(path)   # rebuild requested, or a broken entry without meta.json
+            if not replace_existing and (path / "meta.json").is_file():
+                return
+            shutil.rmtree(path)  # rebuild requested, or a broken entry without meta.json
         os.replace(tmp, path)
     except OSError:
-        if not (path / "meta.json").is_file(): raise   # another process may have won the race; that is fine
+        if not (path / "meta.json").is_file():
+            raise  # another process may have won the race; that is fine
     finally:
-        if tmp.exists(): shutil.rmtree(tmp, ignore_errors=True)
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)

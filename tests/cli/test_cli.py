@@ -1,6 +1,9 @@
 """The `hierbench` console script: each subcommand runs end to end at tiny sizes."""
-import json, os, subprocess, sys
-from pathlib import Path
+
+import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -11,8 +14,9 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
 def run(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "hierbench.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, env=ENV)
+    return subprocess.run(
+        [sys.executable, "-m", "hierbench.cli", *args], capture_output=True, text=True, timeout=timeout, env=ENV
+    )
 
 
 def test_demo_reproduces_the_reference_table(capsys):
@@ -23,7 +27,8 @@ def test_demo_reproduces_the_reference_table(capsys):
 
 
 def test_unknown_subcommand_is_an_error():
-    with pytest.raises(SystemExit): build_parser().parse_args(["frobnicate"])
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["frobnicate"])
 
 
 HELP_PROBE = """
@@ -35,9 +40,11 @@ for argv in [["--help"], *([c, "--help"] for c in subs)]:
         try: main(argv)
         except SystemExit as e: assert e.code == 0, (argv, e.code)
     assert "usage: hierbench" in out.getvalue(), argv
-heavy = sorted(m for m in ("torch", "pandas", "numpy", "open_clip", "hierbench.cli.commands", "hierbench.cli.eval_command") if m in sys.modules)
+heavy = sorted(m for m in ("torch", "pandas", "numpy", "open_clip", "hierbench.cli.commands",
+"hierbench.cli.eval_command") if m in sys.modules)
 print(len(subs), heavy)
 """
+
 
 def test_help_of_every_subcommand_imports_no_torch():
     "`hierbench --help` and each `hierbench CMD --help` parse without torch, pandas or numpy (the runners load lazily)."
@@ -50,6 +57,7 @@ def test_help_of_every_subcommand_imports_no_torch():
 def test_every_subcommand_names_a_runner_that_exists():
     "Each parser's LazyCommand resolves to a function of hierbench.cli.commands / hierbench.cli.eval_command."
     from hierbench.cli.parser import LazyCommand
+
     subs = next(a for a in build_parser()._actions if a.__class__.__name__ == "_SubParsersAction").choices
     for name, sp in subs.items():
         func = sp.get_default("func")
@@ -59,8 +67,20 @@ def test_every_subcommand_names_a_runner_that_exists():
 
 def test_train_then_eval_a_saved_run(tmp_path):
     out = tmp_path / "run"
-    p = run("train", "clip", "--out", str(out), "--arch", "world-debug", "--steps", "2", "--n-train", "64",
-            "--batch-size", "8")
+    p = run(
+        "train",
+        "clip",
+        "--out",
+        str(out),
+        "--arch",
+        "world-debug",
+        "--steps",
+        "2",
+        "--n-train",
+        "64",
+        "--batch-size",
+        "8",
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     assert (out / "model.safetensors").exists() and (out / "metrics.jsonl").exists()
     p = run("eval", "--checkpoint", str(out), "--n-test", "24", "--json", str(tmp_path / "ev.json"))
@@ -80,10 +100,33 @@ def test_train_runs_under_torchrun_with_two_processes(tmp_path):
     """The same entry point under torchrun (gloo on CPU): two ranks share the global batch. The default preset's ResNet
     tower has BatchNorm, which cannot be synchronised on CPU: the run says so."""
     out = tmp_path / "ddp"
-    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29517",
-                        "-m", "hierbench.cli", "train", "clip", "--out", str(out), "--arch", "world-tiny",
-                        "--steps", "2", "--n-train", "64", "--batch-size", "8"],
-                       capture_output=True, text=True, timeout=600, env=ENV)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node=2",
+            "--master_port=29517",
+            "-m",
+            "hierbench.cli",
+            "train",
+            "clip",
+            "--out",
+            str(out),
+            "--arch",
+            "world-tiny",
+            "--steps",
+            "2",
+            "--n-train",
+            "64",
+            "--batch-size",
+            "8",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=ENV,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     lines = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
     assert [l["step"] for l in lines][-1] == 2
@@ -102,8 +145,24 @@ def test_train_narrows_the_negative_types_and_records_them(tmp_path):
     the narrowed list and the resolved settings line names it (that the loader then draws only those types is
     test_fairness's `test_a_narrowed_recipe_draws_only_its_types`)."""
     out = tmp_path / "rel"
-    p = run("train", "negclip", "--out", str(out), "--arch", "world-debug", "--steps", "2", "--n-train", "64",
-            "--batch-size", "8", "--negative-types", "replace_rel", "--weight-decay", "0")
+    p = run(
+        "train",
+        "negclip",
+        "--out",
+        str(out),
+        "--arch",
+        "world-debug",
+        "--steps",
+        "2",
+        "--n-train",
+        "64",
+        "--batch-size",
+        "8",
+        "--negative-types",
+        "replace_rel",
+        "--weight-decay",
+        "0",
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["negative_types"] == ["replace_rel"] and cfg["weight_decay"] == 0 and cfg["recipe"] == "negclip"
@@ -111,58 +170,149 @@ def test_train_narrows_the_negative_types_and_records_them(tmp_path):
 
 
 def test_train_negative_types_bad_input_says_what_is_wrong(tmp_path):
-    p = run("train", "negclip", "--out", str(tmp_path / "a"), "--arch", "world-debug", "--steps", "1",
-            "--negative-types", "replace_rel,replace_colour")
+    p = run(
+        "train",
+        "negclip",
+        "--out",
+        str(tmp_path / "a"),
+        "--arch",
+        "world-debug",
+        "--steps",
+        "1",
+        "--negative-types",
+        "replace_rel,replace_colour",
+    )
     assert p.returncode != 0 and "replace_colour" in p.stderr and not (tmp_path / "a").exists()
-    p = run("train", "clip", "--out", str(tmp_path / "b"), "--arch", "world-debug", "--steps", "1",
-            "--negative-types", "replace_rel")
+    p = run(
+        "train",
+        "clip",
+        "--out",
+        str(tmp_path / "b"),
+        "--arch",
+        "world-debug",
+        "--steps",
+        "1",
+        "--negative-types",
+        "replace_rel",
+    )
     assert p.returncode != 0 and "draws no hard negatives" in p.stderr
 
 
 def test_train_weights_change_loss_terms_and_are_recorded(tmp_path):
     "`--weights igc=1,tgc=1` (the compare page's relation lever): config.json's recipe_weights hold the new weights."
     out = tmp_path / "w"
-    p = run("train", "degla", "--out", str(out), "--arch", "world-debug", "--steps", "2", "--n-train", "64",
-            "--batch-size", "8", "--negative-types", "replace_rel", "--weights", "igc=1,tgc=1")
+    p = run(
+        "train",
+        "degla",
+        "--out",
+        str(out),
+        "--arch",
+        "world-debug",
+        "--steps",
+        "2",
+        "--n-train",
+        "64",
+        "--batch-size",
+        "8",
+        "--negative-types",
+        "replace_rel",
+        "--weights",
+        "igc=1,tgc=1",
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     w = json.loads((out / "config.json").read_text())["recipe_weights"]
     assert (w["igc"], w["tgc"], w["contrastive"]) == (1.0, 1.0, 1.0) and w["distill"] < 1
-    p = run("train", "degla", "--out", str(tmp_path / "bad"), "--arch", "world-debug", "--steps", "1",
-            "--weights", "igc=one")
+    p = run(
+        "train",
+        "degla",
+        "--out",
+        str(tmp_path / "bad"),
+        "--arch",
+        "world-debug",
+        "--steps",
+        "1",
+        "--weights",
+        "igc=one",
+    )
     assert p.returncode != 0 and "igc=one" in p.stderr and not (tmp_path / "bad").exists()
 
 
 def test_train_mirror_twins_and_top_caption_p_are_recorded(tmp_path):
     "`--mirror-twins --top-caption-p P` (the compare page's relations under CLIP's own loss): recorded in config.json."
     out = tmp_path / "t"
-    p = run("train", "clip", "--out", str(out), "--arch", "world-tiny-flat", "--steps", "2", "--n-train", "64",
-            "--batch-size", "8", "--mirror-twins", "--top-caption-p", "0.5")
+    p = run(
+        "train",
+        "clip",
+        "--out",
+        str(out),
+        "--arch",
+        "world-tiny-flat",
+        "--steps",
+        "2",
+        "--n-train",
+        "64",
+        "--batch-size",
+        "8",
+        "--mirror-twins",
+        "--top-caption-p",
+        "0.5",
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["mirror_twins"] is True and cfg["top_caption_p"] == 0.5 and cfg["preset"] == "world-tiny-flat"
     assert "mirror twins, top caption p 0.5" in p.stdout
-    # a recipe whose captions are not sampled (NegCLIP's positive is the top caption) refuses the weight, writing nothing
-    p = run("train", "negclip", "--out", str(tmp_path / "n"), "--arch", "world-debug", "--steps", "1",
-            "--top-caption-p", "0.5")
+    # a recipe whose captions are not sampled (NegCLIP's positive is the top caption) refuses the weight, writing
+    # nothing
+    p = run(
+        "train",
+        "negclip",
+        "--out",
+        str(tmp_path / "n"),
+        "--arch",
+        "world-debug",
+        "--steps",
+        "1",
+        "--top-caption-p",
+        "0.5",
+    )
     assert p.returncode != 0 and "top_caption_p" in p.stderr and not (tmp_path / "n").exists()
-    p = run("train", "clip", "--out", str(tmp_path / "o"), "--arch", "world-debug", "--steps", "1", "--batch-size", "7",
-            "--mirror-twins")
+    p = run(
+        "train",
+        "clip",
+        "--out",
+        str(tmp_path / "o"),
+        "--arch",
+        "world-debug",
+        "--steps",
+        "1",
+        "--batch-size",
+        "7",
+        "--mirror-twins",
+    )
     assert p.returncode != 0 and "even batch size" in p.stderr and not (tmp_path / "o").exists()
 
 
-@pytest.mark.parametrize("argv, dest, value, new", [
-    (["train", "clip", "--out", "r", "--preset", "world-debug"], "arch", "world-debug", "--arch"),
-    (["train", "clip", "--out", "r", "--model", "ViT-B-32"], "arch", "ViT-B-32", "--arch"),
-    (["train", "clip", "--out", "r", "--init", "w.safetensors"], "init_checkpoint", "w.safetensors", "--init-checkpoint"),
-    (["train", "clip", "--out", "r", "--save-every", "5"], "ckpt_every", 5, "--ckpt-every"),
-    (["train", "clip", "--out", "r", "--workers", "3"], "num_workers", 3, "--num-workers"),
-    (["compare", "--preset", "smoke"], "budget", "smoke", "--budget"),
-    (["bench", "--model-preset", "world-debug"], "arch", "world-debug", "--arch"),
-    (["eval", "--model", "st:DIR"], "scorer", "st:DIR", "--scorer"),
-    (["eval", "--checkpoint", "f.pt", "--model", "RN50"], "arch", "RN50", "--arch"),
-    (["eval", "--out", "m.json"], "json", "m.json", "--json"),
-    (["negatives", "--data", "coco:x.json", "--out", "n.jsonl"], "jsonl", "n.jsonl", "--jsonl"),
-])
+@pytest.mark.parametrize(
+    "argv, dest, value, new",
+    [
+        (["train", "clip", "--out", "r", "--preset", "world-debug"], "arch", "world-debug", "--arch"),
+        (["train", "clip", "--out", "r", "--model", "ViT-B-32"], "arch", "ViT-B-32", "--arch"),
+        (
+            ["train", "clip", "--out", "r", "--init", "w.safetensors"],
+            "init_checkpoint",
+            "w.safetensors",
+            "--init-checkpoint",
+        ),
+        (["train", "clip", "--out", "r", "--save-every", "5"], "ckpt_every", 5, "--ckpt-every"),
+        (["train", "clip", "--out", "r", "--workers", "3"], "num_workers", 3, "--num-workers"),
+        (["compare", "--preset", "smoke"], "budget", "smoke", "--budget"),
+        (["bench", "--model-preset", "world-debug"], "arch", "world-debug", "--arch"),
+        (["eval", "--model", "st:DIR"], "scorer", "st:DIR", "--scorer"),
+        (["eval", "--checkpoint", "f.pt", "--model", "RN50"], "arch", "RN50", "--arch"),
+        (["eval", "--out", "m.json"], "json", "m.json", "--json"),
+        (["negatives", "--data", "coco:x.json", "--out", "n.jsonl"], "jsonl", "n.jsonl", "--jsonl"),
+    ],
+)
 def test_old_flag_spellings_still_parse_and_name_the_new_one(capsys, argv, dest, value, new):
     "One release of grace: an old spelling sets the new field and says, on stderr, which flag replaces it."
     args = build_parser().parse_args(argv)
@@ -172,33 +322,78 @@ def test_old_flag_spellings_still_parse_and_name_the_new_one(capsys, argv, dest,
 
 
 def test_help_lists_only_the_new_spellings():
-    for cmd, old in (("train", "--save-every"), ("compare", "--preset"), ("bench", "--model-preset"), ("eval", "--out")):
+    for cmd, old in (
+        ("train", "--save-every"),
+        ("compare", "--preset"),
+        ("bench", "--model-preset"),
+        ("eval", "--out"),
+    ):
         sub = next(a for a in build_parser()._actions if isinstance(a, __import__("argparse")._SubParsersAction))
         assert old not in sub.choices[cmd].format_help()
 
 
 def test_a_bad_old_spelling_value_is_still_checked():
     "`--preset` keeps the budget's choices: a typo is an argparse error, not a silent default."
-    with pytest.raises(SystemExit): build_parser().parse_args(["compare", "--preset", "quik"])
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["compare", "--preset", "quik"])
 
 
 def test_train_and_eval_record_the_precision_that_ran(tmp_path):
     "`--precision` (open_clip's names) reaches the trainer and the evaluation, and both say what ran."
     out = tmp_path / "bf16"
-    p = run("train", "clip", "--out", str(out), "--arch", "world-debug", "--steps", "2", "--n-train", "64",
-            "--batch-size", "8", "--precision", "amp_bf16", "--keep-checkpoints", "1", "--no-save-optimizer")
+    p = run(
+        "train",
+        "clip",
+        "--out",
+        str(out),
+        "--arch",
+        "world-debug",
+        "--steps",
+        "2",
+        "--n-train",
+        "64",
+        "--batch-size",
+        "8",
+        "--precision",
+        "amp_bf16",
+        "--keep-checkpoints",
+        "1",
+        "--no-save-optimizer",
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["precision"] == "amp_bf16" and "amp_bf16" in cfg["precision_ran"] and cfg["keep_checkpoints"] == 1
     assert cfg["save_optimizer"] is False
-    p = run("eval", "--checkpoint", str(out), "--n-test", "16", "--precision", "bf16", "--json", str(tmp_path / "e.json"))
+    p = run(
+        "eval", "--checkpoint", str(out), "--n-test", "16", "--precision", "bf16", "--json", str(tmp_path / "e.json")
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     assert json.loads((tmp_path / "e.json").read_text())["precision"] == "bf16"
 
 
 def test_compare_launcher_flags_parse_and_refuse_what_a_launcher_cannot_use(tmp_path):
-    a = build_parser().parse_args(["compare", "--budget", "smoke", "--launcher", "slurm", "--slurm-partition", "gpu",
-                                   "--slurm-extra", "qos=high", "--slurm-extra", "constraint=a100", "--timeout-min", "30"])
-    assert (a.launcher, a.slurm_partition, a.slurm_extra, a.timeout_min) == ("slurm", "gpu", ["qos=high", "constraint=a100"], 30)
+    a = build_parser().parse_args(
+        [
+            "compare",
+            "--budget",
+            "smoke",
+            "--launcher",
+            "slurm",
+            "--slurm-partition",
+            "gpu",
+            "--slurm-extra",
+            "qos=high",
+            "--slurm-extra",
+            "constraint=a100",
+            "--timeout-min",
+            "30",
+        ]
+    )
+    assert (a.launcher, a.slurm_partition, a.slurm_extra, a.timeout_min) == (
+        "slurm",
+        "gpu",
+        ["qos=high", "constraint=a100"],
+        30,
+    )
     p = run("compare", "--budget", "smoke", "--out", str(tmp_path / "c"), "--slurm-partition", "gpu")
     assert p.returncode != 0 and "--launcher" in p.stderr

@@ -1,6 +1,11 @@
 """The docs preview: every notebook becomes a page, pages load in a real headless browser without JavaScript
 errors, and every plotly figure draws (skipped when Debian's chromium is absent)."""
-import json, os, re, shutil, subprocess
+
+import json
+import os
+import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -20,7 +25,8 @@ def _expected_pages():
 def docs_dir(tmp_path_factory):
     "A built preview: `HIERBENCH_DOCS_DIR` when CI has just built one, else a fresh build."
     given = os.environ.get("HIERBENCH_DOCS_DIR")
-    if given and (Path(given) / "index.html").exists(): return Path(given)
+    if given and (Path(given) / "index.html").exists():
+        return Path(given)
     out = tmp_path_factory.mktemp("docs")
     build_docs_preview(ROOT, out=out)
     return out
@@ -32,19 +38,36 @@ def test_every_notebook_has_a_page(docs_dir):
     assert len(pages) == len(_expected_pages()), (pages, [p.name for p in _expected_pages()])
     assert check_docs(docs_dir, pages) == []
     index = (docs_dir / "index.html").read_text()
-    for p in pages: assert f'href="{p}"' in index, f"index does not link {p}"
+    for p in pages:
+        assert f'href="{p}"' in index, f"index does not link {p}"
 
 
 def test_sanitized_notebook_is_valid_and_tags_directives():
-    raw = {"cells": [{"cell_type": "code", "id": "x", "metadata": {"execution": {"total": 0.5}}, "has_sd": True,
-                      "source": ["#| hide\n", "secret()"], "outputs": [], "execution_count": 1}],
-           "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    raw = {
+        "cells": [
+            {
+                "cell_type": "code",
+                "id": "x",
+                "metadata": {"execution": {"total": 0.5}},
+                "has_sd": True,
+                "source": ["#| hide\n", "secret()"],
+                "outputs": [],
+                "execution_count": 1,
+            }
+        ],
+        "metadata": {},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
     nb = sanitize_proc_notebook(raw)
     assert nb.cells[0].metadata["tags"] == ["remove_cell"] and "has_sd" not in nb.cells[0]
 
 
 def test_localize_scripts_leaves_no_remote_script():
-    page = '<head></head><script src="https://cdn.plot.ly/plotly-9.9.9.min.js"></script><script type="module">import "https://cdn.plot.ly/plotly-9.9.9.min"</script>'
+    page = (
+        '<head></head><script src="https://cdn.plot.ly/plotly-9.9.9.min.js"></script><script type="module">import '
+        '"https://cdn.plot.ly/plotly-9.9.9.min"</script>'
+    )
     out = localize_scripts(page)
     assert "https://" not in out and out.count("plotly.min.js") == 1
 
@@ -64,7 +87,8 @@ window.addEventListener('load', () => setTimeout(() => {
     results: Array.from(document.querySelectorAll('#hb-results a')).map(a => a.getAttribute('href')),
     math: document.querySelectorAll('.MathJax, .MathJax_Display').length,
     math_errors: document.querySelectorAll('.MathJax_Error, .MathJax_Preview:not(:empty)').length,
-    prompts: Array.from(document.querySelectorAll('.jp-InputPrompt')).filter(p => p.offsetWidth > 0 && p.textContent.trim()).length});
+    prompts: Array.from(document.querySelectorAll('.jp-InputPrompt')).filter(p => p.offsetWidth > 0 &&
+    p.textContent.trim()).length});
   document.body.appendChild(m);
 }, 4000));
 </script>"""
@@ -73,11 +97,25 @@ window.addEventListener('load', () => setTimeout(() => {
 def _probe(site: Path, page: str, query: str = "") -> dict:
     "Open `page` of `site` in headless chromium and return what the injected probe saw after load."
     import html as _html
-    res = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--allow-file-access-from-files",
-                          "--virtual-time-budget=20000", "--dump-dom", (site / page).as_uri() + query],
-                         capture_output=True, text=True, timeout=120)
+
+    res = subprocess.run(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--allow-file-access-from-files",
+            "--virtual-time-budget=20000",
+            "--dump-dom",
+            (site / page).as_uri() + query,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     m = re.search(r'<pre id="hb-probe">(.*?)</pre>', res.stdout, re.S)
-    if not m: raise AssertionError(f"{page}: page did not finish loading ({res.stderr[-300:]})")
+    if not m:
+        raise AssertionError(f"{page}: page did not finish loading ({res.stderr[-300:]})")
     return json.loads(_html.unescape(m.group(1)))
 
 
@@ -92,18 +130,26 @@ def probed_site(docs_dir, tmp_path_factory):
 
 @pytest.mark.skipif(CHROMIUM is None, reason="no chromium on this machine (apt-get install chromium)")
 def test_pages_load_in_headless_chromium(probed_site):
-    "Every page: no JavaScript error, every plotly figure drawn, the sectioned sidebar with search, the outline, no prompts."
+    """Every page: no JavaScript error, every plotly figure drawn, the sectioned sidebar with search, the outline, no
+    prompts."""
     failures = []
     n_pages = len(list(probed_site.glob("*.html")))
     for page in sorted(probed_site.glob("*.html")):
-        try: probe = _probe(probed_site, page.name)
-        except AssertionError as e: failures.append(str(e)); continue
-        if probe["errors"]: failures.append(f"{page.name}: JavaScript errors {probe['errors']}")
+        try:
+            probe = _probe(probed_site, page.name)
+        except AssertionError as e:
+            failures.append(str(e))
+            continue
+        if probe["errors"]:
+            failures.append(f"{page.name}: JavaScript errors {probe['errors']}")
         if probe["drawn"] != probe["figures"]:
-            failures.append(f"{page.name}: {probe['figures'] - probe['drawn']} of {probe['figures']} plotly figures not drawn")
+            failures.append(
+                f"{page.name}: {probe['figures'] - probe['drawn']} of {probe['figures']} plotly figures not drawn"
+            )
         if probe["sections"] < 5 or probe["links"] != n_pages or not probe["search"] or not probe["outline"]:
             failures.append(f"{page.name}: site frame incomplete {probe}")
-        if probe["prompts"] or probe["math_errors"]: failures.append(f"{page.name}: prompts or math errors {probe}")
+        if probe["prompts"] or probe["math_errors"]:
+            failures.append(f"{page.name}: prompts or math errors {probe}")
     assert not failures, "\n".join(failures)
 
 
@@ -113,18 +159,24 @@ def test_search_finds_a_symbol_of_another_page_and_math_is_typeset(probed_site):
     assert hits and hits[0] == "dual_encoder.html#DualEncoder", hits
     assert "geometry.html#exterior_angle" in _probe(probed_site, "world.html", "?q=exterior_angle")["results"]
     geometry = _probe(probed_site, "geometry.html")
-    assert geometry["math"] > 20 and geometry["math_errors"] == 0, geometry   # the conventions section's $…$ typeset
+    assert geometry["math"] > 20 and geometry["math_errors"] == 0, geometry  # the conventions section's $…$ typeset
 
 
 def test_class_cross_links_resolve(docs_dir):
     "nbdev links classes in lower case (`dual_encoder.html#dualencoder`); every such link lands on its class's heading."
     from hierbench.cli.docs import broken_links
+
     bad = broken_links(docs_dir)
     public = [b for b in bad if not b[2].startswith("_") and "." not in b[2]]
-    classes = [b for b in public if b[2] != b[2].lower() or any(c.isupper() for c in b[2]) or
-               re.search(rf'id="{re.escape(b[2])}"', (docs_dir / b[1]).read_text(), re.I)]
+    classes = [
+        b
+        for b in public
+        if b[2] != b[2].lower()
+        or any(c.isupper() for c in b[2])
+        or re.search(rf'id="{re.escape(b[2])}"', (docs_dir / b[1]).read_text(), re.I)
+    ]
     assert classes == [], classes
-    assert bad == [], bad           # 83 before the aliases; links to private helpers and attributes become plain code
+    assert bad == [], bad  # 83 before the aliases; links to private helpers and attributes become plain code
 
 
 def test_source_links_stay_local(docs_dir):
@@ -136,43 +188,74 @@ def test_source_links_stay_local(docs_dir):
         remote += [(page.name, h) for h in re.findall(r'href="(https://github\.com/[^"]*/blob/[^"]*)"', text)]
         for target, anchor in re.findall(r'href="source/([\w.]+\.html)(?:#([^"]*))?"', text):
             src = docs_dir / "source" / target
-            if target not in anchors: anchors[target] = set(re.findall(r'id="([^"]+)"', src.read_text())) if src.exists() else None
-            if anchors[target] is None or (anchor and anchor not in anchors[target]): bad.append((page.name, target, anchor))
+            if target not in anchors:
+                anchors[target] = set(re.findall(r'id="([^"]+)"', src.read_text())) if src.exists() else None
+            if anchors[target] is None or (anchor and anchor not in anchors[target]):
+                bad.append((page.name, target, anchor))
     assert remote == [] and bad == [], (remote[:5], bad[:5])
     assert len(anchors) > 10
 
 
 def test_a_widget_output_becomes_a_note_on_the_static_page():
     "No kernel on a docs page: a widget view is replaced by a note, never left as its `VBox(children=…` repr."
-    view = {"output_type": "execute_result", "execution_count": 3, "metadata": {},
-            "data": {"application/vnd.jupyter.widget-view+json": {"model_id": "abc", "version_major": 2, "version_minor": 0},
-                     "text/plain": "VBox(children=(HBox(children=(Dropdown(…"}}
-    nb = {"cells": [{"cell_type": "code", "id": "x", "metadata": {}, "source": "explorer", "outputs": [view],
-                     "execution_count": 3}], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    view = {
+        "output_type": "execute_result",
+        "execution_count": 3,
+        "metadata": {},
+        "data": {
+            "application/vnd.jupyter.widget-view+json": {"model_id": "abc", "version_major": 2, "version_minor": 0},
+            "text/plain": "VBox(children=(HBox(children=(Dropdown(…",
+        },
+    }
+    nb = {
+        "cells": [
+            {
+                "cell_type": "code",
+                "id": "x",
+                "metadata": {},
+                "source": "explorer",
+                "outputs": [view],
+                "execution_count": 3,
+            }
+        ],
+        "metadata": {},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
     data = sanitize_proc_notebook(nb).cells[0].outputs[0]["data"]
     assert "application/vnd.jupyter.widget-view+json" not in data and "VBox" not in json.dumps(data)
     assert "interactive widget" in data["text/html"]
 
 
 def test_links_between_pages_and_images_resolve(docs_dir):
-    """Notebooks link each other by `.ipynb` path (results pages, tutorials, the tour): in the flat preview every relative
+    """Notebooks link each other by `.ipynb` path (results pages, tutorials, the tour): in the flat preview every
+    relative
     link lands on a page or a file that exists (the README's forest plot included), and none is left as `.ipynb`."""
     bad = []
     for page in sorted(docs_dir.glob("*.html")):
-        tags = re.findall(r"<[A-Za-z][^<>]*>", page.read_text())     # real tags (code showing a link is escaped)
+        tags = re.findall(r"<[A-Za-z][^<>]*>", page.read_text())  # real tags (code showing a link is escaped)
         for kind, target in re.findall(r'\b(href|src)="(?![A-Za-z][A-Za-z0-9+.-]*:|#|/)([^"#?]+)', " ".join(tags)):
-            if target.endswith(".ipynb") or not (docs_dir / target).exists(): bad.append((page.name, kind, target))
+            if target.endswith(".ipynb") or not (docs_dir / target).exists():
+                bad.append((page.name, kind, target))
     assert bad == [], bad[:10]
     index = (docs_dir / "index.html").read_text()
     assert 'src="images/claims_forest.png"' in index and 'href="results__index.html"' in index
-    results = (docs_dir / "results__index.html").read_text()    # the results index, beside (not over) the tour
+    results = (docs_dir / "results__index.html").read_text()  # the results index, beside (not over) the tour
     assert 'href="2026-12-02_claims-ledger.html"' in results and "<title>hierbench" in index
 
 
 def test_localize_relative_links_points_notebook_links_at_pages(tmp_path):
     from hierbench.cli.docs import localize_relative_links
-    (tmp_path / "images").mkdir(); (tmp_path / "images" / "f.png").write_bytes(b"png")
+
+    (tmp_path / "images").mkdir()
+    (tmp_path / "images" / "f.png").write_bytes(b"png")
     pages = {"index.ipynb": "index.html", "results/a.ipynb": "results__a.html"}
-    body, files = localize_relative_links('<a href="../index.ipynb#x">i</a><img src="../images/f.png"><img src="gone.png">',
-                                          "results/a.ipynb", pages, tmp_path)
-    assert body == '<a href="index.html#x">i</a><img src="images/f.png"><img src="gone.png">' and files == ["images/f.png"]
+    body, files = localize_relative_links(
+        '<a href="../index.ipynb#x">i</a><img src="../images/f.png"><img src="gone.png">',
+        "results/a.ipynb",
+        pages,
+        tmp_path,
+    )
+    assert body == '<a href="index.html#x">i</a><img src="images/f.png"><img src="gone.png">' and files == [
+        "images/f.png"
+    ]

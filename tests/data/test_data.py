@@ -1,4 +1,5 @@
-"Dense checks for hierbench.data.batch: real annotation files, small fixtures of every format, fuzzed parsers, batch format."
+"""Dense checks for hierbench.data.batch: real annotation files, small fixtures of every format, fuzzed parsers, batch
+format."""
 import json
 import time
 from pathlib import Path
@@ -77,7 +78,8 @@ def _json(path: Path, obj):
 
 KARPATHY = {"images": [
     {"filepath": "val2014", "filename": "a.jpg", "split": "test", "cocoid": 1,
-     "sentences": [{"raw": "A man riding a brown horse on a sandy beach."}, {"raw": "A red bus parked next to a tall building."}]},
+     "sentences": [{"raw": "A man riding a brown horse on a sandy beach."}, {"raw": "A red bus parked next to a tall "
+             "building."}]},
     {"filepath": "train2014", "filename": "b.jpg", "split": "train", "cocoid": 2, "sentences": [{"raw": "A dog."}]},
     {"filename": "c.jpg", "split": "restval", "sentences": [{"raw": "Two cats on a bed."}]}]}
 
@@ -168,7 +170,8 @@ def test_negclip_tsv(tmp_path):
     assert rows[0].image_path == tmp_path / "train2014" / "1.jpg" and rows[1].image_path == tmp_path / "abs" / "2.jpg"
     assert rows[1].caption == "a cat on a bed"                      # outer spaces stripped (upstream rows carry them)
     df3 = df.copy(); df3.loc[1, "filepath"] = "/abs/2.jpg"; df3.to_csv(tmp_path / "o.tsv", sep="\t")
-    with pytest.raises(DataFormatError, match="record 'row 1', field 'filepath': image path '/abs/2.jpg' leaves the image root"):
+    with pytest.raises(DataFormatError, match="record 'row 1', field 'filepath': image path '/abs/2.jpg' leaves the "
+            "image root"):
         load_negclip_tsv(tmp_path / "o.tsv", image_root=tmp_path)
     for bad, msg in [("__import__('os').system('echo pwned')", "not a Python list literal"), ("[3]", "expected row ids in"),
                      ("{'a': 1}", "expected a list")]:
@@ -571,6 +574,7 @@ def test_world_dataset_matches_the_saved_items(case):
         ds.set_epoch(int(epoch))
         idx = [0, 5, len(ds) - 1, 7]
         for i, w in zip(idx, items["getitem"]): _same_item(ds[i], w, f"{case} epoch {epoch} item {i}")
-        for i, g, w in zip(idx, ds.__getitems__(idx), items["getitems"]): _same_item(g, w, f"{case} epoch {epoch} getitems {i}")
+        for i, g, w in zip(idx, ds.__getitems__(idx), items["getitems"]): _same_item(g, w, f"{case} epoch {epoch} "
+                f"getitems {i}")
     got = [ds.batch_indices(s, 8, 2) for s in (0, 1, 5)]
     assert [None if b is None else [int(v) for v in b] for b in got] == want["batch_indices"]

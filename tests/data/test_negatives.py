@@ -1,4 +1,5 @@
-"Dense checks for hierbench.data.negatives: every returned negative is valid, rules do what they say, LLM output is checked."
+"""Dense checks for hierbench.data.negatives: every returned negative is valid, rules do what they say, LLM output is
+checked."""
 import random
 from collections import Counter
 
@@ -203,4 +204,5 @@ def test_arbitrary_text_never_crashes_and_never_returns_invalid(text, rule, seed
 
 def test_unicode_words_are_slots():
     out = rewrite("Un chien brun à côté d'un café.", "reshuffle", rng=0)
-    assert out is not None and sorted(normalize_text(out).split()) == sorted(normalize_text("Un chien brun à côté d'un café.").split())
+    assert out is not None and sorted(normalize_text(out).split()) == sorted(normalize_text("Un chien brun à côté "
+            "d'un café.").split())

@@ -17,7 +17,8 @@ sys.path.insert(0, str(Path(__file__).parents[1]))
 from hf_fixtures import word_tokenizer   # noqa: E402
 
 HIER = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "hierarcaps" / "hierarcaps_test.csv"
-CAPS = ["A man rides a big horse on the street.", "A dog and a cat sit on a red bench.", "Two women holding a small cup.",
+CAPS = ["A man rides a big horse on the street.", "A dog and a cat sit on a red bench.", "Two women holding a small "
+        "cup.",
         "Zebras graze.", "A large jet airplane on a tarmac.", "a man and a woman near a white car"]
 
 def real_captions(n=150):
@@ -34,7 +35,8 @@ def rule_test_captions(n=150):
 
 # ---- validation ---------------------------------------------------------------------------------------------------
 def test_every_negative_rule_output_is_rejected():
-    "What hierbench.data.negatives makes from a caption is never accepted as its paraphrase (a coordination reorder aside)."
+    """What hierbench.data.negatives makes from a caption is never accepted as its paraphrase (a coordination reorder
+    aside)."""
     n = 0
     for cap in rule_test_captions():
         ok = {normalize_text(t) for t in PP.coordination_reorders(cap)}
@@ -135,7 +137,8 @@ def test_read_without_paraphrases_says_what_to_run():
     data = RD.RealData("coco:/data/karpathy.json", image_root="/data/imgs")
     with pytest.raises(RD.MissingTrainingFileError) as e: RD.real_source(get_recipe("read"), None, data)
     msg = str(e.value)
-    assert "\n" not in msg and "`hierbench paraphrases --data coco:/data/karpathy.json --image-root /data/imgs --jsonl" in msg
+    assert "\n" not in msg and ("`hierbench paraphrases --data coco:/data/karpathy.json --image-root /data/imgs "
+        "--jsonl") in msg
     with pytest.raises(RD.MissingTrainingFileError, match="hierbench negatives --data coco:x.json --rules negclip"):
         RD.require_training_files(get_recipe("negclip"), RD.RealData("coco:x.json"))
 

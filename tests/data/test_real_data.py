@@ -17,7 +17,8 @@ from hierbench.training.distributed import DistInfo
 from hierbench.training.trainer import TrainConfig, _Batches, read_metrics
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "hierarcaps"
-pytestmark = pytest.mark.skipif(not (SHARED / "hierarcaps_test.csv").exists(), reason="../shared/data/hierarcaps not present")
+pytestmark = pytest.mark.skipif(not (SHARED / "hierarcaps_test.csv").exists(), reason="../shared/data/hierarcaps not "
+        "present")
 N_IMAGES = 24
 
 
@@ -124,7 +125,8 @@ def test_shard_training_resumes_at_the_same_sample(real, tmp_path):
     main([*args, "--out", str(tmp_path / "full")])
     from hierbench.recipes.recipe_run import train_recipe
     train_recipe("clip", tmp_path / "cut", RD.RealData(f"wds:{pattern}", image_root=str(real["root"])), arch="real-tiny", steps=5,
-                 batch_size=8, log_every=1, ckpt_every=1, stop_at=2)                           # "killed" after step 2 of an epoch of 3
+                 # "killed" after step 2 of an epoch of 3
+                 batch_size=8, log_every=1, ckpt_every=1, stop_at=2)
     main([*args, "--out", str(tmp_path / "cut"), "--resume"])
     full, cut = read_metrics(tmp_path / "full"), read_metrics(tmp_path / "cut")
     assert [r["step"] for r in cut] == [1, 2, 3, 4, 5]

@@ -7,7 +7,8 @@ from hierbench.evaluation import encoding as EN
 
 
 def test_eval_mode_is_restored():
-    m = EN.WordHashModel(dim=8); m.train()
+    m = EN.WordHashModel(dim=8)
+    m.train()
     EN.encode_texts(m, ["a circle"])
     assert m.training
 
@@ -15,7 +16,7 @@ def test_eval_mode_is_restored():
 def test_word_hash_model_bag_of_words_is_exact():
     m = EN.WordHashModel(dim=16)
     e = m.encode_text(["a red circle left of a blue square", "a blue circle left of a red square"])
-    assert torch.equal(e[0], e[1])          # bit-identical, so the comparison is a tie, not a coin flip
+    assert torch.equal(e[0], e[1])  # bit-identical, so the comparison is a tie, not a coin flip
 
 
 def test_encode_uint8_images_normalises_with_the_model_statistics():
@@ -28,7 +29,9 @@ def test_encode_uint8_images_normalises_with_the_model_statistics():
 
 def test_encode_image_list_takes_paths_pil_or_tensors(tmp_path):
     from PIL import Image
-    m = EN.WordHashModel(dim=8); m.image_size = 8
+
+    m = EN.WordHashModel(dim=8)
+    m.image_size = 8
     Image.new("RGB", (20, 10), (0, 255, 0)).save(tmp_path / "g.png")
     e = EN.encode_image_list(m, [str(tmp_path / "g.png"), Image.open(tmp_path / "g.png")], batch_size=1)
     torch.testing.assert_close(e[0], e[1])

@@ -1,5 +1,6 @@
 """The real-image path: a few training steps and the HierarCaps/PEP evaluation on the real HierarCaps test images in
 ../shared/data/hierarcaps (skipped when absent), through the same trainer, losses and evaluation as the world."""
+
 import math
 from pathlib import Path
 

@@ -2,12 +2,14 @@
 every layout built from the shipped COCO images (HierarCaps' 1,000; skipped when absent), every metric checked against
 a plain open_clip computation written here (random-init real-tiny towers: nothing is downloaded), the bad inputs, the
 eval flags, --compare and --leaderboard with intervals."""
-import json, math, shutil, warnings
+
+import json
+import math
+import shutil
 from pathlib import Path
 
 import numpy as np
 import open_clip
-import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
@@ -25,20 +27,24 @@ TEMPLATES = ["a photo of a {c}.", "a blurry photo of the {c}.", "art of a {c}"]
 
 
 def _coco(n):
-    if not IMAGES.is_dir(): pytest.skip("shared/data/hierarcaps/test_imgs (the shipped COCO images) not present")
+    if not IMAGES.is_dir():
+        pytest.skip("shared/data/hierarcaps/test_imgs (the shipped COCO images) not present")
     paths = sorted(IMAGES.glob("*.jpg"))[:n]
-    if len(paths) < n: pytest.skip(f"need {n} COCO images, found {len(paths)}")
+    if len(paths) < n:
+        pytest.skip(f"need {n} COCO images, found {len(paths)}")
     return paths
 
 
 def write_wds(folder: Path, split: str, samples, per_shard: int = 7):
     "CLIP_benchmark's layout: DIR/split/{0..n-1}.tar + nshards.txt, written with webdataset's TarWriter."
     import webdataset as wds
+
     (folder / split).mkdir(parents=True, exist_ok=True)
-    parts = [samples[i:i + per_shard] for i in range(0, len(samples), per_shard)]
+    parts = [samples[i : i + per_shard] for i in range(0, len(samples), per_shard)]
     for j, part in enumerate(parts):
         with wds.TarWriter(str(folder / split / f"{j}.tar")) as w:
-            for s in part: w.write(s)
+            for s in part:
+                w.write(s)
     (folder / split / "nshards.txt").write_text(str(len(parts)))
 
 
@@ -50,19 +56,29 @@ def sets(tmp_path_factory):
     test, train = paths[:18], paths[18:]
     y_test, y_train = [i % 6 for i in range(18)], [i % 6 for i in range(24)]
     w = root / "wds_tiny"
-    write_wds(w, "test", [{"__key__": f"t{i:03d}", "jpg": p.read_bytes(), "cls": y} for i, (p, y) in enumerate(zip(test, y_test))])
-    write_wds(w, "train", [{"__key__": f"r{i:03d}", "jpg": p.read_bytes(), "cls": y} for i, (p, y) in enumerate(zip(train, y_train))])
+    write_wds(
+        w,
+        "test",
+        [{"__key__": f"t{i:03d}", "jpg": p.read_bytes(), "cls": y} for i, (p, y) in enumerate(zip(test, y_test))],
+    )
+    write_wds(
+        w,
+        "train",
+        [{"__key__": f"r{i:03d}", "jpg": p.read_bytes(), "cls": y} for i, (p, y) in enumerate(zip(train, y_train))],
+    )
     (w / "classnames.txt").write_text("\n".join(CLASSES) + "\n")
     (w / "zeroshot_classification_templates.txt").write_text("\n".join(TEMPLATES) + "\n")
     f = root / "folder_tiny"
-    folders = [f"c{k}_{c.replace(' ', '_')}" for k, c in enumerate(CLASSES)]   # sorted order = label order
+    folders = [f"c{k}_{c.replace(' ', '_')}" for k, c in enumerate(CLASSES)]  # sorted order = label order
     for split, ps, ys in (("test", test, y_test), ("train", train, y_train)):
         for i, (p, y) in enumerate(zip(ps, ys)):
             (f / split / folders[y]).mkdir(parents=True, exist_ok=True)
             shutil.copy(p, f / split / folders[y] / f"{i:03d}.jpg")
     (f / "classnames.txt").write_text("\n".join(CLASSES) + "\n")
     (f / "zeroshot_classification_templates.txt").write_text("\n".join(TEMPLATES) + "\n")
-    return dict(wds=w, folder=f, test=test, y_test=np.array(y_test), train=train, y_train=np.array(y_train), folders=folders)
+    return dict(
+        wds=w, folder=f, test=test, y_test=np.array(y_test), train=train, y_train=np.array(y_train), folders=folders
+    )
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +94,9 @@ def plain_logits(m, paths, classes=CLASSES, templates=TEMPLATES):
     with torch.no_grad():
         W = []
         for c in classes:
-            e = F.normalize(clip.encode_text(open_clip.tokenize([t.format(c=c) for t in templates], context_length=ctx)), dim=-1).mean(0)
+            e = F.normalize(
+                clip.encode_text(open_clip.tokenize([t.format(c=c) for t in templates], context_length=ctx)), dim=-1
+            ).mean(0)
             W.append(e / e.norm())
         W = torch.stack(W, dim=1)
         x = torch.stack([pre(Image.open(p).convert("RGB")) for p in paths])
@@ -91,8 +109,11 @@ def plain_metrics(logits, y):
     top = logits.topk(5, dim=1).indices
     pred = top[:, 0]
     recall = [float((pred[y == c] == c).double().mean()) for c in torch.unique(y)]
-    return dict(acc1=float((pred == y).double().mean()), acc5=float((top == y[:, None]).any(1).double().mean()),
-                mean_per_class_recall=float(np.mean(recall))), pred.numpy()
+    return dict(
+        acc1=float((pred == y).double().mean()),
+        acc5=float((top == y[:, None]).any(1).double().mean()),
+        mean_per_class_recall=float(np.mean(recall)),
+    ), pred.numpy()
 
 
 @pytest.mark.parametrize("layout", ["wds", "folder"])
@@ -102,9 +123,14 @@ def test_zeroshot_equals_plain_open_clip(sets, model, layout):
     name = sets[layout].name
     img, W, logits = plain_logits(model, sets["test"])
     want, pred = plain_metrics(logits, sets["y_test"])
-    for k, v in want.items(): assert res[f"zeroshot/{name}/{k}"] == pytest.approx(v, abs=1e-12), k
-    index = [int(Path(k).stem) if layout == "folder" else int(k[-3:]) for k in rows.id]   # each row's test image
-    assert rows.pred.tolist() == pred[index].tolist() and len(rows) == 18 and rows.acc1.mean() == res[f"zeroshot/{name}/acc1"]
+    for k, v in want.items():
+        assert res[f"zeroshot/{name}/{k}"] == pytest.approx(v, abs=1e-12), k
+    index = [int(Path(k).stem) if layout == "folder" else int(k[-3:]) for k in rows.id]  # each row's test image
+    assert (
+        rows.pred.tolist() == pred[index].tolist()
+        and len(rows) == 18
+        and rows.acc1.mean() == res[f"zeroshot/{name}/acc1"]
+    )
     assert res[f"zeroshot_chance/{name}/acc1"] == pytest.approx(1 / 6) and any("scored by cosine" in l for l in lines)
     # the pieces themselves: prototypes and image embeddings equal open_clip's to float rounding
     cs = Z.open_classification(sets[layout])
@@ -119,9 +145,10 @@ def test_workers_give_the_same_numbers(sets, model):
     assert a == b
 
 
-def _exp_map0(v, c):   # MERU's exponential map at the origin (space components), written out
+def _exp_map0(v, c):  # MERU's exponential map at the origin (space components), written out
     r = c.sqrt() * v.norm(dim=-1, keepdim=True)
     return torch.sinh(r) / r * v
+
 
 def test_lorentz_zeroshot_is_merus(sets):
     torch.manual_seed(1)
@@ -133,26 +160,46 @@ def test_lorentz_zeroshot_is_merus(sets):
     pre = open_clip.image_transform(int(m.image_size), is_train=False, mean=m.image_mean, std=m.image_std)
     with torch.no_grad():
         # MERU: average the templates' projected text features, scale by α_text, lift; images likewise; score <x, y>_L
-        protos = torch.stack([_exp_map0(m.head.alpha("text") * clip.encode_text(open_clip.tokenize(
-            [t.format(c=k) for t in TEMPLATES], context_length=m.context_length)).mean(0), c) for k in CLASSES])
-        img = _exp_map0(m.head.alpha("image") * clip.encode_image(torch.stack([pre(Image.open(p).convert("RGB")) for p in sets["test"]])), c)
+        protos = torch.stack(
+            [
+                _exp_map0(
+                    m.head.alpha("text")
+                    * clip.encode_text(
+                        open_clip.tokenize([t.format(c=k) for t in TEMPLATES], context_length=m.context_length)
+                    ).mean(0),
+                    c,
+                )
+                for k in CLASSES
+            ]
+        )
+        img = _exp_map0(
+            m.head.alpha("image")
+            * clip.encode_image(torch.stack([pre(Image.open(p).convert("RGB")) for p in sets["test"]])),
+            c,
+        )
         time = lambda x: torch.sqrt(1 / c + (x * x).sum(-1))
         inner = img @ protos.T - time(img)[:, None] * time(protos)[None, :]
     want, pred = plain_metrics(inner, sets["y_test"])
     assert rows.pred.tolist() == pred.tolist()
-    for k, v in want.items(): assert res[f"zeroshot/wds_tiny/{k}"] == pytest.approx(v, abs=1e-12), k
+    for k, v in want.items():
+        assert res[f"zeroshot/wds_tiny/{k}"] == pytest.approx(v, abs=1e-12), k
 
 
 def test_linear_probe_equals_a_plain_clip_benchmark_loop(sets, model):
     cfg = LP.ProbeConfig(epochs=3)
-    res, rows = evaluate_classification(model, sets["wds"], zeroshot=False, linear_probe_=True, num_workers=0, probe=cfg, log=None)
+    res, rows = evaluate_classification(
+        model, sets["wds"], zeroshot=False, linear_probe_=True, num_workers=0, probe=cfg, log=None
+    )
     wd = res["linear_probe/wds_tiny/weight_decay"]
     assert set(rows.benchmark) == {"linear_probe/wds_tiny"} and len(rows) == 18
     # plain: CLIP_benchmark's features (normalised encode_image) and its training loop, at the chosen weight decay, on
     # train + held-out part in the order the final fit sees them
     pre = open_clip.image_transform(int(model.image_size), is_train=False, mean=model.image_mean, std=model.image_std)
-    feats = lambda ps: F.normalize(model.clip.encode_image(torch.stack([pre(Image.open(p).convert("RGB")) for p in ps])), dim=-1)
-    with torch.no_grad(): xtr, xte = feats(sets["train"]), feats(sets["test"])
+    feats = lambda ps: F.normalize(
+        model.clip.encode_image(torch.stack([pre(Image.open(p).convert("RGB")) for p in ps])), dim=-1
+    )
+    with torch.no_grad():
+        xtr, xte = feats(sets["train"]), feats(sets["test"])
     ytr = torch.as_tensor(sets["y_train"])
     tr, va = LP.holdout_split(len(xtr), cfg.val_proportion, cfg.seed)
     x, y = torch.cat([xtr[tr], xtr[va]]), torch.cat([ytr[tr], ytr[va]])
@@ -163,11 +210,16 @@ def test_linear_probe_equals_a_plain_clip_benchmark_loop(sets, model):
     steps = cfg.epochs * len(loader)
     for e in range(cfg.epochs):
         for i, (xb, yb) in enumerate(loader):
-            for g in opt.param_groups: g["lr"] = 0.5 * (1 + math.cos(math.pi * (e * len(loader) + i) / steps)) * cfg.lr
-            opt.zero_grad(); F.cross_entropy(lin(xb), yb).backward(); opt.step()
-    with torch.no_grad(): want, pred = plain_metrics(lin(xte), sets["y_test"])
+            for g in opt.param_groups:
+                g["lr"] = 0.5 * (1 + math.cos(math.pi * (e * len(loader) + i) / steps)) * cfg.lr
+            opt.zero_grad()
+            F.cross_entropy(lin(xb), yb).backward()
+            opt.step()
+    with torch.no_grad():
+        want, pred = plain_metrics(lin(xte), sets["y_test"])
     assert rows.pred.tolist() == pred.tolist()
-    for k, v in want.items(): assert res[f"linear_probe/wds_tiny/{k}"] == pytest.approx(v, abs=1e-12), k
+    for k, v in want.items():
+        assert res[f"linear_probe/wds_tiny/{k}"] == pytest.approx(v, abs=1e-12), k
 
 
 def test_linear_probe_separable_features_and_the_val_split(tmp_path):
@@ -182,12 +234,15 @@ def test_linear_probe_separable_features_and_the_val_split(tmp_path):
 
 def test_hierarchical_metrics_on_the_worlds_taxonomy_and_a_real_folder(sets, model, tmp_path):
     from hierbench.world.scenes import SHAPES
+
     classes = list(SHAPES.leaves)
     rng = np.random.default_rng(0)
     true, pred = rng.integers(0, len(classes), 200), rng.integers(0, len(classes), 200)
     (tmp_path / "shapes.json").write_text(json.dumps(SHAPES.parent))
     res, rows = H.hierarchical_classification(pred, true, H.read_hierarchy(tmp_path / "shapes.json"), classes, "shapes")
-    want = hierarchical_metrics([classes[i] for i in pred], [classes[i] for i in true], SHAPES)   # the world's own numbers
+    want = hierarchical_metrics(
+        [classes[i] for i in pred], [classes[i] for i in true], SHAPES
+    )  # the world's own numbers
     chance = chance_hierarchical_metrics([classes[i] for i in true], classes, SHAPES)
     for k in want:
         assert res[f"hierarchical/shapes/{k}"] == pytest.approx(want[k])
@@ -195,34 +250,51 @@ def test_hierarchical_metrics_on_the_worlds_taxonomy_and_a_real_folder(sets, mod
     assert ((rows.tie == 0) == (pred == true)).all()
     # a real folder: a tree over its class folders (an is-a edge list), the zero-shot predictions scored on it
     tree = tmp_path / "isa.txt"
-    tree.write_text("thing animal\nthing object\nanimal " + sets["folders"][0] + "\nanimal " + sets["folders"][1] + "\nanimal "
-                    + sets["folders"][4] + "\n" + "".join(f"object {f}\n" for k, f in enumerate(sets["folders"]) if k in (2, 3, 5)))
+    tree.write_text(
+        "thing animal\nthing object\nanimal "
+        + sets["folders"][0]
+        + "\nanimal "
+        + sets["folders"][1]
+        + "\nanimal "
+        + sets["folders"][4]
+        + "\n"
+        + "".join(f"object {f}\n" for k, f in enumerate(sets["folders"]) if k in (2, 3, 5))
+    )
     res, rows = evaluate_classification(model, sets["folder"], hierarchy=tree, num_workers=0, log=None)
     z = rows[rows.benchmark == "zeroshot/folder_tiny"]
     h = rows[rows.benchmark == "hierarchical/folder_tiny"]
     parent = H.read_hierarchy(tree)
     want = hierarchical_metrics([sets["folders"][i] for i in z.pred], [sets["folders"][i] for i in z.label], parent)
-    for k, v in want.items(): assert res[f"hierarchical/folder_tiny/{k}"] == pytest.approx(v)
+    for k, v in want.items():
+        assert res[f"hierarchical/folder_tiny/{k}"] == pytest.approx(v)
     assert h.id.tolist() == z.id.tolist()
 
 
 def test_wordnet_corpus_is_never_downloaded(monkeypatch):
     nltk = pytest.importorskip("nltk")
     monkeypatch.setattr(nltk, "download", lambda *a, **k: (_ for _ in ()).throw(AssertionError("downloaded")))
-    try: H.load_wordnet()
-    except FileNotFoundError as err: assert "never downloads" in str(err)   # the corpus is not on disk here
-    else: assert H.wordnet_hierarchy(["n01440764"])["n01440764"] is not None   # it is: tench's parent exists
+    try:
+        H.load_wordnet()
+    except FileNotFoundError as err:
+        assert "never downloads" in str(err)  # the corpus is not on disk here
+    else:
+        assert H.wordnet_hierarchy(["n01440764"])["n01440764"] is not None  # it is: tench's parent exists
 
 
 def test_imagenet_val_folder_uses_open_clips_names_and_templates(tmp_path):
     paths = _coco(1)
     from open_clip.zero_shot_metadata import IMAGENET_CLASSNAMES, OPENAI_IMAGENET_TEMPLATES
+
     val = tmp_path / "imagenet" / "val"
     for k in range(1000):
         (val / f"n{k:08d}").mkdir(parents=True)
         (val / f"n{k:08d}" / "a.jpg").symlink_to(paths[0])
     cs = Z.open_classification(tmp_path / "imagenet")
-    assert cs.eval_split == "val" and cs.classnames == list(IMAGENET_CLASSNAMES) and cs.templates == list(OPENAI_IMAGENET_TEMPLATES)
+    assert (
+        cs.eval_split == "val"
+        and cs.classnames == list(IMAGENET_CLASSNAMES)
+        and cs.templates == list(OPENAI_IMAGENET_TEMPLATES)
+    )
     assert "open_clip" in cs.sources["classnames"] and "open_clip" in cs.sources["templates"]
     src, labels, keys, aside, ignored = Z.classification_samples(cs, "val", limit=5)
     assert labels.tolist() == [0, 1, 2, 3, 4] and not aside
@@ -233,22 +305,28 @@ def test_bad_classification_folders_say_where(sets, tmp_path, model):
     p = _coco(3)
     w = tmp_path / "nonames"
     write_wds(w, "test", [{"__key__": "a", "jpg": p[0].read_bytes(), "cls": 0}])
-    with pytest.raises(DataFormatError, match="classnames.txt"): Z.open_classification(w)
+    with pytest.raises(DataFormatError, match="classnames.txt"):
+        Z.open_classification(w)
     (w / "classnames.txt").write_text("a\nb\n")
     (w / "zeroshot_classification_templates.txt").write_text("\n\n")
-    with pytest.raises(DataFormatError, match="empty template list"): Z.open_classification(w)
+    with pytest.raises(DataFormatError, match="empty template list"):
+        Z.open_classification(w)
     (w / "zeroshot_classification_templates.txt").write_text("a photo of a {}.\n")
-    with pytest.raises(DataFormatError, match=r"line 1.*cannot be filled"): Z.open_classification(w)
+    with pytest.raises(DataFormatError, match=r"line 1.*cannot be filled"):
+        Z.open_classification(w)
     # an ImageFolder whose classes disagree with its class-name file
     f = tmp_path / "folder"
     shutil.copytree(sets["folder"], f)
     (f / "classnames.txt").write_text("\n".join(CLASSES[:5]) + "\n")
-    with pytest.raises(DataFormatError, match=r"classnames.txt.*5 class names for 6 class folders"): Z.open_classification(f)
+    with pytest.raises(DataFormatError, match=r"classnames.txt.*5 class names for 6 class folders"):
+        Z.open_classification(f)
     (f / "classnames.txt").unlink()
     (f / "classnames.json").write_text(json.dumps({k: k for k in sets["folders"][:5] + ["c9_boat"]}))
-    with pytest.raises(DataFormatError, match=r"c5_kitchen.*c9_boat"): Z.open_classification(f)
+    with pytest.raises(DataFormatError, match=r"c5_kitchen.*c9_boat"):
+        Z.open_classification(f)
     (f / "classnames.json").unlink()
-    with pytest.raises(DataFormatError, match="classnames.txt.*missing"): Z.open_classification(f)
+    with pytest.raises(DataFormatError, match="classnames.txt.*missing"):
+        Z.open_classification(f)
     with pytest.raises(DataFormatError, match="zeroshot_classification_templates|templates"):
         Z.ClassificationSet("x", f, "imagefolder", {}, ["a"], None, ["a"]).require_templates()
 
@@ -256,12 +334,18 @@ def test_bad_classification_folders_say_where(sets, tmp_path, model):
 def test_bad_samples_are_set_aside_counted_and_named(sets, tmp_path, model):
     p = _coco(4)
     w = tmp_path / "wds_bad"
-    write_wds(w, "test", [{"__key__": "good0", "jpg": p[0].read_bytes(), "cls": 0},
-                          {"__key__": "nolabel", "jpg": p[1].read_bytes()},
-                          {"__key__": "corrupt", "jpg": b"\xff\xd8 not a jpeg", "cls": 1},
-                          {"__key__": "outside", "jpg": p[2].read_bytes(), "cls": 7},
-                          {"__key__": "noimage", "cls": 1},
-                          {"__key__": "good1", "jpg": p[3].read_bytes(), "cls": 1}])
+    write_wds(
+        w,
+        "test",
+        [
+            {"__key__": "good0", "jpg": p[0].read_bytes(), "cls": 0},
+            {"__key__": "nolabel", "jpg": p[1].read_bytes()},
+            {"__key__": "corrupt", "jpg": b"\xff\xd8 not a jpeg", "cls": 1},
+            {"__key__": "outside", "jpg": p[2].read_bytes(), "cls": 7},
+            {"__key__": "noimage", "cls": 1},
+            {"__key__": "good1", "jpg": p[3].read_bytes(), "cls": 1},
+        ],
+    )
     (w / "classnames.txt").write_text("a\nb\n")
     (w / "zeroshot_classification_templates.txt").write_text("a photo of a {c}.\n")
     lines = []
@@ -276,7 +360,8 @@ def test_bad_samples_are_set_aside_counted_and_named(sets, tmp_path, model):
     assert any("corrupt" in a and "cannot decode" in a for a in enc.set_aside)
     # a missing shard and a corrupt image in an ImageFolder
     (w / "test" / "nshards.txt").write_text("3")
-    with pytest.raises(FileNotFoundError, match="1.tar"): Z.wds_split(w)
+    with pytest.raises(FileNotFoundError, match="1.tar"):
+        Z.wds_split(w)
     f = tmp_path / "folder"
     shutil.copytree(sets["folder"], f)
     (f / "test" / sets["folders"][0] / "broken.jpg").write_bytes(b"nope")
@@ -291,19 +376,34 @@ def test_bad_samples_are_set_aside_counted_and_named(sets, tmp_path, model):
 # ------------------------------------------------------------------------------------------------ the command line
 def test_eval_flags_compare_and_leaderboard(sets, model, tmp_path, capsys):
     from hierbench.cli.parser import main
+
     base = tmp_path / "base" / "model.safetensors"
     save_model(model, base)
     tuned = create_model("real-tiny")
     tuned.load_state_dict(model.state_dict())
     torch.manual_seed(5)
-    with torch.no_grad():   # a "fine-tune": the text projection nudged
+    with torch.no_grad():  # a "fine-tune": the text projection nudged
         tuned.clip.text_projection.add_(0.5 * torch.randn_like(tuned.clip.text_projection))
     save_model(tuned, tmp_path / "tuned" / "model.safetensors")
     out = tmp_path / "results"
     out.mkdir()
     for name in ("base", "tuned"):
-        main(["eval", "--checkpoint", str(tmp_path / name), "--no-world", "--zeroshot", str(sets["wds"]),
-              "--linear-probe", str(sets["wds"]), "--num-workers", "0", "--json", str(out / f"{name}.json")])
+        main(
+            [
+                "eval",
+                "--checkpoint",
+                str(tmp_path / name),
+                "--no-world",
+                "--zeroshot",
+                str(sets["wds"]),
+                "--linear-probe",
+                str(sets["wds"]),
+                "--num-workers",
+                "0",
+                "--json",
+                str(out / f"{name}.json"),
+            ]
+        )
     said = capsys.readouterr().out
     assert "zeroshot/wds_tiny/acc1" in said and "linear_probe/wds_tiny/acc1" in said
     res = json.loads((out / "base.json").read_text())
@@ -312,11 +412,13 @@ def test_eval_flags_compare_and_leaderboard(sets, model, tmp_path, capsys):
     assert {r["benchmark"] for r in rows} == {"zeroshot/wds_tiny", "linear_probe/wds_tiny"} and len(rows) == 36
     main(["eval", "--compare", str(out / "tuned.json"), str(out / "base.json")])
     table = capsys.readouterr().out
-    for metric in ("acc1", "acc5", "mean_per_class_recall"): assert metric in table
+    for metric in ("acc1", "acc5", "mean_per_class_recall"):
+        assert metric in table
     assert "ci_low" in table and "mde" in table
     a, b = json.loads((out / "tuned.json").read_text()), res
     from hierbench.cli.eval_command import read_items
     from hierbench.evaluation.item_metrics import paired_metric_differences
+
     d = paired_metric_differences(read_items(out / "tuned.json"), read_items(out / "base.json"), n_boot=200)
     row = d[(d.benchmark == "zeroshot/wds_tiny") & (d.metric == "acc1")].iloc[0]
     assert row["diff"] == pytest.approx(a["zeroshot/wds_tiny/acc1"] - b["zeroshot/wds_tiny/acc1"]) and row.n == 18
@@ -328,4 +430,5 @@ def test_eval_flags_compare_and_leaderboard(sets, model, tmp_path, capsys):
 
 def test_suite_names_match_the_parser():
     from hierbench.config import SUITE_NAMES
+
     assert tuple(SUITES) == SUITE_NAMES

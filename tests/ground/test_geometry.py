@@ -1,5 +1,6 @@
 """Dense checks of hierbench.geometry: spec reference values, geoopt agreement, properties, float32 numerics,
 finite gradients at degenerate configurations, autocast behaviour and bad-input errors."""
+
 import math
 import os
 import warnings
@@ -10,9 +11,23 @@ import torch
 from hypothesis import given, settings, strategies as st, HealthCheck
 from hypothesis.extra.numpy import arrays
 
-from hierbench.geometry import (EXP_MAP_MAX_R, check_point, dist, dist0, exp_map0, exterior_angle,
-                                geometry_speed_ratios, half_aperture, log_map0, lorentz_inner, lorentz_time,
-                                lorentz_to_poincare, pairwise_dist, pairwise_inner, poincare_to_lorentz)
+from hierbench.geometry import (
+    EXP_MAP_MAX_R,
+    check_point,
+    dist,
+    dist0,
+    exp_map0,
+    exterior_angle,
+    geometry_speed_ratios,
+    half_aperture,
+    log_map0,
+    lorentz_inner,
+    lorentz_time,
+    lorentz_to_poincare,
+    pairwise_dist,
+    pairwise_inner,
+    poincare_to_lorentz,
+)
 
 F64 = torch.float64
 SEEDS = [0, 1, 2]
@@ -56,8 +71,11 @@ REFERENCE = [
     ("d(exp e1, exp e2) c=1", lambda: dist(exp_map0(E1, 1.0), exp_map0(E2, 1.0), 1.0), 1.513374),
     ("d(exp e1, exp e2) c=2", lambda: dist(exp_map0(E1, 2.0), exp_map0(E2, 2.0), 2.0), 1.583095),
     ("d(exp e1, exp e2) c=0.5", lambda: dist(exp_map0(E1, 0.5), exp_map0(E2, 0.5), 0.5), 1.468215),
-    ("pairwise d(exp e1, exp e2) c=2",
-     lambda: pairwise_dist(exp_map0(E1, 2.0)[None], exp_map0(E2, 2.0)[None], 2.0)[0, 0], 1.583095),
+    (
+        "pairwise d(exp e1, exp e2) c=2",
+        lambda: pairwise_dist(exp_map0(E1, 2.0)[None], exp_map0(E2, 2.0)[None], 2.0)[0, 0],
+        1.583095,
+    ),
     ("omega((1,0))", lambda: half_aperture(E1, 1.0), 0.201358),
     ("omega(exp e1) c=1", lambda: half_aperture(exp_map0(E1, 1.0), 1.0), 0.171016),
     ("omega(exp e1) c=2", lambda: half_aperture(exp_map0(E1, 2.0), 2.0), 0.103541),
@@ -71,8 +89,11 @@ REFERENCE = [
     ("phi(exp e1, exp e2) c=0.5", lambda: exterior_angle(exp_map0(E1, 0.5), exp_map0(E2, 0.5), 0.5), 2.470964),
     ("phi(t,v)", lambda: exterior_angle(P(0.5, 0), P(2, 0.5), 1.0), 0.429931),
     ("omega(t)", lambda: half_aperture(P(0.5, 0), 1.0), 0.411517),
-    ("MERU entailment loss", lambda: (exterior_angle(P(0.5, 0), P(2, 0.5), 1.0)
-                                      - half_aperture(P(0.5, 0), 1.0)).clamp(min=0), 0.018414),
+    (
+        "MERU entailment loss",
+        lambda: (exterior_angle(P(0.5, 0), P(2, 0.5), 1.0) - half_aperture(P(0.5, 0), 1.0)).clamp(min=0),
+        0.018414,
+    ),
 ]
 
 
@@ -103,7 +124,7 @@ def test_agrees_with_geoopt(seed, c):
     geoopt = pytest.importorskip("geoopt")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        man = geoopt.Lorentz(k=1 / c)            # geoopt: curvature -1/k, full (time, space) coordinates
+        man = geoopt.Lorentz(k=1 / c)  # geoopt: curvature -1/k, full (time, space) coordinates
     g = torch.Generator().manual_seed(seed)
     x, y = (torch.randn(64, 5, generator=g, dtype=F64) * 1.5 for _ in range(2))
     torch.testing.assert_close(dist(x, y, c), man.dist(_full(x, c), _full(y, c)), rtol=1e-6, atol=1e-7)
@@ -111,7 +132,7 @@ def test_agrees_with_geoopt(seed, c):
     v = torch.randn(64, 5, generator=g, dtype=F64)
     zero = torch.zeros(64, 1, dtype=F64)
     torch.testing.assert_close(exp_map0(v, c), man.expmap0(torch.cat([zero, v], -1))[:, 1:], rtol=1e-6, atol=1e-7)
-    lg = man.logmap0(_full(x, c))                # geoopt's time component is 0 only up to ~1e-7 of its own rounding
+    lg = man.logmap0(_full(x, c))  # geoopt's time component is 0 only up to ~1e-7 of its own rounding
     torch.testing.assert_close(log_map0(x, c), lg[:, 1:], rtol=1e-6, atol=1e-7)
     assert lg[:, 0].abs().max() < 1e-6
     torch.testing.assert_close(lorentz_inner(x, y, c), man.inner(None, _full(x, c), _full(y, c)), rtol=1e-9, atol=1e-9)
@@ -133,7 +154,11 @@ def point_pair(draw, n=2):
 
 
 # HIERBENCH_HYPOTHESIS_EXAMPLES=2000 for a deeper search than CI's default
-PROP = settings(max_examples=int(os.environ.get("HIERBENCH_HYPOTHESIS_EXAMPLES", 60)), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROP = settings(
+    max_examples=int(os.environ.get("HIERBENCH_HYPOTHESIS_EXAMPLES", 60)),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 
 @PROP
@@ -154,7 +179,7 @@ def test_dist_metric_axioms(pts, c):
 @given(point_pair(1), curv)
 def test_exp_log_round_trip_and_radius(pts, c):
     (v,) = pts
-    if math.sqrt(c) * v.norm() > EXP_MAP_MAX_R:          # beyond MERU's overflow cap the map saturates
+    if math.sqrt(c) * v.norm() > EXP_MAP_MAX_R:  # beyond MERU's overflow cap the map saturates
         v = v * (0.9 * EXP_MAP_MAX_R / (math.sqrt(c) * v.norm()))
     x = exp_map0(v, c)
     torch.testing.assert_close(log_map0(x, c), v, rtol=1e-9, atol=1e-12)
@@ -179,15 +204,16 @@ def test_exterior_angle_range_and_formula(pts, c):
 @given(point_pair(1), st.floats(1.001, 20.0), st.floats(0.0, 0.999), curv)
 def test_exterior_angle_collinear(pts, k_out, k_in, c):
     (x,) = pts
-    if x.norm() < 1e-3: x = x + 1.0
-    assert exterior_angle(x, k_out * x, c) < 1e-6           # child further out on the ray O -> x
+    if x.norm() < 1e-3:
+        x = x + 1.0
+    assert exterior_angle(x, k_out * x, c) < 1e-6  # child further out on the ray O -> x
     assert exterior_angle(x, k_in * x, c) > math.pi - 1e-6  # child between O and the parent
     assert exterior_angle(x, -k_out * x, c) > math.pi - 1e-6  # child behind the origin
 
 
 def test_degenerate_angle_conventions():
     x = P(0.3, -0.4, 1.2)
-    assert exterior_angle(x, x, 1.0) == 0                           # a point lies in its own cone
+    assert exterior_angle(x, x, 1.0) == 0  # a point lies in its own cone
     assert exterior_angle(torch.zeros(3, dtype=F64), x, 1.0) == pytest.approx(math.pi / 2)  # MERU's value at O
     assert exterior_angle(x, torch.zeros(3, dtype=F64), 1.0) == pytest.approx(math.pi)
 
@@ -215,7 +241,7 @@ def _close_pairs(seed, n=2000, d=32):
     x = x / x.norm(dim=-1, keepdim=True) * 10 ** (torch.rand(n, 1, generator=g, dtype=F64) * 3.5 - 2)
     step = torch.randn(n, d, generator=g, dtype=F64)
     step = step / step.norm(dim=-1, keepdim=True) * 10 ** (torch.rand(n, 1, generator=g, dtype=F64) * 5 - 4)
-    y = exp_map0(log_map0(x, 1.0) + step, 1.0)   # roughly `step` away in hyperbolic distance
+    y = exp_map0(log_map0(x, 1.0) + step, 1.0)  # roughly `step` away in hyperbolic distance
     return x.float(), y.float()
 
 
@@ -223,7 +249,7 @@ def _close_pairs(seed, n=2000, d=32):
 @pytest.mark.parametrize("c", [0.1, 1.0, 10.0])
 def test_dist_float32_relative_error(seed, c):
     x32, y32 = _close_pairs(seed)
-    ref = dist(x32.double(), y32.double(), c)       # float64 maths on the very same float32 points
+    ref = dist(x32.double(), y32.double(), c)  # float64 maths on the very same float32 points
     keep = (ref >= 1e-4) & (ref <= 10)
     assert keep.sum() > 1000
     rel = ((dist(x32, y32, c).double() - ref).abs() / ref)[keep]
@@ -238,7 +264,7 @@ def _near_collinear(seed, n=2000, d=32):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(n, d, generator=g, dtype=F64)
     x = x / x.norm(dim=-1, keepdim=True) * 10 ** (torch.rand(n, 1, generator=g, dtype=F64) * 3 - 1.5)
-    k = torch.where(torch.rand(n, 1, generator=g, dtype=F64) < 0.5, 1.5, 0.6)       # outward and inward children
+    k = torch.where(torch.rand(n, 1, generator=g, dtype=F64) < 0.5, 1.5, 0.6)  # outward and inward children
     perp = torch.randn(n, d, generator=g, dtype=F64) * 10 ** (torch.rand(n, 1, generator=g, dtype=F64) * 4 - 5)
     return x.float(), (k * x + perp * x.norm(dim=-1, keepdim=True)).float()
 
@@ -250,11 +276,11 @@ def test_exterior_angle_float32_abs_error(seed, c):
     ref = exterior_angle(x32.double(), y32.double(), c)
     got = exterior_angle(x32, y32, c)
     assert got.dtype == torch.float32
-    assert ((ref < 1e-2) | (ref > math.pi - 1e-2)).float().mean() > 0.2       # many near-collinear pairs
+    assert ((ref < 1e-2) | (ref > math.pi - 1e-2)).float().mean() > 0.2  # many near-collinear pairs
     err = (got.double() - ref).abs()
     assert err.max() < 5e-4, err.max()
     naive = (meru_angle(x32, y32, c).double() - ref).abs()
-    assert naive.max() > 1e-3                                                   # the data are hard
+    assert naive.max() > 1e-3  # the data are hard
 
 
 @pytest.mark.parametrize("fname,tol", [("dist", 1e-5), ("exterior_angle", 2e-3)])
@@ -282,7 +308,7 @@ def test_pairwise_dist_precision_as_documented():
     for c in (0.3, torch.tensor(2.0, dtype=F64)):
         torch.testing.assert_close(pairwise_dist(a, b, c), dist(a[:, None], b[None], c), rtol=1e-9, atol=1e-7)
         torch.testing.assert_close(pairwise_inner(a, b, c), lorentz_inner(a[:, None], b[None], c))
-    assert pairwise_dist(a.float(), a.float(), 1.0).diagonal().abs().max() < 2e-3   # identical points: ~noise
+    assert pairwise_dist(a.float(), a.float(), 1.0).diagonal().abs().max() < 2e-3  # identical points: ~noise
 
 
 # ------------------------------------------------------------------------- finite values and gradients
@@ -290,15 +316,22 @@ def _degenerate_cases(dt):
     a = torch.tensor([1.0, -2.0, 0.5], dtype=dt)
     b = torch.tensor([0.3, 0.2, -0.1], dtype=dt)
     z = torch.zeros(3, dtype=dt)
-    cases = {"identical": (a, a.clone()), "origin_x": (z, a), "origin_y": (a, z), "origin_both": (z, z.clone()),
-             "collinear_out": (a, 3 * a), "collinear_in": (3 * a, a), "antipodal": (a, -2 * a)}
+    cases = {
+        "identical": (a, a.clone()),
+        "origin_x": (z, a),
+        "origin_y": (a, z),
+        "origin_both": (z, z.clone()),
+        "collinear_out": (a, 3 * a),
+        "collinear_in": (3 * a, a),
+        "antipodal": (a, -2 * a),
+    }
     for n in (1e-6, 1e-3, 1.0, 1e2, 1e4):
         ua, ub = a / a.norm() * n, b / b.norm() * n
         cases[f"norm{n:g}"] = (ua, ub)
         cases[f"norm{n:g}_same"] = (ua, ua.clone())
         cases[f"norm{n:g}_close"] = (ua, ua * (1 + 1e-5))
         cases[f"norm{n:g}_mixed"] = (ua, b)
-    for n in (1e-30, torch.finfo(dt).tiny / 4):                    # far below the goals' range, incl. subnormals
+    for n in (1e-30, torch.finfo(dt).tiny / 4):  # far below the goals' range, incl. subnormals
         cases[f"tiny{n:g}"] = (a / a.norm() * n, b / b.norm() * n)
         cases[f"tiny{n:g}_vs_a"] = (a / a.norm() * n, a)
     return cases
@@ -363,7 +396,7 @@ def test_broadcasting_and_curvature_tensor():
     g = torch.Generator().manual_seed(1)
     x, y = torch.randn(5, 1, 3, generator=g, dtype=F64), torch.randn(1, 4, 3, generator=g, dtype=F64)
     assert dist(x, y, 1.0).shape == (5, 4) and exterior_angle(x, y, 1.0).shape == (5, 4)
-    cs = torch.tensor([0.5, 1.0, 2.0, 4.0], dtype=F64)              # one curvature per column (batch shape (5,4))
+    cs = torch.tensor([0.5, 1.0, 2.0, 4.0], dtype=F64)  # one curvature per column (batch shape (5,4))
     got = dist(x, y, cs)
     for j, cj in enumerate(cs.tolist()):
         torch.testing.assert_close(got[:, j], dist(x[:, 0], y[0, j], cj))
@@ -382,44 +415,59 @@ def test_poincare_round_trip_and_scaling():
         torch.testing.assert_close(poincare_to_lorentz(p, c), x, rtol=1e-9, atol=1e-9)
         num = 2 * (p[:-1] - p[1:]).pow(2).sum(-1)
         den = (1 - p[:-1].pow(2).sum(-1)) * (1 - p[1:].pow(2).sum(-1))
-        torch.testing.assert_close(torch.acosh(1 + num / den) / math.sqrt(c), dist(x[:-1], x[1:], c), rtol=1e-7, atol=1e-9)
+        torch.testing.assert_close(
+            torch.acosh(1 + num / den) / math.sqrt(c), dist(x[:-1], x[1:], c), rtol=1e-7, atol=1e-9
+        )
 
 
 def test_dtypes_and_autocast_cpu_bf16():
     g = torch.Generator().manual_seed(4)
     x, y = torch.randn(16, 8, generator=g), torch.randn(12, 8, generator=g)
-    plain = {"pd": pairwise_dist(x, y, 1.0), "pi": pairwise_inner(x, y, 1.0), "d": dist(x[:12], y, 1.0),
-             "phi": exterior_angle(x[:12], y, 1.0), "e": exp_map0(x, 1.0)}
+    plain = {
+        "pd": pairwise_dist(x, y, 1.0),
+        "pi": pairwise_inner(x, y, 1.0),
+        "d": dist(x[:12], y, 1.0),
+        "phi": exterior_angle(x[:12], y, 1.0),
+        "e": exp_map0(x, 1.0),
+    }
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert (x @ y.T).dtype == torch.bfloat16                       # autocast is really on for matmuls
-        auto = {"pd": pairwise_dist(x, y, 1.0), "pi": pairwise_inner(x, y, 1.0), "d": dist(x[:12], y, 1.0),
-                "phi": exterior_angle(x[:12], y, 1.0), "e": exp_map0(x, 1.0)}
+        assert (x @ y.T).dtype == torch.bfloat16  # autocast is really on for matmuls
+        auto = {
+            "pd": pairwise_dist(x, y, 1.0),
+            "pi": pairwise_inner(x, y, 1.0),
+            "d": dist(x[:12], y, 1.0),
+            "phi": exterior_angle(x[:12], y, 1.0),
+            "e": exp_map0(x, 1.0),
+        }
         bf = pairwise_dist(x.bfloat16(), y.bfloat16(), 1.0)
     for k in plain:
         assert auto[k].dtype == torch.float32, k
         torch.testing.assert_close(auto[k], plain[k], rtol=1e-6, atol=1e-6)
-    assert bf.dtype == torch.float32                                    # bf16 inputs are promoted
+    assert bf.dtype == torch.float32  # bf16 inputs are promoted
     torch.testing.assert_close(bf, pairwise_dist(x.bfloat16().float(), y.bfloat16().float(), 1.0))
-    assert dist(x.double(), y[:1], 1.0).dtype == F64                    # mixed: the wider float wins
+    assert dist(x.double(), y[:1], 1.0).dtype == F64  # mixed: the wider float wins
     assert dist(torch.ones(2, 3, dtype=torch.int64), torch.zeros(3), 1.0).dtype == torch.float32
 
 
 # ---------------------------------------------------------------------------------------------- bad input
-@pytest.mark.parametrize("bad,c,match", [
-    ([[0.0, 1.0]], 1.0, "torch.Tensor"),
-    (torch.zeros(2, 3, dtype=torch.int64), 1.0, "floating dtype"),
-    (torch.zeros(2, 3, dtype=torch.complex64), 1.0, "floating dtype"),
-    (torch.tensor(1.0), 1.0, "shape"),
-    (torch.zeros(4, 0), 1.0, "shape"),
-    (torch.full((3, 2), 1e20), 1.0, "overflows"),
-    (torch.zeros(2, 3), 0.0, "> 0"),
-    (torch.zeros(2, 3), -1.0, "> 0"),
-    (torch.zeros(2, 3), float("nan"), "> 0"),
-    (torch.zeros(2, 3), "one", "number or tensor"),
-    (torch.zeros(2, 3), torch.tensor([1.0, -1.0]), "> 0"),
-    (torch.zeros(2, 3), torch.tensor([1.0, 1.0, 1.0]), "broadcast"),
-    (torch.zeros(2, 3), torch.tensor(1), "floating"),
-])
+@pytest.mark.parametrize(
+    "bad,c,match",
+    [
+        ([[0.0, 1.0]], 1.0, "torch.Tensor"),
+        (torch.zeros(2, 3, dtype=torch.int64), 1.0, "floating dtype"),
+        (torch.zeros(2, 3, dtype=torch.complex64), 1.0, "floating dtype"),
+        (torch.tensor(1.0), 1.0, "shape"),
+        (torch.zeros(4, 0), 1.0, "shape"),
+        (torch.full((3, 2), 1e20), 1.0, "overflows"),
+        (torch.zeros(2, 3), 0.0, "> 0"),
+        (torch.zeros(2, 3), -1.0, "> 0"),
+        (torch.zeros(2, 3), float("nan"), "> 0"),
+        (torch.zeros(2, 3), "one", "number or tensor"),
+        (torch.zeros(2, 3), torch.tensor([1.0, -1.0]), "> 0"),
+        (torch.zeros(2, 3), torch.tensor([1.0, 1.0, 1.0]), "broadcast"),
+        (torch.zeros(2, 3), torch.tensor(1), "floating"),
+    ],
+)
 def test_check_point_rejects(bad, c, match):
     with pytest.raises(ValueError, match=match):
         check_point(bad, c)

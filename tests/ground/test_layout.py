@@ -1,6 +1,7 @@
 """The package's layout (hierbench.layout): wings import only the ground floor and earlier wings, no module imports
 another's underscore names, notebooks import only earlier notebooks, the sidebar follows the wings, and module paths
 from before the wings still import (with one warning)."""
+
 import ast
 import json
 import re
@@ -58,14 +59,20 @@ def test_every_module_sits_on_the_ground_floor_or_in_a_wing():
 
 
 def test_no_wing_imports_a_later_wing():
-    late = [f"{name}:{line} imports {module}" for name, module, _, line in package_imports()
-            if wing_rank(module) > wing_rank(name)]
+    late = [
+        f"{name}:{line} imports {module}"
+        for name, module, _, line in package_imports()
+        if wing_rank(module) > wing_rank(name)
+    ]
     assert not late, "\n".join(late)
 
 
 def test_no_module_imports_another_modules_underscore_names():
-    private = [f"{name}:{line} imports {module}.{attr}" for name, module, attr, line in package_imports()
-               if attr and attr.startswith("_") and not attr.startswith("__")]
+    private = [
+        f"{name}:{line} imports {module}.{attr}"
+        for name, module, attr, line in package_imports()
+        if attr and attr.startswith("_") and not attr.startswith("__")
+    ]
     assert not private, "\n".join(private)
 
 
@@ -127,15 +134,17 @@ def test_the_sidebar_has_one_section_per_wing_in_order():
 
 @pytest.mark.parametrize("old", ["claims", "compare", "compositional.sugarcrepe", "winoground"])
 def test_an_old_module_path_warns_once_and_is_the_same_module(old):
-    code = (f"import warnings; warnings.simplefilter('always')\n"
-            f"with warnings.catch_warnings(record=True) as w:\n"
-            f"    warnings.simplefilter('always')\n"
-            f"    import hierbench.{old} as a\n"
-            f"    import hierbench.{old} as b\n"
-            f"import importlib\n"
-            f"new = importlib.import_module('hierbench.layout').moved_to('hierbench.{old}')\n"
-            f"assert a is b is importlib.import_module(new), (a, new)\n"
-            f"print(len([x for x in w if 'moved to' in str(x.message)]))")
+    code = (
+        f"import warnings; warnings.simplefilter('always')\n"
+        f"with warnings.catch_warnings(record=True) as w:\n"
+        f"    warnings.simplefilter('always')\n"
+        f"    import hierbench.{old} as a\n"
+        f"    import hierbench.{old} as b\n"
+        f"import importlib\n"
+        f"new = importlib.import_module('hierbench.layout').moved_to('hierbench.{old}')\n"
+        f"assert a is b is importlib.import_module(new), (a, new)\n"
+        f"print(len([x for x in w if 'moved to' in str(x.message)]))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "1"
@@ -143,6 +152,7 @@ def test_an_old_module_path_warns_once_and_is_the_same_module(old):
 
 def test_every_old_path_resolves():
     import importlib
+
     for old, new in MOVED.items():
         assert importlib.import_module(f"hierbench.{new}")
     assert set(MOVED.values()) <= {m.removeprefix("hierbench.") for m in MODULES}
@@ -153,6 +163,7 @@ def test_old_wing_names_answer_the_old_modules_names():
     import hierbench.models
     import hierbench.recipes
     import hierbench.world
+
     assert hierbench.recipes.get_recipe("clip").name == "clip"
     assert callable(hierbench.recipes.register_recipe) and callable(hierbench.world.make_scene)
     assert hierbench.models.DualEncoder is hierbench.models.dual_encoder.DualEncoder

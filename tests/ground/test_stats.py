@@ -1,5 +1,6 @@
 """`hierbench.stats`: one implementation of each interval, effect, power and verdict rule, checked against scipy and
 against each other (the minimum detectable effect shrinks with seeds; the seeds a target needs give that half-width)."""
+
 import math
 
 import numpy as np
@@ -53,38 +54,53 @@ def test_single_seed_or_missing_values_are_inconclusive():
     assert S.paired_effect(np.array([np.nan]), np.array([0.1]))[3] == 0
 
 
-@pytest.mark.parametrize("lo,hi,direction,expected", [
-    (0.01, 0.02, "higher", "supported"), (-0.02, -0.01, "higher", "contradicted"), (-0.01, 0.01, "higher", "inconclusive"),
-    (-0.02, -0.01, "lower", "supported"), (0.01, 0.02, "lower", "contradicted"),
-    (-0.01, 0.05, "no_worse", "supported"), (-0.09, -0.03, "no_worse", "contradicted"), (-0.05, 0.01, "no_worse", "inconclusive")])
+@pytest.mark.parametrize(
+    "lo,hi,direction,expected",
+    [
+        (0.01, 0.02, "higher", "supported"),
+        (-0.02, -0.01, "higher", "contradicted"),
+        (-0.01, 0.01, "higher", "inconclusive"),
+        (-0.02, -0.01, "lower", "supported"),
+        (0.01, 0.02, "lower", "contradicted"),
+        (-0.01, 0.05, "no_worse", "supported"),
+        (-0.09, -0.03, "no_worse", "contradicted"),
+        (-0.05, 0.01, "no_worse", "inconclusive"),
+    ],
+)
 def test_verdict_reads_the_interval_against_the_direction(lo, hi, direction, expected):
     assert S.verdict(lo, hi, direction, margin=0.02) == expected
 
 
 def test_verdict_rejects_unknown_direction():
-    with pytest.raises(ValueError, match="sideways"): S.verdict(0, 1, "sideways")
+    with pytest.raises(ValueError, match="sideways"):
+        S.verdict(0, 1, "sideways")
 
 
 def test_min_detectable_effect_matches_the_power_formula_and_shrinks_with_seeds():
     # (t_.975,4 + t_.8,4) · sd / sqrt(5)
     assert math.isclose(S.min_detectable_effect(0.02, 5), (2.7764451 + 0.9409646) * 0.02 / math.sqrt(5), rel_tol=1e-6)
     mdes = [S.min_detectable_effect(0.02, n) for n in range(2, 40)]
-    assert all(a > b for a, b in zip(mdes, mdes[1:]))          # strictly monotone in n
+    assert all(a > b for a, b in zip(mdes, mdes[1:]))  # strictly monotone in n
     assert S.min_detectable_effect(0.02, 1) == math.inf and S.min_detectable_effect(float("nan"), 5) == math.inf
-    assert math.isclose(S.min_detectable_effect(0.04, 7), 2 * S.min_detectable_effect(0.02, 7))   # linear in sd
+    assert math.isclose(S.min_detectable_effect(0.04, 7), 2 * S.min_detectable_effect(0.02, 7))  # linear in sd
 
 
 @pytest.mark.parametrize("sd,target", [(0.02, 0.02), (0.05, 0.03), (0.01, 0.002), (0.1, 0.5)])
 def test_seeds_for_half_width_is_the_first_seed_count_whose_paired_interval_reaches_the_target(sd, target):
     n = int(S.seeds_for_half_width(sd, target))
-    # data with exactly that sd of the difference: paired_effect's half-width at n meets the target, at n - 1 it does not
+
+    # data with exactly that sd of the difference: paired_effect's half-width at n meets the target, at n - 1 it does
+    # not
     def half(k):
-        d = np.zeros(k); d[0], d[1] = 1, -1
+        d = np.zeros(k)
+        d[0], d[1] = 1, -1
         d = d / d.std(ddof=1) * sd
         eff, lo, hi, _ = S.paired_effect(d, np.zeros(k))
         return hi - eff
+
     assert half(n) <= target + 1e-12
-    if n > 2: assert half(n - 1) > target
+    if n > 2:
+        assert half(n - 1) > target
 
 
 def test_seeds_for_half_width_edge_cases():

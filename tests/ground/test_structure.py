@@ -1,24 +1,30 @@
 """The package's shape (issue 42; issue 52 put it in wings): no import circle between hierbench's modules
 (function-level imports included, a module named by its path below hierbench, `ledger.claims`), no library module
 above the 600-line cap, no notebook export cell above 80 lines. The wings' order: tests/ground/test_layout.py."""
-import ast, json
+
+import ast
+import json
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PKG = ROOT / "hierbench"
-MODULES = sorted(".".join(p.relative_to(PKG).with_suffix("").parts) for p in PKG.rglob("*.py")
-                 if p.stem not in ("__init__", "__main__", "_modidx"))
+MODULES = sorted(
+    ".".join(p.relative_to(PKG).with_suffix("").parts)
+    for p in PKG.rglob("*.py")
+    if p.stem not in ("__init__", "__main__", "_modidx")
+)
 # in ruff's format (one statement a line, wrapped calls) the same code takes about 1.6x the lines of the compact style
 # these caps were first set for (600 lines a module, 80 an export cell)
 MAX_LINES, MAX_EXPORT_CELL = 1000, 160
 
 
-def _file(module: str) -> Path: return PKG / (module.replace(".", "/") + ".py")
+def _file(module: str) -> Path:
+    return PKG / (module.replace(".", "/") + ".py")
 
 
 def _resolve(module: str, level: int, name: str | None) -> str:
     "The dotted name (relative to hierbench) an import of `name` at `level` inside `module` refers to."
-    parts = module.split(".")[:-1]                     # the importing module's package, relative to hierbench
+    parts = module.split(".")[:-1]  # the importing module's package, relative to hierbench
     base = parts[: len(parts) - (level - 1)] if level > 1 else parts
     return ".".join(base + ([name] if name else []))
 
@@ -31,7 +37,8 @@ def imports_of(module: str) -> set[str]:
             if n.level:
                 target = _resolve(module, n.level, n.module)
                 found |= {target} | {f"{target}.{a.name}" if target else a.name for a in n.names}
-            elif n.module == "hierbench": found |= {a.name for a in n.names}
+            elif n.module == "hierbench":
+                found |= {a.name for a in n.names}
             elif n.module and n.module.startswith("hierbench."):
                 target = n.module.removeprefix("hierbench.")
                 found |= {target} | {f"{target}.{a.name}" for a in n.names}
@@ -49,17 +56,21 @@ def test_the_subpackage_is_seen():
 
 def test_no_import_circle():
     graph = {m: imports_of(m) for m in MODULES}
-    state: dict[str, int] = {}   # 1: on the current path, 2: done
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
     def visit(m, path):
         state[m] = 1
         for d in sorted(graph[m]):
             assert state.get(d) != 1, "import circle: " + " -> ".join(path + [m, d])
-            if d not in state: visit(d, path + [m])
+            if d not in state:
+                visit(d, path + [m])
         state[m] = 2
+
     for m in MODULES:
-        if m not in state: visit(m, [])
-    assert "models.family" not in graph["models.lora"] and "models.lora" in graph["models.family"]   # one direction only
-    assert graph["evaluation.compositional.registry"] <= {"config"}   # torch-free: the CLI reads it for --help
+        if m not in state:
+            visit(m, [])
+    assert "models.family" not in graph["models.lora"] and "models.lora" in graph["models.family"]  # one direction only
+    assert graph["evaluation.compositional.registry"] <= {"config"}  # torch-free: the CLI reads it for --help
 
 
 def test_no_module_above_the_line_cap():
@@ -93,14 +104,19 @@ def is_table(node: ast.AST) -> bool:
 def code_lines(src: str) -> int:
     "Lines of a cell's source, less those of top-level tables (`is_table`): what is counted is code, not data."
     tree = ast.parse("\n".join(line for line in src.splitlines() if not line.startswith("#|")))
-    data = sum(n.end_lineno - n.lineno for n in tree.body
-               if isinstance(n, (ast.Assign, ast.AnnAssign, ast.Expr)) and n.value is not None and is_table(n.value))
+    data = sum(
+        n.end_lineno - n.lineno
+        for n in tree.body
+        if isinstance(n, (ast.Assign, ast.AnnAssign, ast.Expr)) and n.value is not None and is_table(n.value)
+    )
     return len(src.splitlines()) - data
 
 
 def test_export_cells_hold_one_idea_each():
     sizes = []
-    notebooks = sorted(p for p in (ROOT / "nbs").glob("*/**/[0-9]*.ipynb") if p.parts[-2] not in ("results", "tutorials"))
+    notebooks = sorted(
+        p for p in (ROOT / "nbs").glob("*/**/[0-9]*.ipynb") if p.parts[-2] not in ("results", "tutorials")
+    )
     for nb in notebooks:
         for cell in json.loads(nb.read_text())["cells"]:
             src = "".join(cell["source"])

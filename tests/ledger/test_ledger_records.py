@@ -1,7 +1,12 @@
 """Ledger records (issue 39): a compare folder reduced to records recomputes its claims.json exactly; a plan continued
 from records trains only the new seeds and ends where the uninterrupted run ends; bad records are refused in one line
 naming the record; the committed standard ledger recomputes from its records alone."""
-import gzip, json, shutil, subprocess, sys
+
+import gzip
+import json
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,8 +17,15 @@ from hierbench.ledger.launchers import InProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "nbs" / "results" / "data" / "ledger-standard"
-KW = dict(recipes=["clip", "meru"], launcher=InProcess(), log=lambda *a: None, progress=False, until_decided=True,
-          max_seeds=3, round_seeds=1)
+KW = dict(
+    recipes=["clip", "meru"],
+    launcher=InProcess(),
+    log=lambda *a: None,
+    progress=False,
+    until_decided=True,
+    max_seeds=3,
+    round_seeds=1,
+)
 
 
 @pytest.fixture(scope="module")
@@ -46,10 +58,16 @@ def test_a_plan_continued_from_records_trains_only_new_seeds_and_ends_as_the_uni
     # the same folder as it stood after its first round (2 seeds), reduced to records
     partial = tmp_path / "partial"
     shutil.copytree(folder, partial)
-    for r in ("clip", "meru"): shutil.rmtree(C.run_dir(partial, r, 2))
+    for r in ("clip", "meru"):
+        shutil.rmtree(C.run_dir(partial, r, 2))
     plan = json.loads((partial / "plan.json").read_text())
     ud = plan["until_decided"]
-    plan["until_decided"] = {**ud, "seeds_per_recipe": {"clip": 2, "meru": 2}, "rounds": ud["rounds"][:1], "stopped": "time cap"}
+    plan["until_decided"] = {
+        **ud,
+        "seeds_per_recipe": {"clip": 2, "meru": 2},
+        "rounds": ud["rounds"][:1],
+        "stopped": "time cap",
+    }
     plan["seeds"] = 2
     (partial / "plan.json").write_text(json.dumps(plan))
     (partial / "claims.json").unlink()
@@ -58,75 +76,139 @@ def test_a_plan_continued_from_records_trains_only_new_seeds_and_ends_as_the_uni
     out = tmp_path / "continued"
     lines = []
     from hierbench.ledger.compare import launch_compare
-    res = launch_compare("smoke", seeds=2, out=out, from_records=recs, recipes=["clip", "meru"], quiet=True,
-                         log=lines.append, progress=True, until_decided=True, max_seeds=3, round_seeds=1, jobs=1)
-    trained = sorted(p.parent.relative_to(out / "runs").as_posix() for p in (out / "runs").glob("*/seed*/model.safetensors"))
-    assert trained == ["clip/seed2", "meru/seed2"]                        # only the seeds the plan still asked for
+
+    res = launch_compare(
+        "smoke",
+        seeds=2,
+        out=out,
+        from_records=recs,
+        recipes=["clip", "meru"],
+        quiet=True,
+        log=lines.append,
+        progress=True,
+        until_decided=True,
+        max_seeds=3,
+        round_seeds=1,
+        jobs=1,
+    )
+    trained = sorted(
+        p.parent.relative_to(out / "runs").as_posix() for p in (out / "runs").glob("*/seed*/model.safetensors")
+    )
+    assert trained == ["clip/seed2", "meru/seed2"]  # only the seeds the plan still asked for
     assert any("4 of 4 recorded run(s) restored" in l for l in lines)
     # the restored runs stand in for their folders: the first round has nothing to run, the second trains the new seeds
-    assert any(l.startswith("compare: round 1: 0 runs, 0 already in the folder, 0 to train; about 0 s") for l in lines), lines
+    assert any(
+        l.startswith("compare: round 1: 0 runs, 0 already in the folder, 0 to train; about 0 s") for l in lines
+    ), lines
     assert any(l.startswith("compare: round 2: 2 runs, 0 already in the folder, 2 to train") for l in lines), lines
-    assert _rows(out / "claims.json") == _rows(folder / "claims.json")      # the same ledger as without the break
+    assert _rows(out / "claims.json") == _rows(folder / "claims.json")  # the same ledger as without the break
     assert res["meta"]["until_decided"]["seeds_per_recipe"] == {"clip": 3, "meru": 3}
 
 
 def test_a_continuation_under_another_plan_is_refused(records, tmp_path):
     from hierbench.ledger.compare import launch_compare
+
     with pytest.raises(ValueError, match=r"looks at \[2, 3\] seeds .* this run plans \[2, 3, 4\]"):
-        launch_compare("smoke", seeds=2, out=tmp_path, from_records=records, recipes=["clip", "meru"], log=lambda *a: None,
-                       progress=False, until_decided=True, max_seeds=4, round_seeds=1, jobs=1)
+        launch_compare(
+            "smoke",
+            seeds=2,
+            out=tmp_path,
+            from_records=records,
+            recipes=["clip", "meru"],
+            log=lambda *a: None,
+            progress=False,
+            until_decided=True,
+            max_seeds=4,
+            round_seeds=1,
+            jobs=1,
+        )
     with pytest.raises(ValueError, match="another budget"):
-        launch_compare("quick", seeds=2, out=tmp_path / "q", from_records=records, recipes=["clip", "meru"],
-                       log=lambda *a: None, progress=False, until_decided=True, max_seeds=3, round_seeds=1, jobs=1)
+        launch_compare(
+            "quick",
+            seeds=2,
+            out=tmp_path / "q",
+            from_records=records,
+            recipes=["clip", "meru"],
+            log=lambda *a: None,
+            progress=False,
+            until_decided=True,
+            max_seeds=3,
+            round_seeds=1,
+            jobs=1,
+        )
 
 
 def _edit_runs(folder: Path, edit):
     lines = gzip.open(folder / R.RUNS_FILE, "rt").read().splitlines()
-    with gzip.open(folder / R.RUNS_FILE, "wt") as f: f.write("\n".join(edit(lines)) + "\n")
+    with gzip.open(folder / R.RUNS_FILE, "wt") as f:
+        f.write("\n".join(edit(lines)) + "\n")
 
 
 def _bad(records, tmp_path, edit) -> str:
     bad = tmp_path / "bad"
     shutil.copytree(records, bad)
     edit(bad)
-    with pytest.raises(R.RecordsError) as e: R.read_records(bad)
+    with pytest.raises(R.RecordsError) as e:
+        R.read_records(bad)
     assert "\n" not in str(e.value)
     return str(e.value)
 
 
 def _hash(line):
-    row = json.loads(line); row["settings_sha256"] = "0" * 64; return json.dumps(row)
+    row = json.loads(line)
+    row["settings_sha256"] = "0" * 64
+    return json.dumps(row)
 
 
 def _foreign(line):
-    row = json.loads(line); row["seed"] = 7; return json.dumps(row)
+    row = json.loads(line)
+    row["seed"] = 7
+    return json.dumps(row)
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda f: _edit_runs(f, lambda ls: ls[1:]), "run(s) of the plan are not recorded (clip/seed0): nothing is recomputed from a partial set"),
-    (lambda f: _edit_runs(f, lambda ls: ls + ls[:1]), "line 7: clip/seed0 is recorded twice (first on line 1)"),
-    (lambda f: _edit_runs(f, lambda ls: [_hash(ls[0])] + ls[1:]), "line 1: clip/seed0: settings hash 000000000000… disagrees with recipe 'clip'"),
-    (lambda f: _edit_runs(f, lambda ls: ls + [_foreign(ls[0])]), "line 7: clip/seed7 is not a run of the plan in ledger.json (budget 'smoke'): records from another plan"),
-    (lambda f: _edit_runs(f, lambda ls: ls[:2] + ["{not json"] + ls[2:]), "line 3: not JSON"),
-    (lambda f: (f / R.LEDGER_FILE).unlink(), "ledger.json: missing: not a ledger-records folder"),
-    (lambda f: (f / R.LEDGER_FILE).write_text("{"), "ledger.json: not JSON"),
-    (lambda f: (f / R.RUNS_FILE).write_bytes(b"plain"), "runs.jsonl.gz: not a gzip file"),
-    (lambda f: (f / R.ITEMS_FILE).unlink(), "items.npz: missing"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (
+            lambda f: _edit_runs(f, lambda ls: ls[1:]),
+            "run(s) of the plan are not recorded (clip/seed0): nothing is recomputed from a partial set",
+        ),
+        (lambda f: _edit_runs(f, lambda ls: ls + ls[:1]), "line 7: clip/seed0 is recorded twice (first on line 1)"),
+        (
+            lambda f: _edit_runs(f, lambda ls: [_hash(ls[0])] + ls[1:]),
+            "line 1: clip/seed0: settings hash 000000000000… disagrees with recipe 'clip'",
+        ),
+        (
+            lambda f: _edit_runs(f, lambda ls: ls + [_foreign(ls[0])]),
+            "line 7: clip/seed7 is not a run of the plan in ledger.json (budget 'smoke'): records from another plan",
+        ),
+        (lambda f: _edit_runs(f, lambda ls: ls[:2] + ["{not json"] + ls[2:]), "line 3: not JSON"),
+        (lambda f: (f / R.LEDGER_FILE).unlink(), "ledger.json: missing: not a ledger-records folder"),
+        (lambda f: (f / R.LEDGER_FILE).write_text("{"), "ledger.json: not JSON"),
+        (lambda f: (f / R.RUNS_FILE).write_bytes(b"plain"), "runs.jsonl.gz: not a gzip file"),
+        (lambda f: (f / R.ITEMS_FILE).unlink(), "items.npz: missing"),
+    ],
+)
 def test_bad_records_are_refused_in_one_line_naming_the_record(records, tmp_path, edit, message):
     assert message in _bad(records, tmp_path, edit)
 
 
 def test_a_record_dropped_from_items_is_named(records, tmp_path):
     def drop(f):
-        with np.load(f / R.ITEMS_FILE) as z: arrays = {k: z[k] for k in z.files if not k.startswith("meru|1|")}
+        with np.load(f / R.ITEMS_FILE) as z:
+            arrays = {k: z[k] for k in z.files if not k.startswith("meru|1|")}
         np.savez_compressed(f / R.ITEMS_FILE, **arrays)
-    assert "(meru/seed1): ledger.json says it keeps per-item record 'test-iid|chains', whose field(s) tau the file lacks" in _bad(records, tmp_path, drop)
+
+    assert (
+        "(meru/seed1): ledger.json says it keeps per-item record 'test-iid|chains', whose field(s) tau the file lacks"
+        in _bad(records, tmp_path, drop)
+    )
 
 
 def test_a_record_the_ledger_did_not_read_is_refused_not_a_silent_nan(records):
     rec = R.read_records(records)
-    with pytest.raises(R.RecordsError, match="clip/seed0.* keeps no per-item record 'general'"): rec.items[("clip", 0)]["general"]
+    with pytest.raises(R.RecordsError, match="clip/seed0.* keeps no per-item record 'general'"):
+        rec.items[("clip", 0)]["general"]
 
 
 def test_the_cli_reduces_recomputes_and_refuses_in_one_line(folder, tmp_path):

@@ -1,6 +1,11 @@
-"""Sweeps (issue 45): a grid of one recipe's settings run through compare's launchers, each point's paired effect against
-the reference with its interval, the points differing from it in the swept fields only; bad grids refused in one line."""
-import json, subprocess, sys
+"""Sweeps (issue 45): a grid of one recipe's settings run through compare's launchers, each point's paired effect
+against
+the reference with its interval, the points differing from it in the swept fields only; bad grids refused in one
+line."""
+
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,8 +22,17 @@ pytestmark = pytest.mark.usefixtures("isolated_registries")
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory):
     out = tmp_path_factory.mktemp("sweep")
-    return out, run_sweep("degla", ["weights.distill=0,0.005,0.05"], out, budget="smoke", seeds=3, against="degla-base",
-                          jobs=1, progress=False, log=lambda *a: None)
+    return out, run_sweep(
+        "degla",
+        ["weights.distill=0,0.005,0.05"],
+        out,
+        budget="smoke",
+        seeds=3,
+        against="degla-base",
+        jobs=1,
+        progress=False,
+        log=lambda *a: None,
+    )
 
 
 def test_every_point_is_trained_once_and_differs_from_the_reference_in_what_the_claim_is_about(swept):
@@ -42,13 +56,22 @@ def test_a_point_equal_to_the_base_is_the_base(swept):
     assert "degla@weights.distill=0.005" not in {p.name for p in (out / "runs").iterdir()}
 
 
-@pytest.mark.parametrize("grid,message", [("weights.distil=0,1", "has no field 'weights.distil'"),
-                                          ("num_negatives=2,x", "num_negatives='x': not an int"),
-                                          ("weights.distill=-1", "weights must be >= 0"),
-                                          ("weights.distill", "write FIELD=V1,V2")])
+@pytest.mark.parametrize(
+    "grid,message",
+    [
+        ("weights.distil=0,1", "has no field 'weights.distil'"),
+        ("num_negatives=2,x", "num_negatives='x': not an int"),
+        ("weights.distill=-1", "weights must be >= 0"),
+        ("weights.distill", "write FIELD=V1,V2"),
+    ],
+)
 def test_a_bad_grid_is_one_line_and_writes_nothing(grid, message, tmp_path):
-    res = subprocess.run([HIERBENCH, "sweep", "degla", "--grid", grid, "--out", str(tmp_path / "out")],
-                         capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [HIERBENCH, "sweep", "degla", "--grid", grid, "--out", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 1 and res.stderr.count("\n") == 1 and message in res.stderr, res.stderr
     assert not (tmp_path / "out").exists()
 
@@ -57,9 +80,12 @@ def test_a_reference_restored_from_another_machines_records_is_named():
     "Points trained here against records trained elsewhere differ in the machine too: the sweep names that reference."
     from hierbench.ledger.sweep import trained_elsewhere
     from hierbench.ledger.records import made_on
+
     here = made_on()["cpu"]
-    runs = [dict(recipe="degla", seed=0, recorded=dict(made=dict(cpu="Elsewhere CPU"))),   # restored, trained elsewhere
-            dict(recipe="degla", seed=1, made=dict(cpu=here), recorded={}),                 # restored, trained on this CPU
-            dict(recipe="degla-margin", seed=0, metrics={})]                                # trained here
+    runs = [
+        dict(recipe="degla", seed=0, recorded=dict(made=dict(cpu="Elsewhere CPU"))),  # restored, trained elsewhere
+        dict(recipe="degla", seed=1, made=dict(cpu=here), recorded={}),  # restored, trained on this CPU
+        dict(recipe="degla-margin", seed=0, metrics={}),
+    ]  # trained here
     assert trained_elsewhere(runs, ["degla", "degla-margin"]) == {"degla": ["Elsewhere CPU"]}
     assert trained_elsewhere(runs[1:], ["degla", "degla-margin"]) == {}

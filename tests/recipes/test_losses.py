@@ -1,5 +1,7 @@
-"""Dense checks of hierbench.recipes.losses: reference values from the spec, hand-computed tiny batches (explicit loops in
+"""Dense checks of hierbench.recipes.losses: reference values from the spec, hand-computed tiny batches (explicit loops
+in
 numpy, float64), gradients, the DeGLA own-negative mask, and negative validation."""
+
 import math
 
 import numpy as np
@@ -10,7 +12,9 @@ from hypothesis import given, settings, strategies as st
 
 from hierbench import geometry as geo
 from hierbench.recipes import losses as L
-from hierbench.evaluation.metrics import pep_score   # the one PEP score (numpy or torch), used by the losses notebook and the protocols
+from hierbench.evaluation.metrics import (
+    pep_score,
+)  # the one PEP score (numpy or torch), used by the losses notebook and the protocols
 
 torch.set_default_dtype(torch.float32)
 
@@ -18,15 +22,25 @@ torch.set_default_dtype(torch.float32)
 # ---------------------------------------------------------------- fake heads (independent of hierbench.models.family)
 class FakeCosHead:
     geometry = "euclidean"
-    def pairwise_sim(self, a, b): return F.normalize(a, dim=-1) @ F.normalize(b, dim=-1).T
-    def rowwise_sim(self, a, b): return (F.normalize(a, dim=-1) * F.normalize(b, dim=-1)).sum(-1)
+
+    def pairwise_sim(self, a, b):
+        return F.normalize(a, dim=-1) @ F.normalize(b, dim=-1).T
+
+    def rowwise_sim(self, a, b):
+        return (F.normalize(a, dim=-1) * F.normalize(b, dim=-1)).sum(-1)
 
 
 class FakeLorentzHead:
     geometry = "lorentz"
-    def __init__(self, c=1.0): self.curv = torch.as_tensor(c)
-    def pairwise_sim(self, a, b): return -geo.pairwise_dist(a, b, self.curv)
-    def rowwise_sim(self, a, b): return -geo.dist(a, b, self.curv)
+
+    def __init__(self, c=1.0):
+        self.curv = torch.as_tensor(c)
+
+    def pairwise_sim(self, a, b):
+        return -geo.pairwise_dist(a, b, self.curv)
+
+    def rowwise_sim(self, a, b):
+        return -geo.dist(a, b, self.curv)
 
 
 # ---------------------------------------------------------------- independent numpy references (float64)
@@ -43,7 +57,7 @@ def np_ext_angle(p, q, c):
     "exterior angle at parent p of the triangle O-p-q, from the hyperbolic law of cosines (MERU's closed form)."
     pt, qt = math.sqrt(1 / c + p @ p), math.sqrt(1 / c + q @ q)
     cxyl = c * (p @ q - pt * qt)
-    val = (qt + cxyl * pt) / (np.linalg.norm(p) * math.sqrt(cxyl ** 2 - 1))
+    val = (qt + cxyl * pt) / (np.linalg.norm(p) * math.sqrt(cxyl**2 - 1))
     return math.acos(min(1.0, max(-1.0, val)))
 
 
@@ -70,7 +84,8 @@ def rnd(*shape, seed=0, scale=0.5):
     return scale * torch.randn(*shape, generator=g)
 
 
-def N(t): return t.detach().double().numpy()
+def N(t):
+    return t.detach().double().numpy()
 
 
 GEOMS = ["euclidean", "lorentz"]
@@ -79,8 +94,9 @@ GEOMS = ["euclidean", "lorentz"]
 # ---------------------------------------------------------------- spec reference values
 def test_intra_modality_weight_reference():
     d = torch.tensor([0.0, 0.1, 1.0, 3.0])
-    torch.testing.assert_close(L.intra_modality_weight(d), torch.tensor([0.0, 0.095163, 0.632121, 0.950213]),
-                               atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        L.intra_modality_weight(d), torch.tensor([0.0, 0.095163, 0.632121, 0.950213]), atol=1e-6, rtol=0
+    )
 
 
 @pytest.mark.parametrize("r,expected", [(1 / math.sqrt(2), 0.846574), (0.5, 0.943147), (1.0, 1.0), (2.0, 3.306853)])
@@ -92,7 +108,7 @@ def test_norm_regularizer_reference(r, expected):
 def test_norm_regularizer_is_mean_over_all_sets_and_minimal_at_inv_sqrt2():
     a, b = rnd(3, 4, seed=1), rnd(5, 4, seed=2)
     rs = np.concatenate([np.linalg.norm(N(a), axis=1), np.linalg.norm(N(b), axis=1)])
-    assert abs(L.norm_regularizer(a, b).item() - np.mean(rs ** 2 - np.log(rs))) < 1e-5
+    assert abs(L.norm_regularizer(a, b).item() - np.mean(rs**2 - np.log(rs))) < 1e-5
     x = torch.tensor([[1 / math.sqrt(2), 0.0]], requires_grad=True)
     L.norm_regularizer(x).backward()
     assert x.grad.abs().max() < 1e-5
@@ -109,7 +125,10 @@ def test_meru_entailment_reference_case():
     t, v = torch.tensor([[0.5, 0.0]]), torch.tensor([[2.0, 0.5]])
     assert abs(L.entailment_cone(t, v, 1.0).item() - 0.018414) < 1e-5
     # the same number from the numpy closed form
-    assert abs(np_ext_angle(np.array([0.5, 0]), np.array([2, 0.5]), 1.0) - np_aperture(np.array([0.5, 0]), 1.0) - 0.018414) < 1e-5
+    assert (
+        abs(np_ext_angle(np.array([0.5, 0]), np.array([2, 0.5]), 1.0) - np_aperture(np.array([0.5, 0]), 1.0) - 0.018414)
+        < 1e-5
+    )
 
 
 def test_pep_score_toy():
@@ -119,8 +138,8 @@ def test_pep_score_toy():
 
 def test_pep_of_exterior_angles():
     p = torch.tensor([[0.4, 0.2, 0.0]])
-    assert abs(pep_score(geo.exterior_angle(p, 3 * p, 1.0)).item() - 1.0) < 1e-5   # straight outward: entailed
-    assert pep_score(geo.exterior_angle(p, 0.2 * p, 1.0)).item() == 0.0            # toward the origin: phi = pi
+    assert abs(pep_score(geo.exterior_angle(p, 3 * p, 1.0)).item() - 1.0) < 1e-5  # straight outward: entailed
+    assert pep_score(geo.exterior_angle(p, 0.2 * p, 1.0)).item() == 0.0  # toward the origin: phi = pi
     side = torch.tensor([[0.4, 0.9, 0.0]])
     phi = geo.exterior_angle(p, side, 1.0).item()
     assert abs(pep_score(torch.tensor(phi)).item() - max(0.0, 1 - 2 * phi / math.pi)) < 1e-6
@@ -134,8 +153,10 @@ def test_huber_conventions():
     torch.testing.assert_close(L.huber_penalty(phi, b, "smooth_l1"), torch.tensor(sl1))
     torch.testing.assert_close(L.huber_penalty(phi, b, "huber"), torch.tensor(hub))
     torch.testing.assert_close(L.huber_penalty(phi, b, "huber"), b * L.huber_penalty(phi, b, "smooth_l1"))
-    with pytest.raises(ValueError, match="convention"): L.huber_penalty(phi, b, "l2")
-    with pytest.raises(ValueError, match="beta"): L.huber_penalty(phi, 0.0)
+    with pytest.raises(ValueError, match="convention"):
+        L.huber_penalty(phi, b, "l2")
+    with pytest.raises(ValueError, match="beta"):
+        L.huber_penalty(phi, 0.0)
 
 
 def test_spec_weights():
@@ -146,8 +167,13 @@ def test_spec_weights():
     assert L.READ_WEIGHTS == dict(contrastive=1.0, recon=0.1, align=0.5)
     assert L.TGC_SCALE == 10.0
     cfg = L.AdaEntConfig()
-    assert (cfg.beta, cfg.convention, cfg.weight_mode, cfg.weight_placement, cfg.detach_weight) == \
-        (0.1, "smooth_l1", "intra", "outside", True)
+    assert (cfg.beta, cfg.convention, cfg.weight_mode, cfg.weight_placement, cfg.detach_weight) == (
+        0.1,
+        "smooth_l1",
+        "intra",
+        "outside",
+        True,
+    )
 
 
 # ---------------------------------------------------------------- contrastive losses vs explicit loops
@@ -174,7 +200,12 @@ def test_meru_terms_match_loop():
 
 
 def _boxes(B=4, D=5):
-    return rnd(B, D, seed=7, scale=0.9), rnd(B, D, seed=8, scale=0.4), rnd(B, D, seed=9, scale=0.7), rnd(B, D, seed=10, scale=0.3)
+    return (
+        rnd(B, D, seed=7, scale=0.9),
+        rnd(B, D, seed=8, scale=0.4),
+        rnd(B, D, seed=9, scale=0.7),
+        rnd(B, D, seed=10, scale=0.3),
+    )
 
 
 @pytest.mark.parametrize("geom", GEOMS)
@@ -186,6 +217,7 @@ def test_hycoclip_contrastive_matches_loop(geom):
 
     def ce(anchors, cols):
         return np.mean([np_ce_row([s * np_sim(anchors[a], cols[b], geom, c) for b in range(B)], a) for a in range(B)])
+
     assert abs(got - 0.25 * (ce(i, t) + ce(t, i) + ce(ib, t) + ce(tb, i))) < 1e-4
 
 
@@ -196,7 +228,10 @@ def test_hycoclip_entailment_matches_loop():
     i, t, ib, tb = map(N, (I, T, Ib, Tb))
 
     def cone(par, ch, eta):
-        return np.mean([max(0.0, np_ext_angle(par[k], ch[k], c) - eta * np_aperture(par[k], c)) for k in range(len(par))])
+        return np.mean(
+            [max(0.0, np_ext_angle(par[k], ch[k], c) - eta * np_aperture(par[k], c)) for k in range(len(par))]
+        )
+
     want = 0.5 * (cone(t, i, 0.7) + cone(tb, ib, 0.7) + cone(ib, i, 1.2) + cone(tb, t, 1.2))
     assert want > 0
     assert abs(got - want) < 1e-4
@@ -211,8 +246,10 @@ def _np_adaent(par, ch, c, intra, cfg):
         w = 1 - math.exp(-np_ldist(par[k], ch[k], c)) if weighted else 1.0
         x = phi if cfg.weight_placement == "outside" else w * phi
         b = cfg.beta
-        if cfg.convention == "smooth_l1": h = 0.5 * x * x / b if x < b else x - 0.5 * b
-        else: h = 0.5 * x * x if x < b else b * (x - 0.5 * b)
+        if cfg.convention == "smooth_l1":
+            h = 0.5 * x * x / b if x < b else x - 0.5 * b
+        else:
+            h = 0.5 * x * x if x < b else b * (x - 0.5 * b)
         vals.append(w * h if cfg.weight_placement == "outside" else h)
     return np.mean(vals)
 
@@ -226,18 +263,26 @@ def test_argent_entailment_matches_loop(mode, placement, convention):
     cfg = L.AdaEntConfig(weight_mode=mode, weight_placement=placement, convention=convention)
     got = L.argent_entailment(I, T, Ib, Tb, c, cfg).item()
     i, t, ib, tb = map(N, (I, T, Ib, Tb))
-    want = 0.5 * (_np_adaent(t, i, c, False, cfg) + _np_adaent(tb, ib, c, False, cfg)
-                  + _np_adaent(ib, i, c, True, cfg) + _np_adaent(tb, t, c, True, cfg))
+    want = 0.5 * (
+        _np_adaent(t, i, c, False, cfg)
+        + _np_adaent(tb, ib, c, False, cfg)
+        + _np_adaent(ib, i, c, True, cfg)
+        + _np_adaent(tb, t, c, True, cfg)
+    )
     assert abs(got - want) < 1e-4 * max(1.0, want)
 
 
 def test_argent_modes_differ_and_no_boxes_is_single_pair():
     I, T, Ib, Tb = _boxes()
-    vals = {m: L.argent_entailment(I, T, Ib, Tb, 1.0, L.AdaEntConfig(weight_mode=m)).item() for m in ["none", "intra", "all"]}
+    vals = {
+        m: L.argent_entailment(I, T, Ib, Tb, 1.0, L.AdaEntConfig(weight_mode=m)).item()
+        for m in ["none", "intra", "all"]
+    }
     assert vals["none"] > vals["intra"] > vals["all"]  # weights are < 1, and 'all' weights more pairs
     single = L.argent_entailment(I, T, None, None, 1.0)
     torch.testing.assert_close(single, L.adaptive_entailment(T, I, 1.0, intra_modal=False))
-    with pytest.raises(ValueError, match="crop and phrase"): L.argent_entailment(I, T, Ib, None, 1.0)
+    with pytest.raises(ValueError, match="crop and phrase"):
+        L.argent_entailment(I, T, Ib, None, 1.0)
 
 
 def test_argent_detach_weight_changes_gradient_only():
@@ -254,7 +299,8 @@ def test_argent_detach_weight_changes_gradient_only():
 
 def test_argent_config_rejects_unknown_options():
     for bad in [dict(weight_mode="inter"), dict(weight_placement="middle"), dict(convention="l1"), dict(beta=-1.0)]:
-        with pytest.raises(ValueError, match="AdaEntConfig"): L.AdaEntConfig(**bad)
+        with pytest.raises(ValueError, match="AdaEntConfig"):
+            L.AdaEntConfig(**bad)
 
 
 def test_argent_terms():
@@ -284,7 +330,8 @@ def test_hard_negative_contrastive_matches_loop(geom):
 
 def test_hard_negative_contrastive_rejects_bad_count():
     V, T, _ = _neg_batch()
-    with pytest.raises(ValueError, match="multiple"): L.hard_negative_contrastive(V, T, rnd(4, 6), 1.0, FakeCosHead())
+    with pytest.raises(ValueError, match="multiple"):
+        L.hard_negative_contrastive(V, T, rnd(4, 6), 1.0, FakeCosHead())
 
 
 @settings(max_examples=20, deadline=None)
@@ -304,7 +351,9 @@ def _loop_grounded(q, pos, negs, K, scale, geom, c):
     "explicit loop: row i -> CE([scale*sim(q_i,pos_i), scale*sim(q_i, negs[i*K+k]) for k], 0)."
     out = []
     for i in range(len(q)):
-        row = [scale * np_sim(q[i], pos[i], geom, c)] + [scale * np_sim(q[i], negs[i * K + k], geom, c) for k in range(K)]
+        row = [scale * np_sim(q[i], pos[i], geom, c)] + [
+            scale * np_sim(q[i], negs[i * K + k], geom, c) for k in range(K)
+        ]
         out.append(np_ce_row(row, 0))
     return float(np.mean(out))
 
@@ -323,8 +372,9 @@ def _per_sample_negatives(B=3, K=2, D=6):
     (hard), the others' far, so taking another sample's negatives changes the value."""
     V = torch.eye(D)[:B] * 0.8
     T = V + 0.05 * rnd(B, D, seed=30)
-    Tn = torch.stack([V[i] * (0.9 if i == 0 else -0.5) + 0.3 * rnd(D, seed=40 + i * K + k)
-                      for i in range(B) for k in range(K)])
+    Tn = torch.stack(
+        [V[i] * (0.9 if i == 0 else -0.5) + 0.3 * rnd(D, seed=40 + i * K + k) for i in range(B) for k in range(K)]
+    )
     return V, T, Tn
 
 
@@ -366,7 +416,8 @@ def test_own_negative_sims_layout():
     for i in range(B):
         for k in range(K):
             assert abs(S[i, k].item() - np_cos(N(q[i]), N(neg[i * K + k]))) < 1e-5
-    with pytest.raises(ValueError, match="K >= 1"): L.own_negative_sims(q, neg[:0], FakeCosHead())
+    with pytest.raises(ValueError, match="K >= 1"):
+        L.own_negative_sims(q, neg[:0], FakeCosHead())
 
 
 def test_self_distillation_is_a_sum_of_normalised_squared_distances():
@@ -382,7 +433,8 @@ def test_self_distillation_is_a_sum_of_normalised_squared_distances():
     # a sum: duplicating the batch doubles it
     doubled = L.self_distillation([torch.cat([a, a])], [torch.cat([ta, ta])]).item()
     assert abs(doubled - 2 * L.self_distillation([a], [ta]).item()) < 1e-5
-    with pytest.raises(ValueError, match="student"): L.self_distillation([a], [tc])
+    with pytest.raises(ValueError, match="student"):
+        L.self_distillation([a], [tc])
 
 
 # ---------------------------------------------------------------- READ
@@ -402,18 +454,25 @@ def test_reconstruction_loss_calls_head_and_checks():
 
     def head(p, targets):
         seen["targets"] = targets
-        return (p ** 2).mean()
+        return (p**2).mean()
+
     v = L.reconstruction_loss(head, pooled, ["a cat", "a dog"])
-    assert seen["targets"] == ["a cat", "a dog"] and abs(v.item() - (pooled ** 2).mean().item()) < 1e-7
-    with pytest.raises(ValueError, match="targets"): L.reconstruction_loss(head, pooled, ["x"])
-    with pytest.raises(ValueError, match="scalar"): L.reconstruction_loss(lambda p, t: p.sum(-1), pooled, ["a", "b"])
+    assert seen["targets"] == ["a cat", "a dog"] and abs(v.item() - (pooled**2).mean().item()) < 1e-7
+    with pytest.raises(ValueError, match="targets"):
+        L.reconstruction_loss(head, pooled, ["x"])
+    with pytest.raises(ValueError, match="scalar"):
+        L.reconstruction_loss(lambda p, t: p.sum(-1), pooled, ["a", "b"])
 
 
 # ---------------------------------------------------------------- validation of negatives
 def test_validate_negatives():
     pos = ["a red cube left of a ball", "a dog on a mat"]
-    assert L.validate_negatives(pos, [["a ball left of a red cube", "a blue cube left of a ball"],
-                                      ["a mat on a dog", "a cat on a mat"]]) == 2
+    assert (
+        L.validate_negatives(
+            pos, [["a ball left of a red cube", "a blue cube left of a ball"], ["a mat on a dog", "a cat on a mat"]]
+        )
+        == 2
+    )
     assert L.validate_negatives(pos, [[], []]) == 0
     with pytest.raises(ValueError, match=r"sample 1 is empty"):
         L.validate_negatives(pos, [["x"], [""]])
@@ -440,10 +499,14 @@ def _all_losses(I, T, Ib, Tb, Tn, c, geom):
         align=L.paraphrase_alignment(Tb, T, 10.0, head),
     )
     if geom == "lorentz":
-        out.update(meru=sum(L.meru_terms(I, T, 10.0, c).values()),
-                   hycoclip=sum(L.hycoclip_terms(I, T, Ib, Tb, 10.0, c).values()),
-                   argent=sum(L.argent_terms(I, T, Ib, Tb, 10.0, c).values()),
-                   argent_all_inside=L.argent_entailment(I, T, Ib, Tb, c, L.AdaEntConfig(weight_mode="all", weight_placement="inside", detach_weight=False)))
+        out.update(
+            meru=sum(L.meru_terms(I, T, 10.0, c).values()),
+            hycoclip=sum(L.hycoclip_terms(I, T, Ib, Tb, 10.0, c).values()),
+            argent=sum(L.argent_terms(I, T, Ib, Tb, 10.0, c).values()),
+            argent_all_inside=L.argent_entailment(
+                I, T, Ib, Tb, c, L.AdaEntConfig(weight_mode="all", weight_placement="inside", detach_weight=False)
+            ),
+        )
     return out
 
 
@@ -464,20 +527,28 @@ def test_gradients_finite(geom, identical):
 
 
 def test_weighted_total():
-    terms = dict(contrastive=torch.tensor(1.0), igc=torch.tensor(2.0), tgc=torch.tensor(3.0), distill=torch.tensor(40.0))
+    terms = dict(
+        contrastive=torch.tensor(1.0), igc=torch.tensor(2.0), tgc=torch.tensor(3.0), distill=torch.tensor(40.0)
+    )
     assert abs(L.weighted_total(terms, L.DEGLA_WEIGHTS).item() - (1 + 0.2 + 0.3 + 0.2)) < 1e-6
-    with pytest.raises(KeyError, match="igc"): L.weighted_total(dict(contrastive=torch.tensor(1.0)), L.DEGLA_WEIGHTS)
+    with pytest.raises(KeyError, match="igc"):
+        L.weighted_total(dict(contrastive=torch.tensor(1.0)), L.DEGLA_WEIGHTS)
     assert L.weighted_total(dict(contrastive=torch.tensor(1.0)), dict(contrastive=1.0, igc=0.0)).item() == 1.0
-    with pytest.raises(ValueError, match="zero"): L.weighted_total(dict(contrastive=torch.tensor(1.0)), dict(contrastive=0.0))
+    with pytest.raises(ValueError, match="zero"):
+        L.weighted_total(dict(contrastive=torch.tensor(1.0)), dict(contrastive=0.0))
 
 
 def test_similarity_of():
-    class H: geometry = "lorentz"; curv = torch.tensor(2.0)
+    class H:
+        geometry = "lorentz"
+        curv = torch.tensor(2.0)
+
     s = L.similarity_of(H())
     a, b = rnd(2, 3, seed=1), rnd(2, 3, seed=2)
     torch.testing.assert_close(s.pairwise_sim(a, b), FakeLorentzHead(2.0).pairwise_sim(a, b))
     assert isinstance(L.similarity_of(type("E", (), {"geometry": "euclidean"})()), L.CosineSimilarity)
-    with pytest.raises(ValueError, match="geometry"): L.similarity_of(object())
+    with pytest.raises(ValueError, match="geometry"):
+        L.similarity_of(object())
 
 
 # ---------------------------------------------------------------- data parallelism: local anchors vs gathered columns
@@ -489,22 +560,33 @@ def test_simulated_ranks_average_to_single_process(geom):
     I, T, Ib, Tb = (rnd(B, 5, seed=100 + j) for j in range(4))
     Tn = rnd(B * K, 5, seed=110)
     head = head_for(geom, c)
-    sl = lambda x, r, k=1: x[r * b * k:(r + 1) * b * k]
+    sl = lambda x, r, k=1: x[r * b * k : (r + 1) * b * k]
     cases = {
-        "clip": (lambda: L.clip_contrastive(I, T, s, head),
-                 lambda r: L.clip_contrastive(sl(I, r), sl(T, r), s, head, all_image=I, all_text=T, offset=r * b)),
-        "hycoclip": (lambda: L.hycoclip_contrastive(I, T, Ib, Tb, s, head),
-                     lambda r: L.hycoclip_contrastive(sl(I, r), sl(T, r), sl(Ib, r), sl(Tb, r), s, head,
-                                                      all_image=I, all_text=T, offset=r * b)),
-        "negclip": (lambda: L.hard_negative_contrastive(I, T, Tn, s, head),
-                    lambda r: L.hard_negative_contrastive(sl(I, r), sl(T, r), sl(Tn, r, K), s, head,
-                                                          all_image=I, all_text=T, all_neg=Tn, offset=r * b)),
-        "align": (lambda: L.paraphrase_alignment(Tb, T, s, head),
-                  lambda r: L.paraphrase_alignment(sl(Tb, r), sl(T, r), s, head, all_text=T, offset=r * b)),
+        "clip": (
+            lambda: L.clip_contrastive(I, T, s, head),
+            lambda r: L.clip_contrastive(sl(I, r), sl(T, r), s, head, all_image=I, all_text=T, offset=r * b),
+        ),
+        "hycoclip": (
+            lambda: L.hycoclip_contrastive(I, T, Ib, Tb, s, head),
+            lambda r: L.hycoclip_contrastive(
+                sl(I, r), sl(T, r), sl(Ib, r), sl(Tb, r), s, head, all_image=I, all_text=T, offset=r * b
+            ),
+        ),
+        "negclip": (
+            lambda: L.hard_negative_contrastive(I, T, Tn, s, head),
+            lambda r: L.hard_negative_contrastive(
+                sl(I, r), sl(T, r), sl(Tn, r, K), s, head, all_image=I, all_text=T, all_neg=Tn, offset=r * b
+            ),
+        ),
+        "align": (
+            lambda: L.paraphrase_alignment(Tb, T, s, head),
+            lambda r: L.paraphrase_alignment(sl(Tb, r), sl(T, r), s, head, all_text=T, offset=r * b),
+        ),
     }
     for name, (full, local) in cases.items():
         torch.testing.assert_close(sum(local(r) for r in range(W)) / W, full(), atol=1e-5, rtol=1e-5, msg=name)
-    with pytest.raises(ValueError, match="offset"): L.diagonal_ce(torch.zeros(3, 4), offset=2)
+    with pytest.raises(ValueError, match="offset"):
+        L.diagonal_ce(torch.zeros(3, 4), offset=2)
 
 
 @settings(max_examples=20, deadline=None)
@@ -531,7 +613,10 @@ def test_igc_tgc_invariant_to_order_within_own_negatives_only(seed, geom):
 def test_contrastive_losses_bounded_below_and_at_log_n_for_equal_sims(seed, s):
     B, K = 4, 2
     V, T, Tn = _neg_batch(B, K, seed=seed)
-    for fn in (lambda: L.clip_contrastive(V, T, s, FakeCosHead()), lambda: L.hard_negative_contrastive(V, T, Tn, s, FakeCosHead())):
+    for fn in (
+        lambda: L.clip_contrastive(V, T, s, FakeCosHead()),
+        lambda: L.hard_negative_contrastive(V, T, Tn, s, FakeCosHead()),
+    ):
         assert fn().item() >= 0
     same = torch.ones(B, 5)  # all similarities equal -> uniform softmax
     assert abs(L.clip_contrastive(same, same, s, FakeCosHead()).item() - math.log(B)) < 1e-4

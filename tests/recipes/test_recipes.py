@@ -1,6 +1,10 @@
-"""hierbench.recipes.registry: the recipe table against the spec, recipe validation and `replace`, and `compute_loss` for every
-recipe on a tiny batch with a fake model obeying the ARCHITECTURE.md contract (independent of hierbench.models.family)."""
-import os, copy
+"""hierbench.recipes.registry: the recipe table against the spec, recipe validation and `replace`, and `compute_loss`
+for every
+recipe on a tiny batch with a fake model obeying the ARCHITECTURE.md contract (independent of
+hierbench.models.family)."""
+
+import os
+import copy
 import dataclasses
 import json
 import math
@@ -50,7 +54,8 @@ SPEC_SHAPE = {  # geometry, contrastive, stage, init_from, K, boxes
 
 def test_registry_has_every_required_recipe():
     assert set(SPEC_WEIGHTS) <= set(R.list_recipes())
-    with pytest.raises(KeyError, match="unknown recipe 'nope'"): R.get_recipe("nope")
+    with pytest.raises(KeyError, match="unknown recipe 'nope'"):
+        R.get_recipe("nope")
 
 
 @pytest.mark.parametrize("name", list(SPEC_WEIGHTS))
@@ -76,15 +81,31 @@ def test_recipe_options_and_needs():
         r = g(n)
         assert r.needs_teacher == (n in {"degla", "degla-no-distill", "argent+degla"}), n
         assert r.needs_decoder == (n in {"read", "read-recon-only", "read-recon-self", "argent+read"}), n
-        if r.init_from is not None: assert r.init_from in R.list_recipes() and g(r.init_from).geometry == r.geometry
+        if r.init_from is not None:
+            assert r.init_from in R.list_recipes() and g(r.init_from).geometry == r.geometry
 
 
 def test_optimizer_defaults_world_and_paper():
     g = R.get_recipe
     d = g("degla").paper
-    assert (d.lr, d.weight_decay, d.betas, d.eps, d.warmup_steps, d.epochs, d.batch_size) == (1e-6, 0.1, (0.9, 0.98), 1e-6, 50, 5, 256)
+    assert (d.lr, d.weight_decay, d.betas, d.eps, d.warmup_steps, d.epochs, d.batch_size) == (
+        1e-6,
+        0.1,
+        (0.9, 0.98),
+        1e-6,
+        50,
+        5,
+        256,
+    )
     r = g("read").paper
-    assert (r.lr, r.weight_decay, r.warmup_steps, r.batch_size, r.epochs, r.precision) == (1e-5, 0.1, 50, 256, 5, "bf16")
+    assert (r.lr, r.weight_decay, r.warmup_steps, r.batch_size, r.epochs, r.precision) == (
+        1e-5,
+        0.1,
+        50,
+        256,
+        5,
+        "bf16",
+    )
     m = g("meru").paper
     assert (m.lr, m.weight_decay, m.betas) == (5e-4, 0.2, (0.9, 0.98))
     for n in R.list_recipes():
@@ -92,7 +113,17 @@ def test_optimizer_defaults_world_and_paper():
             assert o.lr > 0 and o.batch_size > 0 and o.source
         assert g(n).world.steps  # the trainer counts steps
         ov = g(n).world.train_overrides()
-        assert set(ov) == {"lr", "weight_decay", "betas", "eps", "warmup_steps", "batch_size", "steps", "grad_clip", "min_lr_ratio"}
+        assert set(ov) == {
+            "lr",
+            "weight_decay",
+            "betas",
+            "eps",
+            "warmup_steps",
+            "batch_size",
+            "steps",
+            "grad_clip",
+            "min_lr_ratio",
+        }
 
 
 def test_recipe_fields():
@@ -115,19 +146,30 @@ def test_replace_merges_and_validates():
     assert b.weights == {"contrastive": 1.0, "adaent": 0.1, "reg": 0.0}
     assert b.adaent.weight_placement == "inside" and b.adaent.beta == 0.1 and b.world.lr == 3e-4
     assert a.weights["reg"] == 0.1  # the registered recipe is untouched
-    with pytest.raises(TypeError, match="no field"): a.replace(colour="red")
-    with pytest.raises(ValueError, match="lorentz"): R.get_recipe("clip").replace(weights={"entailment": 0.2})
-    with pytest.raises(ValueError, match="unknown loss term"): a.replace(weights={"foo": 1.0})
-    with pytest.raises(ValueError, match="init_from"): a.replace(stage="finetune")
-    with pytest.raises(ValueError, match="contrastive"): a.replace(weights={"contrastive": 0.0})
-    with pytest.raises(ValueError, match="num_negatives"): R.get_recipe("degla").replace(num_negatives=0)
-    with pytest.raises(ValueError, match="teacher"): R.get_recipe("degla").replace(ema_decay=None)
-    assert R.register_recipe(a) is a   # the same recipe again (a re-run cell, a re-imported plugin): nothing changes
-    with pytest.raises(ValueError, match="shadows a built-in recipe"): R.register_recipe(b)
+    with pytest.raises(TypeError, match="no field"):
+        a.replace(colour="red")
+    with pytest.raises(ValueError, match="lorentz"):
+        R.get_recipe("clip").replace(weights={"entailment": 0.2})
+    with pytest.raises(ValueError, match="unknown loss term"):
+        a.replace(weights={"foo": 1.0})
+    with pytest.raises(ValueError, match="init_from"):
+        a.replace(stage="finetune")
+    with pytest.raises(ValueError, match="contrastive"):
+        a.replace(weights={"contrastive": 0.0})
+    with pytest.raises(ValueError, match="num_negatives"):
+        R.get_recipe("degla").replace(num_negatives=0)
+    with pytest.raises(ValueError, match="teacher"):
+        R.get_recipe("degla").replace(ema_decay=None)
+    assert R.register_recipe(a) is a  # the same recipe again (a re-run cell, a re-imported plugin): nothing changes
+    with pytest.raises(ValueError, match="shadows a built-in recipe"):
+        R.register_recipe(b)
     R.register_recipe(dataclasses.replace(b, name="argent-test-replace"))
-    with pytest.raises(ValueError, match="already registered"): R.register_recipe(dataclasses.replace(a, name="argent-test-replace"))
-    with pytest.raises(TypeError, match="read-only"): a.weights["reg"] = 0.0
-    with pytest.raises(dataclasses.FrozenInstanceError): a.num_negatives = 3
+    with pytest.raises(ValueError, match="already registered"):
+        R.register_recipe(dataclasses.replace(a, name="argent-test-replace"))
+    with pytest.raises(TypeError, match="read-only"):
+        a.weights["reg"] = 0.0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        a.num_negatives = 3
     assert dataclasses.asdict(a)["weights"] == {"contrastive": 1.0, "adaent": 0.1, "reg": 0.1}
     assert copy.deepcopy(a) == a and json.dumps(dict(a.weights))
 
@@ -158,7 +200,8 @@ class FakeHead(nn.Module):
         self.log_curv = nn.Parameter(torch.tensor(0.0))
 
     @property
-    def curv(self): return self.log_curv.exp() if self.geometry == "lorentz" else None
+    def curv(self):
+        return self.log_curv.exp() if self.geometry == "lorentz" else None
 
     def forward(self, u):
         return F.normalize(u, dim=-1) if self.geometry == "euclidean" else geo.exp_map0(0.5 * u, self.curv)
@@ -191,7 +234,8 @@ class FakeModel(nn.Module):
         emb = self.head(self.txt(pooled))
         return (emb, pooled) if return_pooled else emb
 
-    def logit_scale_exp(self): return self.logit_scale.exp().clamp(max=100)
+    def logit_scale_exp(self):
+        return self.logit_scale.exp().clamp(max=100)
 
 
 class FakeRecon(nn.Module):
@@ -233,7 +277,8 @@ def test_compute_loss_every_recipe(name):
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     assert grads and all(torch.isfinite(g).all() for g in grads)
     assert model.txt.weight.grad.abs().sum() > 0 and model.img.weight.grad.abs().sum() > 0
-    if teacher is not None: assert all(p.grad is None for p in teacher.parameters())
+    if teacher is not None:
+        assert all(p.grad is None for p in teacher.parameters())
     if recon is not None:
         assert recon.proj.weight.grad.abs().sum() > 0
         want = batch["alternatives"] if r.recon_target == "alternatives" else batch["captions"]
@@ -245,20 +290,27 @@ def test_compute_loss_every_recipe(name):
 def test_compute_loss_terms_equal_direct_losses_degla():
     r, model, teacher, _ = _setup("degla")
     with torch.no_grad():  # make the teacher differ from the student so TGC and distill are non-trivial
-        for p in teacher.parameters(): p.add_(0.05 * torch.randn_like(p))
+        for p in teacher.parameters():
+            p.add_(0.05 * torch.randn_like(p))
     batch = tiny_batch(K=4)
     loss, terms = R.compute_loss(r, model, batch, teacher=teacher)
-    B, K = 3, 4
+    # B = 3 images, K = 4 negatives each
     flat = L.flatten_negatives(batch["negatives"])
     v = model.encode_image(batch["images"])
     t = model.encode_text(batch["captions"])
     tn = model.encode_text(flat)
     s = model.logit_scale_exp()
     head = model.head
-    torch.testing.assert_close(terms["contrastive"], L.hard_negative_contrastive(v, t, tn, s, head).detach(), atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(terms["igc"], L.image_grounded_contrast(v, t, tn, s, head).detach(), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        terms["contrastive"], L.hard_negative_contrastive(v, t, tn, s, head).detach(), atol=1e-5, rtol=1e-5
+    )
+    torch.testing.assert_close(
+        terms["igc"], L.image_grounded_contrast(v, t, tn, s, head).detach(), atol=1e-5, rtol=1e-5
+    )
     tt = teacher.encode_text(batch["captions"])
-    torch.testing.assert_close(terms["tgc"], L.text_grounded_contrast(t, tt, tn, head, 10.0).detach(), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        terms["tgc"], L.text_grounded_contrast(t, tt, tn, head, 10.0).detach(), atol=1e-5, rtol=1e-5
+    )
     want_d = L.self_distillation([v, t, tn], [teacher.encode_image(batch["images"]), tt, teacher.encode_text(flat)])
     torch.testing.assert_close(terms["distill"], want_d.detach(), atol=1e-5, rtol=1e-5)
     assert terms["distill"] > 0
@@ -271,7 +323,8 @@ def test_compute_loss_terms_equal_direct_losses_argent():
     v, vb = model.encode_image(batch["images"]), model.encode_image(batch["crops"])
     t, tb = model.encode_text(batch["captions"]), model.encode_text(batch["phrases"])
     want = L.argent_terms(v, t, vb, tb, model.logit_scale_exp(), model.head.curv)
-    for k in want: torch.testing.assert_close(terms[k], want[k].detach(), atol=1e-5, rtol=1e-5)
+    for k in want:
+        torch.testing.assert_close(terms[k], want[k].detach(), atol=1e-5, rtol=1e-5)
 
 
 def test_compute_loss_argent_plus_degla_uses_lorentz_sim():
@@ -281,30 +334,42 @@ def test_compute_loss_argent_plus_degla_uses_lorentz_sim():
     v, t = model.encode_image(batch["images"]), model.encode_text(batch["captions"])
     tn = model.encode_text(L.flatten_negatives(batch["negatives"]))
     lor = L.LorentzSimilarity(model.head.curv)
-    torch.testing.assert_close(terms["igc"], L.image_grounded_contrast(v, t, tn, model.logit_scale_exp(), lor).detach(), atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(terms["adaent"], L.argent_entailment(v, t, None, None, model.head.curv).detach(), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        terms["igc"], L.image_grounded_contrast(v, t, tn, model.logit_scale_exp(), lor).detach(), atol=1e-5, rtol=1e-5
+    )
+    torch.testing.assert_close(
+        terms["adaent"], L.argent_entailment(v, t, None, None, model.head.curv).detach(), atol=1e-5, rtol=1e-5
+    )
     torch.testing.assert_close(terms["reg"], L.norm_regularizer(v, t).detach(), atol=1e-5, rtol=1e-5)
 
 
 def test_compute_loss_errors():
     r, model, teacher, recon = _setup("degla")
     batch = tiny_batch(K=4)
-    with pytest.raises(ValueError, match="teacher"): R.compute_loss(r, model, batch)
-    with pytest.raises(ValueError, match="lorentz"): R.compute_loss(R.get_recipe("meru"), model, batch)
-    bad = dict(batch); del bad["negatives"]
-    with pytest.raises(KeyError, match="negatives"): R.compute_loss(r, model, bad, teacher=teacher)
+    with pytest.raises(ValueError, match="teacher"):
+        R.compute_loss(r, model, batch)
+    with pytest.raises(ValueError, match="lorentz"):
+        R.compute_loss(R.get_recipe("meru"), model, batch)
+    bad = dict(batch)
+    del bad["negatives"]
+    with pytest.raises(KeyError, match="negatives"):
+        R.compute_loss(r, model, bad, teacher=teacher)
     bad = dict(batch, negatives=[list(n) for n in batch["negatives"]])
     bad["negatives"][2][1] = batch["captions"][2]
     with pytest.raises(ValueError, match="negative 1 of sample 2 equals its positive"):
         R.compute_loss(r, model, bad, teacher=teacher)
     bad = dict(batch, negatives=[[] for _ in batch["captions"]])
-    with pytest.raises(ValueError, match="K = 0"): R.compute_loss(r, model, bad, teacher=teacher)
+    with pytest.raises(ValueError, match="K = 0"):
+        R.compute_loss(r, model, bad, teacher=teacher)
     rr, m2, _, _ = _setup("read")
-    with pytest.raises(ValueError, match="recon_head"): R.compute_loss(rr, m2, batch)
+    with pytest.raises(ValueError, match="recon_head"):
+        R.compute_loss(rr, m2, batch)
     bad = dict(batch, images=batch["images"][:2])
-    with pytest.raises(ValueError, match="'images' has 2 items"): R.compute_loss(r, model, bad, teacher=teacher)
+    with pytest.raises(ValueError, match="'images' has 2 items"):
+        R.compute_loss(r, model, bad, teacher=teacher)
     bad = dict(batch, paraphrases=batch["paraphrases"][:2])
-    with pytest.raises(ValueError, match="paraphrases"): R.compute_loss(rr, m2, bad, recon_head=FakeRecon())
+    with pytest.raises(ValueError, match="paraphrases"):
+        R.compute_loss(rr, m2, bad, recon_head=FakeRecon())
 
 
 def test_make_loss_fn_matches_compute_loss():
@@ -326,7 +391,8 @@ def test_demo_batch_is_valid():
 
 def test_real_world_debug_model_if_available():
     models = pytest.importorskip("hierbench.models.family")
-    if "world-debug" not in getattr(models, "ARCHS", {}): pytest.skip("no world-debug preset")
+    if "world-debug" not in getattr(models, "ARCHS", {}):
+        pytest.skip("no world-debug preset")
     for name in ["clip", "argent+degla"]:
         r = R.get_recipe(name)
         m = models.create_model("world-debug", **r.model_kwargs())
@@ -341,6 +407,7 @@ def test_real_world_debug_model_if_available():
 # ---------------------------------------------------------------- two gloo processes == one process
 def _dist_worker(rank, world, init_file, out_dir, names):
     import torch.distributed as dist
+
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=init_file, rank=rank, world_size=world)
     try:
@@ -348,14 +415,21 @@ def _dist_worker(rank, world, init_file, out_dir, names):
             r, model, teacher, recon = _setup_seeded(name)
             batch = tiny_batch(B=4, K=max(r.num_negatives, 1))
             b = 4 // world
-            shard = {k: v[rank * b:(rank + 1) * b] for k, v in batch.items()}
+            shard = {k: v[rank * b : (rank + 1) * b] for k, v in batch.items()}
             loss, terms = R.compute_loss(r, model, shard, teacher=teacher, recon_head=recon)
             loss.backward()
-            params = [p for p in list(model.parameters()) + (list(recon.parameters()) if recon else []) if p.requires_grad]
+            params = [
+                p for p in list(model.parameters()) + (list(recon.parameters()) if recon else []) if p.requires_grad
+            ]
             grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-            for g in grads: dist.all_reduce(g); g /= world
-            lt = loss.detach().clone(); dist.all_reduce(lt); lt /= world
-            if rank == 0: torch.save({"loss": lt, "grads": grads}, f"{out_dir}/{name}.pt")
+            for g in grads:
+                dist.all_reduce(g)
+                g /= world
+            lt = loss.detach().clone()
+            dist.all_reduce(lt)
+            lt /= world
+            if rank == 0:
+                torch.save({"loss": lt, "grads": grads}, f"{out_dir}/{name}.pt")
         dist.barrier()  # both ranks finished every collective before either tears gloo down
     finally:
         dist.destroy_process_group()
@@ -369,15 +443,21 @@ def _setup_seeded(name):
     torch.manual_seed(1)
     if teacher is not None:
         with torch.no_grad():
-            for p in teacher.parameters(): p.add_(0.05 * torch.randn_like(p))
-    if recon is not None: recon = FakeRecon(); torch.manual_seed(2); recon.proj.reset_parameters()
+            for p in teacher.parameters():
+                p.add_(0.05 * torch.randn_like(p))
+    if recon is not None:
+        recon = FakeRecon()
+        torch.manual_seed(2)
+        recon.proj.reset_parameters()
     return r, model, teacher, recon
 
 
 def test_two_gloo_processes_match_one_process(tmp_path):
     import torch.distributed as dist
     import torch.multiprocessing as mp
-    if not dist.is_available(): pytest.skip("torch.distributed not available")
+
+    if not dist.is_available():
+        pytest.skip("torch.distributed not available")
     names = ["hycoclip", "argent+degla", "read"]
     mp.spawn(_dist_worker, args=(2, f"file://{tmp_path / 'init'}", str(tmp_path), names), nprocs=2, join=True)
     for name in names:

@@ -1,11 +1,16 @@
 "The fuzz table of tools/input_audit.py: every malformed-input class over every loader it applies to is handled safely."
-import importlib.util, sys
+
+import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
 
-_spec = importlib.util.spec_from_file_location("input_audit", Path(__file__).resolve().parents[2] / "tools" / "input_audit.py")
-audit_tool = importlib.util.module_from_spec(_spec); _spec.loader.exec_module(audit_tool)
+_spec = importlib.util.spec_from_file_location(
+    "input_audit", Path(__file__).resolve().parents[2] / "tools" / "input_audit.py"
+)
+audit_tool = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(audit_tool)
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +35,11 @@ def test_the_audit_sees_a_silent_acceptance(monkeypatch, audit):
     "The audit itself can fail: a loader that stops setting aside negatives equal to positives shows up."
     from hierbench.data import loaders as L
     from hierbench.evaluation.compositional import winoground as WG
-    for module in (L, WG):   # the Winoground loader (hierbench.evaluation.compositional.winoground) imports the helper by name
+
+    for module in (
+        L,
+        WG,
+    ):  # the Winoground loader (hierbench.evaluation.compositional.winoground) imports the helper by name
         monkeypatch.setattr(module, "set_aside_items", lambda path, items, bad, why: list(items))
     again = audit_tool.run_audit()
     rows = again[again.cls.str.startswith("negative equal")]
@@ -38,9 +47,11 @@ def test_the_audit_sees_a_silent_acceptance(monkeypatch, audit):
 
 
 # ---- the same formats' malformed inputs through the command line (tools/input_audit_cli.py, issue 42) -------------
-_cli_spec = importlib.util.spec_from_file_location("input_audit_cli", Path(__file__).resolve().parents[2] / "tools" / "input_audit_cli.py")
+_cli_spec = importlib.util.spec_from_file_location(
+    "input_audit_cli", Path(__file__).resolve().parents[2] / "tools" / "input_audit_cli.py"
+)
 cli_audit_tool = importlib.util.module_from_spec(_cli_spec)
-sys.modules["input_audit_cli"] = cli_audit_tool   # its dataclasses look their module up there
+sys.modules["input_audit_cli"] = cli_audit_tool  # its dataclasses look their module up there
 _cli_spec.loader.exec_module(cli_audit_tool)
 
 
@@ -67,11 +78,18 @@ def test_the_cli_audit_sees_a_traceback_and_a_silent_drop(tmp_path, monkeypatch)
     "The audit itself can fail: a refusal that escapes the entry point, a set-aside sample left uncounted."
     from hierbench.cli import parser as cli
     from hierbench.evaluation import suites
+
     model = cli_audit_tool.audit_model(tmp_path)
     with monkeypatch.context() as m:
-        m.setattr(cli, "run_command", lambda args: args.func(args))   # the entry point without its catch
-        outcome, msg = cli_audit_tool.run_case(_case("CLIP_benchmark classification (wds)", "no classnames.txt"), model, tmp_path / "a")
+        m.setattr(cli, "run_command", lambda args: args.func(args))  # the entry point without its catch
+        outcome, msg = cli_audit_tool.run_case(
+            _case("CLIP_benchmark classification (wds)", "no classnames.txt"), model, tmp_path / "a"
+        )
     assert outcome == "raw crash" and "classnames.txt" in msg
-    monkeypatch.setattr(suites, "_say_set_aside", lambda name, split, enc, log: {})   # set aside, but neither said nor counted
-    outcome, msg = cli_audit_tool.run_case(_case("CLIP_benchmark classification (wds)", "a sample without a label"), model, tmp_path / "b")
+    monkeypatch.setattr(
+        suites, "_say_set_aside", lambda name, split, enc, log: {}
+    )  # set aside, but neither said nor counted
+    outcome, msg = cli_audit_tool.run_case(
+        _case("CLIP_benchmark classification (wds)", "a sample without a label"), model, tmp_path / "b"
+    )
     assert outcome == "silently accepted" and "test_set_aside" in msg

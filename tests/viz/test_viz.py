@@ -1,5 +1,7 @@
 "Tests of hierbench.viz.figures: HoroPCA numerics (reference values, Busemann preservation), figures, bad inputs."
-import math, os
+
+import math
+import os
 
 import numpy as np
 import pandas as pd
@@ -20,9 +22,11 @@ def _finite_data(fig: go.Figure) -> bool:
     for tr in fig.data:
         for attr in ("x", "y"):
             v = getattr(tr, attr, None)
-            if v is None: continue
+            if v is None:
+                continue
             arr = np.asarray(v)
-            if arr.dtype.kind in "fiu" and not np.isfinite(arr).all(): return False
+            if arr.dtype.kind in "fiu" and not np.isfinite(arr).all():
+                return False
     return True
 
 
@@ -41,6 +45,7 @@ def _random_ideals(k, d, gen):
 
 # ---------------------------------------------------------------- Poincaré toolkit and reference values
 
+
 def test_busemann_reference_values():
     e1 = torch.tensor([1.0, 0.0], dtype=F64)
     assert viz.busemann(torch.tensor([0.5, 0.0]), e1).item() == pytest.approx(-1.098612, abs=1e-6)
@@ -57,7 +62,9 @@ def test_horo_project_reference_values():
     torch.testing.assert_close(y1, torch.tensor([[-0.25]], dtype=F64), atol=1e-12, rtol=0)
     y2 = viz.horo_project(torch.tensor([[0.0, 0.0, 0.5]]), torch.eye(3)[:2])
     torch.testing.assert_close(y2, torch.tensor([[-0.212695, -0.212695]], dtype=F64), atol=1e-6, rtol=0)
-    torch.testing.assert_close(viz.busemann(y2, torch.eye(2)), torch.full((1, 2), 0.510826, dtype=F64), atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        viz.busemann(y2, torch.eye(2)), torch.full((1, 2), 0.510826, dtype=F64), atol=1e-6, rtol=0
+    )
 
 
 def test_k1_projection_is_minus_tanh_half_busemann():
@@ -92,7 +99,12 @@ def test_projection_picks_the_root_nearer_the_origin():
 
 
 @settings(max_examples=40, deadline=None)
-@given(seed=st.integers(0, 2**31 - 1), d=st.integers(2, 10), k=st.integers(1, 4), max_norm=st.sampled_from([0.3, 0.9, 0.9999, 0.999999]))
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    d=st.integers(2, 10),
+    k=st.integers(1, 4),
+    max_norm=st.sampled_from([0.3, 0.9, 0.9999, 0.999999]),
+)
 def test_busemann_preserved_property(seed, d, k, max_norm):
     k = min(k, d)
     gen = torch.Generator().manual_seed(seed)
@@ -105,7 +117,7 @@ def test_busemann_preserved_property(seed, d, k, max_norm):
 def test_points_of_the_submanifold_near_origin_project_to_themselves():
     gen = torch.Generator().manual_seed(5)
     P = _random_ideals(2, 6, gen)
-    coords = 0.3 * _random_ball(50, 2, gen)             # norm ≤ 0.3: the smaller of the two roots
+    coords = 0.3 * _random_ball(50, 2, gen)  # norm ≤ 0.3: the smaller of the two roots
     torch.testing.assert_close(viz.horo_project(coords @ P, P), coords, atol=1e-10, rtol=0)
     # K = 1: every point of the geodesic is its own projection
     line = torch.linspace(-0.99, 0.99, 21, dtype=F64)[:, None]
@@ -142,22 +154,30 @@ def test_frechet_mean_of_a_wide_high_dimensional_cloud():
     m = viz.frechet_mean(x)
     assert viz.poincare_log0(viz.mobius_add(-m, x)).mean(0).norm() < 1e-8
     f = viz.frechet_objective(m, x)
-    for _ in range(5):   # any nearby point is worse
+    for _ in range(5):  # any nearby point is worse
         other = viz.mobius_add(m, 1e-3 * torch.randn(256, generator=gen, dtype=F64))
         assert viz.frechet_objective(other, x) > f
 
 
 def test_bad_inputs_are_named():
-    with pytest.raises(ValueError, match="outside the unit ball"): viz.busemann(torch.tensor([0.8, 0.7]), torch.tensor([1.0, 0]))
-    with pytest.raises(ValueError, match="outside the unit ball"): viz.horo_project(torch.tensor([[1.0, 0.0]]), torch.eye(2)[:1])
-    with pytest.raises(ValueError, match="orthonormal"): viz.horo_project(torch.zeros(1, 3), torch.tensor([[1.0, 0, 0], [1, 1, 0]]))
-    with pytest.raises(ValueError, match="orthonormal"): viz.busemann(torch.zeros(2), torch.tensor([2.0, 0.0]))
-    with pytest.raises(ValueError, match=r"shape \(K, 3\)"): viz.horo_project(torch.zeros(1, 3), torch.eye(2))
-    with pytest.raises(ValueError, match="NaN"): viz.horo_project(torch.tensor([[float("nan"), 0.0]]), torch.eye(2)[:1])
-    with pytest.raises(ValueError, match="outside the unit ball"): viz.frechet_mean(torch.tensor([[0.2, 0.0], [3.0, 0.0]]))
+    with pytest.raises(ValueError, match="outside the unit ball"):
+        viz.busemann(torch.tensor([0.8, 0.7]), torch.tensor([1.0, 0]))
+    with pytest.raises(ValueError, match="outside the unit ball"):
+        viz.horo_project(torch.tensor([[1.0, 0.0]]), torch.eye(2)[:1])
+    with pytest.raises(ValueError, match="orthonormal"):
+        viz.horo_project(torch.zeros(1, 3), torch.tensor([[1.0, 0, 0], [1, 1, 0]]))
+    with pytest.raises(ValueError, match="orthonormal"):
+        viz.busemann(torch.zeros(2), torch.tensor([2.0, 0.0]))
+    with pytest.raises(ValueError, match=r"shape \(K, 3\)"):
+        viz.horo_project(torch.zeros(1, 3), torch.eye(2))
+    with pytest.raises(ValueError, match="NaN"):
+        viz.horo_project(torch.tensor([[float("nan"), 0.0]]), torch.eye(2)[:1])
+    with pytest.raises(ValueError, match="outside the unit ball"):
+        viz.frechet_mean(torch.tensor([[0.2, 0.0], [3.0, 0.0]]))
 
 
 # ---------------------------------------------------------------- HoroPCA
+
 
 @pytest.fixture(scope="module")
 def tree():
@@ -170,11 +190,12 @@ def test_horopca_fit_transform(tree):
     y = hp.transform(x)
     assert y.shape == (len(x), 2) and np.isfinite(y).all() and (np.linalg.norm(y, axis=1) < 1).all()
     torch.testing.assert_close(hp.components_ @ hp.components_.T, torch.eye(2, dtype=F64), atol=1e-10, rtol=0)
-    assert (np.diff(hp.history_) > -1e-12).all()   # full batch: monotone ascent (up to rounding at convergence)
+    assert (np.diff(hp.history_) > -1e-12).all()  # full batch: monotone ascent (up to rounding at convergence)
     # the defining property holds on the fitted model too
     xc = viz.mobius_add(-hp.mean_, geo.lorentz_to_poincare(x.double(), 1.0))
-    torch.testing.assert_close(viz.busemann(torch.tensor(y), torch.eye(2, dtype=F64)), viz.busemann(xc, hp.components_),
-                               atol=1e-8, rtol=1e-8)
+    torch.testing.assert_close(
+        viz.busemann(torch.tensor(y), torch.eye(2, dtype=F64)), viz.busemann(xc, hp.components_), atol=1e-8, rtol=1e-8
+    )
     # deterministic
     np.testing.assert_array_equal(viz.HoroPCA(n_components=2, steps=40).fit_transform(x, 1.0), y)
 
@@ -189,7 +210,9 @@ def test_horopca_subsampling_and_k1(tree):
 
 def test_horopca_improves_on_its_start():
     gen = torch.Generator().manual_seed(11)
-    x = geo.exp_map0(torch.randn(60, 5, generator=gen, dtype=F64) * torch.tensor([1.5, 1.0, 0.6, 0.3, 0.2], dtype=F64), 1.0)
+    x = geo.exp_map0(
+        torch.randn(60, 5, generator=gen, dtype=F64) * torch.tensor([1.5, 1.0, 0.6, 0.3, 0.2], dtype=F64), 1.0
+    )
     start = viz.HoroPCA(steps=0).fit(x, 1.0)
     fitted = viz.HoroPCA(steps=100).fit(x, 1.0)
     xc = viz.mobius_add(-fitted.mean_, geo.lorentz_to_poincare(x, 1.0))
@@ -198,7 +221,7 @@ def test_horopca_improves_on_its_start():
 
 def test_horopca_curvature_only_rescales(tree):
     x, _, _ = tree
-    c = 2.5   # the same Poincaré points: x at curvature -1 equals x / sqrt(c) at curvature -c
+    c = 2.5  # the same Poincaré points: x at curvature -1 equals x / sqrt(c) at curvature -c
     a = viz.HoroPCA(steps=20).fit_transform(x, 1.0)
     b = viz.HoroPCA(steps=20).fit_transform(x / math.sqrt(c), c)
     np.testing.assert_allclose(a, b, atol=1e-8)
@@ -206,7 +229,7 @@ def test_horopca_curvature_only_rescales(tree):
 
 def test_horopca_recovers_a_geodesic_plane():
     gen = torch.Generator().manual_seed(7)
-    plane = _random_ideals(2, 6, gen)                              # orthonormal basis of a 2-D subspace of R^6
+    plane = _random_ideals(2, 6, gen)  # orthonormal basis of a 2-D subspace of R^6
     pts = geo.poincare_to_lorentz(_random_ball(80, 2, gen, 0.6) @ plane, 1.0)
     hp = viz.HoroPCA(n_components=2, steps=30).fit(pts, 1.0)
     # learned ideals lie in the plane: their projection onto it keeps unit length
@@ -214,7 +237,7 @@ def test_horopca_recovers_a_geodesic_plane():
     # and the projection then preserves the distances between the (centred) points
     y = torch.tensor(hp.transform(pts))
     xc = viz.mobius_add(-hp.mean_, geo.lorentz_to_poincare(pts, 1.0))
-    near = xc.norm(dim=-1) < 0.4   # inside the fold: the geodesic between two orthogonal ideals stays ≥ √2 − 1 from 0
+    near = xc.norm(dim=-1) < 0.4  # inside the fold: the geodesic between two orthogonal ideals stays ≥ √2 − 1 from 0
     d_proj = viz.poincare_dist(y[near][:, None], y[near][None])
     d_orig = viz.poincare_dist(xc[near][:, None], xc[near][None])
     torch.testing.assert_close(d_proj, d_orig, atol=1e-6, rtol=1e-6)
@@ -222,16 +245,23 @@ def test_horopca_recovers_a_geodesic_plane():
 
 def test_horopca_bad_inputs(tree):
     x, _, _ = tree
-    with pytest.raises(ValueError, match="n_components"): viz.HoroPCA(n_components=9).fit(x, 1.0)
-    with pytest.raises(RuntimeError, match="fit"): viz.HoroPCA().transform(x)
-    with pytest.raises(ValueError, match="c:"): viz.HoroPCA().fit(x, 0.0)
-    with pytest.raises(ValueError, match="at least 2"): viz.HoroPCA().fit(x[:1], 1.0)
+    with pytest.raises(ValueError, match="n_components"):
+        viz.HoroPCA(n_components=9).fit(x, 1.0)
+    with pytest.raises(RuntimeError, match="fit"):
+        viz.HoroPCA().transform(x)
+    with pytest.raises(ValueError, match="c:"):
+        viz.HoroPCA().fit(x, 0.0)
+    with pytest.raises(ValueError, match="at least 2"):
+        viz.HoroPCA().fit(x[:1], 1.0)
     hp = viz.HoroPCA(steps=2).fit(x, 1.0)
-    with pytest.raises(ValueError, match="dimension 8"): hp.transform(x[:, :4])
-    with pytest.raises(ValueError, match="NaN"): viz.HoroPCA().fit(torch.full((4, 3), float("nan")), 1.0)
+    with pytest.raises(ValueError, match="dimension 8"):
+        hp.transform(x[:, :4])
+    with pytest.raises(ValueError, match="NaN"):
+        viz.HoroPCA().fit(torch.full((4, 3), float("nan")), 1.0)
 
 
 # ---------------------------------------------------------------- 2-D projections
+
 
 def test_projection_figures(tree):
     x, depth, _ = tree
@@ -255,20 +285,28 @@ def test_horopca_and_comparison_figures(tree):
     assert len(fig.data) == 1 + 4 and _finite_data(fig)
     fig = viz.projection_comparison_figure(x, ("horopca", "pca"), labels=depth, horopca_kwargs=dict(steps=5))
     assert len(fig.data) == (1 + 4) + 4 and _finite_data(fig)
-    assert sum(bool(t.showlegend) for t in fig.data) == 4      # one legend entry per label
+    assert sum(bool(t.showlegend) for t in fig.data) == 4  # one legend entry per label
     assert len(viz.projection_comparison_figure(x, ("pca",)).data) == 1
 
 
 def test_projection_bad_inputs(tree):
     x, _, _ = tree
-    with pytest.raises(ValueError, match="method"): viz.project_2d(x, "tsne")
-    with pytest.raises(ValueError, match="lorentz"): viz.project_2d(x, "horopca", geometry="euclidean")
-    with pytest.raises(ValueError, match="geometry"): viz.project_2d(x, "pca", geometry="spherical")
-    with pytest.raises(ValueError, match="labels"): viz.projection_figure(x, "pca", labels=["a", "b"])
-    with pytest.raises(ValueError, match="N ≥ 3"): viz.project_2d(x[:2], "pca")
+    with pytest.raises(ValueError, match="method"):
+        viz.project_2d(x, "tsne")
+    with pytest.raises(ValueError, match="lorentz"):
+        viz.project_2d(x, "horopca", geometry="euclidean")
+    with pytest.raises(ValueError, match="geometry"):
+        viz.project_2d(x, "pca", geometry="spherical")
+    with pytest.raises(ValueError, match="labels"):
+        viz.projection_figure(x, "pca", labels=["a", "b"])
+    with pytest.raises(ValueError, match="N ≥ 3"):
+        viz.project_2d(x[:2], "pca")
 
 
-@pytest.mark.skipif(os.environ.get("HIERBENCH_SLOW_TESTS") != "1", reason="umap-learn JIT-compiles for ~10 s; set HIERBENCH_SLOW_TESTS=1")
+@pytest.mark.skipif(
+    os.environ.get("HIERBENCH_SLOW_TESTS") != "1",
+    reason="umap-learn JIT-compiles for ~10 s; set HIERBENCH_SLOW_TESTS=1",
+)
 def test_umap_projection(tree):
     x, depth, _ = tree
     fig = viz.projection_figure(x, "umap", labels=depth)
@@ -279,6 +317,7 @@ def test_umap_projection(tree):
 
 # ---------------------------------------------------------------- norms
 
+
 def test_embedding_norms():
     x = torch.tensor([[1.0, 0.0], [3.0, 4.0]])
     np.testing.assert_allclose(viz.embedding_norms(x, "lorentz", 1.0), [0.881374, 2.312438], atol=1e-6)
@@ -287,8 +326,10 @@ def test_embedding_norms():
     v = torch.tensor([[0.3, -1.1, 0.4]], dtype=F64)
     for c in (0.5, 2.0):
         np.testing.assert_allclose(viz.embedding_norms(geo.exp_map0(v, c), "lorentz", c), [v.norm().item()], rtol=1e-9)
-    with pytest.raises(ValueError, match="geometry"): viz.embedding_norms(x, "hyperbolic")
-    with pytest.raises(ValueError, match="c:"): viz.embedding_norms(x, "lorentz", -1.0)
+    with pytest.raises(ValueError, match="geometry"):
+        viz.embedding_norms(x, "hyperbolic")
+    with pytest.raises(ValueError, match="c:"):
+        viz.embedding_norms(x, "lorentz", -1.0)
 
 
 def test_inputs_from_a_model_are_accepted():
@@ -306,23 +347,34 @@ def test_norm_distribution_figures():
     for kind in ("violin", "hist"):
         fig = viz.norm_distribution_figure(groups, kind)
         assert len(fig.data) == 4 and _finite_data(fig)
-    tab = viz.norms_table({"images": torch.randn(10, 3), "captions": torch.randn(6, 3)}, "lorentz", 1.0,
-                          levels={"captions": [0, 1, 2, 3, 0, 1]})
+    tab = viz.norms_table(
+        {"images": torch.randn(10, 3), "captions": torch.randn(6, 3)},
+        "lorentz",
+        1.0,
+        levels={"captions": [0, 1, 2, 3, 0, 1]},
+    )
     assert list(tab.columns) == ["modality", "level", "norm"] and len(tab) == 16
     fig = viz.norm_distribution_figure(tab, "violin")
     assert len(fig.data) == 2 and set(fig.data[1].x) == {"0", "1", "2", "3"}
 
 
 def test_norm_distribution_bad_inputs():
-    with pytest.raises(ValueError, match="kind"): viz.norm_distribution_figure({"a": [1.0]}, "box")
-    with pytest.raises(ValueError, match="modality"): viz.norm_distribution_figure(pd.DataFrame(dict(norm=[1.0])))
-    with pytest.raises(ValueError, match="NaN"): viz.norm_distribution_figure({"a": [1.0, float("nan")]})
-    with pytest.raises(ValueError, match="empty"): viz.norm_distribution_figure({"a": []})
-    with pytest.raises(TypeError): viz.norm_distribution_figure([1.0, 2.0])
-    with pytest.raises(ValueError, match="levels"): viz.norms_table({"a": torch.ones(3, 2)}, levels={"a": [0]})
+    with pytest.raises(ValueError, match="kind"):
+        viz.norm_distribution_figure({"a": [1.0]}, "box")
+    with pytest.raises(ValueError, match="modality"):
+        viz.norm_distribution_figure(pd.DataFrame(dict(norm=[1.0])))
+    with pytest.raises(ValueError, match="NaN"):
+        viz.norm_distribution_figure({"a": [1.0, float("nan")]})
+    with pytest.raises(ValueError, match="empty"):
+        viz.norm_distribution_figure({"a": []})
+    with pytest.raises(TypeError):
+        viz.norm_distribution_figure([1.0, 2.0])
+    with pytest.raises(ValueError, match="levels"):
+        viz.norms_table({"a": torch.ones(3, 2)}, levels={"a": [0]})
 
 
 # ---------------------------------------------------------------- entailment
+
 
 def test_entailment_table_reference():
     tab = viz.entailment_table(torch.tensor([0.5, 0.0]), torch.tensor([[2.0, 0.5], [3.0, 0.0], [0.0, 1.0]]), 1.0, 0.1)
@@ -340,7 +392,9 @@ def test_entailment_plane_is_an_isometry_of_each_triangle():
     kids = 2 * torch.randn(10, 6, generator=gen, dtype=F64)
     p2, k2 = viz.entailment_plane(par, kids)
     c = 1.5
-    torch.testing.assert_close(geo.exterior_angle(p2.expand_as(k2), k2, c), geo.exterior_angle(par.expand_as(kids), kids, c))
+    torch.testing.assert_close(
+        geo.exterior_angle(p2.expand_as(k2), k2, c), geo.exterior_angle(par.expand_as(kids), kids, c)
+    )
     torch.testing.assert_close(geo.dist(p2.expand_as(k2), k2, c), geo.dist(par.expand_as(kids), kids, c))
     torch.testing.assert_close(geo.dist0(k2, c), geo.dist0(kids, c))
 
@@ -352,8 +406,9 @@ def test_cone_boundary_is_at_the_half_aperture(c, K, norm):
     plus, minus = viz.cone_boundary(geo.lorentz_to_poincare(p2[None], c)[0], omega)
     for ray in (plus, minus):
         pts = geo.poincare_to_lorentz(torch.tensor(ray[3:70]), c)
-        torch.testing.assert_close(geo.exterior_angle(p2.expand_as(pts), pts, c), torch.full((67,), omega, dtype=F64),
-                                   atol=1e-6, rtol=0)
+        torch.testing.assert_close(
+            geo.exterior_angle(p2.expand_as(pts), pts, c), torch.full((67,), omega, dtype=F64), atol=1e-6, rtol=0
+        )
         assert (np.linalg.norm(ray, axis=1) < 1).all()
 
 
@@ -367,9 +422,12 @@ def test_entailment_disk_figure():
     # a saturated parent (norm below 2K/sqrt(c)) still draws
     fig = viz.entailment_disk_figure(torch.tensor([0.1, 0.0]), torch.tensor([[0.5, 0.5]]), 1.0, 0.1)
     assert _finite_data(fig)
-    with pytest.raises(ValueError, match="origin"): viz.entailment_disk_figure(torch.zeros(2), torch.ones(1, 2))
-    with pytest.raises(ValueError, match="shapes"): viz.entailment_table(torch.ones(3), torch.ones(2, 4))
-    with pytest.raises(ValueError, match="names"): viz.entailment_table(torch.ones(2), torch.ones(2, 2), names=["a"])
+    with pytest.raises(ValueError, match="origin"):
+        viz.entailment_disk_figure(torch.zeros(2), torch.ones(1, 2))
+    with pytest.raises(ValueError, match="shapes"):
+        viz.entailment_table(torch.ones(3), torch.ones(2, 4))
+    with pytest.raises(ValueError, match="names"):
+        viz.entailment_table(torch.ones(2), torch.ones(2, 2), names=["a"])
 
 
 def test_aperture_saturation():
@@ -380,27 +438,53 @@ def test_aperture_saturation():
     assert len(fig.data) == 1 and list(fig.data[0].x) == [0, 10] and list(fig.data[0].y) == [0.0, 0.5]
     fig = viz.aperture_saturation_figure({"a": run, "b": [dict(step=0, omega=[1.57]), dict(step=5, omega=[0.3])]})
     assert len(fig.data) == 2 and list(fig.data[1].y) == [1.0, 0.0] and _finite_data(fig)
-    with pytest.raises(ValueError, match="omega"): viz.saturated_fraction([])
-    with pytest.raises(ValueError, match="step"): viz.aperture_saturation_figure([dict(omega=[1.0])])
-    with pytest.raises(ValueError, match="empty"): viz.aperture_saturation_figure({})
+    with pytest.raises(ValueError, match="omega"):
+        viz.saturated_fraction([])
+    with pytest.raises(ValueError, match="step"):
+        viz.aperture_saturation_figure([dict(omega=[1.0])])
+    with pytest.raises(ValueError, match="empty"):
+        viz.aperture_saturation_figure({})
 
 
 # ---------------------------------------------------------------- training and sweeps
 
+
 def test_training_curves_figure():
-    rows = [dict(step=s, lr=1e-3, loss=1 / (s + 1), contrastive=0.5 / (s + 1), grad_norm=1.0, curvature=1.0,
-                 alpha_image=0.1, alpha_text=0.1, logit_scale=10.0, time=s * 0.1) for s in range(5)]
+    rows = [
+        dict(
+            step=s,
+            lr=1e-3,
+            loss=1 / (s + 1),
+            contrastive=0.5 / (s + 1),
+            grad_norm=1.0,
+            curvature=1.0,
+            alpha_image=0.1,
+            alpha_text=0.1,
+            logit_scale=10.0,
+            time=s * 0.1,
+        )
+        for s in range(5)
+    ]
     fig = viz.training_curves_figure(rows)
     assert len(fig.data) == 8 and _finite_data(fig)
-    assert [a.text for a in fig.layout.annotations] == ["losses", "learning rate", "gradient norm", "curvature c",
-                                                       "lifting scale α", "logit scale"]
+    assert [a.text for a in fig.layout.annotations] == [
+        "losses",
+        "learning rate",
+        "gradient norm",
+        "curvature c",
+        "lifting scale α",
+        "logit scale",
+    ]
     rows[2]["loss"] = float("nan")
     fig = viz.training_curves_figure(rows, keys=["loss", "curvature"])
     assert len(fig.data) == 2 and _finite_data(fig) and "1 non-finite" in fig.layout.title.text
     assert len(viz.training_curves_figure([dict(step=0, loss=1.0)]).data) == 1
-    with pytest.raises(ValueError, match="empty"): viz.training_curves_figure([])
-    with pytest.raises(ValueError, match="step"): viz.training_curves_figure([dict(loss=1.0)])
-    with pytest.raises(ValueError, match="not logged"): viz.training_curves_figure(rows, keys=["accuracy"])
+    with pytest.raises(ValueError, match="empty"):
+        viz.training_curves_figure([])
+    with pytest.raises(ValueError, match="step"):
+        viz.training_curves_figure([dict(loss=1.0)])
+    with pytest.raises(ValueError, match="not logged"):
+        viz.training_curves_figure(rows, keys=["accuracy"])
 
 
 def test_confidence_intervals_match_scipy():
@@ -424,9 +508,15 @@ def test_confidence_intervals_match_scipy():
 
 def test_confidence_interval_bad_inputs():
     res = pd.DataFrame(dict(recipe=["a", "a"], seed=[0, 1], metric=["acc", "acc"], value=[0.1, float("nan")]))
-    with pytest.raises(ValueError, match="non-finite"): viz.confidence_intervals(res, "acc")
-    with pytest.raises(ValueError, match="R@1"): viz.confidence_intervals(res, "R@1")
-    with pytest.raises(ValueError, match=r"R@1.*\['acc'\]"): viz.confidence_intervals(res.to_dict("records"), "R@1")
-    with pytest.raises(ValueError, match=r"\['b'\]"): viz.confidence_intervals(res.fillna(0.2), "acc", recipes=["a", "b"])
-    with pytest.raises(ValueError, match="confidence"): viz.confidence_intervals(res, "acc", confidence=95)
-    with pytest.raises(ValueError, match="recipe"): viz.confidence_intervals(pd.DataFrame(dict(x=[1])), "x")
+    with pytest.raises(ValueError, match="non-finite"):
+        viz.confidence_intervals(res, "acc")
+    with pytest.raises(ValueError, match="R@1"):
+        viz.confidence_intervals(res, "R@1")
+    with pytest.raises(ValueError, match=r"R@1.*\['acc'\]"):
+        viz.confidence_intervals(res.to_dict("records"), "R@1")
+    with pytest.raises(ValueError, match=r"\['b'\]"):
+        viz.confidence_intervals(res.fillna(0.2), "acc", recipes=["a", "b"])
+    with pytest.raises(ValueError, match="confidence"):
+        viz.confidence_intervals(res, "acc", confidence=95)
+    with pytest.raises(ValueError, match="recipe"):
+        viz.confidence_intervals(pd.DataFrame(dict(x=[1])), "x")

@@ -1,5 +1,12 @@
-"Dense checks of the built-in world (hierbench.world.scenes): truth of every text, negatives, determinism, cache, splits."
-import hashlib, itertools, json, os, subprocess, sys
+"""Dense checks of the built-in world (hierbench.world.scenes): truth of every text, negatives, determinism, cache,
+splits."""
+
+import hashlib
+import itertools
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -7,9 +14,30 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from hierbench.world import scenes as W
-from hierbench.world.scenes import (COLOURS, NEGATIVE_TYPES, SHAPES, SIZES, RELATIONS, SPLITS, Clause, Meaning, NP, Obj,
-                             WorldConfig, audit_negatives, build_split, builtin_negatives, classify_negative, entails,
-                             heldout_combinations, holds, make_scene, parse, render, sloppy_negatives, true_texts)
+from hierbench.world.scenes import (
+    COLOURS,
+    NEGATIVE_TYPES,
+    SHAPES,
+    SIZES,
+    RELATIONS,
+    Clause,
+    Meaning,
+    NP,
+    Obj,
+    WorldConfig,
+    audit_negatives,
+    build_split,
+    builtin_negatives,
+    classify_negative,
+    entails,
+    heldout_combinations,
+    holds,
+    make_scene,
+    parse,
+    render,
+    sloppy_negatives,
+    true_texts,
+)
 
 CFG = WorldConfig()
 N_SCENES = 2000
@@ -50,19 +78,23 @@ def test_config_validation_and_hash():
     assert CFG.config_hash() == WorldConfig().config_hash() and len(CFG.config_hash()) == 16
     assert CFG.config_hash() != WorldConfig(relation_margin=0.05).config_hash()
     assert CFG.config_hash() != WorldConfig(heldout_colour_shape=(("red", "star"),)).config_hash()
-    for bad, field in [(dict(image_size=8), "image_size"), (dict(object_count_probs=(0.5, 0.5, 0.5)), "object_count_probs"),
-                       (dict(small_side=(0.3, 0.45)), "large_side"), (dict(relation_margin=0.4), "relation_margin"),
-                       (dict(heldout_colour_shape=(("pink", "circle"),)), "heldout_colour_shape"),
-                       (dict(heldout_relation_triples=(("circle", "near", "star"),)), "heldout_relation_triples")]:
+    for bad, field in [
+        (dict(image_size=8), "image_size"),
+        (dict(object_count_probs=(0.5, 0.5, 0.5)), "object_count_probs"),
+        (dict(small_side=(0.3, 0.45)), "large_side"),
+        (dict(relation_margin=0.4), "relation_margin"),
+        (dict(heldout_colour_shape=(("pink", "circle"),)), "heldout_colour_shape"),
+        (dict(heldout_relation_triples=(("circle", "near", "star"),)), "heldout_relation_triples"),
+    ]:
         with pytest.raises(ValueError, match=field):
             WorldConfig(**bad)
 
 
 # ---------------------------------------------------------------- language
 meanings = st.builds(
-    NP, st.sampled_from(SHAPES.nodes), st.sampled_from([None, *COLOURS.nodes[1:]]), st.sampled_from([None, *SIZES]))
-clauses = st.one_of(st.builds(Clause, meanings),
-                    st.builds(Clause, meanings, st.sampled_from(RELATIONS), meanings))
+    NP, st.sampled_from(SHAPES.nodes), st.sampled_from([None, *COLOURS.nodes[1:]]), st.sampled_from([None, *SIZES])
+)
+clauses = st.one_of(st.builds(Clause, meanings), st.builds(Clause, meanings, st.sampled_from(RELATIONS), meanings))
 
 
 @settings(max_examples=300, deadline=None)
@@ -73,10 +105,26 @@ def test_render_parse_roundtrip(cls, exclusive, synonyms):
     assert parse(render(m, synonyms=synonyms).upper() + ".") == m
 
 
-@pytest.mark.parametrize("text", ["", "a", "circle", "a red", "a circle and", "a circle to the left of",
-                                  "an circle", "a orange star", "a circle nothing else", "the red circle",
-                                  "a red large circle", "a circle left a square", "circle red a large",
-                                  "a circle and nothing else and a square", "a hexagon"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "a",
+        "circle",
+        "a red",
+        "a circle and",
+        "a circle to the left of",
+        "an circle",
+        "a orange star",
+        "a circle nothing else",
+        "the red circle",
+        "a red large circle",
+        "a circle left a square",
+        "circle red a large",
+        "a circle and nothing else and a square",
+        "a hexagon",
+    ],
+)
 def test_holds_raises_outside_language(text):
     sc = make_scene(0)
     with pytest.raises(ValueError, match="outside the world's language") as e:
@@ -94,16 +142,34 @@ def _hand_scene(objs):
 def test_holds_semantics_by_hand():
     objs = [Obj("circle", "red", "large", (0, 0, 14, 14)), Obj("square", "blue", "small", (20, 20, 29, 29))]
     sc = _hand_scene(objs)
-    true = ["a round shape", "a warm circle", "a large red circle to the left of a small blue square",
-            "a small cool square below a big red shape", "a shape and a shape and nothing else",
-            "a circle above a square", "a square under a circle",
-            "a red circle and a blue square"]
-    false = ["a blue circle", "a small circle", "a circle right of a square", "a circle and nothing else",
-             "a shape and a shape and a shape", "a circle to the left of a circle", "a symbol", "a cool circle"]
-    for t in true: assert holds(sc, t), t
-    for t in false: assert not holds(sc, t), t
+    true = [
+        "a round shape",
+        "a warm circle",
+        "a large red circle to the left of a small blue square",
+        "a small cool square below a big red shape",
+        "a shape and a shape and nothing else",
+        "a circle above a square",
+        "a square under a circle",
+        "a red circle and a blue square",
+    ]
+    false = [
+        "a blue circle",
+        "a small circle",
+        "a circle right of a square",
+        "a circle and nothing else",
+        "a shape and a shape and a shape",
+        "a circle to the left of a circle",
+        "a symbol",
+        "a cool circle",
+    ]
+    for t in true:
+        assert holds(sc, t), t
+    for t in false:
+        assert not holds(sc, t), t
     # the margin: centres 7 and 24.5 px apart -> true up to a margin of 17.5 px
-    assert holds(sc, "a circle left of a square", margin=17.4) and not holds(sc, "a circle left of a square", margin=17.6)
+    assert holds(sc, "a circle left of a square", margin=17.4) and not holds(
+        sc, "a circle left of a square", margin=17.6
+    )
 
 
 # ---------------------------------------------------------------- scenes
@@ -126,7 +192,8 @@ def test_sizes_and_relations_unambiguous(scenes):
     m = CFG.margin_px
     sides = {"small": set(), "large": set()}
     for s in scenes:
-        for o in s.objects: sides[o.size].add(o.box[2] - o.box[0])
+        for o in s.objects:
+            sides[o.size].add(o.box[2] - o.box[0])
         for r in s.relations:
             (ax, ay), (bx, by) = s.objects[r.subject].centre, s.objects[r.object].centre
             off = {"left": bx - ax, "right": ax - bx, "above": by - ay, "below": ay - by}[r.relation]
@@ -168,7 +235,8 @@ def test_every_negative_is_false_and_typed(scenes):
 def test_rejections_are_counted(scenes):
     tot = {}
     for s in scenes:
-        for k, v in s.rejected.items(): tot[k] = tot.get(k, 0) + v
+        for k, v in s.rejected.items():
+            tot[k] = tot.get(k, 0) + v
     # swap_obj of two same-shape phrases and add_obj naming the unmentioned third object are true: they must be
     # caught and counted
     assert tot.get("swap_obj", 0) > 0 and tot.get("add_obj", 0) > 0 and sum(tot.values()) > 50
@@ -182,7 +250,8 @@ def test_chain_is_general_to_specific(scenes):
         # semantic check on scenes: wherever level k+1 holds, level k holds (try this scene's chain elsewhere)
         other = scenes[(s.index * 7 + 3) % len(scenes)]
         for k in range(3):
-            if holds(other, s.chain[k + 1]): assert holds(other, s.chain[k])
+            if holds(other, s.chain[k + 1]):
+                assert holds(other, s.chain[k])
     heads = [parse(s.chain[0]).clauses[0].np.head for s in scenes]
     assert set(heads) == set(SHAPES.children(SHAPES.root))
 
@@ -209,17 +278,22 @@ def _digest(n=30, seed=5):
     h = hashlib.sha256()
     for i in range(n):
         s = make_scene(i, seed, split="test-comp" if i % 2 else "train")
-        h.update(s.image.tobytes()); h.update(s.crops.tobytes())
+        h.update(s.image.tobytes())
+        h.update(s.crops.tobytes())
         h.update(json.dumps([s.chain, s.paraphrases, s.alternatives, s.negatives]).encode())
     return h.hexdigest()
 
 
 def test_determinism_across_processes():
-    code = ("import sys; sys.path.insert(0, %r); import test_world as t; "
-            "from hierbench.world.scenes import WorldConfig; print(t._digest(), WorldConfig().config_hash())"
-            % str(Path(__file__).parent))
+    code = (
+        "import sys; sys.path.insert(0, %r); import test_world as t; "
+        "from hierbench.world.scenes import WorldConfig; print(t._digest(), WorldConfig().config_hash())"
+        % str(Path(__file__).parent)
+    )
     env = {**os.environ, "PYTHONHASHSEED": "12345"}  # a different string-hash salt must not matter
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    ).stdout.split()
     assert out == [_digest(), CFG.config_hash()]
 
 
@@ -242,9 +316,10 @@ def test_no_training_text_names_a_heldout_combination(scenes):
     for s in scenes:
         texts = true_texts(s) + [n.text for n in s.negatives]
         named = [t for t in texts if W.mentions_heldout(parse(t), CFG)]
-        if s.split != "test-comp": assert not named, (s.split, s.index, named)
+        if s.split != "test-comp":
+            assert not named, (s.split, s.index, named)
     assert W.mentions_heldout(parse("a large red square"), CFG)
-    assert W.mentions_heldout(parse("a square to the right of a circle"), CFG)   # = circle left of square
+    assert W.mentions_heldout(parse("a square to the right of a circle"), CFG)  # = circle left of square
     assert not W.mentions_heldout(parse("a square to the left of a circle"), CFG)
 
 
@@ -263,7 +338,8 @@ def test_distance_matrix():
 def test_testcomp_caption_states_the_heldout_combination(scenes):
     triples = {W._canonical_triple(*t) for t in CFG.heldout_relation_triples}
     for s in (s for s in scenes if s.split == "test-comp"):
-        m = parse(s.chain[3]); c = m.clauses[0]
+        m = parse(s.chain[3])
+        c = m.clauses[0]
         pairs = {(n.colour, n.head) for n in m.nps}
         rel = c.relation and W._canonical_triple(c.np.head, c.relation, c.other.head)
         assert pairs & set(CFG.heldout_colour_shape) or rel in triples, s.chain[3]
@@ -302,13 +378,14 @@ def test_cache_keyed_by_config(tmp_path):
     assert [COLOURS.leaves[k] for k in lab["colour"]] == [o.colour for o in objs]
     assert [tuple(b) for b in lab["box"].tolist()] == [o.box for o in objs] and (np.diff(lab["scene"]) >= 0).all()
     # a cache entry whose config hash does not match is refused, naming the file
-    meta = json.loads((a.path / "meta.json").read_text()); meta["config_hash"] = "0" * 16
+    meta = json.loads((a.path / "meta.json").read_text())
+    meta["config_hash"] = "0" * 16
     (a.path / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(ValueError, match="meta.json"):
         build_split("train", 40, cache_dir=tmp_path)
     d = build_split("train", 40, cache_dir=tmp_path, rebuild=True)
     assert d.images.tobytes() == a.images.tobytes()
-    assert build_split("train", 40, cache_dir=tmp_path).meta == a.meta   # the rebuilt entry reloads
+    assert build_split("train", 40, cache_dir=tmp_path).meta == a.meta  # the rebuilt entry reloads
 
 
 def test_parallel_build_equals_serial():
@@ -322,15 +399,17 @@ def test_audit_builtin_vs_sloppy(scenes):
     sample = scenes[::7]
     good = audit_negatives(sample, builtin_negatives)
     assert good.loc["total", "hard_positive"] == 0 and good.loc["total", "n"] == sum(len(s.negatives) for s in sample)
-    assert good.loc["total", "valid_hard"] > 0.8   # single edits by construction; reshuffles may be several
+    assert good.loc["total", "valid_hard"] > 0.8  # single edits by construction; reshuffles may be several
     bad = audit_negatives(sample, sloppy_negatives)
     assert bad.loc["replace_att", "hard_positive"] > 0.05
-    assert bad.loc["reshuffle", "easy"] > 0.9       # word salad is outside the language
+    assert bad.loc["reshuffle", "easy"] > 0.9  # word salad is outside the language
     np.testing.assert_allclose(bad[["valid_hard", "easy", "hard_positive"]].sum(axis=1), 1.0)
 
 
 def test_classify_negative_by_hand():
-    s = _hand_scene([Obj("heart", "orange", "small", (2, 12, 11, 21)), Obj("circle", "purple", "large", (16, 8, 30, 22))])
+    s = _hand_scene(
+        [Obj("heart", "orange", "small", (2, 12, 11, 21)), Obj("circle", "purple", "large", (16, 8, 30, 22))]
+    )
     assert classify_negative(s, "a small orange heart to the left of a large purple circle") == "hard_positive"
     assert classify_negative(s, "a big orange heart to the left of a large purple circle") == "valid_hard"
     assert classify_negative(s, "a large purple circle to the left of a small orange heart") == "valid_hard"
@@ -340,11 +419,14 @@ def test_classify_negative_by_hand():
 
 def test_check_negative_types_names_what_is_wrong():
     assert W.check_negative_types(["swap_obj", "reshuffle"]) == ("swap_obj", "reshuffle")
-    with pytest.raises(ValueError, match="unknown.*'swap'"): W.check_negative_types(["swap", "swap_att"])
-    with pytest.raises(ValueError, match="empty"): W.check_negative_types([])
+    with pytest.raises(ValueError, match="unknown.*'swap'"):
+        W.check_negative_types(["swap", "swap_att"])
+    with pytest.raises(ValueError, match="empty"):
+        W.check_negative_types([])
 
 
-# The generator's output for (seed 0, scenes 0-39 of train and test-iid) at this WORLD_VERSION. Split caches are keyed by
+# The generator's output for (seed 0, scenes 0-39 of train and test-iid) at this WORLD_VERSION. Split caches are keyed
+# by
 # WORLD_VERSION, so a change to rendering or text generation without a bump silently reuses stale caches (it happened:
 # version 2's caches outlived a change of the add_att / reshuffle draws). If this fails after an intended change, bump
 # WORLD_VERSION in 02_world and record the new digest here.
@@ -354,16 +436,22 @@ WORLD_DIGEST = {3: "dc34886903133c5500909409543c541d7524e2cd330234082fea11a65436
 def test_world_output_is_pinned_to_its_version():
     import hashlib
     from hierbench.world.scenes import WORLD_VERSION, make_scene
+
     h = hashlib.sha256()
     for split in ("train", "test-iid"):
         for i in range(40):
             s = make_scene(i, 0, None, split)
             h.update(s.image.tobytes())
-            h.update(json.dumps([s.chain, s.phrases, s.paraphrases, s.alternatives, [list(n) for n in s.negatives], s.rejected],
-                                default=str).encode())
+            h.update(
+                json.dumps(
+                    [s.chain, s.phrases, s.paraphrases, s.alternatives, [list(n) for n in s.negatives], s.rejected],
+                    default=str,
+                ).encode()
+            )
     assert WORLD_VERSION in WORLD_DIGEST, f"record the digest of WORLD_VERSION {WORLD_VERSION}: {h.hexdigest()}"
     assert h.hexdigest() == WORLD_DIGEST[WORLD_VERSION], (
-        "the world's scenes changed without a WORLD_VERSION bump: stale split caches would be reused; bump it")
+        "the world's scenes changed without a WORLD_VERSION bump: stale split caches would be reused; bump it"
+    )
 
 
 # ---------------------------------------------------------------- the mirror of a scene
@@ -383,13 +471,14 @@ def test_a_mirrored_scene_is_a_scene_of_the_world(scenes):
         mi = W.mirror_scene(sc)
         assert mi.image.shape == sc.image.shape and np.array_equal(mi.image, sc.image[:, ::-1])
         assert np.array_equal(mi.crops, sc.crops[:, :, ::-1])
-        assert sorted(mi.relations) == sorted(W.Relation(r.subject, flip.get(r.relation, r.relation), r.object)
-                                              for r in sc.relations)
+        assert sorted(mi.relations) == sorted(
+            W.Relation(r.subject, flip.get(r.relation, r.relation), r.object) for r in sc.relations
+        )
         for t in true_texts(sc):
             assert holds(mi, W.mirror_text(t)), (sc.index, t)
         for n in mi.negatives:
             assert not holds(mi, n.text, margin=0.0), (sc.index, n)
-        changed += any(not holds(mi, t) for t in true_texts(sc))   # a horizontal relation makes the mirror differ
+        changed += any(not holds(mi, t) for t in true_texts(sc))  # a horizontal relation makes the mirror differ
         back = W.mirror_scene(mi)
         assert back.objects == sc.objects and np.array_equal(back.image, sc.image) and back.chain == sc.chain
-    assert changed > 200   # most multi-object scenes state a horizontal relation that the mirror falsifies
+    assert changed > 200  # most multi-object scenes state a horizontal relation that the mirror falsifies

@@ -1,4 +1,5 @@
-"""ARO's four tasks: Visual Genome relations and attributions (a caption against its swapped version), and COCO- and Flickr-Order (a caption against four word-order perturbations).
+"""ARO's four tasks: Visual Genome relations and attributions (a caption against its swapped
+version), and COCO- and Flickr-Order (a caption against four word-order perturbations).
 
 Docs: https://hierbench.github.io/hierbench/evaluation/03_compositional/aro.html.md"""
 
@@ -7,7 +8,6 @@ Docs: https://hierbench.github.io/hierbench/evaluation/03_compositional/aro.html
 # %% ../../../nbs/evaluation/03_compositional/05_aro.ipynb #1ef0e94d
 from __future__ import annotations
 import collections
-from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -17,12 +17,17 @@ from .common import EvalContext, option
 from ...data.loaders import load_aro_vg, load_order_benchmark
 
 # %% auto #0
+__all__ = ["excluded", "run_relation", "run_attribution", "run_order"]
+
+# %% auto #0
 __all__ = ['excluded', 'run_relation', 'run_attribution', 'run_order']
 
 # %% ../../../nbs/evaluation/03_compositional/05_aro.ipynb #2131cd99
 def excluded(value) -> tuple[str, ...]:
-    "Relation names to leave out of the aggregates: a file of names (one a line, blank lines and `#` comments skipped), or the names."
-    if not value: return ()
+    """Relation names to leave out of the aggregates: a file of names (one a line, blank lines and `#` comments
+    skipped), or the names."""
+    if not value:
+        return ()
     if isinstance(value, (str, Path)):
         lines = Path(value).read_text(encoding="utf-8").splitlines()
         return tuple(l.strip() for l in lines if l.strip() and not l.lstrip().startswith("#"))
@@ -35,22 +40,29 @@ def run_relation(model, opts: dict, ctx: EvalContext) -> tuple[dict, pd.DataFram
     items = ctx.cut(load_aro_vg(opts["aro_relation"], vg))
     return run_choice_set(model, "aro_vg_relation", items, dict(exclude_subsets=excluded(opts.get("aro_exclude"))), ctx)
 
+
 def run_attribution(model, opts: dict, ctx: EvalContext) -> tuple[dict, pd.DataFrame]:
-    "ARO VG-Attribution: accuracy per attribute pair with at least 25 cases (every pair when none has), micro and macro."
+    """ARO VG-Attribution: accuracy per attribute pair with at least 25 cases (every pair when none has), micro and
+    macro."""
     vg = opts.get("vg_dir") or option(opts, ctx, "image_root")
     items = ctx.cut(load_aro_vg(opts["aro_attribution"], vg))
     pairs = collections.Counter(it.subset for it in items)
     least = 25 if pairs and max(pairs.values()) >= 25 else 1
-    if least == 1: ctx.say(f"aro_vg_attribution: no attribute pair has 25 cases ({len(items)} items): aggregates over every pair")
+    if least == 1:
+        ctx.say(f"aro_vg_attribution: no attribute pair has 25 cases ({len(items)} items): aggregates over every pair")
     return run_choice_set(model, "aro_vg_attribution", items, dict(min_subset_size=least), ctx)
+
 
 def run_order(model, opts: dict, ctx: EvalContext) -> tuple[dict, pd.DataFrame]:
     "ARO COCO-Order / Flickr-Order from BLIP's Karpathy test files: accuracy of the caption against its four shuffles."
     out, rows = {}, []
     files = opts["aro_order"]
-    for f in ([files] if isinstance(files, (str, Path)) else files):
+    for f in [files] if isinstance(files, (str, Path)) else files:
         name = "flickr_order" if "flickr" in Path(f).stem.lower() else "coco_order"
-        m, r = run_choice_set(model, f"aro_{name}", ctx.cut(load_order_benchmark(f, option(opts, ctx, "image_root"), name=name)), {}, ctx)
-        out.update(m); rows.append(r)
+        m, r = run_choice_set(
+            model, f"aro_{name}", ctx.cut(load_order_benchmark(f, option(opts, ctx, "image_root"), name=name)), {}, ctx
+        )
+        out.update(m)
+        rows.append(r)
     rows = [r for r in rows if len(r)]
     return out, pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()

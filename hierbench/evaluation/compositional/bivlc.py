@@ -1,4 +1,6 @@
-"""BiVLC's test split read from the Hub's parquet files and scored as its evaluation script scores it: I2T, T2I and group scores, with the four one-direction verdicts (Ipos_2T, Ineg_2T, Tpos_2I, Tneg_2I), overall and per type.
+"""BiVLC's test split read from the Hub's parquet files and scored as its evaluation script scores
+it: I2T, T2I and group scores, with the four one-direction verdicts (Ipos_2T, Ineg_2T, Tpos_2I,
+Tneg_2I), overall and per type.
 
 Docs: https://hierbench.github.io/hierbench/evaluation/03_compositional/bivlc.html.md"""
 
@@ -6,18 +8,30 @@ Docs: https://hierbench.github.io/hierbench/evaluation/03_compositional/bivlc.ht
 
 # %% ../../../nbs/evaluation/03_compositional/14_bivlc.ipynb #e4ed0da1
 from __future__ import annotations
-import hashlib, io, warnings
+import hashlib
+import io
+import warnings
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 from PIL import Image
 
 from ...data.annotations import check_file, checked_text, type_name
-from .common import EvalContext, PairItem, image_runner, pair_rows, score_pairs, set_aside, verdict_metrics
+from hierbench.evaluation.compositional.common import (
+    EvalContext,
+    PairItem,
+    image_runner,
+    pair_rows,
+    score_pairs,
+    set_aside,
+    verdict_metrics,
+)
 from ...config import MissingExtraError, MissingFileError
 from ...data.batch import CorruptImageError, DataFormatError, DataWarning
 from ..encoding import similarity_name
+
+# %% auto #0
+__all__ = ["BIVLC_COLUMNS", "BIVLC_CHANCE", "BytesImage", "bivlc_files", "read_bivlc", "evaluate_bivlc", "run"]
 
 # %% auto #0
 __all__ = ['BIVLC_COLUMNS', 'BIVLC_CHANCE', 'BytesImage', 'bivlc_files', 'read_bivlc', 'evaluate_bivlc', 'run']
@@ -25,60 +39,106 @@ __all__ = ['BIVLC_COLUMNS', 'BIVLC_CHANCE', 'BytesImage', 'bivlc_files', 'read_b
 # %% ../../../nbs/evaluation/03_compositional/14_bivlc.ipynb #3108eb39
 class BytesImage:
     "An encoded image held as bytes (a parquet cell), decoded on call; keyed by the SHA-1 of the bytes."
-    def __init__(self, data: bytes, name: str): self.data, self.name = bytes(data), name
+
+    def __init__(self, data: bytes, name: str):
+        self.data, self.name = bytes(data), name
+
     @property
-    def cache_key(self) -> tuple: return ("bytes", hashlib.sha1(self.data).hexdigest())
-    def __repr__(self) -> str: return f"BytesImage({self.name!r})"
+    def cache_key(self) -> tuple:
+        return ("bytes", hashlib.sha1(self.data).hexdigest())
+
+    def __repr__(self) -> str:
+        return f"BytesImage({self.name!r})"
+
     def __call__(self) -> Image.Image:
         try:
-            with Image.open(io.BytesIO(self.data)) as im: return im.convert("RGB")
+            with Image.open(io.BytesIO(self.data)) as im:
+                return im.convert("RGB")
         except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as err:
             raise CorruptImageError(self.name, f"{type(err).__name__}: {err}") from None
 
 # %% ../../../nbs/evaluation/03_compositional/14_bivlc.ipynb #23b7d531
 BIVLC_COLUMNS = ("image", "caption", "negative_caption", "negative_image", "type", "subtype")
 
+
 def bivlc_files(folder) -> list[Path]:
     "The test split's parquet files of a BiVLC folder, in name order."
     folder = Path(folder)
-    if not folder.is_dir(): raise MissingFileError(f"BiVLC folder not found: {folder}")
+    if not folder.is_dir():
+        raise MissingFileError(f"BiVLC folder not found: {folder}")
     files = sorted((folder / "data").glob("test-*.parquet")) or sorted(folder.glob("test-*.parquet"))
-    if not files: raise MissingFileError(f"BiVLC {folder}: no data/test-*.parquet (the Hub's imirandam/BiVLC test split)")
+    if not files:
+        raise MissingFileError(f"BiVLC {folder}: no data/test-*.parquet (the Hub's imirandam/BiVLC test split)")
     return files
+
 
 def _bytes(path, i, col, cell):
     "A parquet image cell's bytes ({bytes, path}), or None when it has none."
-    if cell is None: return None
-    if not isinstance(cell, dict) or "bytes" not in cell: raise DataFormatError(path, f"row {i}", col, f"expected {{bytes, path}}, got {type_name(cell)}")
+    if cell is None:
+        return None
+    if not isinstance(cell, dict) or "bytes" not in cell:
+        raise DataFormatError(path, f"row {i}", col, f"expected {{bytes, path}}, got {type_name(cell)}")
     return cell["bytes"] or None
+
 
 def read_bivlc(folder, batch_rows: int = 256):
     "Yield (items, set-aside count) per batch of rows of the BiVLC test split."
-    try: import pyarrow.parquet as pq
-    except ImportError: raise MissingExtraError("BiVLC's parquet files need pyarrow: pip install 'hierbench[parquet]'") from None
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise MissingExtraError("BiVLC's parquet files need pyarrow: pip install 'hierbench[parquet]'") from None
     start = 0
     for path in bivlc_files(folder):
         check_file(path, "BiVLC parquet file")
-        try: f = pq.ParquetFile(path)
-        except Exception as err: raise DataFormatError(path, None, None, f"not a readable parquet file ({type(err).__name__}: {str(err)[:100]})") from None
+        try:
+            f = pq.ParquetFile(path)
+        except Exception as err:
+            raise DataFormatError(
+                path, None, None, f"not a readable parquet file ({type(err).__name__}: {str(err)[:100]})"
+            ) from None
         missing = [c for c in BIVLC_COLUMNS if c not in f.schema_arrow.names]
-        if missing: raise DataFormatError(path, None, missing[0], f"missing column(s) {missing}; found {f.schema_arrow.names}")
+        if missing:
+            raise DataFormatError(path, None, missing[0], f"missing column(s) {missing}; found {f.schema_arrow.names}")
         for batch in f.iter_batches(batch_size=batch_rows, columns=list(BIVLC_COLUMNS)):
             items, lost, bad = [], 0, []
             for j, r in enumerate(batch.to_pylist()):
                 i = start + j
                 ims = tuple(_bytes(path, i, c, r[c]) for c in ("image", "negative_image"))
-                if None in ims: lost += 1; bad.append(str(i)); continue
+                if None in ims:
+                    lost += 1
+                    bad.append(str(i))
+                    continue
                 caps = tuple(checked_text(path, f"row {i}", c, r[c]) for c in ("caption", "negative_caption"))
-                items.append(PairItem(str(i), caps, tuple(BytesImage(b, f"{path.name} row {i} {c}") for b, c in zip(ims, ("image", "negative_image"))),
-                                      checked_text(path, f"row {i}", "type", r["type"])))
+                items.append(
+                    PairItem(
+                        str(i),
+                        caps,
+                        tuple(
+                            BytesImage(b, f"{path.name} row {i} {c}") for b, c in zip(ims, ("image", "negative_image"))
+                        ),
+                        checked_text(path, f"row {i}", "type", r["type"]),
+                    )
+                )
             if bad:
-                warnings.warn(f"{path}: {len(bad)} row(s) set aside — an image without bytes: {bad[:10]}", DataWarning, stacklevel=2)
+                warnings.warn(
+                    f"{path}: {len(bad)} row(s) set aside — an image without bytes: {bad[:10]}",
+                    DataWarning,
+                    stacklevel=2,
+                )
             start += batch.num_rows
             yield items, lost
 
 # %% ../../../nbs/evaluation/03_compositional/14_bivlc.ipynb #f79110e7
-BIVLC_CHANCE = {"I2T": 0.25, "T2I": 0.25, "group": 1 / 6, "Ipos_2T": 0.5, "Ineg_2T": 0.5, "Tpos_2I": 0.5, "Tneg_2I": 0.5}
+BIVLC_CHANCE = {
+    "I2T": 0.25,
+    "T2I": 0.25,
+    "group": 1 / 6,
+    "Ipos_2T": 0.5,
+    "Ineg_2T": 0.5,
+    "Tpos_2I": 0.5,
+    "Tneg_2I": 0.5,
+}
+
 
 def evaluate_bivlc(model, folder, ctx: EvalContext) -> tuple[dict[str, float], pd.DataFrame]:
     "BiVLC's I2T, T2I, group and one-direction scores, overall and per type, with chance levels; one row per instance."
@@ -88,17 +148,24 @@ def evaluate_bivlc(model, folder, ctx: EvalContext) -> tuple[dict[str, float], p
         if ctx.limit:
             keep = []
             for it in items:
-                if taken.get(it.subset, 0) < ctx.limit: keep.append(it); taken[it.subset] = taken.get(it.subset, 0) + 1
+                if taken.get(it.subset, 0) < ctx.limit:
+                    keep.append(it)
+                    taken[it.subset] = taken.get(it.subset, 0) + 1
             items = keep
-        if not items: continue
+        if not items:
+            continue
         sims, kept, unread = score_pairs(model, items, ctx, "bivlc")
         lost += unread
         r = pair_rows("bivlc", kept, sims)
         tables.append(r.assign(I2T=r.text_score, T2I=r.image_score, group=r.group_score))
-    if not tables: raise DataFormatError(bivlc_files(folder)[0], None, None, "no row with both images (see the warning)")
+    if not tables:
+        raise DataFormatError(bivlc_files(folder)[0], None, None, "no row with both images (see the warning)")
     table = pd.concat(tables, ignore_index=True)
-    ctx.say(f"bivlc: {len(table)} instances, scored by {similarity_name(model)}" + (f"; {lost} set aside" if lost else ""))
+    ctx.say(
+        f"bivlc: {len(table)} instances, scored by {similarity_name(model)}" + (f"; {lost} set aside" if lost else "")
+    )
     return {**verdict_metrics(table, "bivlc", BIVLC_CHANCE), **set_aside("bivlc", lost)}, table
+
 
 @image_runner("BiVLC")
 def run(model, opts: dict, ctx: EvalContext) -> tuple[dict, pd.DataFrame]:

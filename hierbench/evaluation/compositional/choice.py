@@ -1,4 +1,6 @@
-"""The machinery SugarCrepe, VALSE, ARO, WhatsUp and CREPE share: an image and its caption options, each option scored in the model's own geometry, strict accuracy per subset with chance levels and the bag-of-words ceiling, and one row per item.
+"""The machinery SugarCrepe, VALSE, ARO, WhatsUp and CREPE share: an image and its caption options,
+each option scored in the model's own geometry, strict accuracy per subset with chance levels and
+the bag-of-words ceiling, and one row per item.
 
 Docs: https://hierbench.github.io/hierbench/evaluation/03_compositional/choice.html.md"""
 
@@ -6,7 +8,8 @@ Docs: https://hierbench.github.io/hierbench/evaluation/03_compositional/choice.h
 
 # %% ../../../nbs/evaluation/03_compositional/02_choice.ipynb #37f894d0
 from __future__ import annotations
-import functools, os
+import functools
+import os
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -17,7 +20,14 @@ from .common import EvalContext, ImageCache
 from ...data.batch import UnreadableImagesError
 from ..encoding import default_image_loader, encode_record_images, option_scores, record_field
 from ...data.loaders import CocoImageIndex, with_coco_images
-from ..metrics import (aggregate_accuracy, bow_ceiling, bow_key, chance_key, group_means, score_choices)
+from hierbench.evaluation.metrics import (
+    aggregate_accuracy,
+    bow_ceiling,
+    bow_key,
+    chance_key,
+    group_means,
+    score_choices,
+)
 from ...models.scorers import has_images, skipped
 
 # %% auto #0
@@ -26,16 +36,24 @@ __all__ = ['record_image', 'encode_choice_items', 'score_choice_items', 'choice_
 
 # %% ../../../nbs/evaluation/03_compositional/02_choice.ipynb #1f7c5606
 def record_image(rec) -> tuple:
-    "(source, cache key) of a record's image: its file (key: the absolute path), or a reader of its crop (key: path and box)."
+    """(source, cache key) of a record's image: its file (key: the absolute path), or a reader of its crop (key: path
+    and box)."""
     path = record_field(rec, "image_path", "image", "filename", default=None)
     box = record_field(rec, "box", "bbox", default=None)
-    if not isinstance(path, (str, os.PathLike)): return functools.partial(default_image_loader, rec), ("object", id(rec))
-    if box is None: return path, ("file", os.path.abspath(path))
-    return functools.partial(default_image_loader, rec), ("crop", os.path.abspath(path), tuple(np.asarray(box, dtype=float).tolist()))
+    if not isinstance(path, (str, os.PathLike)):
+        return functools.partial(default_image_loader, rec), ("object", id(rec))
+    if box is None:
+        return path, ("file", os.path.abspath(path))
+    return functools.partial(default_image_loader, rec), (
+        "crop",
+        os.path.abspath(path),
+        tuple(np.asarray(box, dtype=float).tolist()),
+    )
 
 # %% ../../../nbs/evaluation/03_compositional/02_choice.ipynb #631a0659
 def encode_choice_items(model, items: list, image_loader, preprocess, batch_size: int, images: ImageCache | None):
-    "(embeddings, each item's row or −1): through the image cache when it can serve (no custom loader or preprocessing)."
+    """(embeddings, each item's row or −1): through the image cache when it can serve (no custom loader or
+    preprocessing)."""
     if images is not None and image_loader is None and (preprocess is None or preprocess is images.preprocess):
         sources, keys = zip(*(record_image(r) for r in items))
         names = [str(record_field(r, "key", "id", default="") or i) for i, r in enumerate(items)]
@@ -43,35 +61,55 @@ def encode_choice_items(model, items: list, image_loader, preprocess, batch_size
         return embs, rows
     return encode_record_images(model, items, image_loader, preprocess, batch_size)
 
-def score_choice_items(model, items, image_loader: Callable | None = None, preprocess: Callable | None = None,
-                       batch_size: int = 64, images: ImageCache | None = None) -> pd.DataFrame:
-    "Per item: id, subset, n_options, the option `scores`, strict correctness `ok` and pessimistic `rank` of the correct option (ties counted against)."
+
+def score_choice_items(
+    model,
+    items,
+    image_loader: Callable | None = None,
+    preprocess: Callable | None = None,
+    batch_size: int = 64,
+    images: ImageCache | None = None,
+) -> pd.DataFrame:
+    """Per item: id, subset, n_options, the option `scores`, strict correctness `ok` and pessimistic `rank` of the
+    correct option (ties counted against)."""
     items = list(items)
-    if not items: raise ValueError("evaluate_choice_benchmark: no items")
+    if not items:
+        raise ValueError("evaluate_choice_benchmark: no items")
     options = [list(record_field(r, "options", "caption_options")) for r in items]
     correct = [int(record_field(r, "correct", "label", "answer")) for r in items]
     subsets = [str(record_field(r, "subset", "category", "type", default="all")) for r in items]
     embs, rows = encode_choice_items(model, items, image_loader, preprocess, batch_size, images)
     ids = [str(record_field(r, "key", "id", default="") or i) for i, r in enumerate(items)]
-    keep = np.flatnonzero(rows >= 0)   # items whose image could be read
-    if len(keep) == 0: raise UnreadableImagesError(f"no image of the {len(items)} items could be read (see the warning)")
+    keep = np.flatnonzero(rows >= 0)  # items whose image could be read
+    if len(keep) == 0:
+        raise UnreadableImagesError(f"no image of the {len(items)} items could be read (see the warning)")
     if len(keep) < len(items):
         options, correct, subsets, ids = ([x[k] for k in keep] for x in (options, correct, subsets, ids))
         rows = rows[keep]
     scores = option_scores(model, embs[torch.as_tensor(rows, device=embs.device)], options, batch_size=4 * batch_size)
-    return pd.DataFrame(dict(id=ids, subset=subsets, n_options=[len(o) for o in options], options=[tuple(o) for o in options],
-                             correct=correct,
-                             bow_ok=bow_ceiling(options, correct),
-                             scores=[s.round(6).tolist() for s in scores], ok=score_choices(scores, correct),
-                             rank=[int((np.delete(s, c) >= s[c]).sum()) for s, c in zip(scores, correct)]))
+    return pd.DataFrame(
+        dict(
+            id=ids,
+            subset=subsets,
+            n_options=[len(o) for o in options],
+            options=[tuple(o) for o in options],
+            correct=correct,
+            bow_ok=bow_ceiling(options, correct),
+            scores=[s.round(6).tolist() for s in scores],
+            ok=score_choices(scores, correct),
+            rank=[int((np.delete(s, c) >= s[c]).sum()) for s, c in zip(scores, correct)],
+        )
+    )
 
 # %% ../../../nbs/evaluation/03_compositional/02_choice.ipynb #50e5bb1d
 def choice_baselines(df: pd.DataFrame, kept: Sequence[str], prefix: str) -> dict[str, float]:
-    "Chance (mean 1/n_options) and bag-of-words ceiling of each subset in `kept` and of their micro and macro aggregates."
+    """Chance (mean 1/n_options) and bag-of-words ceiling of each subset in `kept` and of their micro and macro
+    aggregates."""
     sub, n_opt, bow = df.subset.to_numpy(object), df.n_options.to_numpy(), df.bow_ok.to_numpy()
     keep, out = np.isin(sub, kept), {}
     for key, per_item in ((chance_key, 1 / n_opt), (bow_key, bow)):
-        for s in kept: out[key(f"{prefix}/{s}")] = float(per_item[sub == s].mean())
+        for s in kept:
+            out[key(f"{prefix}/{s}")] = float(per_item[sub == s].mean())
         out[key(f"{prefix}/micro")] = float(per_item[keep].mean())
         out[key(f"{prefix}/macro")] = float(np.mean([out[key(f"{prefix}/{s}")] for s in kept]))
     return out
@@ -91,11 +129,20 @@ def choice_recalls(df: pd.DataFrame, kept: Sequence[str], prefix: str, ks: Seque
     return out
 
 # %% ../../../nbs/evaluation/03_compositional/02_choice.ipynb #885312d1
-def evaluate_choice_benchmark(model, items, image_loader: Callable | None = None, preprocess: Callable | None = None,
-                              batch_size: int = 64, prefix: str = "acc", groups: Mapping[str, Sequence[str]] | None = None,
-                              recall_ks: Sequence[int] = (), exclude_subsets: Sequence[str] = (),
-                              min_subset_size: int = 1, per_item: list | None = None,
-                              images: ImageCache | None = None) -> dict[str, float]:
+def evaluate_choice_benchmark(
+    model,
+    items,
+    image_loader: Callable | None = None,
+    preprocess: Callable | None = None,
+    batch_size: int = 64,
+    prefix: str = "acc",
+    groups: Mapping[str, Sequence[str]] | None = None,
+    recall_ks: Sequence[int] = (),
+    exclude_subsets: Sequence[str] = (),
+    min_subset_size: int = 1,
+    per_item: list | None = None,
+    images: ImageCache | None = None,
+) -> dict[str, float]:
     """Per-subset, micro and macro accuracy (strict wins; ties wrong) of multiple-choice `items`, with chance levels.
     `groups`: also the mean over each group's subsets (SugarCrepe's Replace/Swap/Add, VALSE's categories);
     `recall_ks`: also R@K of the correct option among the options (CREPE); `exclude_subsets` / `min_subset_size`:
@@ -104,11 +151,13 @@ def evaluate_choice_benchmark(model, items, image_loader: Callable | None = None
     `images`: the evaluation's image cache."""
     items = list(items)
     df = score_choice_items(model, items, image_loader, preprocess, batch_size, images)
-    if per_item is not None: per_item.append(df.drop(columns="bow_ok").assign(benchmark=prefix))
+    if per_item is not None:
+        per_item.append(df.drop(columns="bow_ok").assign(benchmark=prefix))
     out_extra = {f"{prefix}_set_aside": float(len(items) - len(df))} if len(df) < len(items) else {}
     counts = df.subset.value_counts(sort=False).to_dict()
     kept = [s for s, n in counts.items() if n >= min_subset_size and s not in set(exclude_subsets)]
-    if not kept: raise ValueError(f"evaluate_choice_benchmark: every subset excluded (sizes {counts})")
+    if not kept:
+        raise ValueError(f"evaluate_choice_benchmark: every subset excluded (sizes {counts})")
     sub, ok = df.subset.to_numpy(object), df.ok.to_numpy()
     out = {**aggregate_accuracy({s: ok[sub == s] for s in kept}, prefix), **choice_baselines(df, kept, prefix)}
     if groups:
@@ -123,22 +172,29 @@ def evaluate_choice_benchmark(model, items, image_loader: Callable | None = None
 def coco_filter(coco_dir: str | None, log) -> Callable:
     "`keep(items, name)`: the items whose COCO image is under `coco_dir` (all of them without one), logging the rest."
     index = CocoImageIndex(coco_dir) if coco_dir else None
+
     def keep(items, name):
-        if index is None: return list(items)
+        if index is None:
+            return list(items)
         kept, missing = with_coco_images(items, index)
-        if missing and log: log(f"{name}: {missing} of {missing + len(kept)} items have no image under {coco_dir} (set aside)")
+        if missing and log:
+            log(f"{name}: {missing} of {missing + len(kept)} items have no image under {coco_dir} (set aside)")
         return kept
+
     keep.index = index
     return keep
 
 # %% ../../../nbs/evaluation/03_compositional/02_choice.ipynb #3d822c4c
-def run_choice_set(model, name: str, items, how: dict, ctx: EvalContext, keep: Callable | None = None) -> tuple[dict, pd.DataFrame]:
+def run_choice_set(
+    model, name: str, items, how: dict, ctx: EvalContext, keep: Callable | None = None
+) -> tuple[dict, pd.DataFrame]:
     "(metrics, rows) of one multiple-choice set; `how`: keyword arguments of `evaluate_choice_benchmark`."
     if not has_images(model):
         ctx.say(skipped(name, model))
         return {}, pd.DataFrame()
     items = keep(items, name) if keep else list(items)
     rows: list = []
-    out = evaluate_choice_benchmark(model, items, prefix=name, batch_size=ctx.batch_size, per_item=rows,
-                                    images=ctx.cache(model), **how)
+    out = evaluate_choice_benchmark(
+        model, items, prefix=name, batch_size=ctx.batch_size, per_item=rows, images=ctx.cache(model), **how
+    )
     return out, pd.concat(rows, ignore_index=True)

@@ -1,4 +1,6 @@
-"""COLA's multi-object setting read from its released JSON — `[image, caption, image, caption]`, images given as URLs and found by file name — and scored as its evaluation script scores it: the image score, with the text and group scores beside it.
+"""COLA's multi-object setting read from its released JSON — `[image, caption, image, caption]`,
+images given as URLs and found by file name — and scored as its evaluation script scores it: the
+image score, with the text and group scores beside it.
 
 Docs: https://hierbench.github.io/hierbench/evaluation/03_compositional/cola.html.md"""
 
@@ -12,9 +14,27 @@ from urllib.parse import urlparse
 
 import pandas as pd
 
-from ...data.annotations import check_file, join_inside_root, read_json_strict, records_of, same_text, set_aside_items, checked_text, type_name
-from .common import (PAIR_CHANCE, EvalContext, PairItem, image_runner, option, pair_rows,
-                                            score_pairs, set_aside, verdict_metrics)
+from hierbench.data.annotations import (
+    check_file,
+    join_inside_root,
+    read_json_strict,
+    records_of,
+    same_text,
+    set_aside_items,
+    checked_text,
+    type_name,
+)
+from hierbench.evaluation.compositional.common import (
+    PAIR_CHANCE,
+    EvalContext,
+    PairItem,
+    image_runner,
+    option,
+    pair_rows,
+    score_pairs,
+    set_aside,
+    verdict_metrics,
+)
 from ...config import MissingFileError, SettingsError
 from ...data.batch import DataFormatError
 from ..encoding import similarity_name
@@ -25,6 +45,7 @@ __all__ = ['image_index', 'cola_image', 'load_cola', 'evaluate_cola', 'run']
 # %% ../../../nbs/evaluation/03_compositional/16_cola.ipynb #ddf8cbf2
 _IMAGE_EXT = (".jpg", ".jpeg", ".png", ".webp", ".bmp")
 
+
 def image_index(root) -> tuple[dict[str, Path], int]:
     "({file name: path} of every image under `root`, the first in sorted order; how many names occur more than once)."
     found: dict[str, Path] = {}
@@ -33,50 +54,82 @@ def image_index(root) -> tuple[dict[str, Path], int]:
         subdirs.sort()
         for f in sorted(files):
             if f.lower().endswith(_IMAGE_EXT):
-                if f in found: dup.add(f)
-                else: found[f] = Path(d) / f
+                if f in found:
+                    dup.add(f)
+                else:
+                    found[f] = Path(d) / f
     return found, len(dup)
 
+
 def cola_image(entry: str, root: Path, index: dict, path, key, field) -> Path | None:
-    "Where an entry's image is: a relative path under `root`, else the file of its name anywhere under it; None if nowhere."
+    """Where an entry's image is: a relative path under `root`, else the file of its name anywhere under it; None if
+    nowhere."""
     url = urlparse(entry)
     if not url.scheme:
         p = join_inside_root(root, entry, path, key, field)
-        if p.is_file(): return p
+        if p.is_file():
+            return p
     return index.get(Path(url.path if url.scheme else entry).name)
 
 # %% ../../../nbs/evaluation/03_compositional/16_cola.ipynb #9e714a21
 def load_cola(path, image_root) -> tuple[list[PairItem], int, int]:
     "(the scorable items of COLA's multi-object JSON, how many were set aside, how many image names were ambiguous)."
     path = Path(path)
-    if image_root is None: raise SettingsError("COLA needs --image-root: the folder its Visual Genome / GQA images are under (found by file name)")
+    if image_root is None:
+        raise SettingsError(
+            "COLA needs --image-root: the folder its Visual Genome / GQA images are under (found by file name)"
+        )
     root = Path(image_root)
-    if not root.is_dir(): raise MissingFileError(f"COLA: image root not found: {root}")
+    if not root.is_dir():
+        raise MissingFileError(f"COLA: image root not found: {root}")
     index, dup = image_index(root)
     items, absent = [], []
-    for key, rec in records_of(path, read_json_strict(check_file(path, "COLA file")), "list of [image, caption, image, caption]"):
+    for key, rec in records_of(
+        path, read_json_strict(check_file(path, "COLA file")), "list of [image, caption, image, caption]"
+    ):
         if not isinstance(rec, (list, tuple)) or len(rec) != 4:
-            raise DataFormatError(path, key, None, f"expected [image, caption, image, caption], got {type_name(rec)} {str(rec)[:80]}")
-        e1, c1, e2, c2 = (checked_text(path, key, f, v) for f, v in zip(("image_1", "caption_1", "image_2", "caption_2"), rec))
+            raise DataFormatError(
+                path, key, None, f"expected [image, caption, image, caption], got {type_name(rec)} {str(rec)[:80]}"
+            )
+        e1, c1, e2, c2 = (
+            checked_text(path, key, f, v) for f, v in zip(("image_1", "caption_1", "image_2", "caption_2"), rec)
+        )
         ims = tuple(cola_image(e, root, index, path, key, f) for e, f in ((e1, "image_1"), (e2, "image_2")))
         item = PairItem(str(key), (c1, c2), ims, "multiobjects")
         (absent if None in ims else items).append(item)
-    if absent: set_aside_items(path, absent, lambda it: True, f"an image found nowhere under {root}")
-    kept = set_aside_items(path, items, lambda it: same_text(*it.captions) or it.images[0] == it.images[1],
-                      "the same caption or image twice (nothing to choose between)")
+    if absent:
+        set_aside_items(path, absent, lambda it: True, f"an image found nowhere under {root}")
+    kept = set_aside_items(
+        path,
+        items,
+        lambda it: same_text(*it.captions) or it.images[0] == it.images[1],
+        "the same caption or image twice (nothing to choose between)",
+    )
     return kept, len(absent) + len(items) - len(kept), dup
 
 # %% ../../../nbs/evaluation/03_compositional/16_cola.ipynb #ecb6f434
 def evaluate_cola(model, path, image_root, ctx: EvalContext) -> tuple[dict[str, float], pd.DataFrame]:
     "COLA's image score (its metric) with the text and group scores beside it, chance levels, and one row per item."
     items, lost, dup = load_cola(path, image_root)
-    if not items: raise DataFormatError(path, None, None, f"no item has both images under {image_root} (see the warning)")
-    if dup: ctx.say(f"cola: {dup} image file name(s) occur more than once under {image_root}: the first in sorted order is used")
+    if not items:
+        raise DataFormatError(path, None, None, f"no item has both images under {image_root} (see the warning)")
+    if dup:
+        ctx.say(
+            f"cola: {dup} image file name(s) occur more than once under {image_root}: the first in sorted order is used"
+        )
     sims, kept, unread = score_pairs(model, ctx.cut(items), ctx, "cola")
     rows = pair_rows("cola", kept, sims)
-    ctx.say(f"cola: {len(rows)} items, scored by {similarity_name(model)}" + (f"; {lost + unread} set aside" if lost + unread else ""))
-    chance = {"image_score": PAIR_CHANCE["image_score"], "text_score": PAIR_CHANCE["text_score"], "group_score": PAIR_CHANCE["group_score"]}
+    ctx.say(
+        f"cola: {len(rows)} items, scored by {similarity_name(model)}"
+        + (f"; {lost + unread} set aside" if lost + unread else "")
+    )
+    chance = {
+        "image_score": PAIR_CHANCE["image_score"],
+        "text_score": PAIR_CHANCE["text_score"],
+        "group_score": PAIR_CHANCE["group_score"],
+    }
     return {**verdict_metrics(rows, "cola", chance, per_subset=False), **set_aside("cola", lost + unread)}, rows
+
 
 @image_runner("COLA")
 def run(model, opts: dict, ctx: EvalContext) -> tuple[dict, pd.DataFrame]:

@@ -1,4 +1,5 @@
-"""ColorSwap's test split — two captions with the same words, colours swapped, and their two images — scored as Winoground is: text, image and group scores.
+"""ColorSwap's test split — two captions with the same words, colours swapped, and their two images —
+scored as Winoground is: text, image and group scores.
 
 Docs: https://hierbench.github.io/hierbench/evaluation/03_compositional/colorswap.html.md"""
 
@@ -10,9 +11,25 @@ from pathlib import Path
 
 import pandas as pd
 
-from ...data.annotations import join_inside_root, read_json_strict, record_id, records_of, same_text, set_aside_items, string_field
-from .common import (PAIR_CHANCE, EvalContext, PairItem, image_runner, pair_rows, score_pairs,
-                                            set_aside, verdict_metrics)
+from hierbench.data.annotations import (
+    join_inside_root,
+    read_json_strict,
+    record_id,
+    records_of,
+    same_text,
+    set_aside_items,
+    string_field,
+)
+from hierbench.evaluation.compositional.common import (
+    PAIR_CHANCE,
+    EvalContext,
+    PairItem,
+    image_runner,
+    pair_rows,
+    score_pairs,
+    set_aside,
+    verdict_metrics,
+)
 from ...config import MissingFileError
 from ..encoding import similarity_name
 
@@ -24,14 +41,28 @@ def load_colorswap(folder, split: str = "test") -> tuple[list[PairItem], int]:
     "(the scorable examples of `folder/<split>.json`, how many were set aside: the same caption or image twice)."
     folder = Path(folder)
     path = folder / f"{split}.json"
-    if not folder.is_dir(): raise MissingFileError(f"ColorSwap folder not found: {folder}")
+    if not folder.is_dir():
+        raise MissingFileError(f"ColorSwap folder not found: {folder}")
     items, seen = [], {}
     for key, rec in records_of(path, read_json_strict(path), "list of examples"):
         ex = record_id(path, key, rec, "id", seen)
-        items.append(PairItem(ex, tuple(string_field(path, ex, rec, c) for c in ("caption_1", "caption_2")),
-                              tuple(join_inside_root(folder, string_field(path, ex, rec, f), path, ex, f) for f in ("image_1", "image_2")), split))
-    kept = set_aside_items(path, items, lambda it: same_text(*it.captions) or str(it.images[0]) == str(it.images[1]),
-                      "the same caption or image twice (nothing to choose between)")
+        items.append(
+            PairItem(
+                ex,
+                tuple(string_field(path, ex, rec, c) for c in ("caption_1", "caption_2")),
+                tuple(
+                    join_inside_root(folder, string_field(path, ex, rec, f), path, ex, f)
+                    for f in ("image_1", "image_2")
+                ),
+                split,
+            )
+        )
+    kept = set_aside_items(
+        path,
+        items,
+        lambda it: same_text(*it.captions) or str(it.images[0]) == str(it.images[1]),
+        "the same caption or image twice (nothing to choose between)",
+    )
     return kept, len(items) - len(kept)
 
 # %% ../../../nbs/evaluation/03_compositional/15_colorswap.ipynb #83d08acd
@@ -40,8 +71,15 @@ def evaluate_colorswap(model, folder, ctx: EvalContext) -> tuple[dict[str, float
     items, lost = load_colorswap(folder)
     sims, kept, unread = score_pairs(model, ctx.cut(items), ctx, "colorswap")
     rows = pair_rows("colorswap", kept, sims)
-    ctx.say(f"colorswap: {len(rows)} examples, scored by {similarity_name(model)}" + (f"; {lost + unread} set aside" if lost + unread else ""))
-    return {**verdict_metrics(rows, "colorswap", PAIR_CHANCE, per_subset=False), **set_aside("colorswap", lost + unread)}, rows
+    ctx.say(
+        f"colorswap: {len(rows)} examples, scored by {similarity_name(model)}"
+        + (f"; {lost + unread} set aside" if lost + unread else "")
+    )
+    return {
+        **verdict_metrics(rows, "colorswap", PAIR_CHANCE, per_subset=False),
+        **set_aside("colorswap", lost + unread),
+    }, rows
+
 
 @image_runner("ColorSwap")
 def run(model, opts: dict, ctx: EvalContext) -> tuple[dict, pd.DataFrame]:

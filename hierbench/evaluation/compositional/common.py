@@ -1,4 +1,7 @@
-"""One evaluation's shared state — its image cache (each image decoded and encoded once, however many families name it), the items each family may score, where its lines go — the two-images-two-captions scoring five families use, and the dispatcher that runs every family asked for.
+"""One evaluation's shared state — its image cache (each image decoded and encoded once, however many
+families name it), the items each family may score, where its lines go — the
+two-images-two-captions scoring five families use, and the dispatcher that runs every family asked
+for.
 
 Docs: https://hierbench.github.io/hierbench/evaluation/03_compositional/common.html.md"""
 
@@ -6,20 +9,37 @@ Docs: https://hierbench.github.io/hierbench/evaluation/03_compositional/common.h
 
 # %% ../../../nbs/evaluation/03_compositional/01_common.ipynb #b1d52b0c
 from __future__ import annotations
-import functools, os, warnings
+import functools
+import os
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 
-from .registry import FAMILIES, Family, asked, flag_values
+from .registry import FAMILIES, Family, asked, flag_values  # noqa: F401 (re-exported here)
 from ...data.batch import DataWarning, UnreadableImagesError
 from ..encoding import encode_image_sources, encode_texts
 from ..metrics import chance_key
 from ...models.scorers import has_images, skipped
+
+# %% auto #0
+__all__ = [
+    "PAIR_CHANCE",
+    "ImageCache",
+    "EvalContext",
+    "option",
+    "two_by_two",
+    "PairItem",
+    "score_pairs",
+    "pair_rows",
+    "verdict_metrics",
+    "set_aside",
+    "run_families",
+    "image_runner",
+]
 
 # %% auto #0
 __all__ = ['PAIR_CHANCE', 'ImageCache', 'EvalContext', 'option', 'two_by_two', 'PairItem', 'score_pairs', 'pair_rows',
@@ -27,40 +47,65 @@ __all__ = ['PAIR_CHANCE', 'ImageCache', 'EvalContext', 'option', 'two_by_two', '
 
 # %% ../../../nbs/evaluation/03_compositional/01_common.ipynb #793f5a4f
 class ImageCache:
-    "Embeddings of one evaluation's images by key: each distinct image decoded and encoded once; unreadable ones remembered."
+    """Embeddings of one evaluation's images by key: each distinct image decoded and encoded once; unreadable ones
+    remembered."""
+
     def __init__(self, model, preprocess: Callable | None = None, batch_size: int = 64, num_workers: int | None = None):
         self.model, self.preprocess, self.batch_size, self.num_workers = model, preprocess, batch_size, num_workers
         self._row, self._embs, self._failed = {}, [], {}
-        self.encoded = 0          # images the model has encoded
+        self.encoded = 0  # images the model has encoded
+
     @staticmethod
     def key(source):
-        "A source's key: ('file', absolute path) for a path, its `cache_key` attribute for a reader that has one, else its identity."
-        if isinstance(source, (str, os.PathLike)): return ("file", os.path.abspath(source))
+        """A source's key: ('file', absolute path) for a path, its `cache_key` attribute for a reader that has one, else
+        its identity."""
+        if isinstance(source, (str, os.PathLike)):
+            return ("file", os.path.abspath(source))
         k = getattr(source, "cache_key", None)
         return k if k is not None else ("object", id(source))
+
     def _add(self, sources, keys, names):
         "Encode the new `keys` (distinct, not seen before); remember their rows or why they failed."
-        embs, rows, lines = encode_image_sources(self.model, sources, self.preprocess, self.batch_size, self.num_workers, names)
+        embs, rows, lines = encode_image_sources(
+            self.model, sources, self.preprocess, self.batch_size, self.num_workers, names
+        )
         for j, k in enumerate(keys):
-            if rows[j] >= 0: self._row[k] = len(self._embs); self._embs.append(embs[rows[j]])
-            else: self._failed[k] = next((l[len(names[j]) + 2:] for l in lines if l.startswith(f"{names[j]}: ")), "unreadable")
+            if rows[j] >= 0:
+                self._row[k] = len(self._embs)
+                self._embs.append(embs[rows[j]])
+            else:
+                self._failed[k] = next(
+                    (l[len(names[j]) + 2 :] for l in lines if l.startswith(f"{names[j]}: ")), "unreadable"
+                )
         self.encoded += len(set(rows[rows >= 0].tolist()))
+
     def encode(self, sources: Sequence, keys: Sequence | None = None, names: Sequence[str] | None = None):
-        "(embeddings (M, D) of the distinct readable images, each source's row (N,) or −1, one line per set-aside image)."
+        """(embeddings (M, D) of the distinct readable images, each source's row (N,) or −1, one line per set-aside
+        image)."""
         sources = list(sources)
-        if not sources: raise ValueError("ImageCache.encode: no images")
+        if not sources:
+            raise ValueError("ImageCache.encode: no images")
         keys = [self.key(s) for s in sources] if keys is None else list(keys)
-        if len(keys) != len(sources): raise ValueError(f"{len(keys)} keys for {len(sources)} sources")
-        name = lambda i: str(names[i]) if names is not None else (str(sources[i]) if not callable(sources[i]) else f"image {i}")
+        if len(keys) != len(sources):
+            raise ValueError(f"{len(keys)} keys for {len(sources)} sources")
+        name = lambda i: (
+            str(names[i]) if names is not None else (str(sources[i]) if not callable(sources[i]) else f"image {i}")
+        )
         first: dict = {}
-        for i, k in enumerate(keys): first.setdefault(k, i)
+        for i, k in enumerate(keys):
+            first.setdefault(k, i)
         known_bad = [k for k in first if k in self._failed]
         new = [k for k in first if k not in self._row and k not in self._failed]
-        if new: self._add([sources[first[k]] for k in new], new, [name(first[k]) for k in new])
+        if new:
+            self._add([sources[first[k]] for k in new], new, [name(first[k]) for k in new])
         lines = [f"{name(first[k])}: {self._failed[k]}" for k in first if k in self._failed]
-        if known_bad:   # found unreadable by an earlier family: this one sets its items aside too, and says so
-            warnings.warn(f"{len(known_bad)} image(s) found unreadable earlier in this evaluation are set aside here too: "
-                          + "; ".join(f"{name(first[k])}: {self._failed[k]}" for k in known_bad[:5]), DataWarning, stacklevel=2)
+        if known_bad:  # found unreadable by an earlier family: this one sets its items aside too, and says so
+            warnings.warn(
+                f"{len(known_bad)} image(s) found unreadable earlier in this evaluation are set aside here too: "
+                + "; ".join(f"{name(first[k])}: {self._failed[k]}" for k in known_bad[:5]),
+                DataWarning,
+                stacklevel=2,
+            )
         good = [k for k in first if k in self._row]
         pos = {k: r for r, k in enumerate(good)}
         embs = torch.stack([self._embs[self._row[k]] for k in good]) if good else torch.zeros(0, 1)
@@ -70,24 +115,30 @@ class ImageCache:
 @dataclass
 class EvalContext:
     "What the families of one evaluation share: image root, limit, batching, preprocessing, log, the image cache."
+
     image_root: str | None = None
-    limit: int | None = None            # at most this many items of each subset or file
+    limit: int | None = None  # at most this many items of each subset or file
     batch_size: int = 64
-    num_workers: int | None = None      # DataLoader workers decoding images (None: hierbench.evaluation.encoding's default)
+    num_workers: int | None = None  # DataLoader workers decoding images (None: hierbench.evaluation.encoding's default)
     preprocess: Callable | None = None  # PIL image -> model input (None: the model's own)
-    coco_dir: str | None = None         # COCO images found by id (SugarCrepe, SugarCrepe++)
-    log: Callable | None = print        # where one-line messages go (None: nowhere)
-    images: ImageCache | None = None    # made on first use, one per model
+    coco_dir: str | None = None  # COCO images found by id (SugarCrepe, SugarCrepe++)
+    log: Callable | None = print  # where one-line messages go (None: nowhere)
+    images: ImageCache | None = None  # made on first use, one per model
+
     def cache(self, model) -> ImageCache:
         "The evaluation's image cache for `model` (a new one when the model changes)."
         if self.images is None or self.images.model is not model:
             self.images = ImageCache(model, self.preprocess, self.batch_size, self.num_workers)
         return self.images
+
     def cut(self, items) -> list:
         "The first `limit` of `items` (all of them without a limit)."
         return list(items)[: self.limit] if self.limit else list(items)
+
     def say(self, line: str) -> None:
-        if self.log: self.log(line)
+        if self.log:
+            self.log(line)
+
 
 def option(opts: dict, ctx: EvalContext, name: str):
     "A family's value of `name`: its own flag value when set, else the evaluation's (e.g. `image_root`)."
@@ -97,10 +148,12 @@ def option(opts: dict, ctx: EvalContext, name: str):
 # %% ../../../nbs/evaluation/03_compositional/01_common.ipynb #2a521692
 PAIR_CHANCE = {"text_score": 0.25, "image_score": 0.25, "group_score": 1 / 6}
 
+
 def two_by_two(sims) -> dict[str, np.ndarray]:
     "Per item, every verdict of two captions × two images from `sims[n, caption, image]` (N, 2, 2); ties are wrong."
     s = np.asarray(sims.detach().cpu() if hasattr(sims, "detach") else sims, dtype=np.float64)
-    if s.ndim != 3 or s.shape[1:] != (2, 2): raise ValueError(f"sims: expected shape (N, 2, 2), got {s.shape}")
+    if s.ndim != 3 or s.shape[1:] != (2, 2):
+        raise ValueError(f"sims: expected shape (N, 2, 2), got {s.shape}")
     c0i0, c0i1, c1i0, c1i1 = s[:, 0, 0], s[:, 0, 1], s[:, 1, 0], s[:, 1, 1]
     v = dict(Ipos_2T=c0i0 > c1i0, Ineg_2T=c1i1 > c0i1, Tpos_2I=c0i0 > c0i1, Tneg_2I=c1i1 > c1i0)
     v["text_score"] = v["Ipos_2T"] & v["Ineg_2T"]
@@ -111,46 +164,78 @@ def two_by_two(sims) -> dict[str, np.ndarray]:
 # %% ../../../nbs/evaluation/03_compositional/01_common.ipynb #daa2e074
 @dataclass(frozen=True)
 class PairItem:
-    "Two captions and two images, caption k describing image k; `keys`: the images' cache keys (None: from the sources)."
+    """Two captions and two images, caption k describing image k; `keys`: the images' cache keys (None: from the
+    sources)."""
+
     id: str
     captions: tuple
     images: tuple
     subset: str = ""
     keys: tuple | None = None
+
     @property
-    def key(self) -> str: return self.id   # the name the loaders' set-aside warnings give a record
+    def key(self) -> str:
+        return self.id  # the name the loaders' set-aside warnings give a record
+
 
 def score_pairs(model, items: Sequence[PairItem], ctx: EvalContext, name: str) -> tuple[np.ndarray, list, int]:
     "(similarities (N, caption, image) of the items whose two images were read, those items, how many were set aside)."
     items = list(items)
-    if not items: raise ValueError(f"{name}: no items")
+    if not items:
+        raise ValueError(f"{name}: no items")
     cache = ctx.cache(model)
     keys = [k for it in items for k in (it.keys or tuple(cache.key(s) for s in it.images))]
-    embs, rows, _ = cache.encode([s for it in items for s in it.images], keys, [f"{name}/{it.id}/image_{j}" for it in items for j in (0, 1)])
+    embs, rows, _ = cache.encode(
+        [s for it in items for s in it.images], keys, [f"{name}/{it.id}/image_{j}" for it in items for j in (0, 1)]
+    )
     rows = rows.reshape(len(items), 2)
     keep = np.flatnonzero((rows >= 0).all(1))
-    if not len(keep): raise UnreadableImagesError(f"{name}: none of the {len(items)} items has both images readable (see the warning)")
+    if not len(keep):
+        raise UnreadableImagesError(
+            f"{name}: none of the {len(items)} items has both images readable (see the warning)"
+        )
     kept = [items[k] for k in keep]
-    txt = encode_texts(model, [c for it in kept for c in it.captions], 4 * ctx.batch_size).to(embs.device).reshape(len(kept), 2, -1)
+    txt = (
+        encode_texts(model, [c for it in kept for c in it.captions], 4 * ctx.batch_size)
+        .to(embs.device)
+        .reshape(len(kept), 2, -1)
+    )
     img = embs[torch.as_tensor(rows[keep], device=embs.device)]
     with torch.no_grad():
-        sims = torch.stack([torch.stack([model.head.rowwise_sim(txt[:, c], img[:, i]) for i in (0, 1)], 1) for c in (0, 1)], 1)
+        sims = torch.stack(
+            [torch.stack([model.head.rowwise_sim(txt[:, c], img[:, i]) for i in (0, 1)], 1) for c in (0, 1)], 1
+        )
     return sims.double().cpu().numpy(), kept, len(items) - len(kept)
+
 
 def pair_rows(benchmark: str, kept: Sequence[PairItem], sims: np.ndarray, verdicts: dict | None = None) -> pd.DataFrame:
     "One row per scored item: benchmark, id, subset, unit, ok (group), every verdict as 0/1, the similarities."
     v = verdicts or two_by_two(sims)
     ids = [it.id for it in kept]
-    return pd.DataFrame(dict(benchmark=benchmark, id=ids, subset=[it.subset for it in kept], unit=ids, ok=v["group_score"],
-                             **{k: x.astype(float) for k, x in v.items()},
-                             c0_i0=sims[:, 0, 0], c0_i1=sims[:, 0, 1], c1_i0=sims[:, 1, 0], c1_i1=sims[:, 1, 1]))
+    return pd.DataFrame(
+        dict(
+            benchmark=benchmark,
+            id=ids,
+            subset=[it.subset for it in kept],
+            unit=ids,
+            ok=v["group_score"],
+            **{k: x.astype(float) for k, x in v.items()},
+            c0_i0=sims[:, 0, 0],
+            c0_i1=sims[:, 0, 1],
+            c1_i0=sims[:, 1, 0],
+            c1_i1=sims[:, 1, 1],
+        )
+    )
 
 # %% ../../../nbs/evaluation/03_compositional/01_common.ipynb #0dbe6d03
-def verdict_metrics(rows: pd.DataFrame, prefix: str, chance: dict[str, float], per_subset: bool = True,
-                    overall: bool = True) -> dict[str, float]:
+def verdict_metrics(
+    rows: pd.DataFrame, prefix: str, chance: dict[str, float], per_subset: bool = True, overall: bool = True
+) -> dict[str, float]:
     "Mean of each verdict column of `chance` (overall and per subset) with its chance level, and the item counts."
     out = {}
-    groups = ([("", rows)] if overall else []) + ([(f"/{s}", g) for s, g in rows.groupby("subset", sort=False)] if per_subset else [])
+    groups = ([("", rows)] if overall else []) + (
+        [(f"/{s}", g) for s, g in rows.groupby("subset", sort=False)] if per_subset else []
+    )
     for suffix, g in groups:
         out[f"{prefix}{suffix}/n_items"] = float(len(g))
         for col, ch in chance.items():
@@ -158,25 +243,31 @@ def verdict_metrics(rows: pd.DataFrame, prefix: str, chance: dict[str, float], p
             out[chance_key(f"{prefix}{suffix}/{col}")] = float(ch)
     return out
 
+
 def set_aside(prefix: str, n: int) -> dict[str, float]:
     "`{prefix}/set_aside: n` when items were set aside (nothing otherwise)."
     return {f"{prefix}/set_aside": float(n)} if n else {}
 
 # %% ../../../nbs/evaluation/03_compositional/01_common.ipynb #04c2a276
-def run_families(model, values, ctx: EvalContext, per_item: list | None = None,
-                 families: Sequence[Family] | None = None) -> dict[str, float]:
-    "Every family asked for in `values` (or `families`), in registry order, sharing `ctx`: metrics; rows onto `per_item`."
+def run_families(
+    model, values, ctx: EvalContext, per_item: list | None = None, families: Sequence[Family] | None = None
+) -> dict[str, float]:
+    """Every family asked for in `values` (or `families`), in registry order, sharing `ctx`: metrics; rows onto
+    `per_item`."""
     opts = flag_values(values)
     out = {}
-    for fam in (asked(opts) if families is None else families):
+    for fam in asked(opts) if families is None else families:
         metrics, rows = fam.run(model, opts, ctx)
         out.update(metrics)
-        if per_item is not None and rows is not None and len(rows): per_item.append(rows)
+        if per_item is not None and rows is not None and len(rows):
+            per_item.append(rows)
     return out
 
 # %% ../../../nbs/evaluation/03_compositional/01_common.ipynb #c91bcd47
 def image_runner(title: str):
-    "Decorate a family runner `run(model, opts, ctx)`: a text-only model gets one line saying `title` was skipped, and no metrics."
+    """Decorate a family runner `run(model, opts, ctx)`: a text-only model gets one line saying `title` was skipped, and
+    no metrics."""
+
     def wrap(fn):
         @functools.wraps(fn)
         def run(model, opts: dict, ctx: EvalContext):
@@ -184,5 +275,7 @@ def image_runner(title: str):
                 ctx.say(skipped(title, model))
                 return {}, pd.DataFrame()
             return fn(model, opts, ctx)
+
         return run
+
     return wrap

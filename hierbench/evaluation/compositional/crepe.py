@@ -1,4 +1,5 @@
-"""CREPE's systematicity and productivity files as multiple-choice items: a caption against its hard negatives, accuracy and recall@1/3/5 per file.
+"""CREPE's systematicity and productivity files as multiple-choice items: a caption against its hard
+negatives, accuracy and recall@1/3/5 per file.
 
 Docs: https://hierbench.github.io/hierbench/evaluation/03_compositional/crepe.html.md"""
 
@@ -8,13 +9,15 @@ Docs: https://hierbench.github.io/hierbench/evaluation/03_compositional/crepe.ht
 from __future__ import annotations
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from .choice import run_choice_set
 from .common import EvalContext, option
 from .whatsup import files_matching, file_macro
 from ...data.loaders import load_crepe
+
+# %% auto #0
+__all__ = ["run"]
 
 # %% auto #0
 __all__ = ['run']
@@ -24,9 +27,16 @@ def run(model, opts: dict, ctx: EvalContext) -> tuple[dict, pd.DataFrame]:
     "CREPE's files `opts['crepe']`: accuracy and R@1/3/5 per file, their macro mean, and rows."
     out, rows = {}, []
     for f in files_matching(opts["crepe"], "*.csv"):
-        m, r = run_choice_set(model, f"crepe_{Path(f).stem}", ctx.cut(load_crepe(f, option(opts, ctx, "image_root"))),
-                              dict(recall_ks=(1, 3, 5)), ctx)
-        out.update(m); rows.append(r)
-    if (macro := file_macro(out, "crepe")) is not None: out["crepe/macro"] = macro
+        m, r = run_choice_set(
+            model,
+            f"crepe_{Path(f).stem}",
+            ctx.cut(load_crepe(f, option(opts, ctx, "image_root"))),
+            dict(recall_ks=(1, 3, 5)),
+            ctx,
+        )
+        out.update(m)
+        rows.append(r)
+    if (macro := file_macro(out, "crepe")) is not None:
+        out["crepe/macro"] = macro
     rows = [r for r in rows if len(r)]
     return out, pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()

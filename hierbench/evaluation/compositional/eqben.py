@@ -1,4 +1,6 @@
-"""EqBen's released subsets — action genome, GEBC, YouCook2, Kubric (location, attribute, count) and Stable Diffusion — read from one JSON per subset and scored as its toolkit scores them: Winoground's text, image and group scores per subset.
+"""EqBen's released subsets — action genome, GEBC, YouCook2, Kubric (location, attribute, count) and
+Stable Diffusion — read from one JSON per subset and scored as its toolkit scores them:
+Winoground's text, image and group scores per subset.
 
 Docs: https://hierbench.github.io/hierbench/evaluation/03_compositional/eqben.html.md"""
 
@@ -13,9 +15,27 @@ import numpy as np
 import pandas as pd
 from PIL import Image
 
-from ...data.annotations import required_field, join_inside_root, read_json_strict, records_of, same_text, set_aside_items, string_field, string_list, type_name
-from .common import (PAIR_CHANCE, EvalContext, PairItem, image_runner, pair_rows, score_pairs,
-                                            set_aside, verdict_metrics)
+from hierbench.data.annotations import (
+    required_field,
+    join_inside_root,
+    read_json_strict,
+    records_of,
+    same_text,
+    set_aside_items,
+    string_field,
+    string_list,
+    type_name,
+)
+from hierbench.evaluation.compositional.common import (
+    PAIR_CHANCE,
+    EvalContext,
+    PairItem,
+    image_runner,
+    pair_rows,
+    score_pairs,
+    set_aside,
+    verdict_metrics,
+)
 from ...config import MissingFileError
 from ...data.batch import CorruptImageError, DataFormatError, MissingImageError, UnreadableImagesError
 from ..encoding import similarity_name
@@ -24,20 +44,38 @@ from ..encoding import similarity_name
 __all__ = ['EQBEN_SUBSETS', 'NpyImage', 'load_eqben_subset', 'evaluate_eqben', 'run']
 
 # %% ../../../nbs/evaluation/03_compositional/11_eqben.ipynb #ba5febcc
-EQBEN_SUBSETS = {"eqbenag": ("video/subject", True), "eqbengebc": ("video", False), "eqbenyoucook2": ("video", False),
-                 "eqbenkubric_loc": ("list", False), "eqbenkubric_attr": ("list", False), "eqbenkubric_cnt": ("list", False),
-                 "eqbensd": ("list", False)}
+EQBEN_SUBSETS = {
+    "eqbenag": ("video/subject", True),
+    "eqbengebc": ("video", False),
+    "eqbenyoucook2": ("video", False),
+    "eqbenkubric_loc": ("list", False),
+    "eqbenkubric_attr": ("list", False),
+    "eqbenkubric_cnt": ("list", False),
+    "eqbensd": ("list", False),
+}
+
 
 class NpyImage:
-    "A YouCook2 frame: a (H, W, 3) uint8 BGR array in a .npy file, read as an RGB image (the toolkit's `process_img_npy`)."
-    def __init__(self, path: Path): self.path = Path(path)
+    """A YouCook2 frame: a (H, W, 3) uint8 BGR array in a .npy file, read as an RGB image (the toolkit's
+    `process_img_npy`)."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
     @property
-    def cache_key(self) -> tuple: return ("npy", os.path.abspath(self.path))
-    def __repr__(self) -> str: return f"NpyImage({str(self.path)!r})"
+    def cache_key(self) -> tuple:
+        return ("npy", os.path.abspath(self.path))
+
+    def __repr__(self) -> str:
+        return f"NpyImage({str(self.path)!r})"
+
     def __call__(self) -> Image.Image:
-        if not self.path.is_file(): raise MissingImageError(self.path)
-        try: a = np.load(self.path, allow_pickle=False)
-        except (OSError, ValueError) as err: raise CorruptImageError(self.path, f"{type(err).__name__}: {err}") from None
+        if not self.path.is_file():
+            raise MissingImageError(self.path)
+        try:
+            a = np.load(self.path, allow_pickle=False)
+        except (OSError, ValueError) as err:
+            raise CorruptImageError(self.path, f"{type(err).__name__}: {err}") from None
         if a.ndim != 3 or a.shape[2] != 3 or a.dtype != np.uint8:
             raise CorruptImageError(self.path, f"expected a (H, W, 3) uint8 array, got {a.dtype} {a.shape}")
         return Image.fromarray(np.ascontiguousarray(a[:, :, [2, 1, 0]]), "RGB")
@@ -45,19 +83,27 @@ class NpyImage:
 # %% ../../../nbs/evaluation/03_compositional/11_eqben.ipynb #1c226c2c
 def _frames(path: Path, data, shape: str) -> list[tuple[str, dict]]:
     "(id, frame record) of a subset file of `shape`: 'list', 'video' (video → list) or 'video/subject'."
-    if shape == "list": return records_of(path, data, "list of records")
+    if shape == "list":
+        return records_of(path, data, "list of records")
     out = []
     for video, v in records_of(path, data, "dict of videos"):
         if shape == "video":
-            if not isinstance(v, list): raise DataFormatError(path, video, None, f"expected a list of frame pairs, got {type_name(v)}")
+            if not isinstance(v, list):
+                raise DataFormatError(path, video, None, f"expected a list of frame pairs, got {type_name(v)}")
             out += [(f"{video}/{i}", r) for i, r in enumerate(v)]
             continue
-        if not isinstance(v, dict): raise DataFormatError(path, video, None, f"expected a dict of subjects, got {type_name(v)}")
+        if not isinstance(v, dict):
+            raise DataFormatError(path, video, None, f"expected a dict of subjects, got {type_name(v)}")
         for subject, frames in v.items():
-            if not isinstance(frames, list): raise DataFormatError(path, f"{video}/{subject}", None, f"expected a list of frame pairs, got {type_name(frames)}")
+            if not isinstance(frames, list):
+                raise DataFormatError(
+                    path, f"{video}/{subject}", None, f"expected a list of frame pairs, got {type_name(frames)}"
+                )
             out += [(f"{video}/{subject}/{i}", r) for i, r in enumerate(frames)]
-    if not out: raise DataFormatError(path, None, None, "no frame pairs (every video is empty)")
+    if not out:
+        raise DataFormatError(path, None, None, "no frame pairs (every video is empty)")
     return out
+
 
 def load_eqben_subset(folder, subset: str) -> tuple[list[PairItem], int]:
     "(the scorable items of `folder/<subset>.json`, how many were set aside: the same caption or image twice)."
@@ -66,36 +112,59 @@ def load_eqben_subset(folder, subset: str) -> tuple[list[PairItem], int]:
     shape, lists = EQBEN_SUBSETS[subset]
     items = []
     for key, rec in _frames(path, read_json_strict(path), shape):
-        caps = tuple(string_list(path, key, c, required_field(path, key, rec, c))[0] if lists else string_field(path, key, rec, c) for c in ("caption0", "caption1"))
-        ims = tuple(join_inside_root(folder, string_field(path, key, rec, f), path, key, f) for f in ("image0", "image1"))
-        if subset == "eqbenyoucook2": ims = tuple(NpyImage(p) for p in ims)
+        caps = tuple(
+            string_list(path, key, c, required_field(path, key, rec, c))[0]
+            if lists
+            else string_field(path, key, rec, c)
+            for c in ("caption0", "caption1")
+        )
+        ims = tuple(
+            join_inside_root(folder, string_field(path, key, rec, f), path, key, f) for f in ("image0", "image1")
+        )
+        if subset == "eqbenyoucook2":
+            ims = tuple(NpyImage(p) for p in ims)
         items.append(PairItem(key, caps, ims, subset))
-    kept = set_aside_items(path, items, lambda it: same_text(*it.captions) or str(it.images[0]) == str(it.images[1]),
-                      "the same caption or image twice (nothing to choose between)")
+    kept = set_aside_items(
+        path,
+        items,
+        lambda it: same_text(*it.captions) or str(it.images[0]) == str(it.images[1]),
+        "the same caption or image twice (nothing to choose between)",
+    )
     return kept, len(items) - len(kept)
 
 # %% ../../../nbs/evaluation/03_compositional/11_eqben.ipynb #29d81aa2
 def evaluate_eqben(model, folder, ctx: EvalContext) -> tuple[dict[str, float], pd.DataFrame]:
     "Text, image and group scores per EqBen subset of `folder`, with chance levels, and one row per item."
     folder = Path(folder)
-    if not folder.is_dir(): raise MissingFileError(f"EqBen folder not found: {folder}")
+    if not folder.is_dir():
+        raise MissingFileError(f"EqBen folder not found: {folder}")
     present = [s for s in EQBEN_SUBSETS if (folder / f"{s}.json").exists()]
-    if not present: raise MissingFileError(f"EqBen {folder}: none of {', '.join(s + '.json' for s in EQBEN_SUBSETS)}")
+    if not present:
+        raise MissingFileError(f"EqBen {folder}: none of {', '.join(s + '.json' for s in EQBEN_SUBSETS)}")
     absent = [s for s in EQBEN_SUBSETS if s not in present and s != "eqbenyoucook2"]
-    if absent: ctx.say(f"eqben: {', '.join(absent)} absent from {folder}: not scored")
+    if absent:
+        ctx.say(f"eqben: {', '.join(absent)} absent from {folder}: not scored")
     out, tables = {}, []
     for s in present:
         items, lost = load_eqben_subset(folder, s)
         items = ctx.cut(items)
-        try: sims, kept, unread = score_pairs(model, items, ctx, f"eqben/{s}")
-        except UnreadableImagesError:   # a subset without one readable pair: set aside and counted, the others still scored
-            out.update(set_aside(f"eqben/{s}", lost + len(items))); ctx.say(f"eqben/{s}: no item has both images readable: set aside"); continue
+        try:
+            sims, kept, unread = score_pairs(model, items, ctx, f"eqben/{s}")
+        except (
+            UnreadableImagesError
+        ):  # a subset without one readable pair: set aside and counted, the others still scored
+            out.update(set_aside(f"eqben/{s}", lost + len(items)))
+            ctx.say(f"eqben/{s}: no item has both images readable: set aside")
+            continue
         rows = pair_rows("eqben", kept, sims)
         rows["unit"] = s + "/" + rows["id"]
         out.update(verdict_metrics(rows, f"eqben/{s}", PAIR_CHANCE, per_subset=False))
         out.update(set_aside(f"eqben/{s}", lost + unread))
         tables.append(rows)
-    if not tables: raise UnreadableImagesError(f"EqBen {folder}: no subset has an item with both images readable (see the warnings)")
+    if not tables:
+        raise UnreadableImagesError(
+            f"EqBen {folder}: no subset has an item with both images readable (see the warnings)"
+        )
     table = pd.concat(tables, ignore_index=True)
     ctx.say(f"eqben: {len(table)} items in {len(present)} subsets, scored by {similarity_name(model)}")
     return out, table

@@ -1,4 +1,6 @@
-"""HierarCaps' hierarchy measurements on real image-caption chains: hierarchical retrieval with its random baseline, d_corr with its caption-length baseline, and PEP (verified or, without negatives, unverified).
+"""HierarCaps' hierarchy measurements on real image-caption chains: hierarchical retrieval with its
+random baseline, d_corr with its caption-length baseline, and PEP (verified or, without negatives,
+unverified).
 
 Docs: https://hierbench.github.io/hierbench/evaluation/03_compositional/hierarcaps.html.md"""
 
@@ -14,7 +16,14 @@ import torch
 
 from .common import EvalContext, ImageCache, option
 from ...data.batch import UnreadableImagesError
-from ..encoding import embedding_radius, encode_image_list, encode_texts, head_curv, head_geometry, pep_metrics
+from hierbench.evaluation.encoding import (
+    embedding_radius,
+    encode_image_list,
+    encode_texts,
+    head_curv,
+    head_geometry,
+    pep_metrics,
+)
 from ...geometry import pairwise_dist
 from ...data.loaders import load_hierarcaps
 from ..metrics import chance_kendall, d_corr, hierarcaps_retrieval, length_d_corr, with_suffix
@@ -36,48 +45,82 @@ def chain_radii(model, chains: Sequence[Sequence[str]], batch_size: int = 256):
     return txt, radius, np.array([[pos[t] for t in ch] for ch in chains])
 
 # %% ../../../nbs/evaluation/03_compositional/08_hierarcaps.ipynb #86e9525a
-def hierarcaps_text_metrics(model, chains: Sequence[Sequence[str]], batch_size: int = 256, suffix: str = "") -> dict[str, float]:
+def hierarcaps_text_metrics(
+    model, chains: Sequence[Sequence[str]], batch_size: int = 256, suffix: str = ""
+) -> dict[str, float]:
     """The text-side part of HierarCaps, for text-only models too: d_corr of the radius along each chain (general →
     specific), with its chance level and its caption-length baseline `d_corr_length`."""
     chains = [list(c) for c in chains]
     _, radius, chain_idx = chain_radii(model, chains, batch_size)
-    return with_suffix({"d_corr": d_corr(radius[chain_idx]), "d_corr_chance": chance_kendall(),
-                        "d_corr_length": length_d_corr(chains)}, suffix)
+    return with_suffix(
+        {
+            "d_corr": d_corr(radius[chain_idx]),
+            "d_corr_chance": chance_kendall(),
+            "d_corr_length": length_d_corr(chains),
+        },
+        suffix,
+    )
 
 # %% ../../../nbs/evaluation/03_compositional/08_hierarcaps.ipynb #4120faee
 def _chain_images(model, images, preprocess, batch_size: int, cache: ImageCache | None) -> torch.Tensor:
     "Embeddings (N, D) of the chains' images, one per chain."
-    if cache is None or isinstance(images, torch.Tensor) or (preprocess is not None and preprocess is not cache.preprocess):
+    if (
+        cache is None
+        or isinstance(images, torch.Tensor)
+        or (preprocess is not None and preprocess is not cache.preprocess)
+    ):
         return encode_image_list(model, images, preprocess, batch_size)
     embs, rows, lines = cache.encode(list(images))
     if (rows < 0).any():
-        raise UnreadableImagesError(f"HierarCaps: {int((rows < 0).sum())} of {len(rows)} images could not be read "
-                                    f"(retrieval needs every chain's image), e.g. {lines[0]}")
+        raise UnreadableImagesError(
+            f"HierarCaps: {int((rows < 0).sum())} of {len(rows)} images could not be read "
+            f"(retrieval needs every chain's image), e.g. {lines[0]}"
+        )
     return embs[torch.as_tensor(rows, device=embs.device)]
 
 # %% ../../../nbs/evaluation/03_compositional/08_hierarcaps.ipynb #d676ea6f
-def evaluate_hierarcaps(model, chains: Sequence[Sequence[str]], images, preprocess: Callable | None = None,
-                        negatives: Sequence[Sequence[str]] | None = None, n_thresholds: int = 50, pep_pool: int = 100,
-                        batch_size: int = 64, euclidean_phi: str = "angle", seed: int = 0, suffix: str = "",
-                        images_cache: ImageCache | None = None) -> dict[str, float]:
+def evaluate_hierarcaps(
+    model,
+    chains: Sequence[Sequence[str]],
+    images,
+    preprocess: Callable | None = None,
+    negatives: Sequence[Sequence[str]] | None = None,
+    n_thresholds: int = 50,
+    pep_pool: int = 100,
+    batch_size: int = 64,
+    euclidean_phi: str = "angle",
+    seed: int = 0,
+    suffix: str = "",
+    images_cache: ImageCache | None = None,
+) -> dict[str, float]:
     """HierarCaps hierarchical retrieval (precision/recall), d_corr (with its caption-length baseline) and PEP of
     `chains` (N × L, general → specific) and their images; `suffix` is appended to every name. `images_cache`: the
     evaluation's image cache (image paths are then encoded through it; retrieval needs every chain's image)."""
     chains = [list(c) for c in chains]
-    if len(chains) != len(images): raise ValueError(f"{len(chains)} chains for {len(images)} images")
+    if len(chains) != len(images):
+        raise ValueError(f"{len(chains)} chains for {len(images)} images")
     geometry, c = head_geometry(model), head_curv(model)
     img = _chain_images(model, images, preprocess, batch_size, images_cache)
     txt, radius, chain_idx = chain_radii(model, chains, 4 * batch_size)
     txt = txt.to(img.device)
     with torch.no_grad():
-        if geometry == "lorentz": sim = -pairwise_dist(img.double(), txt.double(), c)   # similarity = −d (benchmarks.md)
-        else: sim = model.head.pairwise_sim(img, txt)
+        if geometry == "lorentz":
+            sim = -pairwise_dist(img.double(), txt.double(), c)  # similarity = −d (benchmarks.md)
+        else:
+            sim = model.head.pairwise_sim(img, txt)
     hr = hierarcaps_retrieval(sim.double().cpu().numpy(), radius, chain_idx, n_thresholds, seed)
-    out = {"hc_precision": hr["precision"], "hc_precision_chance": hr["precision_chance"],
-           "hc_recall": hr["recall"], "hc_recall_chance": hr["recall_chance"],
-           "d_corr": d_corr(radius[chain_idx]), "d_corr_chance": chance_kendall(), "d_corr_length": length_d_corr(chains)}
+    out = {
+        "hc_precision": hr["precision"],
+        "hc_precision_chance": hr["precision_chance"],
+        "hc_recall": hr["recall"],
+        "hc_recall_chance": hr["recall_chance"],
+        "d_corr": d_corr(radius[chain_idx]),
+        "d_corr_chance": chance_kendall(),
+        "d_corr_length": length_d_corr(chains),
+    }
     if negatives is not None:
-        if len(negatives) != len(chains): raise ValueError(f"{len(negatives)} negative lists for {len(chains)} images")
+        if len(negatives) != len(chains):
+            raise ValueError(f"{len(negatives)} negative lists for {len(chains)} images")
         out.update(pep_metrics(model, img, chains, negatives, "pep", euclidean_phi, 4 * batch_size))
     else:
         pool = list(dict.fromkeys(ch[-1] for ch in chains))[:pep_pool]
@@ -90,8 +133,14 @@ def run(model, opts: dict, ctx: EvalContext) -> tuple[dict, pd.DataFrame]:
     "HierarCaps from its CSV `opts['hierarcaps']`, every name suffixed `/hierarcaps` (no per-item rows)."
     chains = ctx.cut(load_hierarcaps(opts["hierarcaps"], option(opts, ctx, "image_root")))
     if has_images(model):
-        return evaluate_hierarcaps(model, [c.chain for c in chains], [c.image_path for c in chains], batch_size=ctx.batch_size,
-                                   suffix="/hierarcaps", images_cache=ctx.cache(model)), pd.DataFrame()
+        return evaluate_hierarcaps(
+            model,
+            [c.chain for c in chains],
+            [c.image_path for c in chains],
+            batch_size=ctx.batch_size,
+            suffix="/hierarcaps",
+            images_cache=ctx.cache(model),
+        ), pd.DataFrame()
     out = hierarcaps_text_metrics(model, [c.chain for c in chains], batch_size=4 * ctx.batch_size, suffix="/hierarcaps")
     ctx.say(skipped("HierarCaps retrieval and PEP (d_corr from the texts alone was run)", model))
     return out, pd.DataFrame()

@@ -1,4 +1,6 @@
-"""MMVP-VLM read from its released files and scored as its evaluation script scores it: consecutive rows paired, "a photo of " before each statement, each statement's choice between the pair's two images, categories by position (pair index // 15), pair accuracy per category and their average.
+"""MMVP-VLM read from its released files and scored as its evaluation script scores it: consecutive
+rows paired, "a photo of " before each statement, each statement's choice between the pair's two
+images, categories by position (pair index // 15), pair accuracy per category and their average.
 
 Docs: https://hierbench.github.io/hierbench/evaluation/03_compositional/mmvp.html.md"""
 
@@ -24,14 +26,24 @@ from ..metrics import chance_key
 __all__ = ['MMVP_CATEGORIES', 'PAIRS_PER_CATEGORY', 'MMVPPair', 'load_mmvp', 'score_mmvp', 'mmvp_metrics', 'evaluate_mmvp', 'run']
 
 # %% ../../../nbs/evaluation/03_compositional/13_mmvp.ipynb #5c3ff5e1
-MMVP_CATEGORIES = ("Orientation and Direction", "Presence of Specific Features", "State and Condition", "Quantity and Count",
-                   "Positional and Relational Context", "Color and Appearance", "Structural Characteristics", "Texts",
-                   "Viewpoint and Perspective")
+MMVP_CATEGORIES = (
+    "Orientation and Direction",
+    "Presence of Specific Features",
+    "State and Condition",
+    "Quantity and Count",
+    "Positional and Relational Context",
+    "Color and Appearance",
+    "Structural Characteristics",
+    "Texts",
+    "Viewpoint and Perspective",
+)
 PAIRS_PER_CATEGORY = 15
+
 
 @dataclass(frozen=True)
 class MMVPPair:
     "Two statements and their two images; `right[j]`: the index (0, 1) of the image statement j describes."
+
     index: int
     qids: tuple
     statements: tuple
@@ -40,21 +52,43 @@ class MMVPPair:
     category: str
     type: str
 
+
 def load_mmvp(folder) -> list[MMVPPair]:
-    "MMVP-VLM's pairs: consecutive rows of Questions.csv, images in the first row's Type folder, categories by position."
+    """MMVP-VLM's pairs: consecutive rows of Questions.csv, images in the first row's Type folder, categories by
+    position."""
     folder = Path(folder)
     csv = folder / "Questions.csv"
     df = read_table(check_file(csv, "MMVP-VLM Questions.csv"), [])
-    if df.shape[1] < 3: raise DataFormatError(csv, None, None, f"expected the columns Question ID, Type, Statement; found {list(df.columns)}")
-    if len(df) % 2: raise DataFormatError(csv, None, None, f"{len(df)} rows, an odd number: MMVP-VLM pairs consecutive rows "
-                                                           "(row 2k with 2k+1), so a row is missing or extra")
+    if df.shape[1] < 3:
+        raise DataFormatError(
+            csv, None, None, f"expected the columns Question ID, Type, Statement; found {list(df.columns)}"
+        )
+    if len(df) % 2:
+        raise DataFormatError(
+            csv,
+            None,
+            None,
+            f"{len(df)} rows, an odd number: MMVP-VLM pairs consecutive rows "
+            "(row 2k with 2k+1), so a row is missing or extra",
+        )
     n = len(df) // 2
     if n > PAIRS_PER_CATEGORY * len(MMVP_CATEGORIES):
-        raise DataFormatError(csv, None, None, f"{n} pairs: the official script assigns categories to {PAIRS_PER_CATEGORY * len(MMVP_CATEGORIES)} only")
+        raise DataFormatError(
+            csv,
+            None,
+            None,
+            f"{n} pairs: the official script assigns categories to {PAIRS_PER_CATEGORY * len(MMVP_CATEGORIES)} only",
+        )
     rows = df.iloc[:, :3].to_numpy(str)
+
     def qid(i):
-        try: return int(rows[i, 0])
-        except ValueError: raise DataFormatError(csv, f"row {i + 2}", df.columns[0], f"expected an integer question id, got {str(rows[i, 0])!r:.40}") from None
+        try:
+            return int(rows[i, 0])
+        except ValueError:
+            raise DataFormatError(
+                csv, f"row {i + 2}", df.columns[0], f"expected an integer question id, got {str(rows[i, 0])!r:.40}"
+            ) from None
+
     pairs, images = [], folder / "MLLM_VLM Images"
     for k in range(n):
         a, b = 2 * k, 2 * k + 1
@@ -62,30 +96,55 @@ def load_mmvp(folder) -> list[MMVPPair]:
         typ = checked_text(csv, f"row {a + 2}", df.columns[1], rows[a, 1])
         st = tuple("a photo of " + checked_text(csv, f"row {i + 2}", df.columns[2], rows[i, 2]) for i in (a, b))
         ims = tuple(join_inside_root(images, f"{typ}/{x}.jpg", csv, f"row {a + 2}", df.columns[1]) for x in q)
-        pairs.append(MMVPPair(k, q, st, ims, tuple(0 if x % 2 == 1 else 1 for x in q), MMVP_CATEGORIES[k // PAIRS_PER_CATEGORY], typ))
+        pairs.append(
+            MMVPPair(
+                k, q, st, ims, tuple(0 if x % 2 == 1 else 1 for x in q), MMVP_CATEGORIES[k // PAIRS_PER_CATEGORY], typ
+            )
+        )
     return pairs
 
 # %% ../../../nbs/evaluation/03_compositional/13_mmvp.ipynb #6bde104e
 @torch.no_grad()
 def score_mmvp(model, pairs: list[MMVPPair], ctx: EvalContext) -> tuple[pd.DataFrame, int]:
-    "(one row per pair whose two images could be read: both verdicts and the four similarities; how many pairs were set aside)."
-    embs, rows, _ = ctx.cache(model).encode([str(p) for pr in pairs for p in pr.images],
-                                            names=[f"mmvp/{q}" for pr in pairs for q in pr.qids])
+    """(one row per pair whose two images could be read: both verdicts and the four similarities; how many pairs were
+    set aside)."""
+    embs, rows, _ = ctx.cache(model).encode(
+        [str(p) for pr in pairs for p in pr.images], names=[f"mmvp/{q}" for pr in pairs for q in pr.qids]
+    )
     rows = rows.reshape(len(pairs), 2)
     keep = np.flatnonzero((rows >= 0).all(1))
-    if not len(keep): raise UnreadableImagesError(f"MMVP-VLM: none of the {len(pairs)} pairs has both images readable (see the warning)")
+    if not len(keep):
+        raise UnreadableImagesError(
+            f"MMVP-VLM: none of the {len(pairs)} pairs has both images readable (see the warning)"
+        )
     kept = [pairs[k] for k in keep]
-    img = embs[torch.as_tensor(rows[keep], device=embs.device)]                       # (N, 2, D)
-    txt = encode_texts(model, [s for p in kept for s in p.statements], 4 * ctx.batch_size).to(img.device).reshape(len(kept), 2, -1)
+    img = embs[torch.as_tensor(rows[keep], device=embs.device)]  # (N, 2, D)
+    txt = (
+        encode_texts(model, [s for p in kept for s in p.statements], 4 * ctx.batch_size)
+        .to(img.device)
+        .reshape(len(kept), 2, -1)
+    )
     s = torch.stack([torch.stack([model.head.rowwise_sim(txt[:, j], img[:, i]) for i in (0, 1)], 1) for j in (0, 1)], 1)
-    s = s.double().cpu().numpy()                                                       # (N, statement, image)
-    pick = np.where(s[:, :, 0] > s[:, :, 1], 0, 1)                                     # image 1 only when strictly higher
+    s = s.double().cpu().numpy()  # (N, statement, image)
+    pick = np.where(s[:, :, 0] > s[:, :, 1], 0, 1)  # image 1 only when strictly higher
     right = np.array([p.right for p in kept])
     ok_q = pick == right
-    return pd.DataFrame(dict(benchmark="mmvp", id=[f"{p.qids[0]}-{p.qids[1]}" for p in kept], subset=[p.category for p in kept],
-                             unit=[f"{p.qids[0]}-{p.qids[1]}" for p in kept], ok=ok_q.all(1), q1_ok=ok_q[:, 0].astype(float),
-                             q2_ok=ok_q[:, 1].astype(float), type=[p.type for p in kept], s1_i1=s[:, 0, 0], s1_i2=s[:, 0, 1],
-                             s2_i1=s[:, 1, 0], s2_i2=s[:, 1, 1])), len(pairs) - len(kept)
+    return pd.DataFrame(
+        dict(
+            benchmark="mmvp",
+            id=[f"{p.qids[0]}-{p.qids[1]}" for p in kept],
+            subset=[p.category for p in kept],
+            unit=[f"{p.qids[0]}-{p.qids[1]}" for p in kept],
+            ok=ok_q.all(1),
+            q1_ok=ok_q[:, 0].astype(float),
+            q2_ok=ok_q[:, 1].astype(float),
+            type=[p.type for p in kept],
+            s1_i1=s[:, 0, 0],
+            s1_i2=s[:, 0, 1],
+            s2_i1=s[:, 1, 0],
+            s2_i2=s[:, 1, 1],
+        )
+    ), len(pairs) - len(kept)
 
 # %% ../../../nbs/evaluation/03_compositional/13_mmvp.ipynb #29655e7a
 def mmvp_metrics(rows: pd.DataFrame, prefix: str = "mmvp") -> dict[str, float]:
@@ -97,17 +156,24 @@ def mmvp_metrics(rows: pd.DataFrame, prefix: str = "mmvp") -> dict[str, float]:
     out[f"{prefix}/average"], out[chance_key(f"{prefix}/average")] = float(acc.mean()), 0.25
     return out
 
+
 def evaluate_mmvp(model, folder, ctx: EvalContext) -> tuple[dict[str, float], pd.DataFrame]:
     "MMVP-VLM's per-category pair accuracy and their average, and one row per pair."
     folder = Path(folder)
-    if not folder.is_dir(): raise MissingFileError(f"MMVP-VLM folder not found: {folder}")
+    if not folder.is_dir():
+        raise MissingFileError(f"MMVP-VLM folder not found: {folder}")
     pairs = load_mmvp(folder)
     moved = sum(p.type != p.category for p in pairs)
-    if moved: ctx.say(f"mmvp: {moved} of {len(pairs)} pairs have a Type other than the category their position gives (scored by position, as the official script)")
+    if moved:
+        ctx.say(
+            f"mmvp: {moved} of {len(pairs)} pairs have a Type other than the category their position gives (scored by "
+            "position, as the official script)"
+        )
     pairs = [p for c in dict.fromkeys(p.category for p in pairs) for p in ctx.cut(q for q in pairs if q.category == c)]
     rows, lost = score_mmvp(model, pairs, ctx)
     ctx.say(f"mmvp: {len(rows)} pairs, scored by {similarity_name(model)}" + (f"; {lost} set aside" if lost else ""))
     return {**mmvp_metrics(rows), **set_aside("mmvp", lost)}, rows
+
 
 @image_runner("MMVP-VLM")
 def run(model, opts: dict, ctx: EvalContext) -> tuple[dict, pd.DataFrame]:

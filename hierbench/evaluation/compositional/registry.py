@@ -1,4 +1,6 @@
-"""One table of every compositional benchmark family hierbench scores — its flags, its runner, where a data root keeps it, the metrics its per-item rows give — read by `hierbench eval`, the suites and these docs; torch-free, so `hierbench eval --help` stays fast.
+"""One table of every compositional benchmark family hierbench scores — its flags, its runner, where
+a data root keeps it, the metrics its per-item rows give — read by `hierbench eval`, the suites
+and these docs; torch-free, so `hierbench eval --help` stays fast.
 
 Docs: https://hierbench.github.io/hierbench/evaluation/03_compositional/registry.html.md"""
 
@@ -19,62 +21,78 @@ __all__ = ['FAMILIES', 'COCO_IMAGES', 'Flag', 'RowMetric', 'Family', 'register',
 @dataclass(frozen=True)
 class Flag:
     "One `hierbench eval` option of a family: spelling, help, argparse's `nargs` and `metavar`, and the value's type."
-    option: str                 # e.g. '--vl-checklist'
+
+    option: str  # e.g. '--vl-checklist'
     help: str
-    nargs: str | None = None    # None: one value; '+': one or more
+    nargs: str | None = None  # None: one value; '+': one or more
     metavar: str | None = None
-    type: str = "str"           # 'str' or 'int'
+    type: str = "str"  # 'str' or 'int'
+
     @property
-    def dest(self) -> str: return self.option.lstrip("-").replace("-", "_")
+    def dest(self) -> str:
+        return self.option.lstrip("-").replace("-", "_")
 
 # %% ../../../nbs/evaluation/03_compositional/00_registry.ipynb #76d6c7db
 @dataclass(frozen=True)
 class RowMetric:
-    "A metric recomputed from per-item rows: the (nested) mean of `column`, per value of `by`, over the rows `where` says."
-    name: str                   # metric name; with `by`, formatted with {value}
-    column: str                 # a 0/1 (or any numeric) column of the rows
-    levels: tuple = ()          # nested mean: mean over levels[0] of the mean over levels[1] ... of the column
-    by: str | None = None       # one metric per value of this column
-    where: tuple = ()           # ((column, value), ...): only these rows
+    """A metric recomputed from per-item rows: the (nested) mean of `column`, per value of `by`, over the rows `where`
+    says."""
+
+    name: str  # metric name; with `by`, formatted with {value}
+    column: str  # a 0/1 (or any numeric) column of the rows
+    levels: tuple = ()  # nested mean: mean over levels[0] of the mean over levels[1] ... of the column
+    by: str | None = None  # one metric per value of this column
+    where: tuple = ()  # ((column, value), ...): only these rows
 
 # %% ../../../nbs/evaluation/03_compositional/00_registry.ipynb #26daf879
 @dataclass(frozen=True)
 class Family:
     "A compositional benchmark family: flags, runner, data-root names, per-item metrics and its official script."
-    name: str                   # registry key; the `benchmark` of its per-item rows (old families: their own names)
-    title: str                  # as papers write it
-    runner: str                 # 'module:function', called as run(model, opts, ctx) -> (metrics, rows)
-    flags: tuple                # `Flag`s; the first names the family's data
-    paths: tuple = ()           # candidates under a data root (suites), first found wins
-    images: tuple = ()          # candidate image folders under a data root
-    metrics: tuple = ()         # `RowMetric`s of its per-item rows (none: the accuracy of `ok`)
-    official: str = ""          # the official loader and evaluation script
-    percent: bool = False       # the official script prints percent (hierbench writes fractions)
+
+    name: str  # registry key; the `benchmark` of its per-item rows (old families: their own names)
+    title: str  # as papers write it
+    runner: str  # 'module:function', called as run(model, opts, ctx) -> (metrics, rows)
+    flags: tuple  # `Flag`s; the first names the family's data
+    paths: tuple = ()  # candidates under a data root (suites), first found wins
+    images: tuple = ()  # candidate image folders under a data root
+    metrics: tuple = ()  # `RowMetric`s of its per-item rows (none: the accuracy of `ok`)
+    official: str = ""  # the official loader and evaluation script
+    percent: bool = False  # the official script prints percent (hierbench writes fractions)
+
     @property
-    def main(self) -> str: return self.flags[0].dest
+    def main(self) -> str:
+        return self.flags[0].dest
+
     def resolve(self):
         "The runner itself (imports its module)."
         module, _, function = self.runner.partition(":")
         return getattr(importlib.import_module(module), function)
+
     def run(self, model, opts: dict, ctx):
-        "Score `model` on this family: `opts` holds the flag values (dest → value), `ctx` the evaluation's shared state."
+        """Score `model` on this family: `opts` holds the flag values (dest → value), `ctx` the evaluation's shared
+        state."""
         return self.resolve()(model, opts, ctx)
 
 # %% ../../../nbs/evaluation/03_compositional/00_registry.ipynb #a7a2e999
 FAMILIES: dict[str, Family] = {}
 
+
 def register(family: Family) -> Family:
     "Add `family` to `FAMILIES`; a name or flag already taken is a `SettingsError`."
-    if family.name in FAMILIES: raise SettingsError(f"compositional family {family.name!r} is registered twice")
+    if family.name in FAMILIES:
+        raise SettingsError(f"compositional family {family.name!r} is registered twice")
     taken = {f.option: n for n, fam in FAMILIES.items() for f in fam.flags}
     for f in family.flags:
-        if f.option in taken: raise SettingsError(f"flag {f.option} of {family.name!r} is already {taken[f.option]!r}'s")
+        if f.option in taken:
+            raise SettingsError(f"flag {f.option} of {family.name!r} is already {taken[f.option]!r}'s")
     FAMILIES[family.name] = family
     return family
 
+
 def get_family(name: str) -> Family:
     "The registered family `name`, or an error listing the known ones."
-    if name not in FAMILIES: raise UnknownNameError(f"unknown compositional family {name!r}; known: {', '.join(FAMILIES)}")
+    if name not in FAMILIES:
+        raise UnknownNameError(f"unknown compositional family {name!r}; known: {', '.join(FAMILIES)}")
     return FAMILIES[name]
 
 # %% ../../../nbs/evaluation/03_compositional/00_registry.ipynb #05507089
@@ -82,39 +100,110 @@ COCO_IMAGES = ("coco/val2017", "coco/val2014", "coco", "hierarcaps/test_imgs")
 _C = "hierbench.evaluation.compositional"
 
 for _f in (
-    Family("sugarcrepe", "SugarCrepe", f"{_C}.sugarcrepe:run_sugarcrepe",
-           (Flag("--sugarcrepe", "folder of the 7 SugarCrepe JSON files"),), ("sugarcrepe",), COCO_IMAGES,
-           official="https://github.com/RAIVNLab/sugar-crepe"),
-    Family("sugarcrepe_pp", "SugarCrepe++", f"{_C}.sugarcrepe:run_sugarcrepe_pp",
-           (Flag("--sugarcrepe-pp", "folder of the 5 SugarCrepe++ JSON files"),), ("sugarcrepe_pp",), COCO_IMAGES,
-           official="https://github.com/Sri-Harsha/scpp"),
-    Family("valse", "VALSE", f"{_C}.valse:run", (Flag("--valse", "folder of VALSE JSON files"),), ("valse",),
-           ("valse/images",), official="https://github.com/Heidelberg-NLP/VALSE"),
-    Family("whatsup", "WhatsUp", f"{_C}.whatsup:run",
-           (Flag("--whatsup", "WhatsUp files (controlled_images*.json, coco_qa_*.json, vg_qa_*.json)", nargs="+"),),
-           ("whatsup",), ("whatsup",), official="https://github.com/amitakamath/whatsup_vlms"),
-    Family("crepe", "CREPE", f"{_C}.crepe:run", (Flag("--crepe", "CREPE CSV files", nargs="+"),), ("crepe",), ("vg",),
-           official="https://github.com/RAIVNLab/CREPE"),
-    Family("aro_relation", "ARO VG-Relation", f"{_C}.aro:run_relation",
-           (Flag("--aro-relation", "ARO visual_genome_relation.json (images under --vg-dir)"),
-            Flag("--aro-exclude", "text file of VG relations left out of ARO's aggregates, one per line (ARO's "
-                                  "symmetric relations); still scored per item"),
-            Flag("--vg-dir", "Visual Genome image folder for ARO (default: --image-root)")),
-           ("aro/visual_genome_relation.json",), ("aro/images", "vg"), official="https://github.com/mertyg/vision-language-models-are-bows"),
-    Family("aro_attribution", "ARO VG-Attribution", f"{_C}.aro:run_attribution",
-           (Flag("--aro-attribution", "ARO visual_genome_attribution.json (images under --vg-dir)"),),
-           ("aro/visual_genome_attribution.json",), ("aro/images", "vg"), official="https://github.com/mertyg/vision-language-models-are-bows"),
-    Family("aro_order", "ARO COCO-/Flickr-Order", f"{_C}.aro:run_order",
-           (Flag("--aro-order", "ARO COCO-/Flickr-Order: BLIP's coco_karpathy_test.json / flickr30k_test.json", nargs="+"),),
-           ("aro/coco_karpathy_test.json",), ("coco",), official="https://github.com/mertyg/vision-language-models-are-bows"),
-    Family("hierarcaps", "HierarCaps", f"{_C}.hierarcaps:run",
-           (Flag("--hierarcaps", "hierarcaps_test.csv (images next to it in test_imgs/)"),),
-           ("hierarcaps/hierarcaps_test.csv",), ("hierarcaps/test_imgs",), official="https://github.com/TAU-VAILab/hierarcaps"),
-    Family("winoground", "Winoground", f"{_C}.winoground:run",
-           (Flag("--winoground", "Winoground's dataset folder (examples.jsonl and images)", metavar="DIR"),), ("winoground",),
-           metrics=tuple(RowMetric(m, m) for m in ("text_score", "image_score", "group_score")),
-           official="https://huggingface.co/datasets/facebook/winoground"),
-): register(_f)
+    Family(
+        "sugarcrepe",
+        "SugarCrepe",
+        f"{_C}.sugarcrepe:run_sugarcrepe",
+        (Flag("--sugarcrepe", "folder of the 7 SugarCrepe JSON files"),),
+        ("sugarcrepe",),
+        COCO_IMAGES,
+        official="https://github.com/RAIVNLab/sugar-crepe",
+    ),
+    Family(
+        "sugarcrepe_pp",
+        "SugarCrepe++",
+        f"{_C}.sugarcrepe:run_sugarcrepe_pp",
+        (Flag("--sugarcrepe-pp", "folder of the 5 SugarCrepe++ JSON files"),),
+        ("sugarcrepe_pp",),
+        COCO_IMAGES,
+        official="https://github.com/Sri-Harsha/scpp",
+    ),
+    Family(
+        "valse",
+        "VALSE",
+        f"{_C}.valse:run",
+        (Flag("--valse", "folder of VALSE JSON files"),),
+        ("valse",),
+        ("valse/images",),
+        official="https://github.com/Heidelberg-NLP/VALSE",
+    ),
+    Family(
+        "whatsup",
+        "WhatsUp",
+        f"{_C}.whatsup:run",
+        (Flag("--whatsup", "WhatsUp files (controlled_images*.json, coco_qa_*.json, vg_qa_*.json)", nargs="+"),),
+        ("whatsup",),
+        ("whatsup",),
+        official="https://github.com/amitakamath/whatsup_vlms",
+    ),
+    Family(
+        "crepe",
+        "CREPE",
+        f"{_C}.crepe:run",
+        (Flag("--crepe", "CREPE CSV files", nargs="+"),),
+        ("crepe",),
+        ("vg",),
+        official="https://github.com/RAIVNLab/CREPE",
+    ),
+    Family(
+        "aro_relation",
+        "ARO VG-Relation",
+        f"{_C}.aro:run_relation",
+        (
+            Flag("--aro-relation", "ARO visual_genome_relation.json (images under --vg-dir)"),
+            Flag(
+                "--aro-exclude",
+                "text file of VG relations left out of ARO's aggregates, one per line (ARO's "
+                "symmetric relations); still scored per item",
+            ),
+            Flag("--vg-dir", "Visual Genome image folder for ARO (default: --image-root)"),
+        ),
+        ("aro/visual_genome_relation.json",),
+        ("aro/images", "vg"),
+        official="https://github.com/mertyg/vision-language-models-are-bows",
+    ),
+    Family(
+        "aro_attribution",
+        "ARO VG-Attribution",
+        f"{_C}.aro:run_attribution",
+        (Flag("--aro-attribution", "ARO visual_genome_attribution.json (images under --vg-dir)"),),
+        ("aro/visual_genome_attribution.json",),
+        ("aro/images", "vg"),
+        official="https://github.com/mertyg/vision-language-models-are-bows",
+    ),
+    Family(
+        "aro_order",
+        "ARO COCO-/Flickr-Order",
+        f"{_C}.aro:run_order",
+        (
+            Flag(
+                "--aro-order", "ARO COCO-/Flickr-Order: BLIP's coco_karpathy_test.json / flickr30k_test.json", nargs="+"
+            ),
+        ),
+        ("aro/coco_karpathy_test.json",),
+        ("coco",),
+        official="https://github.com/mertyg/vision-language-models-are-bows",
+    ),
+    Family(
+        "hierarcaps",
+        "HierarCaps",
+        f"{_C}.hierarcaps:run",
+        (Flag("--hierarcaps", "hierarcaps_test.csv (images next to it in test_imgs/)"),),
+        ("hierarcaps/hierarcaps_test.csv",),
+        ("hierarcaps/test_imgs",),
+        official="https://github.com/TAU-VAILab/hierarcaps",
+    ),
+    Family(
+        "winoground",
+        "Winoground",
+        f"{_C}.winoground:run",
+        (Flag("--winoground", "Winoground's dataset folder (examples.jsonl and images)", metavar="DIR"),),
+        ("winoground",),
+        metrics=tuple(RowMetric(m, m) for m in ("text_score", "image_score", "group_score")),
+        official="https://huggingface.co/datasets/facebook/winoground",
+    ),
+):
+    register(_f)
 
 # %% ../../../nbs/evaluation/03_compositional/00_registry.ipynb #65d1fcc6
 _WINO = ("text_score", "image_score", "group_score")
@@ -122,60 +211,151 @@ _BIVLC = ("I2T", "T2I", "group", "Ipos_2T", "Ineg_2T", "Tpos_2I", "Tneg_2I")
 _SPEC_DIRS = tuple((d, (("direction", d),)) for d in ("i2t", "t2i"))
 
 for _f in (
-    Family("vl_checklist", "VL-CheckList", f"{_C}.vl_checklist:run",
-           (Flag("--vl-checklist", "VL-CheckList folder as the repository lays it out (corpus/v1/, data/, corpus.json); "
-                                   "its images (vg/, swig/, hake/) under --image-root", metavar="DIR"),
-            Flag("--vl-checklist-types", "only these corpus types, e.g. Object/Location Attribute/color (default: all)", nargs="+"),
-            Flag("--vl-checklist-names", "only these corpus files (TEST_DATA), e.g. vg_obj hake (default: all)", nargs="+"),
-            Flag("--max-per-file", "VL-CheckList: at most N items per file (the official itc loop keeps MAX_NUM/2)", type="int", metavar="N")),
-           ("vl_checklist", "VL-CheckList", "vl-checklist"), ("vl_checklist/images", "."),
-           (RowMetric("micro", "ok"), RowMetric("type/{value}", "ok", ("subtype", "group", "file"), by="type"),
-            RowMetric("subtype/{value}", "ok", ("group", "file"), by="subtype")),
-           "https://github.com/om-ai-lab/VL-CheckList (vl_checklist/data_loader.py, evaluate.py, radar.py)"),
-    Family("eqben", "EqBen", f"{_C}.eqben:run",
-           (Flag("--eqben", "EqBen folder: eqbenag.json, eqbengebc.json, eqbenkubric_{loc,attr,cnt}.json, eqbensd.json "
-                            "(eqbenyoucook2.json optional), image paths relative to it", metavar="DIR"),),
-           ("eqben",), (), tuple(RowMetric("{value}/" + m, m, by="subset") for m in _WINO),
-           "https://github.com/Wangt-CN/EqBen (src/eqben/eqben_utils.py, eqben_acc.py)"),
-    Family("spec", "SPEC", f"{_C}.spec:run",
-           (Flag("--spec", "SPEC folder: the six subset folders with image2text.json, text2image.json and images", metavar="DIR"),),
-           ("spec", "SPEC"), (),
-           tuple(RowMetric(f"{d}_acc", "ok", ("subset",), where=w) for d, w in _SPEC_DIRS)
-           + tuple(RowMetric(f"{{value}}/{d}_acc", "ok", by="subset", where=w) for d, w in _SPEC_DIRS),
-           "https://github.com/wjpoom/SPEC (spec/dataset.py, spec/models/clip_wrapper.py, spec/eval.py)", percent=True),
-    Family("mmvp", "MMVP-VLM", f"{_C}.mmvp:run",
-           (Flag("--mmvp", "MMVP-VLM folder: Questions.csv and 'MLLM_VLM Images/<Type>/<qid>.jpg'", metavar="DIR"),),
-           ("mmvp", "MMVP_VLM", "mmvp_vlm"), (),
-           (RowMetric("average", "ok", ("subset",)), RowMetric("{value}", "ok", by="subset")),
-           "https://github.com/tsb0601/MMVP (scripts/evaluate_vlm.py)", percent=True),
-    Family("bivlc", "BiVLC", f"{_C}.bivlc:run",
-           (Flag("--bivlc", "BiVLC test split as the Hub holds it: data/test-*.parquet", metavar="DIR"),),
-           ("bivlc", "BiVLC"), (), tuple(RowMetric(m, m) for m in _BIVLC) + tuple(RowMetric("{value}/" + m, m, by="subset") for m in _BIVLC),
-           "https://github.com/IMirandaM/BiVLC (main_evaluation_BiVLC.py, src/CLIP_fine_tuning/CLIP_utils.py)", percent=True),
-    Family("colorswap", "ColorSwap", f"{_C}.colorswap:run",
-           (Flag("--colorswap", "ColorSwap folder: test.json and images/ (train.json is not scored)", metavar="DIR"),),
-           ("colorswap",), (), tuple(RowMetric(m, m) for m in _WINO),
-           "https://github.com/Top34051/colorswap (README: the data; ITM scores as Winoground's)", percent=True),
-    Family("cola", "COLA", f"{_C}.cola:run",
-           (Flag("--cola", "COLA's multi-object JSON [image, caption, image, caption]; images found by file name under "
-                           "--image-root", metavar="FILE"),),
-           ("cola/COLA_multiobjects_matching_benchmark.json", "cola/cleaned_hardcontrastive_val_unique.json"),
-           ("cola/images", "vg", "gqa/images"), tuple(RowMetric(m, m) for m in ("image_score", "text_score", "group_score")),
-           "https://github.com/arijitray1993/COLA (scripts/eval.py)"),
-): register(_f)
+    Family(
+        "vl_checklist",
+        "VL-CheckList",
+        f"{_C}.vl_checklist:run",
+        (
+            Flag(
+                "--vl-checklist",
+                "VL-CheckList folder as the repository lays it out (corpus/v1/, data/, corpus.json); "
+                "its images (vg/, swig/, hake/) under --image-root",
+                metavar="DIR",
+            ),
+            Flag(
+                "--vl-checklist-types",
+                "only these corpus types, e.g. Object/Location Attribute/color (default: all)",
+                nargs="+",
+            ),
+            Flag(
+                "--vl-checklist-names",
+                "only these corpus files (TEST_DATA), e.g. vg_obj hake (default: all)",
+                nargs="+",
+            ),
+            Flag(
+                "--max-per-file",
+                "VL-CheckList: at most N items per file (the official itc loop keeps MAX_NUM/2)",
+                type="int",
+                metavar="N",
+            ),
+        ),
+        ("vl_checklist", "VL-CheckList", "vl-checklist"),
+        ("vl_checklist/images", "."),
+        (
+            RowMetric("micro", "ok"),
+            RowMetric("type/{value}", "ok", ("subtype", "group", "file"), by="type"),
+            RowMetric("subtype/{value}", "ok", ("group", "file"), by="subtype"),
+        ),
+        "https://github.com/om-ai-lab/VL-CheckList (vl_checklist/data_loader.py, evaluate.py, radar.py)",
+    ),
+    Family(
+        "eqben",
+        "EqBen",
+        f"{_C}.eqben:run",
+        (
+            Flag(
+                "--eqben",
+                "EqBen folder: eqbenag.json, eqbengebc.json, eqbenkubric_{loc,attr,cnt}.json, eqbensd.json "
+                "(eqbenyoucook2.json optional), image paths relative to it",
+                metavar="DIR",
+            ),
+        ),
+        ("eqben",),
+        (),
+        tuple(RowMetric("{value}/" + m, m, by="subset") for m in _WINO),
+        "https://github.com/Wangt-CN/EqBen (src/eqben/eqben_utils.py, eqben_acc.py)",
+    ),
+    Family(
+        "spec",
+        "SPEC",
+        f"{_C}.spec:run",
+        (
+            Flag(
+                "--spec",
+                "SPEC folder: the six subset folders with image2text.json, text2image.json and images",
+                metavar="DIR",
+            ),
+        ),
+        ("spec", "SPEC"),
+        (),
+        tuple(RowMetric(f"{d}_acc", "ok", ("subset",), where=w) for d, w in _SPEC_DIRS)
+        + tuple(RowMetric(f"{{value}}/{d}_acc", "ok", by="subset", where=w) for d, w in _SPEC_DIRS),
+        "https://github.com/wjpoom/SPEC (spec/dataset.py, spec/models/clip_wrapper.py, spec/eval.py)",
+        percent=True,
+    ),
+    Family(
+        "mmvp",
+        "MMVP-VLM",
+        f"{_C}.mmvp:run",
+        (Flag("--mmvp", "MMVP-VLM folder: Questions.csv and 'MLLM_VLM Images/<Type>/<qid>.jpg'", metavar="DIR"),),
+        ("mmvp", "MMVP_VLM", "mmvp_vlm"),
+        (),
+        (RowMetric("average", "ok", ("subset",)), RowMetric("{value}", "ok", by="subset")),
+        "https://github.com/tsb0601/MMVP (scripts/evaluate_vlm.py)",
+        percent=True,
+    ),
+    Family(
+        "bivlc",
+        "BiVLC",
+        f"{_C}.bivlc:run",
+        (Flag("--bivlc", "BiVLC test split as the Hub holds it: data/test-*.parquet", metavar="DIR"),),
+        ("bivlc", "BiVLC"),
+        (),
+        tuple(RowMetric(m, m) for m in _BIVLC) + tuple(RowMetric("{value}/" + m, m, by="subset") for m in _BIVLC),
+        "https://github.com/IMirandaM/BiVLC (main_evaluation_BiVLC.py, src/CLIP_fine_tuning/CLIP_utils.py)",
+        percent=True,
+    ),
+    Family(
+        "colorswap",
+        "ColorSwap",
+        f"{_C}.colorswap:run",
+        (Flag("--colorswap", "ColorSwap folder: test.json and images/ (train.json is not scored)", metavar="DIR"),),
+        ("colorswap",),
+        (),
+        tuple(RowMetric(m, m) for m in _WINO),
+        "https://github.com/Top34051/colorswap (README: the data; ITM scores as Winoground's)",
+        percent=True,
+    ),
+    Family(
+        "cola",
+        "COLA",
+        f"{_C}.cola:run",
+        (
+            Flag(
+                "--cola",
+                "COLA's multi-object JSON [image, caption, image, caption]; images found by file name under "
+                "--image-root",
+                metavar="FILE",
+            ),
+        ),
+        ("cola/COLA_multiobjects_matching_benchmark.json", "cola/cleaned_hardcontrastive_val_unique.json"),
+        ("cola/images", "vg", "gqa/images"),
+        tuple(RowMetric(m, m) for m in ("image_score", "text_score", "group_score")),
+        "https://github.com/arijitray1993/COLA (scripts/eval.py)",
+    ),
+):
+    register(_f)
 
 # %% ../../../nbs/evaluation/03_compositional/00_registry.ipynb #51f1fcbd
 def add_family_flags(parser) -> None:
     "Every registered family's flags on `parser` (default None)."
     for fam in FAMILIES.values():
         for f in fam.flags:
-            parser.add_argument(f.option, nargs=f.nargs, metavar=f.metavar, default=None,
-                                type=int if f.type == "int" else None, help=f.help)
+            parser.add_argument(
+                f.option,
+                nargs=f.nargs,
+                metavar=f.metavar,
+                default=None,
+                type=int if f.type == "int" else None,
+                help=f.help,
+            )
+
 
 def flag_values(values) -> dict:
     "dest → value of every family flag in `values` (an argparse namespace or a dict); absent ones are None."
     get = values.get if isinstance(values, dict) else (lambda k, d=None: getattr(values, k, d))
     return {f.dest: get(f.dest, None) for fam in FAMILIES.values() for f in fam.flags}
+
 
 def asked(values) -> list[Family]:
     "The families whose data flag is set in `values`, in registry order."
@@ -185,5 +365,14 @@ def asked(values) -> list[Family]:
 # %% ../../../nbs/evaluation/03_compositional/00_registry.ipynb #91496aa6
 def families_table() -> list[dict]:
     "One row per family: name, title, data flag, conventional folder, official script, whether it prints percent."
-    return [dict(family=f.name, title=f.title, flag=f.flags[0].option, data_root=f.paths[0] if f.paths else "",
-                 official=f.official, official_scale="percent" if f.percent else "fraction") for f in FAMILIES.values()]
+    return [
+        dict(
+            family=f.name,
+            title=f.title,
+            flag=f.flags[0].option,
+            data_root=f.paths[0] if f.paths else "",
+            official=f.official,
+            official_scale="percent" if f.percent else "fraction",
+        )
+        for f in FAMILIES.values()
+    ]

@@ -1,4 +1,6 @@
-"""SPEC's six subsets — count, relative and absolute size, relative and absolute spatial, existence — read from their folders and scored as its evaluation code scores them: image-to-text and text-to-image accuracy per subset (arg-max, ties to the first candidate) and their means.
+"""SPEC's six subsets — count, relative and absolute size, relative and absolute spatial, existence —
+read from their folders and scored as its evaluation code scores them: image-to-text and
+text-to-image accuracy per subset (arg-max, ties to the first candidate) and their means.
 
 Docs: https://hierbench.github.io/hierbench/evaluation/03_compositional/spec.html.md"""
 
@@ -13,7 +15,15 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ...data.annotations import required_field, join_inside_root, number_field, read_json_strict, records_of, string_field, string_list, type_name
+from hierbench.data.annotations import (
+    required_field,
+    join_inside_root,
+    number_field,
+    read_json_strict,
+    records_of,
+    string_field,
+    string_list,
+)
 from .common import EvalContext, image_runner, set_aside
 from ...config import MissingFileError
 from ...data.batch import DataFormatError, UnreadableImagesError
@@ -21,19 +31,25 @@ from ..encoding import encode_texts, similarity_name
 from ..metrics import chance_key
 
 # %% auto #0
+__all__ = ["SPEC_SUBSETS", "SpecItem", "load_spec_subset", "score_spec", "spec_metrics", "evaluate_spec", "run"]
+
+# %% auto #0
 __all__ = ['SPEC_SUBSETS', 'SpecItem', 'load_spec_subset', 'score_spec', 'spec_metrics', 'evaluate_spec', 'run']
 
 # %% ../../../nbs/evaluation/03_compositional/12_spec.ipynb #a4cf6bb7
 SPEC_SUBSETS = ("count", "relative_size", "absolute_size", "relative_spatial", "absolute_spatial", "existence")
 
+
 @dataclass(frozen=True)
 class SpecItem:
     "One SPEC query: `direction` 'i2t' (query an image, keys captions) or 't2i' (query a caption, keys images)."
+
     id: str
     direction: str
     query: object
     keys: tuple
     label: int
+
 
 def _spec_file(folder: Path, subset: str, direction: str) -> list[SpecItem]:
     path = folder / subset / ("image2text.json" if direction == "i2t" else "text2image.json")
@@ -41,11 +57,21 @@ def _spec_file(folder: Path, subset: str, direction: str) -> list[SpecItem]:
     for key, rec in records_of(path, read_json_strict(path), "list of {query, keys, label}"):
         keys = string_list(path, key, "keys", required_field(path, key, rec, "keys"), min_len=2)
         label = number_field(path, key, rec, "label", integer=True)
-        if not 0 <= label < len(keys): raise DataFormatError(path, key, "label", f"{label} is not the index of one of its {len(keys)} keys")
-        if direction == "i2t": query, keys = join_inside_root(folder / subset, string_field(path, key, rec, "query"), path, key, "query"), tuple(keys)
-        else: query, keys = string_field(path, key, rec, "query"), tuple(join_inside_root(folder / subset, k, path, key, "keys") for k in keys)
+        if not 0 <= label < len(keys):
+            raise DataFormatError(path, key, "label", f"{label} is not the index of one of its {len(keys)} keys")
+        if direction == "i2t":
+            query, keys = (
+                join_inside_root(folder / subset, string_field(path, key, rec, "query"), path, key, "query"),
+                tuple(keys),
+            )
+        else:
+            query, keys = (
+                string_field(path, key, rec, "query"),
+                tuple(join_inside_root(folder / subset, k, path, key, "keys") for k in keys),
+            )
         items.append(SpecItem(f"{direction}/{key}", direction, query, keys, label))
     return items
+
 
 def load_spec_subset(folder, subset: str) -> list[SpecItem]:
     "The image-to-text and text-to-image items of `folder/<subset>/`."
@@ -54,24 +80,51 @@ def load_spec_subset(folder, subset: str) -> list[SpecItem]:
 # %% ../../../nbs/evaluation/03_compositional/12_spec.ipynb #c5677f8d
 @torch.no_grad()
 def score_spec(model, items: list[SpecItem], ctx: EvalContext, subset: str) -> tuple[pd.DataFrame, int]:
-    "(one row per item whose images could be read: id, direction, label, pred, ok, n_keys, scores; how many were set aside)."
-    imgs = [it.query if it.direction == "i2t" else k for it in items for k in ((None,) if it.direction == "i2t" else it.keys)]
-    embs, rows, _ = ctx.cache(model).encode([str(p) for p in imgs], names=[f"spec/{subset}/{it.id}" for it in items
-                                                                          for _ in ((None,) if it.direction == "i2t" else it.keys)])
+    """(one row per item whose images could be read: id, direction, label, pred, ok, n_keys, scores; how many were set
+    aside)."""
+    imgs = [
+        it.query if it.direction == "i2t" else k
+        for it in items
+        for k in ((None,) if it.direction == "i2t" else it.keys)
+    ]
+    embs, rows, _ = ctx.cache(model).encode(
+        [str(p) for p in imgs],
+        names=[f"spec/{subset}/{it.id}" for it in items for _ in ((None,) if it.direction == "i2t" else it.keys)],
+    )
     texts = [t for it in items for t in ((it.query,) if it.direction == "t2i" else it.keys)]
     txt = encode_texts(model, texts, 4 * ctx.batch_size).to(embs.device)
     out, lost, ri, ti = [], 0, 0, 0
     for it in items:
         k = len(it.keys)
-        ir = rows[ri: ri + (1 if it.direction == "i2t" else k)]; tr = np.arange(ti, ti + (k if it.direction == "i2t" else 1))
-        ri += len(ir); ti += len(tr)
-        if (ir < 0).any(): lost += 1; continue
+        ir = rows[ri : ri + (1 if it.direction == "i2t" else k)]
+        tr = np.arange(ti, ti + (k if it.direction == "i2t" else 1))
+        ri += len(ir)
+        ti += len(tr)
+        if (ir < 0).any():
+            lost += 1
+            continue
         img = embs[torch.as_tensor(ir, device=embs.device)]
-        a, b = (img.expand(k, -1), txt[torch.as_tensor(tr, device=embs.device)]) if it.direction == "i2t" else (img, txt[torch.as_tensor(tr, device=embs.device)].expand(k, -1))
+        a, b = (
+            (img.expand(k, -1), txt[torch.as_tensor(tr, device=embs.device)])
+            if it.direction == "i2t"
+            else (img, txt[torch.as_tensor(tr, device=embs.device)].expand(k, -1))
+        )
         s = model.head.rowwise_sim(a, b).double().cpu().numpy()
-        pred = int(np.argmax(s))   # the first maximal candidate, as torch.argmax in the official code
-        out.append(dict(benchmark="spec", id=it.id, subset=subset, unit=f"{subset}/{it.id}", direction=it.direction,
-                        label=it.label, pred=pred, ok=pred == it.label, n_keys=k, scores=s.round(6).tolist()))
+        pred = int(np.argmax(s))  # the first maximal candidate, as torch.argmax in the official code
+        out.append(
+            dict(
+                benchmark="spec",
+                id=it.id,
+                subset=subset,
+                unit=f"{subset}/{it.id}",
+                direction=it.direction,
+                label=it.label,
+                pred=pred,
+                ok=pred == it.label,
+                n_keys=k,
+                scores=s.round(6).tolist(),
+            )
+        )
     return pd.DataFrame(out), lost
 
 # %% ../../../nbs/evaluation/03_compositional/12_spec.ipynb #6d8055f0
@@ -84,29 +137,41 @@ def spec_metrics(rows: pd.DataFrame, prefix: str = "spec") -> dict[str, float]:
         for s in acc.index:
             out[f"{prefix}/{s}/{d}_acc"], out[chance_key(f"{prefix}/{s}/{d}_acc")] = float(acc[s]), float(chance[s])
             out[f"{prefix}/{s}/{d}_n_items"] = float(per.size()[s])
-        if len(acc): out[f"{prefix}/{d}_acc"], out[chance_key(f"{prefix}/{d}_acc")] = float(acc.mean()), float(chance.mean())
+        if len(acc):
+            out[f"{prefix}/{d}_acc"], out[chance_key(f"{prefix}/{d}_acc")] = float(acc.mean()), float(chance.mean())
     return out
 
 # %% ../../../nbs/evaluation/03_compositional/12_spec.ipynb #a6741557
 def evaluate_spec(model, folder, ctx: EvalContext) -> tuple[dict[str, float], pd.DataFrame]:
     "SPEC's I2T and T2I accuracy per subset of `folder` and their means, and one row per item."
     folder = Path(folder)
-    if not folder.is_dir(): raise MissingFileError(f"SPEC folder not found: {folder}")
+    if not folder.is_dir():
+        raise MissingFileError(f"SPEC folder not found: {folder}")
     present = [s for s in SPEC_SUBSETS if (folder / s).is_dir()]
-    if not present: raise MissingFileError(f"SPEC {folder}: none of its subset folders {', '.join(SPEC_SUBSETS)}")
-    if len(present) < len(SPEC_SUBSETS): ctx.say(f"spec: {', '.join(s for s in SPEC_SUBSETS if s not in present)} absent from {folder}: not scored")
+    if not present:
+        raise MissingFileError(f"SPEC {folder}: none of its subset folders {', '.join(SPEC_SUBSETS)}")
+    if len(present) < len(SPEC_SUBSETS):
+        ctx.say(f"spec: {', '.join(s for s in SPEC_SUBSETS if s not in present)} absent from {folder}: not scored")
     out, tables = {}, []
     for s in present:
         items = load_spec_subset(folder, s)
-        items = ctx.cut(it for it in items if it.direction == "i2t") + ctx.cut(it for it in items if it.direction == "t2i")
+        items = ctx.cut(it for it in items if it.direction == "i2t") + ctx.cut(
+            it for it in items if it.direction == "t2i"
+        )
         rows, lost = score_spec(model, items, ctx, s)
         out.update(set_aside(f"spec/{s}", lost))
-        if len(rows): tables.append(rows)
-        else: ctx.say(f"spec/{s}: no query has its images readable: set aside")
-    if not tables: raise UnreadableImagesError(f"SPEC {folder}: no query has its images readable (see the warnings)")
+        if len(rows):
+            tables.append(rows)
+        else:
+            ctx.say(f"spec/{s}: no query has its images readable: set aside")
+    if not tables:
+        raise UnreadableImagesError(f"SPEC {folder}: no query has its images readable (see the warnings)")
     table = pd.concat(tables, ignore_index=True)
     out.update(spec_metrics(table))
-    ctx.say(f"spec: {len(table)} queries in {len(present)} subsets, scored by {similarity_name(model)} (ties to the first candidate)")
+    ctx.say(
+        f"spec: {len(table)} queries in {len(present)} subsets, scored by {similarity_name(model)} (ties to the first "
+        "candidate)"
+    )
     return out, table
 
 # %% ../../../nbs/evaluation/03_compositional/12_spec.ipynb #28bc4254

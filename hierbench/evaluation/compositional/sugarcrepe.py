@@ -1,4 +1,6 @@
-"""SugarCrepe's seven files scored as multiple-choice items (accuracy per file, per Replace/Swap/Add group, micro and macro), and SugarCrepe++'s image-to-text (ITT) and text-only (TOT) protocols with the bag-of-words shortcut beside them.
+"""SugarCrepe's seven files scored as multiple-choice items (accuracy per file, per Replace/Swap/Add
+group, micro and macro), and SugarCrepe++'s image-to-text (ITT) and text-only (TOT) protocols with
+the bag-of-words shortcut beside them.
 
 Docs: https://hierbench.github.io/hierbench/evaluation/03_compositional/sugarcrepe.html.md"""
 
@@ -17,8 +19,15 @@ from .choice import encode_choice_items, coco_filter, run_choice_set
 from .common import EvalContext, ImageCache, option
 from ..encoding import encode_texts, record_field
 from ...data.loaders import SUGARCREPE_GROUPS, load_sugarcrepe, load_sugarcrepe_pp
-from ..metrics import (CHANCE_ITT_TOT, aggregate_accuracy, bag_of_words_tot, bow_key, chance_key, itt_correct,
-                               tot_correct)
+from hierbench.evaluation.metrics import (
+    CHANCE_ITT_TOT,
+    aggregate_accuracy,
+    bag_of_words_tot,
+    bow_key,
+    chance_key,
+    itt_correct,
+    tot_correct,
+)
 from ...models.scorers import has_images, skipped
 
 # %% auto #0
@@ -31,19 +40,35 @@ def run_sugarcrepe(model, opts: dict, ctx: EvalContext) -> tuple[dict, pd.DataFr
         ctx.say(skipped("SugarCrepe", model))
         return {}, pd.DataFrame()
     keep = coco_filter(option(opts, ctx, "coco_dir"), ctx.log)
-    items = keep([it for subset in load_sugarcrepe(opts["sugarcrepe"], option(opts, ctx, "image_root")).values() for it in subset], "SugarCrepe")
+    items = keep(
+        [
+            it
+            for subset in load_sugarcrepe(opts["sugarcrepe"], option(opts, ctx, "image_root")).values()
+            for it in subset
+        ],
+        "SugarCrepe",
+    )
     items = [it for s in dict.fromkeys(it.subset for it in items) for it in ctx.cut(x for x in items if x.subset == s)]
     return run_choice_set(model, "sugarcrepe", items, dict(groups=SUGARCREPE_GROUPS), ctx)
 
 # %% ../../../nbs/evaluation/03_compositional/03_sugarcrepe.ipynb #2caf8e40
-def evaluate_sugarcrepe_pp(model, items, image_loader: Callable | None = None, preprocess: Callable | None = None,
-                           batch_size: int = 64, with_images: bool = True, per_item: list | None = None,
-                           log=print, images: ImageCache | None = None) -> dict[str, float]:
+def evaluate_sugarcrepe_pp(
+    model,
+    items,
+    image_loader: Callable | None = None,
+    preprocess: Callable | None = None,
+    batch_size: int = 64,
+    with_images: bool = True,
+    per_item: list | None = None,
+    log=print,
+    images: ImageCache | None = None,
+) -> dict[str, float]:
     """SugarCrepe++ ITT (unless `with_images=False`, or the model is text-only: then one line says ITT was skipped) and
     TOT per subset, micro and macro, with chance 1/3. `per_item`: a list that receives the per-item table;
     `images`: the evaluation's image cache."""
     items = list(items)
-    if not items: raise ValueError("evaluate_sugarcrepe_pp: no items")
+    if not items:
+        raise ValueError("evaluate_sugarcrepe_pp: no items")
     p1 = [record_field(r, "caption", "p1") for r in items]
     p2 = [record_field(r, "caption2", "p2") for r in items]
     neg = [record_field(r, "negative_caption", "negative", "n") for r in items]
@@ -51,11 +76,12 @@ def evaluate_sugarcrepe_pp(model, items, image_loader: Callable | None = None, p
     e1, e2, en = (encode_texts(model, t, 4 * batch_size) for t in (p1, p2, neg))
     img = None
     if with_images and not getattr(model, "has_images", True):
-        if log: log(skipped("SugarCrepe++ ITT (image-to-text)", model))
+        if log:
+            log(skipped("SugarCrepe++ ITT (image-to-text)", model))
         with_images = False
     if with_images:
         embs, rows = encode_choice_items(model, items, image_loader, preprocess, batch_size, images)
-        seen = np.flatnonzero(rows >= 0)   # ITT on the items whose image could be read; TOT needs none
+        seen = np.flatnonzero(rows >= 0)  # ITT on the items whose image could be read; TOT needs none
         img = embs[torch.as_tensor(rows[seen], device=embs.device)] if len(seen) else None
     rs = lambda a, b: model.head.rowwise_sim(a, b.to(a.device))
     tot = tot_correct(rs(e1, e2), rs(e1, en), rs(e2, en))
@@ -65,33 +91,53 @@ def evaluate_sugarcrepe_pp(model, items, image_loader: Callable | None = None, p
     if img is not None:
         t = torch.as_tensor(seen, device=e1.device)
         results["itt_acc"] = (seen, itt_correct(rs(img, e1[t]), rs(img, e2[t]), rs(img, en[t])))
-        if len(seen) < len(items): out["scpp_itt_set_aside"] = float(len(items) - len(seen))
+        if len(seen) < len(items):
+            out["scpp_itt_set_aside"] = float(len(items) - len(seen))
     ids = [str(record_field(r, "key", "id", default="") or i) for i, r in enumerate(items)]
     if per_item is not None:
-        for name, (idx, ok) in results.items():   # one table per protocol: scpp_tot, scpp_itt
-            per_item.append(pd.DataFrame(dict(benchmark=f"scpp_{name.removesuffix('_acc')}", id=[ids[k] for k in idx],
-                                              subset=[subsets[k] for k in idx], ok=ok)))
+        for name, (idx, ok) in results.items():  # one table per protocol: scpp_tot, scpp_itt
+            per_item.append(
+                pd.DataFrame(
+                    dict(
+                        benchmark=f"scpp_{name.removesuffix('_acc')}",
+                        id=[ids[k] for k in idx],
+                        subset=[subsets[k] for k in idx],
+                        ok=ok,
+                    )
+                )
+            )
     for name, (idx, ok) in results.items():
         by_sub = defaultdict(list)
-        for s, c in zip((subsets[k] for k in idx), ok): by_sub[s].append(c)
+        for s, c in zip((subsets[k] for k in idx), ok):
+            by_sub[s].append(c)
         agg = aggregate_accuracy(by_sub, name)
         out.update(agg)
         out.update({chance_key(k): CHANCE_ITT_TOT for k in agg})
-    bow_by_sub = defaultdict(list)   # the bag-of-words shortcut on the text-only protocol
-    for s, c in zip(subsets, bag_of_words_tot(p1, p2, neg)): bow_by_sub[s].append(c)
+    bow_by_sub = defaultdict(list)  # the bag-of-words shortcut on the text-only protocol
+    for s, c in zip(subsets, bag_of_words_tot(p1, p2, neg)):
+        bow_by_sub[s].append(c)
     out.update({bow_key(k): v for k, v in aggregate_accuracy(bow_by_sub, "tot_acc").items()})
     return out
 
 # %% ../../../nbs/evaluation/03_compositional/03_sugarcrepe.ipynb #dd53db80
 def run_sugarcrepe_pp(model, opts: dict, ctx: EvalContext) -> tuple[dict, pd.DataFrame]:
-    "SugarCrepe++ TOT and (with images) ITT from its annotation folder `opts['sugarcrepe_pp']`, every name prefixed `scpp_`."
+    """SugarCrepe++ TOT and (with images) ITT from its annotation folder `opts['sugarcrepe_pp']`, every name prefixed
+    `scpp_`."""
     image_root = option(opts, ctx, "image_root")
     keep = coco_filter(option(opts, ctx, "coco_dir"), ctx.log)
     items = [it for subset in load_sugarcrepe_pp(opts["sugarcrepe_pp"], image_root).values() for it in ctx.cut(subset)]
-    want_img = image_root is not None or keep.index is not None   # ITT asked for; a text-only model logs its skip
-    if want_img and has_images(model) and keep.index is not None: items = keep(items, "SugarCrepe++")
+    want_img = image_root is not None or keep.index is not None  # ITT asked for; a text-only model logs its skip
+    if want_img and has_images(model) and keep.index is not None:
+        items = keep(items, "SugarCrepe++")
     rows: list = []
-    res = evaluate_sugarcrepe_pp(model, items, batch_size=ctx.batch_size, with_images=want_img, per_item=rows, log=ctx.log,
-                                 images=ctx.cache(model) if has_images(model) else None)
+    res = evaluate_sugarcrepe_pp(
+        model,
+        items,
+        batch_size=ctx.batch_size,
+        with_images=want_img,
+        per_item=rows,
+        log=ctx.log,
+        images=ctx.cache(model) if has_images(model) else None,
+    )
     out = {k if k.startswith("scpp_") else f"scpp_{k}": v for k, v in res.items()}
     return out, pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()

@@ -1,4 +1,5 @@
-"""VALSE's foils as multiple-choice items: a caption and its foil per image, accuracy per piece and per linguistic phenomenon, micro and macro.
+"""VALSE's foils as multiple-choice items: a caption and its foil per image, accuracy per piece and
+per linguistic phenomenon, micro and macro.
 
 Docs: https://hierbench.github.io/hierbench/evaluation/03_compositional/valse.html.md"""
 
@@ -17,6 +18,7 @@ __all__ = ['run']
 
 # %% ../../../nbs/evaluation/03_compositional/04_valse.ipynb #9f68ab70
 def run(model, opts: dict, ctx: EvalContext) -> tuple[dict, pd.DataFrame]:
-    "VALSE from its annotation folder `opts['valse']`: accuracy per piece and per phenomenon, micro and macro, and rows."
+    """VALSE from its annotation folder `opts['valse']`: accuracy per piece and per phenomenon, micro and macro, and
+    rows."""
     items = [it for v in load_valse(opts["valse"], option(opts, ctx, "image_root")).values() for it in ctx.cut(v)]
     return run_choice_set(model, "valse", items, dict(groups=VALSE_CATEGORIES), ctx)

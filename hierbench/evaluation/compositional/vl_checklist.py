@@ -1,4 +1,7 @@
-"""VL-CheckList read from the repository's own layout (corpus YAML files pointing into data JSON files, corpus.json's radar groups) and scored as its itc script scores it: first positive against first negative, strict, per file, per subtype as the radar averages, per type; absent images set aside and counted.
+"""VL-CheckList read from the repository's own layout (corpus YAML files pointing into data JSON
+files, corpus.json's radar groups) and scored as its itc script scores it: first positive against
+first negative, strict, per file, per subtype as the radar averages, per type; absent images set
+aside and counted.
 
 Docs: https://hierbench.github.io/hierbench/evaluation/03_compositional/vl_checklist.html.md"""
 
@@ -6,8 +9,7 @@ Docs: https://hierbench.github.io/hierbench/evaluation/03_compositional/vl_check
 
 # %% ../../../nbs/evaluation/03_compositional/10_vl_checklist.ipynb #e9055514
 from __future__ import annotations
-import json, os, warnings
-from collections import defaultdict
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,12 +17,33 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ...data.annotations import join_inside_root, read_json_strict, records_of, same_text, set_aside_items, string_list, checked_text, type_name
+from hierbench.data.annotations import (
+    join_inside_root,
+    read_json_strict,
+    records_of,
+    same_text,
+    set_aside_items,
+    string_list,
+    checked_text,
+    type_name,
+)
 from .common import EvalContext, image_runner, option, set_aside
 from ...config import MissingFileError, SettingsError
 from ...data.batch import DataFormatError, DataWarning, UnreadableImagesError
 from ..encoding import encode_texts, similarity_name
 from ..metrics import chance_key
+
+# %% auto #0
+__all__ = [
+    "ChecklistFile",
+    "vl_checklist_files",
+    "ChecklistItem",
+    "load_checklist_file",
+    "radar_groups",
+    "checklist_metrics",
+    "evaluate_vl_checklist",
+    "run",
+]
 
 # %% auto #0
 __all__ = ['ChecklistFile', 'vl_checklist_files', 'ChecklistItem', 'load_checklist_file', 'radar_groups', 'checklist_metrics',
@@ -30,53 +53,86 @@ __all__ = ['ChecklistFile', 'vl_checklist_files', 'ChecklistItem', 'load_checkli
 @dataclass(frozen=True)
 class ChecklistFile:
     "One corpus file: its type path (e.g. 'Object/Location/center'), YAML name, annotation JSON and image folder."
+
     type_path: str
     name: str
     anno: Path
     images: Path
     yaml: Path
+
     @property
-    def file(self) -> str: return f"{self.type_path.replace('/', '_')}_{self.name}"   # the official result file's name
+    def file(self) -> str:
+        return f"{self.type_path.replace('/', '_')}_{self.name}"  # the official result file's name
+
     @property
-    def type(self) -> str: return self.type_path.split("/")[0]
+    def type(self) -> str:
+        return self.type_path.split("/")[0]
+
 
 def _read_yaml(path: Path) -> dict:
     "A corpus YAML as a dict (the safe loader: plain data only)."
     import yaml
-    try: data = yaml.safe_load(path.read_text(encoding="utf-8"))
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (yaml.YAMLError, UnicodeDecodeError) as err:
-        raise DataFormatError(path, None, None, f"not a readable YAML file ({type(err).__name__}: {str(err).splitlines()[0][:100]})") from None
-    if not isinstance(data, dict): raise DataFormatError(path, None, None, f"expected a mapping of ANNO_PATH, IMG_ROOT, TYPE, got {type_name(data)}")
+        raise DataFormatError(
+            path, None, None, f"not a readable YAML file ({type(err).__name__}: {str(err).splitlines()[0][:100]})"
+        ) from None
+    if not isinstance(data, dict):
+        raise DataFormatError(
+            path, None, None, f"expected a mapping of ANNO_PATH, IMG_ROOT, TYPE, got {type_name(data)}"
+        )
     return data
+
 
 def vl_checklist_files(folder, image_root, types=None, names=None) -> list[ChecklistFile]:
     "The corpus files of a VL-CheckList folder (`corpus/v1/**/<name>.yaml`), optionally only these `types` and `names`."
     folder = Path(folder)
     corpus = folder / "corpus" / "v1"
-    if not corpus.is_dir(): raise MissingFileError(f"VL-CheckList: no corpus/v1/ under {folder} (the repository's layout)")
-    if image_root is None: raise SettingsError("VL-CheckList needs --image-root: the folder holding its vg/, swig/ and hake/ images")
+    if not corpus.is_dir():
+        raise MissingFileError(f"VL-CheckList: no corpus/v1/ under {folder} (the repository's layout)")
+    if image_root is None:
+        raise SettingsError("VL-CheckList needs --image-root: the folder holding its vg/, swig/ and hake/ images")
     out = []
     for y in sorted(corpus.rglob("*.yaml")):
         tp = y.parent.relative_to(corpus).as_posix()
-        if types and not any(tp == t.strip("/") or tp.startswith(t.strip("/") + "/") for t in types): continue
-        if names and y.stem not in names: continue
+        if types and not any(tp == t.strip("/") or tp.startswith(t.strip("/") + "/") for t in types):
+            continue
+        if names and y.stem not in names:
+            continue
         cfg = _read_yaml(y)
         anno, img = (checked_text(y, None, k, cfg.get(k)) if k in cfg else None for k in ("ANNO_PATH", "IMG_ROOT"))
         for k, v in (("ANNO_PATH", anno), ("IMG_ROOT", img)):
-            if v is None: raise DataFormatError(y, None, k, "missing")
-        out.append(ChecklistFile(tp, y.stem, join_inside_root(folder, anno, y, None, "ANNO_PATH"), join_inside_root(Path(image_root), img, y, None, "IMG_ROOT"), y))
-    if not out: raise MissingFileError(f"VL-CheckList: no corpus file under {corpus}" + (f" of types {list(types)}" if types else "")
-                                       + (f" named {list(names)}" if names else ""))
+            if v is None:
+                raise DataFormatError(y, None, k, "missing")
+        out.append(
+            ChecklistFile(
+                tp,
+                y.stem,
+                join_inside_root(folder, anno, y, None, "ANNO_PATH"),
+                join_inside_root(Path(image_root), img, y, None, "IMG_ROOT"),
+                y,
+            )
+        )
+    if not out:
+        raise MissingFileError(
+            f"VL-CheckList: no corpus file under {corpus}"
+            + (f" of types {list(types)}" if types else "")
+            + (f" named {list(names)}" if names else "")
+        )
     return out
 
 # %% ../../../nbs/evaluation/03_compositional/10_vl_checklist.ipynb #2aa42ebb
 @dataclass(frozen=True)
 class ChecklistItem:
     "One VL-CheckList item: its image, the first positive and the first negative caption."
+
     key: str
     image: Path
     pos: str
     neg: str
+
 
 def load_checklist_file(f: ChecklistFile, max_items: int | None = None) -> tuple[list[ChecklistItem], int]:
     "(the file's scorable items, at most `max_items`; how many were set aside: image absent, or POS equal to NEG)."
@@ -84,26 +140,42 @@ def load_checklist_file(f: ChecklistFile, max_items: int | None = None) -> tuple
     items = []
     for key, rec in records_of(f.anno, data, "list of [image, {POS, NEG}]"):
         if not isinstance(rec, (list, tuple)) or len(rec) != 2 or not isinstance(rec[1], dict):
-            raise DataFormatError(f.anno, key, None, f"expected [image, {{'POS': [...], 'NEG': [...]}}], got {str(rec)[:80]}")
+            raise DataFormatError(
+                f.anno, key, None, f"expected [image, {{'POS': [...], 'NEG': [...]}}], got {str(rec)[:80]}"
+            )
         img = checked_text(f.anno, key, "image", rec[0])
         texts = {k: string_list(f.anno, key, k, rec[1][k]) if k in rec[1] else None for k in ("POS", "NEG")}
         for k, v in texts.items():
-            if v is None: raise DataFormatError(f.anno, key, k, "missing")
-        items.append(ChecklistItem(key, join_inside_root(f.images, img, f.anno, key, "image"), texts["POS"][0], texts["NEG"][0]))
+            if v is None:
+                raise DataFormatError(f.anno, key, k, "missing")
+        items.append(
+            ChecklistItem(key, join_inside_root(f.images, img, f.anno, key, "image"), texts["POS"][0], texts["NEG"][0])
+        )
     absent = [it for it in items if not it.image.is_file()]
-    if absent:   # named with their images: the official loader drops these without a word
-        warnings.warn(f"{f.anno}: {len(absent)} record(s) set aside — image not on disk (the official loader skips these silently): "
-                      + ", ".join(f"{it.key}: {it.image}" for it in absent[:5]) + (" …" if len(absent) > 5 else ""), DataWarning, stacklevel=2)
-    kept = set_aside_items(f.anno, [it for it in items if it.image.is_file()], lambda it: same_text(it.pos, it.neg),
-                      "first NEG equal to first POS (nothing to choose between)")
+    if absent:  # named with their images: the official loader drops these without a word
+        warnings.warn(
+            f"{f.anno}: {len(absent)} record(s) set aside — image not on disk (the official loader skips these "
+            "silently): " + ", ".join(f"{it.key}: {it.image}" for it in absent[:5]) + (" …" if len(absent) > 5 else ""),
+            DataWarning,
+            stacklevel=2,
+        )
+    kept = set_aside_items(
+        f.anno,
+        [it for it in items if it.image.is_file()],
+        lambda it: same_text(it.pos, it.neg),
+        "first NEG equal to first POS (nothing to choose between)",
+    )
     return kept[:max_items] if max_items else kept, len(items) - len(kept)
 
 # %% ../../../nbs/evaluation/03_compositional/10_vl_checklist.ipynb #be341541
 def _derived(f: ChecklistFile) -> tuple[str, str]:
-    "(subtype, group) of a file corpus.json does not list: the type path's last folder (action_a / action_r), the name's first word."
+    """(subtype, group) of a file corpus.json does not list: the type path's last folder (action_a / action_r), the
+    name's first word."""
     sub = f.type_path.split("/")[-1]
-    if sub == "action" and f.type in ("Attribute", "Relation"): sub += "_" + f.type[0].lower()
+    if sub == "action" and f.type in ("Attribute", "Relation"):
+        sub += "_" + f.type[0].lower()
     return sub, f.name.split("_")[0]
+
 
 def radar_groups(folder, files) -> tuple[dict[str, tuple[str, str]], list[str]]:
     "({result file: (subtype, group)} for `files`, corpus.json's files that are not among them)."
@@ -112,34 +184,52 @@ def radar_groups(folder, files) -> tuple[dict[str, tuple[str, str]], list[str]]:
     listed = {}
     if corpus is not None:
         data = read_json_strict(corpus)
-        if not isinstance(data, dict): raise DataFormatError(corpus, None, None, f"expected {{subtype: {{group: [files]}}}}, got {type_name(data)}")
+        if not isinstance(data, dict):
+            raise DataFormatError(
+                corpus, None, None, f"expected {{subtype: {{group: [files]}}}}, got {type_name(data)}"
+            )
         for sub, groups in data.items():
-            if not isinstance(groups, dict): raise DataFormatError(corpus, sub, None, f"expected {{group: [files]}}, got {type_name(groups)}")
+            if not isinstance(groups, dict):
+                raise DataFormatError(corpus, sub, None, f"expected {{group: [files]}}, got {type_name(groups)}")
             for g, names in groups.items():
-                for n in string_list(corpus, sub, g, names): listed[n] = (sub, g)
+                for n in string_list(corpus, sub, g, names):
+                    listed[n] = (sub, g)
     have = {f.file for f in files}
     return {f.file: listed.get(f.file, _derived(f)) for f in files}, sorted(set(listed) - have)
 
 # %% ../../../nbs/evaluation/03_compositional/10_vl_checklist.ipynb #5cd18d07
 def checklist_metrics(rows: pd.DataFrame, prefix: str = "vl_checklist") -> dict[str, float]:
-    "Accuracy per file, per subtype (mean over groups of mean over files), per type (mean of subtypes), pooled; chance 1/2."
+    """Accuracy per file, per subtype (mean over groups of mean over files), per type (mean of subtypes), pooled; chance
+    1/2."""
     out = {f"{prefix}/n_items": float(len(rows))}
+
     def put(key, v, n=None):
         out[f"{prefix}/{key}"], out[chance_key(f"{prefix}/{key}")] = float(v), 0.5
-        if n is not None: out[f"{prefix}/{key}/n_items"] = float(n)
+        if n is not None:
+            out[f"{prefix}/{key}/n_items"] = float(n)
+
     put("micro", rows.ok.mean())
     per_file = rows.groupby("file", sort=False).ok.agg(["mean", "size"])
-    for f, r in per_file.iterrows(): put(f"file/{f}", r["mean"], r["size"])
+    for f, r in per_file.iterrows():
+        put(f"file/{f}", r["mean"], r["size"])
     files = rows.drop_duplicates("file").set_index("file")[["group", "subtype", "type"]].join(per_file["mean"])
-    sub = files.groupby(["type", "subtype", "group"], sort=False)["mean"].mean().groupby(["type", "subtype"], sort=False).mean()
-    for (t, s), v in sub.items(): put(f"subtype/{s}", v)
-    for t, v in sub.groupby("type", sort=False).mean().items(): put(f"type/{t}", v)
+    sub = (
+        files.groupby(["type", "subtype", "group"], sort=False)["mean"]
+        .mean()
+        .groupby(["type", "subtype"], sort=False)
+        .mean()
+    )
+    for (t, s), v in sub.items():
+        put(f"subtype/{s}", v)
+    for t, v in sub.groupby("type", sort=False).mean().items():
+        put(f"type/{t}", v)
     return out
 
 # %% ../../../nbs/evaluation/03_compositional/10_vl_checklist.ipynb #b8ee8193
 @torch.no_grad()
-def evaluate_vl_checklist(model, folder, image_root, ctx: EvalContext, types=None, names=None,
-                          max_per_file: int | None = None) -> tuple[dict[str, float], pd.DataFrame]:
+def evaluate_vl_checklist(
+    model, folder, image_root, ctx: EvalContext, types=None, names=None, max_per_file: int | None = None
+) -> tuple[dict[str, float], pd.DataFrame]:
     "VL-CheckList's itc accuracy of `model`: per file, subtype, type and pooled, with chance 1/2, and one row per item."
     files = vl_checklist_files(folder, image_root, types, names)
     groups, unlisted = radar_groups(folder, files)
@@ -147,29 +237,56 @@ def evaluate_vl_checklist(model, folder, image_root, ctx: EvalContext, types=Non
     loaded = [(f, *load_checklist_file(f, cap)) for f in files]
     items = [(f, it) for f, its, _ in loaded for it in its]
     lost = sum(n for _, _, n in loaded)
-    if not items: raise UnreadableImagesError(f"VL-CheckList {folder}: no item of its {len(files)} file(s) has its image under {image_root}")
+    if not items:
+        raise UnreadableImagesError(
+            f"VL-CheckList {folder}: no item of its {len(files)} file(s) has its image under {image_root}"
+        )
     cache = ctx.cache(model)
     embs, rows, _ = cache.encode([str(it.image) for _, it in items], names=[f"{f.file}/{it.key}" for f, it in items])
     keep = np.flatnonzero(rows >= 0)
-    if not len(keep): raise UnreadableImagesError(f"VL-CheckList {folder}: none of its {len(items)} images could be read (see the warning)")
+    if not len(keep):
+        raise UnreadableImagesError(
+            f"VL-CheckList {folder}: none of its {len(items)} images could be read (see the warning)"
+        )
     lost += len(items) - len(keep)
     kept = [items[k] for k in keep]
     img = embs[torch.as_tensor(rows[keep], device=embs.device)]
     pos = encode_texts(model, [it.pos for _, it in kept], 4 * ctx.batch_size).to(img.device)
     neg = encode_texts(model, [it.neg for _, it in kept], 4 * ctx.batch_size).to(img.device)
     sp, sn = (model.head.rowwise_sim(img, t).double().cpu().numpy() for t in (pos, neg))
-    table = pd.DataFrame(dict(benchmark="vl_checklist", id=[f"{f.file}/{it.key}" for f, it in kept], subset=[f.file for f, _ in kept],
-                              type=[f.type for f, _ in kept], subtype=[groups[f.file][0] for f, _ in kept],
-                              group=[groups[f.file][1] for f, _ in kept], file=[f.file for f, _ in kept], ok=sp > sn,
-                              pos_score=sp, neg_score=sn))
+    table = pd.DataFrame(
+        dict(
+            benchmark="vl_checklist",
+            id=[f"{f.file}/{it.key}" for f, it in kept],
+            subset=[f.file for f, _ in kept],
+            type=[f.type for f, _ in kept],
+            subtype=[groups[f.file][0] for f, _ in kept],
+            group=[groups[f.file][1] for f, _ in kept],
+            file=[f.file for f, _ in kept],
+            ok=sp > sn,
+            pos_score=sp,
+            neg_score=sn,
+        )
+    )
     out = {**checklist_metrics(table), **set_aside("vl_checklist", lost)}
-    ctx.say(f"vl_checklist: {len(table)} items of {len(files)} files, scored by {similarity_name(model)} (first POS vs first NEG)"
-            + (f"; {lost} set aside" if lost else "") + (f"; corpus.json files not scored: {len(unlisted)}" if unlisted else ""))
+    ctx.say(
+        f"vl_checklist: {len(table)} items of {len(files)} files, scored by {similarity_name(model)} (first POS vs "
+        "first NEG)"
+        + (f"; {lost} set aside" if lost else "")
+        + (f"; corpus.json files not scored: {len(unlisted)}" if unlisted else "")
+    )
     return out, table
 
 # %% ../../../nbs/evaluation/03_compositional/10_vl_checklist.ipynb #e94acd4a
 @image_runner("VL-CheckList")
 def run(model, opts: dict, ctx: EvalContext) -> tuple[dict, pd.DataFrame]:
     "VL-CheckList from its folder `opts['vl_checklist']`, images under the image root."
-    return evaluate_vl_checklist(model, opts["vl_checklist"], option(opts, ctx, "image_root"), ctx, opts.get("vl_checklist_types"),
-                                 opts.get("vl_checklist_names"), opts.get("max_per_file"))
+    return evaluate_vl_checklist(
+        model,
+        opts["vl_checklist"],
+        option(opts, ctx, "image_root"),
+        ctx,
+        opts.get("vl_checklist_types"),
+        opts.get("vl_checklist_names"),
+        opts.get("max_per_file"),
+    )

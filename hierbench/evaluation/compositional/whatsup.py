@@ -1,4 +1,5 @@
-"""WhatsUp's spatial relations: its controlled images scored per image, per opposite pair and per set of four, and its COCO / Visual Genome question files as multiple-choice items.
+"""WhatsUp's spatial relations: its controlled images scored per image, per opposite pair and per set
+of four, and its COCO / Visual Genome question files as multiple-choice items.
 
 Docs: https://hierbench.github.io/hierbench/evaluation/03_compositional/whatsup.html.md"""
 
@@ -23,36 +24,53 @@ from ...models.scorers import has_images, skipped
 __all__ = ['whatsup_axis', 'evaluate_whatsup_controlled', 'files_matching', 'file_macro', 'run']
 
 # %% ../../../nbs/evaluation/03_compositional/06_whatsup.ipynb #d1740c1c
-_WHATSUP_AXES = {"left": "left-right", "right": "left-right", "on": "on-under", "under": "on-under",
-                 "front": "front-behind", "behind": "front-behind"}
+_WHATSUP_AXES = {
+    "left": "left-right",
+    "right": "left-right",
+    "on": "on-under",
+    "under": "on-under",
+    "front": "front-behind",
+    "behind": "front-behind",
+}
+
 
 def whatsup_axis(caption: str) -> str:
     "The preposition axis of a WhatsUp caption ('left-right', 'on-under', 'front-behind')."
     words = re.findall(r"[a-z]+", caption.lower())
-    for w in ("left", "right", "front", "behind", "under", "on"):   # 'on' last: 'on the left of' is left-right
-        if w in words: return _WHATSUP_AXES[w]
+    for w in ("left", "right", "front", "behind", "under", "on"):  # 'on' last: 'on the left of' is left-right
+        if w in words:
+            return _WHATSUP_AXES[w]
     raise ValueError(f"WhatsUp caption {caption!r}: no known preposition (left/right/on/under/front/behind)")
 
 # %% ../../../nbs/evaluation/03_compositional/06_whatsup.ipynb #91c6f17d
-def evaluate_whatsup_controlled(model, items, image_loader: Callable | None = None, preprocess: Callable | None = None,
-                                batch_size: int = 64, prefix: str = "whatsup", per_item: list | None = None,
-                                images: ImageCache | None = None) -> dict[str, float]:
+def evaluate_whatsup_controlled(
+    model,
+    items,
+    image_loader: Callable | None = None,
+    preprocess: Callable | None = None,
+    batch_size: int = 64,
+    prefix: str = "whatsup",
+    per_item: list | None = None,
+    images: ImageCache | None = None,
+) -> dict[str, float]:
     "Per-file and macro accuracy plus pair and set accuracy of WhatsUp controlled items (chance: 1/4, 1/16, 1/256)."
     items = list(items)
     df = score_choice_items(model, items, image_loader, preprocess, batch_size, images)
-    if per_item is not None: per_item.append(df.drop(columns="bow_ok").assign(benchmark=prefix))
-    opts, corr = list(df.options), list(df.correct)   # the items that were scored (an unreadable image is set aside)
+    if per_item is not None:
+        per_item.append(df.drop(columns="bow_ok").assign(benchmark=prefix))
+    opts, corr = list(df.options), list(df.correct)  # the items that were scored (an unreadable image is set aside)
     df["set"] = [(s, frozenset(o)) for s, o in zip(df.subset, opts)]
     df["pair"] = [(st, whatsup_axis(o[c])) for st, o, c in zip(df["set"], opts, corr)]
     out = aggregate_accuracy({s: d.ok.to_numpy() for s, d in df.groupby("subset", sort=False)}, prefix)
     for s, d in df.groupby("subset", sort=False):
         n = float(np.mean(1 / d.n_options))
         out[chance_key(f"{prefix}/{s}")] = n
-        out[f"{prefix}_pair/{s}"], out[f"{prefix}_pair_chance/{s}"] = group_accuracy(d.ok, d["pair"]), n ** 2
-        out[f"{prefix}_set/{s}"], out[f"{prefix}_set_chance/{s}"] = group_accuracy(d.ok, d["set"]), n ** 4
+        out[f"{prefix}_pair/{s}"], out[f"{prefix}_pair_chance/{s}"] = group_accuracy(d.ok, d["pair"]), n**2
+        out[f"{prefix}_set/{s}"], out[f"{prefix}_set_chance/{s}"] = group_accuracy(d.ok, d["set"]), n**4
     out[chance_key(f"{prefix}/micro")] = float(np.mean(1 / df.n_options))
     out[chance_key(f"{prefix}/macro")] = float(np.mean([out[chance_key(f"{prefix}/{s}")] for s in df.subset.unique()]))
-    if len(df) < len(items): out[f"{prefix}_set_aside"] = float(len(items) - len(df))
+    if len(df) < len(items):
+        out[f"{prefix}_set_aside"] = float(len(items) - len(df))
     return out
 
 # %% ../../../nbs/evaluation/03_compositional/06_whatsup.ipynb #eb6e1130
@@ -61,11 +79,17 @@ def files_matching(value, pattern: str) -> list:
     values = [value] if isinstance(value, (str, Path)) else list(value)
     return [f for v in values for f in (sorted(Path(v).glob(pattern)) if Path(v).is_dir() else [v])]
 
+
 def file_macro(metrics: dict, prefix: str) -> float | None:
-    "The mean of the files' macro accuracies `{prefix}_<file>/macro` (chance levels and shortcuts left out); None without any."
-    v = [x for k, x in metrics.items() if k.endswith("/macro") and k.startswith(f"{prefix}_")
-         and not k.split("/")[0].endswith(("_chance", "_bow"))]
+    """The mean of the files' macro accuracies `{prefix}_<file>/macro` (chance levels and shortcuts left out); None
+    without any."""
+    v = [
+        x
+        for k, x in metrics.items()
+        if k.endswith("/macro") and k.startswith(f"{prefix}_") and not k.split("/")[0].endswith(("_chance", "_bow"))
+    ]
     return float(np.mean(v)) if v else None
+
 
 def run(model, opts: dict, ctx: EvalContext) -> tuple[dict, pd.DataFrame]:
     "WhatsUp's files `opts['whatsup']`: per-file accuracy (controlled: pair and set too), their macro mean, and rows."
@@ -73,14 +97,28 @@ def run(model, opts: dict, ctx: EvalContext) -> tuple[dict, pd.DataFrame]:
     for f in files_matching(opts["whatsup"], "*.json"):
         stem, name = Path(f).stem, f"whatsup_{Path(f).stem}"
         if stem.startswith("controlled"):
-            if not has_images(model): ctx.say(skipped(name, model)); continue
+            if not has_images(model):
+                ctx.say(skipped(name, model))
+                continue
             r: list = []
-            out.update(evaluate_whatsup_controlled(model, ctx.cut(load_whatsup_controlled(f, option(opts, ctx, "image_root"))),
-                                                   batch_size=ctx.batch_size, prefix=name, per_item=r, images=ctx.cache(model)))
+            out.update(
+                evaluate_whatsup_controlled(
+                    model,
+                    ctx.cut(load_whatsup_controlled(f, option(opts, ctx, "image_root"))),
+                    batch_size=ctx.batch_size,
+                    prefix=name,
+                    per_item=r,
+                    images=ctx.cache(model),
+                )
+            )
             rows += r
         else:
-            m, r = run_choice_set(model, name, ctx.cut(load_whatsup_spatial(f, option(opts, ctx, "image_root"))), {}, ctx)
-            out.update(m); rows.append(r)
-    if (macro := file_macro(out, "whatsup")) is not None: out["whatsup/macro"] = macro
+            m, r = run_choice_set(
+                model, name, ctx.cut(load_whatsup_spatial(f, option(opts, ctx, "image_root"))), {}, ctx
+            )
+            out.update(m)
+            rows.append(r)
+    if (macro := file_macro(out, "whatsup")) is not None:
+        out["whatsup/macro"] = macro
     rows = [r for r in rows if len(r)]
     return out, pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()

@@ -1,4 +1,5 @@
-"""Winoground from its local dataset folder: text, image and group scores, overall and per tag, for Euclidean and Lorentz models, with one row per example for paired comparisons.
+"""Winoground from its local dataset folder: text, image and group scores, overall and per tag, for
+Euclidean and Lorentz models, with one row per example for paired comparisons.
 
 Docs: https://hierbench.github.io/hierbench/evaluation/03_compositional/winoground.html.md"""
 
@@ -6,7 +7,10 @@ Docs: https://hierbench.github.io/hierbench/evaluation/03_compositional/winogrou
 
 # %% ../../../nbs/evaluation/03_compositional/09_winoground.ipynb #bb00e5c6
 from __future__ import annotations
-import functools, io, json, os, zipfile
+import io
+import json
+import os
+import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,13 +21,38 @@ import torch
 from PIL import Image
 
 from ...data.batch import CorruptImageError, DataFormatError, MissingImageError, UnreadableImagesError
-from ...data.annotations import (DuplicateKeyError, check_file, required_field, join_inside_root, number_field, record_id, same_text, set_aside_items,
-                                   string_field, type_name, unique_keys)
+from hierbench.data.annotations import (
+    DuplicateKeyError,
+    check_file,
+    required_field,
+    join_inside_root,
+    number_field,
+    record_id,
+    same_text,
+    set_aside_items,
+    string_field,
+    type_name,
+    unique_keys,
+)
 from .common import EvalContext, ImageCache
 from ..encoding import encode_image_sources, encode_texts, similarity_name
 from ..metrics import chance_key
 from ...models.scorers import has_images, skipped
 from ...config import MissingFileError
+
+# %% auto #0
+__all__ = [
+    "WINOGROUND_CHANCE",
+    "TAG_FAMILIES",
+    "winoground_files",
+    "ZipImage",
+    "WinogroundItem",
+    "load_winoground",
+    "winoground_scores",
+    "winoground_metrics",
+    "evaluate_winoground",
+    "run",
+]
 
 # %% auto #0
 __all__ = ['WINOGROUND_CHANCE', 'TAG_FAMILIES', 'winoground_files', 'ZipImage', 'WinogroundItem', 'load_winoground',
@@ -33,117 +62,180 @@ __all__ = ['WINOGROUND_CHANCE', 'TAG_FAMILIES', 'winoground_files', 'ZipImage', 
 def winoground_files(folder: str | Path) -> tuple[Path, Path]:
     "(examples.jsonl, the images folder or images.zip) of a Winoground folder, files under `data/` or at its root."
     folder = Path(folder).expanduser()
-    if not folder.is_dir(): raise MissingFileError(f"Winoground folder not found: {folder}")
+    if not folder.is_dir():
+        raise MissingFileError(f"Winoground folder not found: {folder}")
     for base in (folder / "data", folder):
         examples = base / "examples.jsonl"
-        if not os.path.lexists(examples): continue
-        check_file(examples, "Winoground examples file")   # a folder, a symlink loop, no permission: said as such
+        if not os.path.lexists(examples):
+            continue
+        check_file(examples, "Winoground examples file")  # a folder, a symlink loop, no permission: said as such
         for images in (base / "images", base / "images.zip"):
-            if images.exists(): return examples, images
+            if images.exists():
+                return examples, images
         raise MissingFileError(f"{base}: examples.jsonl but neither images/ nor images.zip beside it")
-    raise MissingFileError(f"{folder}: no data/examples.jsonl or examples.jsonl (the facebook/winoground dataset folder)")
+    raise MissingFileError(
+        f"{folder}: no data/examples.jsonl or examples.jsonl (the facebook/winoground dataset folder)"
+    )
 
 # %% ../../../nbs/evaluation/03_compositional/09_winoground.ipynb #a807b613
 def _zip_image(zip_path: Path, member: str) -> Image.Image:
     "The RGB image `member` of the zip file `zip_path`, decoded now."
     with zipfile.ZipFile(zip_path) as z:
-        try: data = z.read(member)
-        except KeyError: raise MissingImageError(Path(zip_path) / member, "not in the zip") from None
+        try:
+            data = z.read(member)
+        except KeyError:
+            raise MissingImageError(Path(zip_path) / member, "not in the zip") from None
     try:
-        with Image.open(io.BytesIO(data)) as im: return im.convert("RGB")
+        with Image.open(io.BytesIO(data)) as im:
+            return im.convert("RGB")
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as err:
         raise CorruptImageError(Path(zip_path) / member, f"{type(err).__name__}: {err}") from None
 
+
 class ZipImage:
     "A reader of one zip member, with the key the image cache keeps it under (the zip's absolute path and the member)."
-    def __init__(self, zip_path: Path, member: str): self.zip_path, self.member = Path(zip_path), member
+
+    def __init__(self, zip_path: Path, member: str):
+        self.zip_path, self.member = Path(zip_path), member
+
     @property
-    def cache_key(self) -> tuple: return ("zip", os.path.abspath(self.zip_path), self.member)
-    def __call__(self) -> Image.Image: return _zip_image(self.zip_path, self.member)
-    def __repr__(self) -> str: return f"ZipImage({str(self.zip_path)!r}, {self.member!r})"
+    def cache_key(self) -> tuple:
+        return ("zip", os.path.abspath(self.zip_path), self.member)
+
+    def __call__(self) -> Image.Image:
+        return _zip_image(self.zip_path, self.member)
+
+    def __repr__(self) -> str:
+        return f"ZipImage({str(self.zip_path)!r}, {self.member!r})"
 
 # %% ../../../nbs/evaluation/03_compositional/09_winoground.ipynb #28963ae6
 @dataclass(frozen=True)
 class WinogroundItem:
     "One Winoground example: two captions, two images (paths or callables) and its tags."
+
     id: str
     captions: tuple[str, str]
-    images: tuple                 # (image_0, image_1): paths, or zero-argument callables returning a PIL image
+    images: tuple  # (image_0, image_1): paths, or zero-argument callables returning a PIL image
     tag: str = ""
     secondary_tag: str = ""
     num_main_preds: int | None = None
     collapsed_tag: str = ""
+
     @property
-    def key(self) -> str: return self.id   # the name the loaders' warnings give a record
+    def key(self) -> str:
+        return self.id  # the name the loaders' warnings give a record
+
 
 def _image_source(images: Path, examples: Path, key: str, field: str, name: str):
     "Where example `key`'s image `name` is: a path under the images folder, or a reader of the zip member."
     rel = name if Path(name).suffix.lower() in (".png", ".jpg", ".jpeg", ".webp") else f"{name}.png"
     if images.suffix.lower() == ".zip":
-        join_inside_root(Path("images"), rel, examples, key, field)   # refuse a name that leaves the folder, zip or not
+        join_inside_root(Path("images"), rel, examples, key, field)  # refuse a name that leaves the folder, zip or not
         return ZipImage(images, f"images/{rel}")
     return join_inside_root(images, rel, examples, key, field)
+
 
 def _read_examples(folder: str | Path, limit: int | None = None) -> tuple[list[WinogroundItem], list[str]]:
     "(the scorable examples, the ids of those set aside) of a Winoground folder, in file order."
     examples, images = winoground_files(folder)
     out, seen = [], {}
     with open(check_file(examples), encoding="utf-8-sig") as f:
-        try: lines = f.read().splitlines()
-        except UnicodeDecodeError as err: raise DataFormatError(examples, None, None, f"not UTF-8 text ({err.reason})") from None
+        try:
+            lines = f.read().splitlines()
+        except UnicodeDecodeError as err:
+            raise DataFormatError(examples, None, None, f"not UTF-8 text ({err.reason})") from None
     for ln, line in enumerate(lines, 1):
-        if not line.strip(): continue
+        if not line.strip():
+            continue
         key = f"line {ln}"
-        try: rec = json.loads(line, object_pairs_hook=unique_keys)
-        except json.JSONDecodeError as err: raise DataFormatError(examples, key, None, f"not valid JSON ({err.msg})") from None
-        except RecursionError: raise DataFormatError(examples, key, None, "JSON nested too deeply to be an example") from None
-        except DuplicateKeyError as err: raise DataFormatError(examples, key, str(err), "duplicate JSON key") from None
+        try:
+            rec = json.loads(line, object_pairs_hook=unique_keys)
+        except json.JSONDecodeError as err:
+            raise DataFormatError(examples, key, None, f"not valid JSON ({err.msg})") from None
+        except RecursionError:
+            raise DataFormatError(examples, key, None, "JSON nested too deeply to be an example") from None
+        except DuplicateKeyError as err:
+            raise DataFormatError(examples, key, str(err), "duplicate JSON key") from None
         required_field(examples, key, rec, "id")
         ex_id = record_id(examples, key, rec, "id", seen)
         tags = {t: rec.get(t) or "" for t in ("tag", "secondary_tag", "collapsed_tag")}
         for t, v in tags.items():
-            if not isinstance(v, str): raise DataFormatError(examples, key, t, f"expected a string, got {type_name(v)}")
-        preds = number_field(examples, key, rec, "num_main_preds", integer=True) if rec.get("num_main_preds") is not None else None
-        out.append(WinogroundItem(ex_id, (string_field(examples, key, rec, "caption_0"), string_field(examples, key, rec, "caption_1")),
-                                  tuple(_image_source(images, examples, key, f, string_field(examples, key, rec, f)) for f in ("image_0", "image_1")),
-                                  tags["tag"], tags["secondary_tag"], preds, tags["collapsed_tag"]))
-        if limit and len(out) >= limit: break
-    if not out: raise DataFormatError(examples, None, None, "no examples")
-    kept = set_aside_items(examples, out, lambda it: same_text(*it.captions) or str(it.images[0]) == str(it.images[1]),
-                      "the same caption or image twice (nothing to choose between)")
+            if not isinstance(v, str):
+                raise DataFormatError(examples, key, t, f"expected a string, got {type_name(v)}")
+        preds = (
+            number_field(examples, key, rec, "num_main_preds", integer=True)
+            if rec.get("num_main_preds") is not None
+            else None
+        )
+        out.append(
+            WinogroundItem(
+                ex_id,
+                (string_field(examples, key, rec, "caption_0"), string_field(examples, key, rec, "caption_1")),
+                tuple(
+                    _image_source(images, examples, key, f, string_field(examples, key, rec, f))
+                    for f in ("image_0", "image_1")
+                ),
+                tags["tag"],
+                tags["secondary_tag"],
+                preds,
+                tags["collapsed_tag"],
+            )
+        )
+        if limit and len(out) >= limit:
+            break
+    if not out:
+        raise DataFormatError(examples, None, None, "no examples")
+    kept = set_aside_items(
+        examples,
+        out,
+        lambda it: same_text(*it.captions) or str(it.images[0]) == str(it.images[1]),
+        "the same caption or image twice (nothing to choose between)",
+    )
     kept_ids = {it.id for it in kept}
     return kept, [it.id for it in out if it.id not in kept_ids]
 
+
 def load_winoground(folder: str | Path, limit: int | None = None) -> list[WinogroundItem]:
-    "The examples of a Winoground dataset folder (at most `limit`), in file order; unscorable ones set aside with a warning."
+    """The examples of a Winoground dataset folder (at most `limit`), in file order; unscorable ones set aside with a
+    warning."""
     return _read_examples(folder, limit)[0]
 
 # %% ../../../nbs/evaluation/03_compositional/09_winoground.ipynb #49f21801
 def winoground_scores(sims) -> dict[str, np.ndarray]:
-    "Per example: `text`, `image` and `group` verdicts (bool (N,)) from similarities `sims[n, caption, image]` (N, 2, 2)."
+    """Per example: `text`, `image` and `group` verdicts (bool (N,)) from similarities `sims[n, caption, image]` (N, 2,
+    2)."""
     s = np.asarray(sims.detach().cpu() if hasattr(sims, "detach") else sims, dtype=np.float64)
-    if s.ndim != 3 or s.shape[1:] != (2, 2): raise ValueError(f"sims: expected shape (N, 2, 2), got {s.shape}")
-    if not np.isfinite(s).all(): raise ValueError(f"sims: {int((~np.isfinite(s)).sum())} non-finite value(s)")
+    if s.ndim != 3 or s.shape[1:] != (2, 2):
+        raise ValueError(f"sims: expected shape (N, 2, 2), got {s.shape}")
+    if not np.isfinite(s).all():
+        raise ValueError(f"sims: {int((~np.isfinite(s)).sum())} non-finite value(s)")
     c0i0, c0i1, c1i0, c1i1 = s[:, 0, 0], s[:, 0, 1], s[:, 1, 0], s[:, 1, 1]
-    text = (c0i0 > c1i0) & (c1i1 > c0i1)     # each image prefers its own caption
-    image = (c0i0 > c0i1) & (c1i1 > c1i0)    # each caption prefers its own image
+    text = (c0i0 > c1i0) & (c1i1 > c0i1)  # each image prefers its own caption
+    image = (c0i0 > c0i1) & (c1i1 > c1i0)  # each caption prefers its own image
     return {"text": text, "image": image, "group": text & image}
 
 # %% ../../../nbs/evaluation/03_compositional/09_winoground.ipynb #2a99d4c6
-WINOGROUND_CHANCE = {"text_score": 0.25, "image_score": 0.25, "group_score": 1 / 6}   # random scores (Thrush et al.)
+WINOGROUND_CHANCE = {"text_score": 0.25, "image_score": 0.25, "group_score": 1 / 6}  # random scores (Thrush et al.)
 TAG_FAMILIES = ("collapsed_tag", "secondary_tag", "num_main_preds")
+
 
 def _tag_values(v) -> list[str]:
     "The values of one example's tag: 'Symbolic, Series' → ['Symbolic', 'Series']; '' or None → []."
-    if v is None or (isinstance(v, float) and np.isnan(v)): return []
+    if v is None or (isinstance(v, float) and np.isnan(v)):
+        return []
     return [t.strip() for t in str(v).split(",") if t.strip()]
 
-def winoground_metrics(rows: pd.DataFrame, families: Sequence[str] = TAG_FAMILIES, prefix: str = "winoground") -> dict[str, float]:
-    "Scores overall and per tag value of `families` from per-example `rows` (text_score, image_score, group_score, tags)."
+
+def winoground_metrics(
+    rows: pd.DataFrame, families: Sequence[str] = TAG_FAMILIES, prefix: str = "winoground"
+) -> dict[str, float]:
+    """Scores overall and per tag value of `families` from per-example `rows` (text_score, image_score, group_score,
+    tags)."""
     out = {f"{prefix}/n_items": float(len(rows))}
     groups = [("", np.ones(len(rows), dtype=bool))]
     for fam in families:
-        if fam not in rows: continue
+        if fam not in rows:
+            continue
         values = [_tag_values(v) for v in rows[fam]]
         for val in sorted({t for vs in values for t in vs}):
             groups.append((f"/{fam}={val}", np.array([val in vs for vs in values])))
@@ -151,50 +243,101 @@ def winoground_metrics(rows: pd.DataFrame, families: Sequence[str] = TAG_FAMILIE
         for score, chance in WINOGROUND_CHANCE.items():
             out[f"{prefix}/{score}{suffix}"] = float(rows[score].to_numpy(float)[m].mean())
             out[chance_key(f"{prefix}/{score}{suffix}")] = chance
-        if suffix: out[f"{prefix}/n_items{suffix}"] = float(m.sum())
+        if suffix:
+            out[f"{prefix}/n_items{suffix}"] = float(m.sum())
     return out
 
 # %% ../../../nbs/evaluation/03_compositional/09_winoground.ipynb #456e2130
 @torch.no_grad()
-def evaluate_winoground(model, data, *, batch_size: int = 64, num_workers: int | None = None, limit: int | None = None,
-                        preprocess=None, fine_tags: bool = False, log=print, cache: ImageCache | None = None
-                        ) -> tuple[dict[str, float], pd.DataFrame]:
-    "Winoground's text, image and group scores of `model` on `data` (a dataset folder or `WinogroundItem`s), overall and per tag."
+def evaluate_winoground(
+    model,
+    data,
+    *,
+    batch_size: int = 64,
+    num_workers: int | None = None,
+    limit: int | None = None,
+    preprocess=None,
+    fine_tags: bool = False,
+    log=print,
+    cache: ImageCache | None = None,
+) -> tuple[dict[str, float], pd.DataFrame]:
+    """Winoground's text, image and group scores of `model` on `data` (a dataset folder or `WinogroundItem`s), overall
+    and per tag."""
     if not has_images(model):
-        if log: log(skipped("Winoground", model))
+        if log:
+            log(skipped("Winoground", model))
         return {}, pd.DataFrame()
-    if isinstance(data, (str, Path)): items, unscorable = _read_examples(data, limit)
-    else: items, unscorable = (list(data)[:limit] if limit else list(data)), []
-    if not items: raise ValueError("evaluate_winoground: no examples")
+    if isinstance(data, (str, Path)):
+        items, unscorable = _read_examples(data, limit)
+    else:
+        items, unscorable = (list(data)[:limit] if limit else list(data)), []
+    if not items:
+        raise ValueError("evaluate_winoground: no examples")
     sources, names = [im for it in items for im in it.images], [f"{it.id}/image_{j}" for it in items for j in (0, 1)]
-    if cache is not None and (preprocess is None or preprocess is cache.preprocess): embs, rows, _ = cache.encode(sources, names=names)
-    else: embs, rows, _ = encode_image_sources(model, sources, preprocess, batch_size, num_workers, names)
+    if cache is not None and (preprocess is None or preprocess is cache.preprocess):
+        embs, rows, _ = cache.encode(sources, names=names)
+    else:
+        embs, rows, _ = encode_image_sources(model, sources, preprocess, batch_size, num_workers, names)
     rows = rows.reshape(len(items), 2)
     keep = np.flatnonzero((rows >= 0).all(1))
-    if len(keep) == 0: raise UnreadableImagesError((f"{data}: " if isinstance(data, (str, Path)) else "")
-                                                      + f"none of the {len(items)} examples has both images readable (see the warning)")
+    if len(keep) == 0:
+        raise UnreadableImagesError(
+            (f"{data}: " if isinstance(data, (str, Path)) else "")
+            + f"none of the {len(items)} examples has both images readable (see the warning)"
+        )
     kept = [items[k] for k in keep]
-    txt = encode_texts(model, [c for it in kept for c in it.captions], 4 * batch_size).to(embs.device).reshape(len(kept), 2, -1)
-    img = embs[torch.as_tensor(rows[keep], device=embs.device)]                 # (N, 2, D): image 0, image 1
-    sims = torch.stack([torch.stack([model.head.rowwise_sim(txt[:, c], img[:, i]) for i in (0, 1)], 1) for c in (0, 1)], 1)
-    sims = sims.double().cpu().numpy()                                          # (N, caption, image)
+    txt = (
+        encode_texts(model, [c for it in kept for c in it.captions], 4 * batch_size)
+        .to(embs.device)
+        .reshape(len(kept), 2, -1)
+    )
+    img = embs[torch.as_tensor(rows[keep], device=embs.device)]  # (N, 2, D): image 0, image 1
+    sims = torch.stack(
+        [torch.stack([model.head.rowwise_sim(txt[:, c], img[:, i]) for i in (0, 1)], 1) for c in (0, 1)], 1
+    )
+    sims = sims.double().cpu().numpy()  # (N, caption, image)
     verdict = winoground_scores(sims)
-    table = pd.DataFrame(dict(benchmark="winoground", id=[it.id for it in kept], subset=[it.collapsed_tag for it in kept],
-                              unit=[it.id for it in kept], ok=verdict["group"],
-                              text_score=verdict["text"].astype(float), image_score=verdict["image"].astype(float),
-                              group_score=verdict["group"].astype(float), tag=[it.tag for it in kept],
-                              secondary_tag=[it.secondary_tag for it in kept], collapsed_tag=[it.collapsed_tag for it in kept],
-                              num_main_preds=[it.num_main_preds for it in kept],
-                              c0_i0=sims[:, 0, 0], c0_i1=sims[:, 0, 1], c1_i0=sims[:, 1, 0], c1_i1=sims[:, 1, 1]))
+    table = pd.DataFrame(
+        dict(
+            benchmark="winoground",
+            id=[it.id for it in kept],
+            subset=[it.collapsed_tag for it in kept],
+            unit=[it.id for it in kept],
+            ok=verdict["group"],
+            text_score=verdict["text"].astype(float),
+            image_score=verdict["image"].astype(float),
+            group_score=verdict["group"].astype(float),
+            tag=[it.tag for it in kept],
+            secondary_tag=[it.secondary_tag for it in kept],
+            collapsed_tag=[it.collapsed_tag for it in kept],
+            num_main_preds=[it.num_main_preds for it in kept],
+            c0_i0=sims[:, 0, 0],
+            c0_i1=sims[:, 0, 1],
+            c1_i0=sims[:, 1, 0],
+            c1_i1=sims[:, 1, 1],
+        )
+    )
     out = winoground_metrics(table, TAG_FAMILIES + (("tag",) if fine_tags else ()))
     lost = len(unscorable) + len(items) - len(kept)
-    if lost: out["winoground/set_aside"] = float(lost)
-    if log: log(f"winoground: {len(kept)} examples, scored by {similarity_name(model)}" + (f"; {lost} set aside" if lost else ""))
+    if lost:
+        out["winoground/set_aside"] = float(lost)
+    if log:
+        log(
+            f"winoground: {len(kept)} examples, scored by {similarity_name(model)}"
+            + (f"; {lost} set aside" if lost else "")
+        )
     return out, table.drop(columns="collapsed_tag")
 
 # %% ../../../nbs/evaluation/03_compositional/09_winoground.ipynb #1cad163a
 def run(model, opts: dict, ctx: EvalContext) -> tuple[dict, pd.DataFrame]:
     "Winoground from its dataset folder `opts['winoground']`: metrics and one row per example."
-    return evaluate_winoground(model, opts["winoground"], batch_size=ctx.batch_size, num_workers=ctx.num_workers,
-                               limit=ctx.limit, preprocess=ctx.preprocess, log=ctx.log,
-                               cache=ctx.cache(model) if has_images(model) else None)
+    return evaluate_winoground(
+        model,
+        opts["winoground"],
+        batch_size=ctx.batch_size,
+        num_workers=ctx.num_workers,
+        limit=ctx.limit,
+        preprocess=ctx.preprocess,
+        log=ctx.log,
+        cache=ctx.cache(model) if has_images(model) else None,
+    )
