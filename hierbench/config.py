@@ -46,9 +46,10 @@ __all__ = [
 
 # %% auto #0
 __all__ = ['ENV_PREFIX', 'PRECISIONS', 'LAUNCHERS', 'BENCH_SECTIONS', 'BUDGET_NAMES', 'SUITE_NAMES', 'REPORT_TO_BACKENDS',
-           'Settings', 'HierbenchError', 'SettingsError', 'MissingFileError', 'RunExistsError', 'FolderStateError',
-           'UnknownNameError', 'MissingExtraError', 'find_settings_file', 'load_settings', 'atomic_write',
-           'atomic_write_text', 'sweep_temporary_files', 'FolderLock', 'run_once', 'atomic_folder']
+           'REPOSITORY', 'Settings', 'HierbenchError', 'SettingsError', 'MissingFileError', 'RunExistsError',
+           'FolderStateError', 'UnknownNameError', 'MissingExtraError', 'find_settings_file', 'platform_folders',
+           'load_settings', 'portable_path', 'atomic_write', 'atomic_write_text', 'sweep_temporary_files', 'FolderLock',
+           'run_once', 'atomic_folder']
 
 # %% ../nbs/ground/01_config.ipynb #00ec37bf
 ENV_PREFIX = "HIERBENCH_"
@@ -166,6 +167,18 @@ def find_settings_file(start: str | Path | None = None) -> Path | None:
                 return p
     return None
 
+# %% ../nbs/ground/01_config.ipynb #49a0deea
+def platform_folders() -> dict[str, Path]:
+    "The defaults of `cache_dir`, `checkpoints_dir` and `data_root` outside a repository (platformdirs)."
+    import platformdirs
+
+    data = Path(platformdirs.user_data_dir("hierbench"))
+    return dict(
+        cache_dir=Path(platformdirs.user_cache_dir("hierbench")),
+        checkpoints_dir=data / "checkpoints",
+        data_root=data / "data",
+    )
+
 # %% ../nbs/ground/01_config.ipynb #a7abae86
 def load_settings(path: str | Path | None = None, env: dict | None = None) -> Settings:
     "Read workbench settings from `path` (default: nearest `settings.ini`), then apply `HIERBENCH_*` overrides."
@@ -184,6 +197,11 @@ def load_settings(path: str | Path | None = None, env: dict | None = None) -> Se
         if unknown:
             raise SettingsError(f"{src}: unknown setting(s) {sorted(unknown)}; known: {sorted(_DEFAULTS)}")
         vals.update(cp["hierbench"])
+    else:  # outside a repository: the user's platform folders, the same wherever they run from
+        for k, v in platform_folders().items():
+            vals[k] = str(v)
+        committed = REPOSITORY / _DEFAULTS["ledger_records"]  # an editable install's clone still has its records
+        vals["ledger_records"] = str(committed) if committed.is_dir() else ""
     for k in _DEFAULTS:
         if ENV_PREFIX + k.upper() in env:
             vals[k] = env[ENV_PREFIX + k.upper()]
@@ -207,6 +225,18 @@ def load_settings(path: str | Path | None = None, env: dict | None = None) -> Se
         ledger_records=_path(vals["ledger_records"]),
         source=src.resolve() if src is not None else None,
     )
+
+# %% ../nbs/ground/01_config.ipynb #72d51a54
+REPOSITORY = Path(__file__).resolve().parents[1] if "__file__" in globals() else Path.cwd().parents[1]  # the checkout
+
+
+def portable_path(path: str | Path) -> str | None:
+    """`path` relative to the repository hierbench runs from (`REPOSITORY`) when it lies inside it, else None: what a
+    kept file may say of a folder."""
+    try:
+        return Path(path).expanduser().resolve().relative_to(REPOSITORY.resolve()).as_posix()
+    except ValueError:
+        return None
 
 # %% ../nbs/ground/01_config.ipynb #47d838ac
 def atomic_write(path: str | Path, write_fn: Callable[[Path], Any]) -> Path:

@@ -7,6 +7,10 @@ Docs: https://hierbench.github.io/hierbench/cli/commands.html.md"""
 
 # %% ../../nbs/cli/02_commands.ipynb #d53762d6
 from __future__ import annotations
+
+import textwrap
+
+import numpy as np
 import dataclasses
 import json
 import math
@@ -28,6 +32,7 @@ from hierbench.ledger.records import (
     finished_runs,
     forest_title,
     ledger_differences,
+    new_claim_rows,
     ledger_from_folder,
     ledger_from_records,
     read_plan,
@@ -59,9 +64,9 @@ from ..recipes.seed_batch import train_seeds
 from ..training.trainer import PREEMPTED_EXIT_CODE, EvalEvery
 
 # %% auto #0
-__all__ = ['geometry_demo', 'print_table', 'cmd_train', 'cmd_negatives', 'cmd_paraphrases', 'cmd_check', 'cmd_export',
-           'print_ledger', 'compare_options_from_args', 'cmd_compare', 'cmd_claims', 'cmd_bench', 'cmd_demo',
-           'cmd_docs']
+__all__ = ['TERMINAL_WIDTH', 'geometry_demo', 'fit_columns', 'print_table', 'markdown_table', 'cmd_train', 'cmd_negatives',
+           'cmd_paraphrases', 'cmd_check', 'cmd_export', 'print_ledger', 'compare_options_from_args', 'cmd_compare',
+           'cmd_claims', 'cmd_bench', 'cmd_demo', 'cmd_docs']
 
 # %% ../../nbs/cli/02_commands.ipynb #b2c90b5b
 def geometry_demo() -> list[tuple[str, float, float]]:
@@ -84,9 +89,37 @@ def geometry_demo() -> list[tuple[str, float, float]]:
     return [(name, float(v), ref) for name, v, ref in rows]
 
 # %% ../../nbs/cli/02_commands.ipynb #96d90007
-def print_table(df, title: str):
-    with pd.option_context("display.max_columns", None, "display.width", 200, "display.max_colwidth", 60):
-        print(f"\n{title}\n{df.to_string()}")
+TERMINAL_WIDTH = 100  # every command's tables and lines fit this many columns; `--wide` shows what was left out
+
+
+def fit_columns(df: pd.DataFrame, width: int = TERMINAL_WIDTH) -> tuple[pd.DataFrame, list[str]]:
+    "The leading columns of `df` whose rendering fits `width` columns (the index always), and the names left out."
+    keep = list(df.columns)
+    with pd.option_context("display.max_columns", None, "display.width", 10_000, "display.max_colwidth", 60):
+        while len(keep) > 1 and max(map(len, df[keep].to_string().splitlines())) > width:
+            keep.pop()
+    return df[keep], [c for c in df.columns if c not in keep]
+
+
+def print_table(df, title: str, wide: bool = False, more: str = "report.html"):
+    """`df` under `title`, in `TERMINAL_WIDTH` columns: the columns that fit, and a line naming the rest and where they
+    are (`more`; `--wide` prints them all)."""
+    shown, left = (df, []) if wide else fit_columns(df)
+    print("\n" + "\n".join(textwrap.wrap(title, TERMINAL_WIDTH)))
+    with pd.option_context("display.max_columns", None, "display.width", 10_000, "display.max_colwidth", 60):
+        print(shown.to_string())
+    if left:
+        names = ", ".join(map(str, left[:4])) + (", ..." if len(left) > 4 else "")
+        print(f"({len(left)} more column(s): {names}; in {more}, or --wide)")
+
+
+def markdown_table(text: str) -> pd.DataFrame:
+    "A markdown table (`| a | b |` lines, a `|---|` rule) as a DataFrame, its first column the index."
+    rows = [
+        [c.strip() for c in line.strip().strip("|").split("|")] for line in text.splitlines() if line.startswith("|")
+    ]
+    rows = [r for r in rows if not set("".join(r)) <= set("-: ")]
+    return pd.DataFrame(rows[1:], columns=rows[0]).set_index(rows[0][0]) if rows else pd.DataFrame()
 
 # %% ../../nbs/cli/02_commands.ipynb #8e620860
 def _recipe_with_negative_types(name: str, types: str, data: str):
@@ -348,7 +381,7 @@ def _export_onnx(model, out):
     )
 
 # %% ../../nbs/cli/02_commands.ipynb #48e390ec
-def print_ledger(ledger: pd.DataFrame, meta: dict, decidable: list | None = None):
+def print_ledger(ledger: pd.DataFrame, meta: dict, decidable: list | None = None, wide: bool = False):
     """The claims ledger as `compare` and `claims` print it: effect, interval, seeds, verdict, how many seeds keep it,
     the seed differences' skewness and the plain t-rule's verdict where it differs ('=' where it agrees). `decidable`
     (the reproduction check's, `hierbench.ledger.reproduction.decidable_at`): below 3 seeds, whether the row's seed
@@ -356,11 +389,22 @@ def print_ledger(ledger: pd.DataFrame, meta: dict, decidable: list | None = None
     ever decide it — the effect a 95% t-interval detects there beside the effect the records found."""
     ledger = ledger.assign(
         kept=lambda d: [f"{k}/{n}" if n else "" for k, n in zip(d.loso_kept, d.n)],
-        verdict=lambda d: [v + (" (fragile)" if f is True else "") for v, f in zip(d.verdict, d.fragile)],
+        verdict=lambda d: [v + ("*" if f is True else "") for v, f in zip(d.verdict, d.fragile)],
     )
-    cols = ["id", "a", "b", "metric", "effect", "ci_low", "ci_high", "n", "verdict", "kept"]
+    not_run = int(ledger.verdict.eq("not run").sum())
+    if not wide:  # the rows this budget's recipes could not run are in claims.json
+        ledger = ledger[ledger.verdict != "not run"]
+    rows = [f"{a} − {b} {m}" for a, b, m in zip(ledger.a, ledger.b, ledger.metric)]
+    ledger = ledger.assign(
+        row=[r.ljust(max(map(len, rows), default=0)) for r in rows],  # left-aligned: A − B metric reads as a phrase
+        interval=[
+            "" if not (np.isfinite(e) and np.isfinite(lo) and np.isfinite(hi)) else f"{e:+.4f} [{lo:+.4f}, {hi:+.4f}]"
+            for e, lo, hi in zip(ledger.effect.astype(float), ledger.ci_low.astype(float), ledger.ci_high.astype(float))
+        ],
+    )
+    cols = ["id", "row", "verdict", "interval", "n", "kept"]
     if "until_decided" in meta:
-        cols[7:7] = ["level", "look", "stopped"]
+        cols[5:5] = ["level", "look", "stopped"]
     if "t_verdict" in ledger:  # ledgers from before issue 48 have no diagnostics
         ledger["t-rule"] = [
             "" if v == "not run" else "=" if ok else f"{v} ({n})"
@@ -382,13 +426,21 @@ def print_ledger(ledger: pd.DataFrame, meta: dict, decidable: list | None = None
             for r in ledger.itertuples()
         ]
         cols.append("could decide")
+    if wide:  # every field, each in its column
+        cols = ["id", "a", "b", "metric", "verdict", "effect", "ci_low", "ci_high"] + cols[4:]
     print_table(
-        ledger[cols].round(4),
-        "claims ledger (effect = A − B, paired by seed; interval and verdict: "
+        ledger[cols].round(4).set_index("id"),
+        "claims ledger (effect = A − B [interval], paired by seed; interval and verdict: "
         + (ledger.rule[ledger.rule != ""].iloc[0] if (ledger.rule != "").any() else "t-interval 95%")
         + "; kept: verdicts kept without one seed; skew: G1 of the seed differences; t-rule: the plain t-rule's "
-        "verdict (seeds) where it differs)",
+        "verdict (seeds) where it differs; *: one seed left out overturns it)",
+        wide=wide,
+        more="claims.json",
     )
+    if not_run and not wide:
+        print(
+            f"({not_run} claim row(s) not run: their recipes are not in this budget or folder; claims.json lists them)"
+        )
 
 # %% ../../nbs/cli/02_commands.ipynb #67ba9a31
 def compare_options_from_args(args, budget) -> CompareOptions:
@@ -425,8 +477,9 @@ def cmd_compare(args):
     print_table(
         res["summary"],
         "summary: " + res["summary"].attrs.get("caption", "mean ± 95% half-width over seeds (first row: chance)"),
+        wide=args.wide,
     )
-    print_ledger(res["ledger"], res["meta"], res["reproduction"].get("decidable"))
+    print_ledger(res["ledger"], res["meta"], res["reproduction"].get("decidable"), wide=args.wide)
     meta = res["meta"]  # a rebuilt report (--report-only) has no run time of its own
     cost = (
         f" ({meta['wall_seconds'] / 60:.1f} min, peak {meta['peak_rss_mb']:.0f} MB)" if meta.get("wall_seconds") else ""
@@ -446,6 +499,11 @@ def _write_records(folder, out):
         f"wrote {out}: {len(rec.runs)} runs of {len(rec.plan.recipes)} recipes ({size:.1f} MB); "
         f"`hierbench claims {out}{plugins}` recomputes the ledger from them"
     )
+
+
+def _signed(x) -> str:
+    "A number with its sign to 4 places, or `-` for none."
+    return "-" if x is None else f"{x:+.4f}"
 
 
 def cmd_claims(args):
@@ -470,17 +528,22 @@ def cmd_claims(args):
             src
         )  # a records folder or a compare folder that is neither: one line (`RecordsError`, ...)
     budget = Budget.from_dict(res["meta"]["budget"])
-    print(f"README table ({budget.name} budget: mean ± 95% half-width over each recipe's seeds, chance in brackets):\n")
-    print(headline_table(res["results"], budget.n_test))
-    print_ledger(res["ledger"], res["meta"])
+    table = headline_table(res["results"], budget.n_test)
+    what = f"README table ({budget.name} budget: mean ± 95% half-width over each recipe's seeds, chance in brackets)"
+    if getattr(args, "wide", False):  # the markdown the README holds
+        print(f"{what}:\n\n{table}")
+    else:  # recipes as rows: it fits a terminal
+        print_table(markdown_table(table).T, what + ("; --wide: as markdown" if table else ""))
+    print_ledger(res["ledger"], res["meta"], wide=getattr(args, "wide", False))
     ledger = res["ledger"]
     no_boot = ledger[(ledger.n > 0) & ledger.boot_low.isna()] if res.get("items") else ledger.iloc[:0]
     if len(no_boot):  # records keep each row's items at the seeds it read when they were written
-        print(
-            f"\nno evaluation bootstrap for {len(no_boot)} row(s) (their runs' per-item records are not kept at every "
+        why = (
+            f"no evaluation bootstrap for {len(no_boot)} row(s) (their runs' per-item records are not kept at every "
             "seed the row reads now): "
             + ", ".join(f"{r.id} {r.a} − {r.b} {r.metric} ({r.n} seeds)" for r in no_boot.itertuples())
         )
+        print("\n" + "\n".join(textwrap.wrap(why, TERMINAL_WIDTH)))
     if args.variance:
         var = variance_components(
             res["ledger"], res["results"], res["items"], eval_scene_counts(budget), n_boot=budget.n_boot
@@ -491,10 +554,21 @@ def cmd_claims(args):
             "seed; eval_in_seed: scene noise inside the seed spread; half_width_no_eval: with unlimited scenes)",
         )
     if res["reference"] is not None:
-        diffs = ledger_differences(json.loads(json.dumps(res["document"])), res["reference"])
+        document = json.loads(json.dumps(res["document"]))
+        diffs = ledger_differences(document, res["reference"])
         if diffs:
             raise RecordsError(f"the recomputed ledger differs from {src / 'claims.json'}: " + "; ".join(diffs[:5]))
-        print(f"\nequal to {src / 'claims.json'}: {len(res['ledger'])} claim rows, every verdict, effect and interval")
+        new = new_claim_rows(document, res["reference"])  # a plugin's questions asked of the recorded runs
+        for r in new:
+            print(
+                f"new row, not in {src / 'claims.json'}: {r['id']} {r['a']} − {r['b']} {r['metric']}: {r['verdict']}, "
+                f"{_signed(r['effect'])} [{_signed(r.get('ci_low'))}, {_signed(r.get('ci_high'))}] at {r['n']} seeds"
+            )
+        also = f"; {len(new)} new row(s) above" if new else ""
+        print(
+            f"\nequal to {src / 'claims.json'}: {len(res['ledger']) - len(new)} rows, every verdict, effect and "
+            f"interval{also}"
+        )
     if args.json:
         atomic_write_text(args.json, json.dumps(res["document"], indent=1))
         print(f"wrote {args.json}")

@@ -7,6 +7,8 @@ Docs: https://hierbench.github.io/hierbench/cli/parser.html.md"""
 
 # %% ../../nbs/cli/00_parser.ipynb #4500acb8
 from __future__ import annotations
+
+import warnings
 import argparse
 import importlib
 import os
@@ -26,9 +28,9 @@ from hierbench.config import (
 # %% auto #0
 __all__ = ['SUBCOMMANDS', 'LazyCommand', 'DeprecatedFlag', 'deprecated_alias', 'comma_list', 'seed_list', 'add_train_parser',
            'add_negatives_parser', 'add_paraphrases_parser', 'add_check_parser', 'add_export_parser', 'add_view_parser',
-           'add_plugin_flag', 'add_launcher_flags', 'add_compare_parser', 'add_claims_parser', 'add_sweep_parser',
-           'add_bench_parser', 'add_general_eval_flags', 'add_eval_parser', 'add_demo_docs_parsers', 'build_parser',
-           'error_line', 'debug_wanted', 'run_command', 'main']
+           'add_plugin_flag', 'add_wide_flag', 'add_launcher_flags', 'add_compare_parser', 'add_claims_parser',
+           'add_sweep_parser', 'add_bench_parser', 'add_general_eval_flags', 'add_eval_parser', 'add_demo_docs_parsers',
+           'build_parser', 'error_line', 'debug_wanted', 'one_line_warnings', 'run_command', 'main']
 
 # %% ../../nbs/cli/00_parser.ipynb #6b3539a5
 class LazyCommand:
@@ -418,6 +420,13 @@ def add_plugin_flag(d):
     )
 
 
+def add_wide_flag(d):
+    "`--wide`: every column and row of the printed tables (by default they fit 100 columns and say where the rest is)."
+    d.add_argument(
+        "--wide", action="store_true", help="print every column and claim row (default: what fits 100 columns)"
+    )
+
+
 def add_launcher_flags(d):
     "Where `compare`'s and `sweep`'s runs go: a local pool, submitit's local executor or SLURM."
     d.add_argument("--jobs", type=int, default=None, help="parallel processes over seeds (default: one per core)")
@@ -505,6 +514,7 @@ def add_compare_parser(sub):
         help="then write the folder's ledger records (the extended ledger, with --from-records) to OUT",
     )
     add_plugin_flag(d)
+    add_wide_flag(d)
     _add_report_to(d)
     deprecated_alias(d, "--preset", "--budget", choices=BUDGET_NAMES)
     d.set_defaults(func=LazyCommand("hierbench.cli.commands:cmd_compare"))
@@ -519,6 +529,7 @@ def add_claims_parser(sub):
         "records (or a compare folder), or reduce a compare folder to records",
     )
     d.add_argument("dir", help="ledger records (ledger.json, ...) or a compare folder (plan.json, runs/)")
+    add_wide_flag(d)
     d.add_argument("--json", default=None, metavar="FILE", help="write the recomputed claims.json here")
     d.add_argument("--forest", default=None, metavar="PNG", help="draw the forest plot (kaleido and Chrome/Chromium)")
     d.add_argument(
@@ -783,8 +794,25 @@ def debug_wanted(args) -> bool:
     return bool(getattr(args, "debug", False)) or os.environ.get("HIERBENCH_DEBUG", "").strip() not in ("", "0")
 
 
+def one_line_warnings(command: str, stream=None):
+    """Show hierbench's own warnings as `hierbench COMMAND: MESSAGE` on one line — the voice of the refusals, no source
+    path; other libraries' warnings as Python shows them."""
+    default = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, UserWarning) and f"{os.sep}hierbench{os.sep}" in str(filename):
+            text = " ".join(str(message).split()).removeprefix(f"{command}: ")
+            print(f"hierbench {command}: {text}", file=stream or sys.stderr)
+        else:
+            default(message, category, filename, lineno, file, line)
+
+    return show
+
+
 def run_command(args):
     "Run the parsed subcommand; a `HierbenchError` exits with its one line unless `debug_wanted`."
+    if not debug_wanted(args):
+        warnings.showwarning = one_line_warnings(args.command)
     try:
         return args.func(args)
     except HierbenchError as err:

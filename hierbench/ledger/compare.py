@@ -24,6 +24,7 @@ import pandas as pd
 import torch
 from .budgets import BUDGETS, Budget, eval_scene_counts, plan_runs  # noqa: F401 (re-exported here)
 from hierbench.ledger.claims import (
+    CLAIMS,
     claims_document,
     claims_ledger,
     evaluate_claims,
@@ -32,6 +33,7 @@ from hierbench.ledger.claims import (
     recipes_to_extend,
 )
 from hierbench.config import (
+    portable_path,
     FolderLock,
     MissingFileError,
     SettingsError,
@@ -61,6 +63,8 @@ from hierbench.ledger.records import (
     read_records,
     report_only_meta,
     restore_records,
+    made_on,
+    run_made,
     trained_elsewhere,
 )
 from .reproduction import reproduction_check
@@ -73,6 +77,7 @@ from ..recipes.seed_batch import train_seeds
 from hierbench.ledger.run_folder import (
     RunRow,
     file_sha256,
+    tensors_sha256,
     finished_run,
     json_safe,
     load_items,
@@ -105,8 +110,8 @@ __all__ = [
 
 # %% auto #0
 __all__ = ['FIRST_LOOK', 'SEEDS_PER_PROCESS', 'read_decoder', 'build_eval_data', 'evaluate_run', 'run_recipe_seeds', 'run_recipe',
-           'parent_cache', 'retrain_recorded', 'compare_outputs', 'main_job_dir', 'CompareOptions', 'compare_options',
-           'run_compare', 'rebuild_report', 'launch_compare']
+           'parent_cache', 'retrain_recorded', 'compare_outputs', 'rows_on_two_machines', 'main_job_dir',
+           'CompareOptions', 'compare_options', 'run_compare', 'rebuild_report', 'launch_compare']
 
 # %% ../../nbs/ledger/09_compare.ipynb #13eb1a27
 def read_decoder(out: str | Path, budget: Budget, quiet: bool = True) -> CaptionDecoder:
@@ -244,6 +249,7 @@ def _record_run(name: str, recipe, seed: int, budget: Budget, folder: Path, eval
         final_loss=float([m for m in read_metrics(folder) if "loss" in m][-1]["loss"]),
         metrics=metrics,
         weights_sha256=file_sha256(weights),
+        tensors_sha256=tensors_sha256(weights),
         run_fingerprint=run_fingerprint(recipe),
         plugins=plugins_used([name]) or None,
     )  # the files (and their hashes) its recipe and terms came from
@@ -479,19 +485,29 @@ def _refuse_other_budgets(out: Path, budget: Budget):
             )
 
 
+def _refuse_other_looks(plan: SequentialPlan, before: SequentialPlan | None, where: str, other_out: bool = True):
+    """`where` (a folder, or ledger records) was run --until-decided with other looks: changing them after its results
+    were seen breaks the rule's error rate. The refusal names both plans and the flags that do what was meant."""
+    if before is None or (before.looks, before.alpha, before.spending) == (plan.looks, plan.alpha, plan.spending):
+        return
+    first, last = plan.looks[0], plan.looks[-1]
+    raise SettingsError(
+        f"{where} planned --until-decided looks at {list(before.looks)} seeds ({before.spending} spending); these "
+        f"flags plan {list(plan.looks)} ({plan.spending}; first look {first}, --max-seeds {last}): a plan changed "
+        f"after its results were seen no longer keeps its error rate. Continue its plan with --max-seeds "
+        f"{before.looks[-1]}, "
+        f"or take a first look at {first} seeds without --until-decided (--seeds {first})"
+        + (", or use another --out folder" if other_out else "")
+    )
+
+
 def _refuse_another_plan(out: Path, plan: SequentialPlan):
-    """An earlier --until-decided run in `out` planned other looks: changing them after seeing results breaks the rule's
-    error rate."""
+    "An earlier --until-decided run in `out` planned other looks (`_refuse_other_looks`)."
     try:
         before = RunPlan.read(out).sequential
     except (OSError, ValueError, KeyError):
         return  # no plan recorded (or a half-written one): nothing was decided by it
-    if before and (before.looks, before.alpha, before.spending) != (plan.looks, plan.alpha, plan.spending):
-        raise SettingsError(
-            f"{out} was run --until-decided with looks at {list(before.looks)} seeds ({before.spending} spending); "
-            f"this run plans {list(plan.looks)} ({plan.spending}): a plan changed after its results were seen "
-            "no longer keeps its error rate; repeat the same flags, or use another --out folder"
-        )
+    _refuse_other_looks(plan, before, str(out))
 
 
 def _launch(launcher, tasks: list, deps: dict, run, progress) -> dict:
@@ -612,7 +628,7 @@ def _job_meta(launcher, k: int, wall: float, shown, records, plugins: list) -> d
         threads=getattr(launcher, "threads", None) or torch.get_num_threads(),
         first_estimate=shown.first_estimate,  # what the job said it would take, beside wall_seconds
         **({"plugins": plugins} if plugins else {}),
-        **({"continued_from": str(records.folder)} if records is not None else {}),
+        **({"continued_from": portable_path(records.folder)} if records is not None else {}),
     )
 
 
@@ -622,11 +638,24 @@ def _machines(runs: list, order: list, records, log) -> dict:
     elsewhere = trained_elsewhere(runs, order) if records is not None else {}
     if not elsewhere or all("recorded" in r for r in runs):
         return {}
-    log(
-        f"compare: the records' runs were trained on {', '.join(sorted({c for v in elsewhere.values() for c in v}))}, "
-        "this job's here: a claim row pairing the two differs in the machine too (the reproduction check measures it)"
-    )
+    rows = rows_on_two_machines(runs)
+    if rows:  # only the rows whose two arms were trained on different CPUs differ in the machine too
+        shown = ", ".join(rows[:4]) + (f" and {len(rows) - 4} more" if len(rows) > 4 else "")
+        log(
+            f"compare: {len(rows)} claim row(s) pair runs trained on two CPU classes ({shown}): they differ in the "
+            "machine too (the reproduction check measures it)"
+        )
     return dict(trained_elsewhere=elsewhere)
+
+
+def rows_on_two_machines(runs: list) -> list[str]:
+    "The claim rows (`ID A − B`) whose runs — both arms' seeds — were trained on more than one CPU class."
+    here, cpus = made_on(), {}
+    for r in runs:
+        cpus.setdefault(r["recipe"], set()).add(run_made(r, here)["cpu"])
+    return sorted(
+        {f"{c.id} {c.a} − {c.b}" for c in CLAIMS if c.a in cpus and c.b in cpus and len(cpus[c.a] | cpus[c.b]) > 1}
+    )
 
 # %% ../../nbs/ledger/09_compare.ipynb #fa78be4d
 def _run_compare(options: CompareOptions, launcher, records, log: Callable) -> dict:
@@ -898,6 +927,10 @@ def launch_compare(
     records = None
     if o.from_records is not None:  # the recorded runs stand in for their folders: only what new rows need trains
         records = read_records(o.from_records)
+        # every refusal the flags and the records decide comes before anything is written into `out`
+        _, _, plan, _ = _job_plan(o, records)
+        if plan is not None:
+            _refuse_other_looks(plan, records.plan.sequential, f"the records in {o.from_records}", other_out=False)
         with FolderLock(out):
             n = restore_records(records, out)
         log(f"compare: {n} of {len(records.runs)} recorded run(s) restored from {o.from_records} into {out}")

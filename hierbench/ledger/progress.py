@@ -222,9 +222,10 @@ def run_line(row: Mapping, seconds: float | None = None) -> str:
     m = row.get("metrics", {})
     g = lambda k: m.get(k) if m.get(k) is not None else float("nan")
     took = "reused" if seconds is None else duration(seconds)
+    short = lambda k: f"{g(k):.3f}".replace("0.", ".", 1)  # three places, no leading zero: the line fits 100 columns
     return (
-        f"seed {row['seed']} {row['recipe']:18s} zs {g('zs_acc/general'):.3f}  R@5 {g('i2t_R@5'):.3f}  "
-        f"comp {g('comp_acc'):.3f}  tot {g('tot_acc'):.3f}  pep_auc {g('pep_auc'):.3f}  ({took})"
+        f"{row['recipe'][:18]:18s} s{row['seed']:<2} zs {short('zs_acc/general')} R@5 {short('i2t_R@5')} "
+        f"comp {short('comp_acc')} pep {short('pep_auc')} ({took})"
     )
 
 # %% ../../nbs/ledger/06_progress.ipynb #33f00bcc
@@ -453,9 +454,9 @@ CompareProgress.eta, CompareProgress.estimate, CompareProgress._note_finished = 
 
 # %% ../../nbs/ledger/06_progress.ipynb #d94d3530
 def _status(self: CompareProgress) -> str:
-    "[done/total] · elapsed · time left (the words of every line and of the bar)."
-    head = f"{self.label}[{self.done}/{self.total} runs]"
-    return f"{head} · {duration(self.clock() - self.t0)} elapsed · about {duration(self.eta())} left"
+    "[done/total] elapsed, time left (the words of every line and of the bar: a progress line fits 100 columns)."
+    head = f"{self.label}[{self.done}/{self.total}]"
+    return f"{head} {duration(self.clock() - self.t0)} in, ~{duration(self.eta())} left"
 
 
 def say(self: CompareProgress, line: str):
@@ -506,7 +507,7 @@ def _basis(self: CompareProgress) -> str:
         words += ", " + calibration_words(self.calibration)
     elif not self.costs.measured:
         words += " (AMD EPYC)"
-    return f"estimated from {words}; refined as runs finish"
+    return f"from {words}; refined as runs finish"
 
 
 CompareProgress._calibrate, CompareProgress._basis = _calibrate, _basis
@@ -533,9 +534,8 @@ def begin(self: CompareProgress, tasks: Sequence, deps: Mapping, label: str = ""
         else ""
     )
     line = (
-        f"compare: {self.label}{self.total} runs, {self.total - len(new)} already in the folder, {len(new)} to "
-        f"train{again}; "
-        f"about {duration(eta)} "
+        f"compare: {self.label}{self.total} runs, {self.total - len(new)} in the folder, {len(new)} to "
+        f"train{again}; about {duration(eta)} "
         + (f"on {self.jobs} worker(s)" if self.jobs else "with no limit on workers")
         + f" ({self._basis()})"
     )

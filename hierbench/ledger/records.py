@@ -36,7 +36,13 @@ from hierbench.ledger.run_folder import (
     save_items,
     settings_hash,
 )  # re-exported: `records.settings_hash`
-from ..config import FolderStateError, HierbenchError, MissingFileError, atomic_write, atomic_write_text  # noqa: F401 (re-exported here)
+from hierbench.config import (
+    FolderStateError,
+    HierbenchError,
+    MissingFileError,
+    atomic_write_text,
+    portable_path,
+)
 from ..evaluation.world_eval import metric_from_items
 from ..models.family import resolve_architecture
 from ..plugins import require_plugins
@@ -76,7 +82,7 @@ __all__ = [
 __all__ = ['RECORDS_FORMAT', 'LEDGER_FILE', 'RUNS_FILE', 'ITEMS_FILE', 'CLAIMS_FILE', 'SHARED', 'PLAN_FILE', 'RecordsError',
            'records_read', 'made_on', 'RunPlan', 'read_plan', 'finished_runs', 'report_only_meta', 'run_made',
            'trained_elsewhere', 'write_records', 'NotKeptError', 'LedgerRecords', 'read_records', 'ledger_from_records',
-           'ledger_differences', 'restore_records', 'ledger_from_folder', 'forest_title']
+           'claim_key', 'new_claim_rows', 'ledger_differences', 'restore_records', 'ledger_from_folder', 'forest_title']
 
 # %% ../../nbs/ledger/03_records.ipynb #0abb420b
 RECORDS_FORMAT = "hierbench-ledger-records/1"
@@ -348,7 +354,7 @@ hierbench compare --budget {budget} --until-decided --max-seeds {max_seeds} --fr
 | `items.npz` | per-item arrays, keys `RECIPE|SEED|split|record|field`; a field equal in every run (scene indices, negative types, levels) once as `*|*|split|record|field`. A run keeps the records of the claim rows it is an arm of, at the seeds each row read. PEP's angles, kept for PEP AUC/AP only, are floored at π/2 (PEP's score reads an angle only below π/2: the same scores, exactly) |
 | `claims.json` | the ledger as computed from these records when they were written; `hierbench claims` must reproduce it exactly |
 
-Made {date} from `{source}` at hierbench commit `{commit}` on {cpu} (Python {python}, torch {torch}). Its runs, by the
+Made {date} from {source} at hierbench commit `{commit}` on {cpu} (Python {python}, torch {torch}). Its runs, by the
 CPU they were trained on and the records they first entered: {trained}.
 """
 
@@ -451,7 +457,7 @@ def write_records(compare_dir: str | Path, out: str | Path) -> Path:
         kept={f"{r}/seed{s}": sorted(f"{split}|{rec}" for split, rec in pairs) for (r, s), pairs in keep.items()},
         fields={k: sorted(v) for k, v in _fields_of(arrays).items()},
         meta=meta,
-        made={**made, "source": str(compare_dir)},
+        made={**made, "source": portable_path(compare_dir)},  # None: a folder outside the repository
         **({"plugins": list(plan.plugins)} if plan.plugins else {}),
     )
     trained = [run_made(r, made) for r in runs]
@@ -474,11 +480,11 @@ def write_records(compare_dir: str | Path, out: str | Path) -> Path:
         n_runs=len(runs),
         n_recipes=len(plan.recipes),
         seeds=", ".join(f"{r} {plan.seeds_of(r)}" for r in plan.recipes),
-        rel=out,
+        rel=portable_path(out) or out.name,
         fmt=RECORDS_FORMAT,
         max_seeds=(until.get("plan") or {}).get("looks", [plan.seeds])[-1],
         date=made["date"],
-        source=compare_dir,
+        source=f"`{portable_path(compare_dir)}`" if portable_path(compare_dir) else "a compare folder",
         commit=made["commit"],
         cpu=made["cpu"],
         python=made["python"],
@@ -687,17 +693,31 @@ def ledger_from_records(records: LedgerRecords) -> dict:
     return dict(results=results, ledger=ledger, meta=meta, document=claims_document(meta, ledger), items=records.items)
 
 # %% ../../nbs/ledger/03_records.ipynb #fe6ec556
+def claim_key(row: Mapping) -> tuple:
+    "A claim row's identity in a ledger: (id, a, b, metric)."
+    return (row.get("id"), row.get("a"), row.get("b"), row.get("metric"))
+
+
+def new_claim_rows(document: Mapping, reference: Mapping) -> list[dict]:
+    """The rows a recomputed claims.json decides that `reference` does not hold — a plugin's claims on recorded runs:
+    new answers, not differences."""
+    recorded = {claim_key(r) for r in reference.get("claims", [])}
+    return [r for r in document.get("claims", []) if r.get("verdict") != "not run" and claim_key(r) not in recorded]
+
+
 def ledger_differences(document: Mapping, reference: Mapping) -> list[str]:
-    """Where a recomputed claims.json differs from `reference` (row by row, field by field); empty when equal. A row
-    that
-    did not run and is on one side only — a claim of a plugin loaded on one side, on recipes these runs do not have —
-    is not a difference."""
-    key = lambda r: (r.get("id"), r.get("a"), r.get("b"), r.get("metric"))
-    keep = lambda rows, other: [x for x in rows if x.get("verdict") != "not run" or key(x) in {key(y) for y in other}]
-    a = keep(document.get("claims", []), reference.get("claims", []))
-    b = keep(reference.get("claims", []), document.get("claims", []))
+    """Where a recomputed claims.json differs from `reference` on the rows `reference` holds (row by row, field by
+    field); empty when equal. A row on one side only is not a difference when it did not run (a plugin's claim on
+    recipes these runs do not have) or is new in `document` (`new_claim_rows`: then the power table, a summary over
+    every row, is not compared either)."""
+    new = {claim_key(r) for r in new_claim_rows(document, reference)}
+    keep = lambda rows, other: [
+        x for x in rows if claim_key(x) not in new and (x.get("verdict") != "not run" or claim_key(x) in other)
+    ]
+    a = keep(document.get("claims", []), {claim_key(y) for y in reference.get("claims", [])})
+    b = keep(reference.get("claims", []), {claim_key(y) for y in document.get("claims", [])})
     if len(a) != len(b):
-        return [f"{len(a)} claim rows, the reference has {len(b)}"]
+        return [f"{len(a)} of its claim rows recomputed, the reference has {len(b)}"]
     out = []
     for x, y in zip(a, b):
         for k in sorted(set(x) | set(y)):
@@ -705,7 +725,7 @@ def ledger_differences(document: Mapping, reference: Mapping) -> list[str]:
                 out.append(
                     f"{x.get('id')} {x.get('a')} − {x.get('b')} {x.get('metric')}: {k} {x.get(k)!r} ≠ {y.get(k)!r}"
                 )
-    if document.get("power") != reference.get("power"):
+    if not new and document.get("power") != reference.get("power"):
         out.append("the power table differs")
     return out
 
@@ -725,7 +745,7 @@ def restore_records(records: LedgerRecords, out: str | Path) -> int:
             {
                 **row,
                 "recorded": dict(
-                    records=str(records.folder),
+                    records=portable_path(records.folder),  # None: records outside the repository
                     arch=records.ledger["arch"],
                     made=row.get("made") or {k: (records.ledger.get("made") or {}).get(k) for k in _MADE_KEYS},
                 ),

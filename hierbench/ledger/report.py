@@ -964,7 +964,10 @@ def write_report(
     else:
         note = f"No static copies of the figures: {html.escape(static['skipped'] or 'none drawn')}."
     if static["skipped"]:
-        warnings.warn(f"compare: static figures not written ({static['skipped']})")
+        warnings.warn(
+            f"compare: static figures not written ({static['skipped']}): they need Chrome or Chromium (kaleido's "
+            "`plotly_get_chrome` installs one); report.html keeps the interactive ones"
+        )
     end = f"{reproduction_html(reproduction)}<p>{note}</p></body>"
     atomic_write_text(out / "report.html", page.replace("</body>", end))
     return out / "report.html"

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 from .claims import SUMMARY_METRICS, claims_ledger
-from ..config import HierbenchError
+from ..config import portable_path, HierbenchError
 from ..recipes.registry import get_recipe
 from .records import LedgerRecords, made_on, run_made, read_records, settings_hash
 from .run_folder import load_items, run_dir
@@ -216,7 +216,9 @@ def reproduction_check(out: str | Path, rows: Sequence[Mapping], records: str | 
         return dict(skipped=f"the ledger records cannot be read: {e}")
     except (OSError, ValueError, EOFError) as e:
         return dict(skipped=f"the ledger records cannot be read: {type(e).__name__}: {e}")
-    where = dict(records=str(rec.folder), recorded_on=(rec.ledger.get("made") or {}).get("cpu"), here=made_on()["cpu"])
+    where = dict(
+        records=portable_path(rec.folder), recorded_on=(rec.ledger.get("made") or {}).get("cpu"), here=made_on()["cpu"]
+    )
     pairs = pair_runs(rows, rec)
     if pairs.empty:
         keyed = {settings_hash(r["run_key"], r["run_fingerprint"]) for r in rows if "run_key" in r}

@@ -22,10 +22,11 @@ from ..models.family import resolve_architecture
 from ..recipes.registry import get_recipe, recipe_fields
 from ..recipes.terms import term_fingerprint
 from ..world.scenes import WorldConfig
+import torch
 
 # %% auto #0
-__all__ = ['EVAL_FILE', 'json_safe', 'file_sha256', 'run_dir', 'run_fingerprint', 'settings_hash', 'RunRow', 'check_finished',
-           'save_items', 'load_items', 'finished_run', 'results_rows']
+__all__ = ['EVAL_FILE', 'json_safe', 'file_sha256', 'tensors_sha256', 'run_dir', 'run_fingerprint', 'settings_hash', 'RunRow',
+           'check_finished', 'save_items', 'load_items', 'finished_run', 'results_rows']
 
 # %% ../../nbs/ledger/01_run_folder.ipynb #69687a1f
 def json_safe(x):
@@ -49,6 +50,19 @@ def file_sha256(path: Path) -> str:
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
+    return h.hexdigest()
+
+# %% ../../nbs/ledger/01_run_folder.ipynb #2d595dd5
+def tensors_sha256(path: Path) -> str:
+    "SHA-256 of a safetensors file's tensors alone (name, dtype, shape, bytes; in name order), not its metadata."
+    from safetensors import safe_open
+
+    h = hashlib.sha256()
+    with safe_open(str(path), framework="pt") as f:
+        for name in sorted(f.keys()):
+            t = f.get_tensor(name).contiguous()
+            h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+            h.update(t.view(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     return h.hexdigest()
 
 # %% ../../nbs/ledger/01_run_folder.ipynb #317b9465
@@ -98,8 +112,9 @@ class RunRow:
     samples_per_second: float | None = None
     final_loss: float | None = None
     metrics: dict = field(default_factory=dict)  # every world metric
-    weights_sha256: str | None = None
+    weights_sha256: str | None = None  # of the file (the reuse check: these weights, this file)
     run_fingerprint: dict | None = None  # the recipe's and world's fields (`run_fingerprint`)
+    tensors_sha256: str | None = None  # of the tensors alone (`tensors_sha256`): what "bit-identical" compares
     # present only where they apply
     plugins: list | None = None  # the plugin files its recipe and terms came from
     stage: dict | None = None  # a fine-tune's stages (`compare._stage_summary`)
@@ -110,7 +125,16 @@ class RunRow:
     settings_sha256: str | None = None  # records: `settings_hash` of run key and fingerprint
     extra: dict = field(default_factory=dict)  # fields of rows of other versions, kept as they are
 
-    _OPTIONAL = ("plugins", "stage", "pep_analysis", "recorded", "retrained", "made", "settings_sha256")
+    _OPTIONAL = (
+        "plugins",
+        "stage",
+        "pep_analysis",
+        "recorded",
+        "retrained",
+        "made",
+        "settings_sha256",
+        "tensors_sha256",
+    )
 
     @classmethod
     def from_dict(cls, d: Mapping) -> "RunRow":

@@ -22,7 +22,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 from fastcore.basics import patch
 
-from ..config import MissingFileError, SettingsError
+from ..config import portable_path, MissingFileError, SettingsError
 from .heads import GEOMETRIES, make_head
 from hierbench.models.towers import (
     DEFAULT_PRESET,
@@ -304,7 +304,9 @@ def create_model(
             "mean": list(preprocess.get("mean", open_clip.OPENAI_DATASET_MEAN)),
             "std": list(preprocess.get("std", open_clip.OPENAI_DATASET_STD)),
         },
-        "checkpoint": str(ckpt_path) if ckpt_path else None,
+        # where the weights came from, as a kept file may name it (relative to the repository, else the file's name):
+        # a saved model's bytes, and so its hash, must not change with the folder it was started from
+        "checkpoint": (portable_path(ckpt_path) or ckpt_path.name) if ckpt_path else None,
         "openai_derived": openai_derived,
     }
     model = model_from_config(model_config)

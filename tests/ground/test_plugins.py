@@ -218,3 +218,17 @@ def test_a_term_that_returns_no_scalar_or_nan_stops_training_naming_it(term, err
         train_recipe(
             recipe, tmp_path / "run", WorldData(n_train=32), arch="world-debug", steps=2, batch_size=8, quiet=True
         )
+
+
+def test_the_tutorials_plugin_file_registers_its_term_recipe_and_claim(isolated_registries):
+    "Issue 55: the plugin the tutorial shows is a file beside it, and this is the file the tests load."
+    from hierbench.ledger import claims
+    from hierbench.plugins import load_plugin
+    from hierbench.recipes import registry, terms
+
+    path = Path(__file__).resolve().parents[2] / "nbs" / "tutorials" / "margin_plugin.py"
+    load_plugin(path)
+    assert (
+        "margin" in terms.plugin_terms({"margin": 1.0}) and registry.get_recipe("degla-margin").weights["margin"] == 0.5
+    )
+    assert any(c.id == "MINE-1" and c.a == "degla-margin" for c in claims.CLAIMS)

@@ -4,6 +4,7 @@ naming the record; the committed standard ledger recomputes from its records alo
 
 import gzip
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -97,10 +98,8 @@ def test_a_plan_continued_from_records_trains_only_new_seeds_and_ends_as_the_uni
     assert trained == ["clip/seed2", "meru/seed2"]  # only the seeds the plan still asked for
     assert any("4 of 4 recorded run(s) restored" in l for l in lines)
     # the restored runs stand in for their folders: the first round has nothing to run, the second trains the new seeds
-    assert any(
-        l.startswith("compare: round 1: 0 runs, 0 already in the folder, 0 to train; about 0 s") for l in lines
-    ), lines
-    assert any(l.startswith("compare: round 2: 2 runs, 0 already in the folder, 2 to train") for l in lines), lines
+    assert any(l.startswith("compare: round 1: 0 runs, 0 in the folder, 0 to train; about 0 s") for l in lines), lines
+    assert any(l.startswith("compare: round 2: 2 runs, 0 in the folder, 2 to train") for l in lines), lines
     assert _rows(out / "claims.json") == _rows(folder / "claims.json")  # the same ledger as without the break
     assert res["meta"]["until_decided"]["seeds_per_recipe"] == {"clip": 3, "meru": 3}
 
@@ -230,3 +229,27 @@ def test_the_committed_standard_ledger_recomputes_from_its_records_alone():
     assert rec.plan.budget.name == "standard" and rec.plan.sequential.looks == (5, 7, 9, 11, 13, 15)
     size = sum(p.stat().st_size for p in COMMITTED.iterdir())
     assert size < 12e6, f"{size / 1e6:.1f} MB"
+
+
+def test_a_plugin_claim_asked_of_the_committed_records_is_a_new_row_not_a_difference(tmp_path):
+    "Issue 55: the recorded rows recompute equal, the plugin's row is reported as new with its verdict, exit 0."
+    plugin = tmp_path / "mine.py"
+    plugin.write_text(
+        "from hierbench.ledger.claims import Claim, register_claim\n"
+        "from hierbench.recipes.registry import get_recipe, recipe_fields\n"
+        "a, b = recipe_fields(get_recipe('degla')), recipe_fields(get_recipe('negclip'))\n"
+        "differs = tuple(sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k)))\n"
+        "register_claim(Claim('MINE-9', 'me', 'DeGLA keeps zero-shot', 'degla', 'negclip', 'zs_acc/general',\n"
+        "                     direction='no_worse', differs_in=differs))\n"
+    )
+    records = ROOT / "nbs" / "results" / "data" / "ledger-standard"
+    out = subprocess.run(
+        [sys.executable, "-m", "hierbench.cli", "claims", str(records), "--plugin", str(plugin)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "new row, not in" in out.stdout and "MINE-9 degla − negclip zs_acc/general" in out.stdout, out.stdout[-1500:]
+    assert "equal to" in out.stdout and "1 new row(s) above" in out.stdout

@@ -566,3 +566,22 @@ def test_bucketed_text_gives_the_unbucketed_gradient():
     m.zero_grad()
     (m.clip.encode_text(toks) ** 2).sum().backward()  # open_clip's own path, full context length
     torch.testing.assert_close(g, m.clip.token_embedding.weight.grad, atol=1e-4, rtol=1e-3)  # float32 rounding
+
+
+def test_a_model_file_does_not_carry_the_folder_it_started_from(tmp_path):
+    "Issue 55: the same weights started from the same parent in two folders give the same file, so the same hash."
+    import shutil
+
+    from hierbench.ledger.run_folder import file_sha256, tensors_sha256
+    from hierbench.models.dual_encoder import create_model
+    from hierbench.models.family import save_model
+
+    parent = save_model(create_model("world-debug"), tmp_path / "parent" / "model.safetensors")
+    moved = tmp_path / "elsewhere" / "deeper" / "model.safetensors"
+    moved.parent.mkdir(parents=True)
+    shutil.copy(parent, moved)
+    shutil.copy(parent.with_suffix(".json"), moved.with_suffix(".json"))
+    a = save_model(create_model("world-debug", checkpoint=parent), tmp_path / "a" / "model.safetensors")
+    b = save_model(create_model("world-debug", checkpoint=moved), tmp_path / "b" / "model.safetensors")
+    assert str(tmp_path) not in a.read_bytes().decode("latin-1")
+    assert file_sha256(a) == file_sha256(b) and tensors_sha256(a) == tensors_sha256(b)
