@@ -3,7 +3,7 @@
 # tree's files (tracked and untracked-but-not-ignored) are copied into a fresh temporary folder with no `shared` beside
 # it, and run there against this checkout's virtual environment (PYTHONPATH puts the copy's package first). A test that
 # needs the shared data without skipping, or whose fallback asserts something false, fails here. Selected: every
-# tests/test_*.py and every notebook outside nbs/results/ whose text names the shared folder. Prints the closing line
+# tests/**/test_*.py and every notebook outside nbs/results/ whose text names the shared folder. Prints the closing line
 # "N passed, N failed, N skipped" of tools/run_tests.sh.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +17,7 @@ mkdir -p "$clone"
 git ls-files -co --exclude-standard -z | xargs -0 cp --parents -t "$clone" 2>/dev/null
 if [ -e "$where/shared" ] || [ -e "$clone/../shared" ]; then echo "a shared folder is visible from $clone"; exit 1; fi
 cd "$clone"
-tests=$(grep -l -E '"shared"|\.\./shared|SHARED' tests/test_*.py)
+tests=$(grep -rl -E '"shared"|\.\./shared|SHARED' tests --include='test_*.py' | sort)
 nbs=$(grep -rl -E '\.\./shared|shared/data|"shared"' nbs --include='*.ipynb' | grep -v '^nbs/results/' | xargs -n1 basename | sed 's/\.ipynb$//' | sort -u | paste -sd'|')
 echo "== without ../shared (a user's clone, in $clone): notebooks ${nbs//|/, }; $(echo $tests | wc -w) test files"
 PYTHONPATH="$clone" HIERBENCH_BIN="$BIN" NB_FILE_RE="^(${nbs})\.ipynb\$" tools/run_tests.sh $tests

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
+from hierbench.training import distributed as D
 from hierbench.training import trainer as T
 from hierbench.recipes import recipe_run as J
 
@@ -67,10 +68,10 @@ def negclip_local_anchors(model, img, txt, neg):
     """NegCLIP loss of this rank's anchors against all gathered columns, averaged over the local anchors.
     image→text columns: [all positives ; all negatives] (B + B·K); text→image columns: all images (B)."""
     v, t, tn = embed(model, img, txt, neg)
-    V = T.gather_features(v)
-    T_all, TN_all = T.gather_with_negatives(t, tn)
+    V = D.gather_features(v)
+    T_all, TN_all = D.gather_with_negatives(t, tn)
     s = model.logit_scale.exp()
-    y = T.local_labels(len(v))
+    y = D.local_labels(len(v))
     i2t = F.cross_entropy(s * v @ torch.cat([T_all, TN_all]).T, y)
     t2i = F.cross_entropy(s * t @ V.T, y)
     return 0.5 * (i2t + t2i), {"i2t": i2t, "t2i": t2i}, (T_all, TN_all)
@@ -81,8 +82,8 @@ def negclip_gathered_global(model, img, txt, neg):
     from hierbench.recipes.losses import hard_negative_contrastive, CosineSimilarity
 
     v, t, tn = embed(model, img, txt, neg)
-    T_all, TN_all = T.gather_with_negatives(t, tn)
-    return hard_negative_contrastive(T.gather_features(v), T_all, TN_all, model.logit_scale.exp(), CosineSimilarity())
+    T_all, TN_all = D.gather_with_negatives(t, tn)
+    return hard_negative_contrastive(D.gather_features(v), T_all, TN_all, model.logit_scale.exp(), CosineSimilarity())
 
 
 def item_dataset(n=16):
@@ -127,7 +128,7 @@ def one_step(fn, rank=0, world=1):
     )
     loss = out[0] if isinstance(out, tuple) else out
     loss.backward()
-    T.allreduce_gradients(model.parameters())
+    D.allreduce_gradients(model.parameters())
     reduced = loss.detach().clone()
     if world > 1:
         torch.distributed.all_reduce(reduced)
@@ -136,7 +137,7 @@ def one_step(fn, rank=0, world=1):
 
 
 def worker(out: Path):
-    info = T.init_distributed()
+    info = D.init_distributed()
     assert info.world_size == WORLD, info
     res = {}
     res["loss"], res["grads"], (res["pos"], res["neg"]) = one_step(negclip_local_anchors, info.rank, info.world_size)
@@ -287,7 +288,6 @@ def test_two_processes_match_one(tmp_path, launcher):
 
 
 # ---------------------------------------------------------------- srun's environment
-from hierbench.training import distributed as D
 
 
 @pytest.mark.parametrize(
