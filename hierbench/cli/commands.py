@@ -345,7 +345,7 @@ def cmd_paraphrases(args):
 # %% ../../nbs/cli/02_commands.ipynb #cb062547
 def cmd_check(args):
     table = check_benchmark_folder(args.folder, args.image_root, args.coco_dir)
-    print_table(table, f"benchmark folder {args.folder}")
+    print_table(table, f"benchmark folder {args.folder}", wide=True)  # the audit's reasons, record by record
     bad = table[(table.error != "") | (table.records == 0)]
     if len(bad):
         raise DataFormatError(

@@ -157,7 +157,7 @@ def test_pages_load_in_headless_chromium(probed_site):
 def test_search_finds_a_symbol_of_another_page_and_math_is_typeset(probed_site):
     hits = _probe(probed_site, "index.html", "?q=DualEncoder")["results"]
     assert hits and hits[0] == "dual_encoder.html#DualEncoder", hits
-    assert "geometry.html#exterior_angle" in _probe(probed_site, "world.html", "?q=exterior_angle")["results"]
+    assert "geometry.html#exterior_angle" in _probe(probed_site, "scenes.html", "?q=exterior_angle")["results"]
     geometry = _probe(probed_site, "geometry.html")
     assert geometry["math"] > 20 and geometry["math_errors"] == 0, geometry  # the conventions section's $…$ typeset
 

@@ -107,7 +107,7 @@ def test_a_plan_continued_from_records_trains_only_new_seeds_and_ends_as_the_uni
 def test_a_continuation_under_another_plan_is_refused(records, tmp_path):
     from hierbench.ledger.compare import launch_compare
 
-    with pytest.raises(ValueError, match=r"looks at \[2, 3\] seeds .* this run plans \[2, 3, 4\]"):
+    with pytest.raises(ValueError, match=r"looks at \[2, 3\] seeds .* these flags plan \[2, 3, 4\]"):
         launch_compare(
             "smoke",
             seeds=2,
@@ -214,7 +214,9 @@ def test_the_cli_reduces_recomputes_and_refuses_in_one_line(folder, tmp_path):
     hb = [sys.executable, "-m", "hierbench.cli", "claims"]
     out = subprocess.run(hb + [str(folder), "--records", str(tmp_path / "r")], capture_output=True, text=True)
     assert out.returncode == 0 and "6 runs of 2 recipes" in out.stdout
-    out = subprocess.run(hb + [str(tmp_path / "r"), "--json", str(tmp_path / "c.json")], capture_output=True, text=True)
+    out = subprocess.run(
+        hb + [str(tmp_path / "r"), "--wide", "--json", str(tmp_path / "c.json")], capture_output=True, text=True
+    )
     assert out.returncode == 0 and "equal to" in out.stdout and "| seeds | 3 | 3 |" in out.stdout
     assert json.loads((tmp_path / "c.json").read_text()) == json.loads((tmp_path / "r" / "claims.json").read_text())
     out = subprocess.run(hb + [str(tmp_path / "nothing")], capture_output=True, text=True)

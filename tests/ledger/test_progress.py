@@ -89,8 +89,8 @@ def test_every_finished_run_is_said_once_with_the_count_and_time_left_and_batche
     assert p.eta() == pytest.approx(2 * p.costs.seconds("negclip"))  # both negclip seeds in one task, not started
     p.started(tasks[2])
     p.finished(tasks[2], [_row("negclip", 0, 50.0), _row("negclip", 1, 50.0)])
-    said = [l for l in lines if "seed " in l and "runs]" in l and "training" not in l]
-    assert len(said) == 4 and lines[-1].startswith("[4/4 runs]") and "about 0 s left" in lines[-1]
+    said = [l for l in lines if l.startswith("[") and " s" in l and "training" not in l and "comp " in l]
+    assert len(said) == 4 and lines[-1].startswith("[4/4]") and "~0 s left" in lines[-1]
 
 
 def test_runs_already_in_the_folder_are_counted_said_reused_and_cost_nothing(tmp_path):

@@ -2,6 +2,7 @@
 why a row stopped), fragile rows, which recipes the next round trains, bad input, and one smoke run of the loop."""
 
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -193,8 +194,8 @@ def test_rounds_add_seeds_only_to_the_recipes_of_open_rows_until_the_last_look(t
     plan = json.loads((tmp_path / "plan.json").read_text())  # what --report-only rebuilds from
     assert plan["until_decided"]["seeds_per_recipe"] == ud["seeds_per_recipe"]
     # every run said once, with the round and the count of its round's runs
-    said = [l for l in lines if " · " in l and "seed " in l]
-    assert len(said) == len(outputs["runs"]) and sum("round 3: [6/6 runs]" in l for l in said) == 1
+    said = [l for l in lines if "] " in l and " zs " in l]
+    assert len(said) == len(outputs["runs"]) and sum("round 3: [6/6]" in l for l in said) == 1
 
 
 def test_a_round_that_cannot_finish_in_the_time_left_is_not_begun(tmp_path, outputs):
@@ -282,10 +283,10 @@ def test_until_decided_at_the_smoke_budget_end_to_end(tmp_path):
     )
     ud = res["meta"]["until_decided"]
     assert [r["seeds"] for r in ud["rounds"]] == [2, 3] and ud["seeds_per_recipe"] == {"clip": 3, "negclip": 3}
-    said = [l for l in lines if " · " in l and "seed " in l]
-    trained = [(l.split("seed ")[1].split()[1], int(l.split("seed ")[1].split()[0])) for l in said]
+    said = [l for l in lines if "] " in l and " zs " in l]
+    trained = [(m[1], int(m[2])) for l in said if (m := re.search(r"left\s+(\S+)\s+s(\d+)\s+zs ", l))]
     assert sorted(trained) == [(r, s) for r in ("clip", "negclip") for s in range(3)]  # each once, none lost
-    assert any(l.startswith("compare: round 1: 4 runs") for l in lines) and "round 2: [2/2 runs]" in said[-1]
+    assert any(l.startswith("compare: round 1: 4 runs") for l in lines) and "round 2: [2/2]" in said[-1]
     claims = json.loads((tmp_path / "claims.json").read_text())
     row = [c for c in claims["claims"] if c["id"] == "DEG-1" and c["a"] == "negclip" and c["b"] == "clip"][0]
     assert (
@@ -324,7 +325,7 @@ def test_an_until_decided_folder_refuses_another_plan(tmp_path, outputs):
         until_decided=True,
         max_seeds=5,
     )
-    with pytest.raises(ValueError, match=r"looks at \[3, 5\] seeds .* this run plans \[3, 5, 7, 9\]"):
+    with pytest.raises(ValueError, match=r"looks at \[3, 5\] seeds .* these flags plan \[3, 5, 7, 9\]"):
         C.run_compare(
             "smoke",
             seeds=3,
@@ -363,7 +364,7 @@ def test_the_quick_budgets_first_look_is_at_five_seeds_not_two(tmp_path, outputs
     )
     assert sorted({s for _, s in calls[0]}) == [0, 1, 2, 3, 4] and outputs["plan"].looks[0] == C.FIRST_LOOK == 5
     assert C.BUDGETS["quick"].seeds == 2  # without --until-decided the main job keeps its two seeds
-    with pytest.raises(ValueError, match=r"looks at \[5, 7, 9\] seeds .* this run plans \[2, 4, 6, 8, 9\]"):
+    with pytest.raises(ValueError, match=r"looks at \[5, 7, 9\] seeds .* these flags plan \[2, 4, 6, 8, 9\]"):
         C.run_compare(
             "quick",
             seeds=2,
