@@ -30,7 +30,7 @@ fi
 echo "== pytest${xdist:+ (${workers} workers)}"
 threads=()
 [ ${#xdist[@]} -gt 0 ] && threads=(env "OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}")
-"${threads[@]}" "$BIN/python" -m pytest -q -p no:cacheprovider "${xdist[@]}" "$@" 2>&1 | tee "$log/py.txt"
+"${threads[@]}" "$BIN/python" -m pytest -q -p no:cacheprovider --durations=25 "${xdist[@]}" "$@" 2>&1 | tee "$log/py.txt"
 py_rc=${PIPESTATUS[0]}
 summary=$(grep -E '^(=+ )?[0-9]+ (passed|failed|skipped|error)' "$log/py.txt" | tail -1)
 num() { echo "$summary" | grep -oE "[0-9]+ $1" | grep -oE '^[0-9]+' || echo 0; }

@@ -56,16 +56,17 @@ def test_a_point_equal_to_the_base_is_the_base(swept):
     assert "degla@weights.distill=0.005" not in {p.name for p in (out / "runs").iterdir()}
 
 
-@pytest.mark.parametrize(
-    "grid,message",
-    [
-        ("weights.distil=0,1", "has no field 'weights.distil'"),
-        ("num_negatives=2,x", "num_negatives='x': not an int"),
-        ("weights.distill=-1", "weights must be >= 0"),
-        ("weights.distill", "write FIELD=V1,V2"),
-    ],
-)
-def test_a_bad_grid_is_one_line_and_writes_nothing(grid, message, tmp_path):
+BAD_GRIDS = [
+    ("weights.distil=0,1", "has no field 'weights.distil'"),
+    ("num_negatives=2,x", "num_negatives='x': not an int"),
+    ("weights.distill=-1", "weights must be >= 0"),
+    ("weights.distill", "write FIELD=V1,V2"),
+]
+
+
+def test_a_bad_grid_is_one_line_and_writes_nothing(tmp_path):
+    "The console script prints the refusal as its one line on stderr, exits 1 and writes nothing."
+    grid, message = BAD_GRIDS[0]
     res = subprocess.run(
         [HIERBENCH, "sweep", "degla", "--grid", grid, "--out", str(tmp_path / "out")],
         capture_output=True,
@@ -73,6 +74,21 @@ def test_a_bad_grid_is_one_line_and_writes_nothing(grid, message, tmp_path):
         timeout=300,
     )
     assert res.returncode == 1 and res.stderr.count("\n") == 1 and message in res.stderr, res.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("grid,message", BAD_GRIDS)
+def test_every_bad_grid_is_refused_in_one_line_before_anything_is_written(grid, message, tmp_path, monkeypatch):
+    "The same entry point in this process (the exit's message is the line the console prints)."
+    import warnings
+
+    from hierbench.cli.parser import main
+
+    monkeypatch.setattr(warnings, "showwarning", warnings.showwarning)  # main installs its one-line warnings
+    with pytest.raises(SystemExit) as exit_:
+        main(["sweep", "degla", "--grid", grid, "--out", str(tmp_path / "out")])
+    line = str(exit_.value.code)
+    assert line.startswith("hierbench sweep: ") and "\n" not in line and message in line, line
     assert not (tmp_path / "out").exists()
 
 
