@@ -68,6 +68,7 @@ class Settings:
     seed: int  # default seed
     ledger_records: Path | None  # the committed claims ledger's records: what the main job checks this machine against
     source: Path | None  # the settings.ini these came from (None: defaults only)
+    compile: bool = False  # world training with the image tower compiled (`TrainConfig.compile`'s default)
 
     def resolve_device(self) -> str:
         "The torch device string: `auto` becomes `cuda` when available, else `cpu`."
@@ -87,6 +88,7 @@ _DEFAULTS = dict(
     device="auto",
     seed="0",
     ledger_records="nbs/results/data/ledger-standard",
+    compile="false",
 )
 
 # %% ../nbs/ground/01_config.ipynb #cf2efdfa
@@ -103,6 +105,7 @@ BENCH_SECTIONS = (
     "lora",
     "seeds",
     "view",
+    "loop",
 )  # hierbench.bench.suite's sections
 BUDGET_NAMES = ("smoke", "quick", "standard", "full")  # hierbench.ledger.budgets.BUDGETS, in size order
 SUITE_NAMES = (
@@ -214,6 +217,9 @@ def load_settings(path: str | Path | None = None, env: dict | None = None) -> Se
         seed = int(vals["seed"])
     except ValueError:
         raise SettingsError(f"setting 'seed' must be an integer, got {vals['seed']!r}") from None
+    flag = str(vals["compile"]).strip().lower()
+    if flag not in ("true", "false", "1", "0", "yes", "no", "on", "off", ""):
+        raise SettingsError(f"setting 'compile' must be true or false, got {vals['compile']!r}")
     return Settings(
         data_root=_path(vals["data_root"]),
         cache_dir=_path(vals["cache_dir"]),
@@ -223,6 +229,7 @@ def load_settings(path: str | Path | None = None, env: dict | None = None) -> Se
         device=vals["device"].strip(),
         seed=seed,
         ledger_records=_path(vals["ledger_records"]),
+        compile=flag in ("true", "1", "yes", "on"),
         source=src.resolve() if src is not None else None,
     )
 

@@ -69,6 +69,14 @@ class BenchSizes:
     seeds_steps: int = 40  # steps each process trains, of which
     seeds_warmup: int = 5  # the first are not timed
     seeds_rounds: int = 2  # interleaved rounds of every layout: medians over rounds
+    loop_recipes: tuple = ("clip", "argent", "degla")  # section `loop`: a Euclidean and a Lorentz pre-training and a
+    # fine-tune with crops and an EMA teacher, each trained by `train_recipe`'s whole loop
+    loop_n_train: int = 4000  # its world scenes (the quick and standard budgets')
+    loop_steps: int = 30  # timed steps of each loop (median time between steps)
+    loop_warmup: int = 6  # untimed first steps (the compiled loop's first step compiles)
+    loop_compile: bool = True  # also time the compiled image tower (needs a C++ compiler)
+    loop_rounds: int = 2  # eager, compiled, eager, compiled, ...: the speed-up is the median of the rounds' ratios (a
+    # shared machine's speed drifts between processes by more than the effect)
 
 
 FULL = BenchSizes()
@@ -98,6 +106,12 @@ QUICK = BenchSizes(
     seeds_steps=3,
     seeds_warmup=1,
     seeds_rounds=1,
+    loop_recipes=("clip",),
+    loop_n_train=32,
+    loop_steps=3,
+    loop_warmup=1,
+    loop_compile=False,  # compiling costs a minute: tests/training/test_fast_step.py checks the compiled step
+    loop_rounds=1,
 )
 
 # %% ../../nbs/bench/00_real.ipynb #59320fe7

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Callable
@@ -59,13 +60,16 @@ from ..recipes.registry import get_recipe, list_recipes
 from ..data.batch import load_image
 from ..models.family import create_model
 from ..training.callbacks import batch_to_device
+from ..models.dual_encoder import cxx_compiler
+from ..recipes.recipe_run import train_recipe
 
 # %% auto #0
 __all__ = ['SECTIONS', 'PAIRWISE_GOAL', 'WORLD_BUILD_GOAL_S', 'OP_CLASSES', 'OUTSIDE_SHARE_GOAL', 'PEAK_SHARE_GOAL',
-           'DEGLA_RATIO_GOAL', 'COMPARE_PEAK_GOAL_MB', 'bench_geometry', 'world_speed', 'bench_world', 'matmul_peak',
-           'step_flops', 'record_encoder_calls', 'encoder_only_loss', 'recipe_setup', 'time_recipe_step', 'op_class',
-           'step_time_shares', 'goal_applies', 'bench_recipes', 'read_compare', 'bench_compare', 'bench_pipeline',
-           'run_benchmarks', 'format_report']
+           'DEGLA_RATIO_GOAL', 'LOOP_SPEEDUP_GOAL', 'LOOP_OVERHEAD_GOAL', 'LOOP_PEAK_GOAL', 'COMPARE_PEAK_GOAL_MB',
+           'bench_geometry', 'world_speed', 'bench_world', 'matmul_peak', 'step_flops', 'record_encoder_calls',
+           'encoder_only_loss', 'recipe_setup', 'time_recipe_step', 'op_class', 'step_time_shares', 'goal_applies',
+           'bench_recipes', 'loop_step_ms', 'bare_step_ms', 'bench_loop', 'format_loop', 'read_compare',
+           'bench_compare', 'bench_pipeline', 'run_benchmarks', 'format_report']
 
 # %% ../../nbs/bench/05_suite.ipynb #c31f457f
 SECTIONS = BENCH_SECTIONS  # hierbench.config.BENCH_SECTIONS: the names `hierbench bench --sections` offers
@@ -434,6 +438,140 @@ def bench_recipes(
         rows=rows,
     )
 
+# %% ../../nbs/bench/05_suite.ipynb #a955923c
+LOOP_SPEEDUP_GOAL = 3.0  # the compiled loop's samples/s over the eager loop's
+LOOP_OVERHEAD_GOAL = 0.10  # the loop's time per step at most 10% over the bare step's
+LOOP_PEAK_GOAL = 0.60  # where 3x is out of reach: the step at >= 60% of the core's fp32 matmul peak shows why
+
+
+def loop_step_ms(recipe: str, sizes: BenchSizes, compiled: bool, folder: Path, seed: int = 0) -> tuple[float, float]:
+    """`train_recipe`'s whole loop on the world: (median ms between steps after the warm-up, seconds to the end of the
+    warm-up, the compilation included)."""
+    stamps = []
+
+    def stamp(event, state):
+        if event == "step_end":
+            stamps.append(time.perf_counter())
+
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a fine-tune from a random init: its cost is what is timed
+        train_recipe(
+            recipe,
+            folder,
+            WorldData(n_train=sizes.loop_n_train, world_seed=seed),
+            arch=sizes.recipe_preset,
+            steps=sizes.loop_warmup + sizes.loop_steps,
+            seed=seed,
+            batch_size=sizes.recipe_batch,
+            compile=compiled,
+            callbacks=[stamp],
+            quiet=True,
+            ckpt_every=10**6,  # only the final checkpoint, after the last timed step
+        )
+    gaps = [b - a for a, b in zip(stamps[sizes.loop_warmup - 1 :], stamps[sizes.loop_warmup :])]
+    return 1000 * median_of(gaps), stamps[sizes.loop_warmup - 1] - t0
+
+
+def bare_step_ms(recipe: str, sizes: BenchSizes, compiled: bool, seed: int = 0) -> tuple[float, int]:
+    "(median ms of one training step on a ready batch, its FLOPs), eager or with the compiled image tower."
+    s = recipe_setup(recipe, sizes.recipe_preset, sizes.recipe_batch, sizes.decoder_steps, seed)
+    forward = recipe_forward(s)
+    flops = step_flops(forward)  # counted eagerly: compiling fuses operators, not arithmetic
+    s["optimizer"].zero_grad(set_to_none=True)
+    if compiled:
+        s["model"].compile_image_tower_()
+    times = [time_train_step(s, forward)["total"] for _ in range(sizes.loop_warmup + sizes.loop_steps)]
+    return 1000 * median_of(times[sizes.loop_warmup :]), flops
+
+
+def bench_loop(sizes: BenchSizes = FULL, log=None) -> dict:
+    """Each recipe of `sizes.loop_recipes`: the whole training loop and the bare step, eager and (with
+    `sizes.loop_compile`) compiled; ratios, the loop's overhead over the step, the step's share of the matmul
+    peak."""
+    compiled_too = sizes.loop_compile and cxx_compiler() is not None
+    peak = matmul_peak(sizes.peak_n)
+    paths = ("eager", "compiled") if compiled_too else ("eager",)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="hierbench-loop-") as tmp:
+        for name in sizes.loop_recipes:
+            runs = {path: [] for path in paths}  # per round: (loop ms, seconds to the end of the warm-up)
+            for k in range(sizes.loop_rounds):
+                for path in paths:
+                    runs[path].append(loop_step_ms(name, sizes, path == "compiled", Path(tmp) / f"{name}-{path}-{k}"))
+            row = dict(recipe=name, rounds=sizes.loop_rounds)
+            for path in paths:
+                step_ms, flops = bare_step_ms(name, sizes, path == "compiled")
+                loop_ms = median_of([ms for ms, _ in runs[path]])
+                row.update({f"{path}_loop_ms": loop_ms, f"{path}_step_ms": step_ms})
+                row[f"{path}_ready_s"] = runs[path][0][1]  # the first round's: a cold compile where there was one
+                row[f"{path}_peak_share"] = flops / (step_ms / 1000) / peak
+                row[f"{path}_loop_over_step"] = loop_ms / step_ms - 1
+                row["gflop_per_step"] = flops / 1e9
+                if log:
+                    log(f"  {name:8s} {path:8s} loop {loop_ms:7.1f} ms/step, bare step {step_ms:7.1f} ms")
+            if compiled_too:
+                row["loop_speedup"] = median_of([e[0] / c[0] for e, c in zip(runs["eager"], runs["compiled"])])
+                row["step_speedup"] = row["eager_step_ms"] / row["compiled_step_ms"]
+            best = paths[-1]
+            row["meets_overhead_goal"] = bool(row[f"{best}_loop_over_step"] <= LOOP_OVERHEAD_GOAL)
+            row["meets_peak_goal"] = bool(row[f"{best}_peak_share"] >= LOOP_PEAK_GOAL)
+            row["meets_speedup_goal"] = bool(row["loop_speedup"] >= LOOP_SPEEDUP_GOAL) if compiled_too else None
+            rows.append(row)
+    return dict(
+        preset=sizes.recipe_preset,
+        batch=sizes.recipe_batch,
+        steps=sizes.loop_steps,
+        warmup=sizes.loop_warmup,
+        n_train=sizes.loop_n_train,
+        compiled=compiled_too,
+        compiler=cxx_compiler(),
+        matmul_peak_flop_per_s=peak,
+        speedup_goal=LOOP_SPEEDUP_GOAL,
+        overhead_goal=LOOP_OVERHEAD_GOAL,
+        peak_share_goal=LOOP_PEAK_GOAL,
+        rows=rows,
+    )
+
+
+def format_loop(lo: dict) -> list[str]:
+    "The loop section's lines: one row per recipe and path."
+    lines = [
+        "",
+        f"== loop: train_recipe's whole loop vs the bare step, {lo['preset']}, batch {lo['batch']}, "
+        f"{lo['n_train']:,} scenes (median of {lo['steps']} steps after {lo['warmup']}) ==",
+    ]
+    table = []
+    for r in lo["rows"]:
+        for path in ("eager", "compiled"):
+            if f"{path}_loop_ms" not in r:
+                continue
+            table.append(
+                {
+                    "recipe": r["recipe"],
+                    "path": path,
+                    "loop ms/step": round(r[f"{path}_loop_ms"], 1),
+                    "bare step ms": round(r[f"{path}_step_ms"], 1),
+                    "loop over step": f"{100 * r[f'{path}_loop_over_step']:+.1f}%",
+                    "of matmul peak": f"{100 * r[f'{path}_peak_share']:.1f}%",
+                    "first steps s": round(r[f"{path}_ready_s"], 1),
+                    "loop speed-up": f"{r['loop_speedup']:.2f}x" if path == "compiled" else "",
+                }
+            )
+    lines.append(pd.DataFrame(table).to_string(index=False))
+    lines.append(
+        f"goals: compiled loop >= {lo['speedup_goal']:.0f}x the eager loop, loop within "
+        f"{100 * lo['overhead_goal']:.0f}% of the step, step >= {100 * lo['peak_share_goal']:.0f}% of the "
+        f"{lo['matmul_peak_flop_per_s'] / 1e9:.1f} GFLOP/s fp32 matmul peak measured in this run"
+        + ("" if lo["compiled"] else " (compiled path not timed: no C++ compiler, or the quick sizes)")
+    )
+    for r in lo["rows"]:
+        marks = [("speed-up", r["meets_speedup_goal"]), ("overhead", r["meets_overhead_goal"])]
+        lines.append(
+            f"  {r['recipe']}: " + ", ".join(f"{k}{goal_mark(v)}" for k, v in marks + [("peak", r["meets_peak_goal"])])
+        )
+    return lines
+
 # %% ../../nbs/bench/05_suite.ipynb #a2f33e49
 COMPARE_PEAK_GOAL_MB = 6 * 1024  # `compare --preset quick` must stay under 6 GB resident
 
@@ -631,6 +769,8 @@ def run_benchmarks(
                 out[sec] = bench_seeds(sizes, log)
             elif sec == "view":
                 out[sec] = bench_view(VIEW_QUICK if quick else VIEW_FULL, log=log)
+            elif sec == "loop":
+                out[sec] = bench_loop(sizes, log=log)
             else:
                 out[sec] = bench_compare(sizes, compare_dir)
             seconds[sec] = time.perf_counter() - t0
@@ -770,4 +910,6 @@ def format_report(report: dict) -> str:
         lines += format_seeds(report["seeds"])
     if "view" in report:
         lines += format_view(report["view"])
+    if "loop" in report:
+        lines += format_loop(report["loop"])
     return "\n".join(lines)

@@ -26,8 +26,8 @@ from ..config import HierbenchError, MissingFileError
 __all__ = ['CLIP_MEAN', 'CLIP_STD', 'WORLD_MEAN', 'WORLD_STD', 'Box', 'BATCH_KEYS', 'DataFormatError', 'MissingImageError',
            'CorruptImageError', 'NotAFileError', 'UnreadableFileError', 'UnreadableImagesError', 'DataWarning',
            'load_image', 'crop_to_box', 'check_image', 'normalize', 'open_clip_transform', 'image_to_tensor',
-           'collate_batch', 'ChoiceItem', 'TripletItem', 'CaptionItem', 'Phrase', 'GroundedItem', 'ChainItem',
-           'ChainPairItem', 'NegClipRow']
+           'stack_images', 'collate_batch', 'ChoiceItem', 'TripletItem', 'CaptionItem', 'Phrase', 'GroundedItem',
+           'ChainItem', 'ChainPairItem', 'NegClipRow']
 
 # %% ../../nbs/data/01_batch.ipynb #ab3c9a03
 class DataFormatError(HierbenchError, ValueError):
@@ -217,6 +217,16 @@ BATCH_KEYS = {
 }
 
 
+def stack_images(images: Sequence[torch.Tensor]) -> torch.Tensor:
+    """`(B, 3, S, S)` float32 from B float `(3, S, S)` images; channels-last views (`WorldDataset`'s batches) are
+    stacked into a channels-last batch, a plain copy where `torch.stack` would transpose them."""
+    first = images[0]
+    if first.dtype == torch.float32 and first.stride(0) == 1 and first.shape[0] > 1:
+        out = torch.empty((len(images), *first.shape), memory_format=torch.channels_last)
+        return torch.stack(images, out=out)
+    return torch.stack(images).float()
+
+
 def collate_batch(items: Sequence[Mapping[str, Any]]) -> dict:
     """Batch dict from per-item dicts: `images`/`crops` `(B,3,S,S)` float32, `captions`/`phrases`/`paraphrases`/
     `alternatives` lists of B str, `negatives` B×K, `negatives_mask` BoolTensor (B,K) (False = no negative in that
@@ -246,7 +256,7 @@ def collate_batch(items: Sequence[Mapping[str, Any]]) -> dict:
                 )
             if t.shape != ts[0].shape:
                 raise ValueError(f"collate_batch: item {i} {k!r} shape {tuple(t.shape)} != {tuple(ts[0].shape)}")
-        batch[BATCH_KEYS[k]] = torch.stack(ts).float()
+        batch[BATCH_KEYS[k]] = stack_images(ts)
     for k in ("caption", "phrase", "paraphrase", "alternative"):
         if k not in keys:
             continue

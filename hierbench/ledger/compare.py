@@ -250,6 +250,7 @@ def _record_run(name: str, recipe, seed: int, budget: Budget, folder: Path, eval
         metrics=metrics,
         weights_sha256=file_sha256(weights),
         tensors_sha256=tensors_sha256(weights),
+        step_path=config.get("step_path", "eager"),
         run_fingerprint=run_fingerprint(recipe),
         plugins=plugins_used([name]) or None,
     )  # the files (and their hashes) its recipe and terms came from

@@ -115,6 +115,9 @@ class RunRow:
     weights_sha256: str | None = None  # of the file (the reuse check: these weights, this file)
     run_fingerprint: dict | None = None  # the recipe's and world's fields (`run_fingerprint`)
     tensors_sha256: str | None = None  # of the tensors alone (`tensors_sha256`): what "bit-identical" compares
+    step_path: str | None = (
+        None  # how its steps were computed: 'eager', or 'compiled image tower' (`TrainConfig.compile`)
+    )
     # present only where they apply
     plugins: list | None = None  # the plugin files its recipe and terms came from
     stage: dict | None = None  # a fine-tune's stages (`compare._stage_summary`)
@@ -134,6 +137,7 @@ class RunRow:
         "made",
         "settings_sha256",
         "tensors_sha256",
+        "step_path",
     )
 
     @classmethod

@@ -11,6 +11,8 @@ import copy
 import json
 import logging
 import math
+import os
+import shutil
 import warnings
 from pathlib import Path
 from typing import Callable, Sequence
@@ -36,8 +38,9 @@ from hierbench.models.towers import (
 _logger = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['MAX_LOGIT_SCALE', 'OPENAI_DERIVED_HINTS', 'DualEncoder', 'openai_derived_hint', 'require_local_file',
-           'model_from_config', 'create_model', 'read_state_dict', 'load_weights_', 'unwrap_model']
+__all__ = ['MAX_LOGIT_SCALE', 'COMPILED_IMAGE_TOWER', 'OPENAI_DERIVED_HINTS', 'DualEncoder', 'openai_derived_hint',
+           'require_local_file', 'model_from_config', 'create_model', 'read_state_dict', 'load_weights_',
+           'unwrap_model', 'cxx_compiler']
 
 # %% ../../nbs/models/03_dual_encoder.ipynb #3e743d97
 MAX_LOGIT_SCALE = 100.0  # CLIP/MERU: s = exp(logit_scale) is clamped to at most 100
@@ -137,12 +140,20 @@ def encode_text(self: DualEncoder, texts, return_pooled: bool = False):
     return (emb, pooled) if return_pooled else emb
 
 # %% ../../nbs/models/03_dual_encoder.ipynb #92db550c
+COMPILED_IMAGE_TOWER = (
+    "compiled_image_tower"  # set by `compile_image_tower_` (not a submodule): (id of the tower, its compiled forward)
+)
+
+
 @patch
 def image_features(self: DualEncoder, images: torch.Tensor) -> torch.Tensor:
     "Projected (un-lifted) image features `(B,D)` of normalised images `(B,3,S,S)`."
     images = images.to(self.device)
     if is_conv_tower(self.clip.visual):
         images = images.contiguous(memory_format=torch.channels_last)
+    compiled = self.__dict__.get(COMPILED_IMAGE_TOWER) if self.training else None
+    if compiled is not None and compiled[0] == id(self.clip.visual):  # a deep copy (an EMA teacher) runs eager
+        return compiled[1](images)
     return self.clip.encode_image(images)
 
 
@@ -390,3 +401,25 @@ def unwrap_model(model: nn.Module) -> nn.Module:
             model = model._orig_mod
         else:
             return model
+
+# %% ../../nbs/models/03_dual_encoder.ipynb #2d125234
+def cxx_compiler() -> str | None:
+    "The C++ compiler torch.compile's CPU code would be built with: `$CXX`, else g++, c++ or clang++ on PATH; or None."
+    candidates = [os.environ.get("CXX"), "g++", "c++", "clang++"]
+    return next((shutil.which(c) for c in candidates if c and shutil.which(c)), None)
+
+
+@patch
+def compile_image_tower_(self: DualEncoder, enabled: bool = True) -> bool:
+    """Compile the convolution tower's forward for training (see above); `enabled=False` goes back to eager. Returns
+    whether train-mode image features now run compiled: a transformer tower (ViT) is left as it is."""
+    self.__dict__.pop(COMPILED_IMAGE_TOWER, None)
+    if not enabled or not is_conv_tower(self.clip.visual):
+        return False
+    if self.device.type == "cpu" and cxx_compiler() is None:
+        raise SettingsError(
+            "compiling the image tower on a CPU needs a C++ compiler (g++ or clang++ on PATH, or $CXX): install one, "
+            "or train without compile"
+        )
+    self.__dict__[COMPILED_IMAGE_TOWER] = (id(self.clip.visual), torch.compile(self.clip.visual.forward, dynamic=False))
+    return True

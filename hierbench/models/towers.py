@@ -291,20 +291,28 @@ class WordLevelTokenizer:
         self.vocab, self.context_length = vocab, int(context_length)
         self.index = {w: i + 2 for i, w in enumerate(vocab)}
         self.start_id, self.end_id = len(vocab) + 2, len(vocab) + 3
+        self.known_texts: dict[str, tuple[int, ...]] = {}  # memo of `ids`: the world's captions recur every epoch
 
     @property
     def vocab_size(self) -> int:
         return len(self.vocab) + 4
 
+    def ids(self, text: str) -> tuple[int, ...]:
+        "One text's ids: `<start>`, its first `context_length - 2` words, `<end>` (a cut text still ends in `<end>`)."
+        ids = self.known_texts.get(text)
+        if ids is None:
+            words = str(text).lower().replace(".", " ").replace(",", " ").split()[: self.context_length - 2]
+            ids = (self.start_id, *(self.index.get(w, 1) for w in words), self.end_id)
+            if len(self.known_texts) < 1 << 16:  # bounded: a stream of ever-new texts (real data) stops filling it
+                self.known_texts[text] = ids
+        return ids
+
     def __call__(self, texts: Sequence[str]) -> torch.LongTensor:
         if isinstance(texts, str):
             raise TypeError("WordLevelTokenizer expects a list of strings, got a single str")
-        out = torch.zeros(len(texts), self.context_length, dtype=torch.long)
-        for row, t in enumerate(texts):
-            words = str(t).lower().replace(".", " ").replace(",", " ").split()[: self.context_length - 2]
-            ids = [self.start_id, *(self.index.get(w, 1) for w in words), self.end_id]  # cut texts still end in <end>
-            out[row, : len(ids)] = torch.tensor(ids)
-        return out
+        pad = self.context_length
+        rows = [(ids := self.ids(t)) + (0,) * (pad - len(ids)) for t in texts]
+        return torch.tensor(rows, dtype=torch.long).reshape(len(rows), pad)
 
 # %% ../../nbs/models/01_towers.ipynb #a244e7b4
 def make_tokenizer(arch: dict) -> Callable:

@@ -49,6 +49,9 @@ class TrainConfig:
     quiet: bool | None = None  # hide the progress bar; None = quiet under pytest/nbdev-test and on ranks > 0
     num_workers: int = 0  # DataLoader processes that build whole batches ahead (JPEG decoding of real data);
     # batch t is still `batches(t)`, so the numbers do not depend on it
+    compile: bool | None = None  # the image tower compiled (`DualEncoder.compile_image_tower_`): a faster step whose
+    # numbers differ from the eager one by float order (the first step pays the compilation, cached between
+    # processes); None: the `compile` setting (settings.ini, HIERBENCH_COMPILE), false unless set
     amp: InitVar[bool | None] = None  # before issue 27: bf16 autocast on CUDA only; read from old config.json files
 
     def __post_init__(self, amp=None):
@@ -112,6 +115,7 @@ RESUME_FREE_FIELDS = (
     "num_workers",
     "save_optimizer",
     "seed_group",
+    "compile",  # float order only, as another machine's would be
 )
 
 # %% ../../nbs/training/01_train_config.ipynb #50959212

@@ -35,7 +35,7 @@ from hierbench.models.precision import (
     legacy_amp_precision,
     training_forward,
 )
-from ..config import HierbenchError, RunExistsError, SettingsError
+from ..config import HierbenchError, RunExistsError, SettingsError, load_settings
 
 # the settings and the callbacks live in modules of their own; their names answer here too (`from
 # hierbench.training.trainer import TrainConfig`)
@@ -112,9 +112,10 @@ __all__ = [
 # %% auto #0
 __all__ = ['CHANGEABLE_ON_RESUME', 'PREEMPTION_SIGNALS', 'PREEMPTED_EXIT_CODE', 'NonFiniteLossError', 'check_finite',
            'batch_indices', 'model_scalars', 'clamp_hook', 'TrainResult', 'auto_quiet', 'PreemptionGuard', 'Preempted',
-           'setup_run', 'start_or_resume', 'train_step', 'log_step', 'checkpoint_step', 'finish_run', 'train',
-           'NO_DECAY_NAME_KEYS', 'RESUME_FREE_FIELDS', 'TrainConfig', 'is_no_decay', 'lr_factor', 'make_optimizer',
-           'make_scheduler', 'param_groups', 'EvalEvery', 'RunEvents', 'ValidationMonitor', 'plateau_step']
+           'compile_for_training', 'setup_run', 'start_or_resume', 'train_step', 'log_step', 'checkpoint_step',
+           'finish_run', 'train', 'NO_DECAY_NAME_KEYS', 'RESUME_FREE_FIELDS', 'TrainConfig', 'is_no_decay', 'lr_factor',
+           'make_optimizer', 'make_scheduler', 'param_groups', 'EvalEvery', 'RunEvents', 'ValidationMonitor',
+           'plateau_step']
 
 # %% ../../nbs/training/06_trainer.ipynb #f43370c6
 class NonFiniteLossError(HierbenchError, FloatingPointError):
@@ -486,6 +487,12 @@ class Preempted(RuntimeError):
         return (type(self), (self.signal_name, str(self.run_dir)))
 
 # %% ../../nbs/training/06_trainer.ipynb #f3a2223b
+def compile_for_training(model: nn.Module) -> bool:
+    "Compile what the model offers to compile for training (`compile_image_tower_`); False when it offers nothing."
+    compile_ = getattr(model, "compile_image_tower_", None)
+    return bool(compile_()) if callable(compile_) else False
+
+
 def setup_run(model: nn.Module, data, cfg: TrainConfig, teacher, modules, collate_fn) -> SimpleNamespace:
     "Process group, device, run folder, seeds, models on the device, optimizer, scheduler, scaler and batches of a run."
     info = init_distributed()
@@ -519,6 +526,8 @@ def setup_run(model: nn.Module, data, cfg: TrainConfig, teacher, modules, collat
     cast_towers_(model, cfg.precision)  # bf16/fp16: the towers' weights (heads stay float32); else nothing
     for m in modules.values():
         m.to(device).train()
+    compile_on = load_settings().compile if cfg.compile is None else cfg.compile
+    r.cfg_dict["step_path"] = "compiled image tower" if compile_on and compile_for_training(model) else "eager"
     teacher_module = as_module(teacher)
     if teacher_module is not None:
         teacher_module.to(device)

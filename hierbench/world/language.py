@@ -225,6 +225,13 @@ def parse(text: str) -> Meaning:
     "Parse a sentence of the world's language into a `Meaning`; ValueError naming the text when outside it."
     if not isinstance(text, str):
         raise ValueError(f"text outside the world's language: {text!r} is not a string")
+    return _parse_text(text)
+
+
+# Memoised: parsing is pure and a Meaning is immutable, and training parses the same captions every epoch, so each is
+# parsed once (a text outside the language raises and is not kept).
+@functools.lru_cache(maxsize=1 << 16)
+def _parse_text(text: str) -> Meaning:
     toks = text.strip().lower().removesuffix(".").split()
     pos = 0
 

@@ -1,0 +1,122 @@
+"""The fast world step (issue 54): what it changes and what it must not.
+
+The batch path (images normalised as one NHWC array and stacked channels-last, memoised parsing and tokenising) must
+give the same floats as the per-item path it replaced; the compiled image tower (`TrainConfig.compile`) may differ only
+by float order, is off by default, and says in the run folder which path trained it."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from hierbench.config import SettingsError, load_settings
+from hierbench.data.batch import collate_batch, image_to_tensor, normalize, stack_images
+from hierbench.data.sources import WorldDataset
+from hierbench.models.dual_encoder import COMPILED_IMAGE_TOWER, create_model, cxx_compiler
+from hierbench.models.towers import WordLevelTokenizer
+from hierbench.recipes.recipe_run import train_recipe
+from hierbench.training.metrics_log import read_metrics
+from hierbench.training.train_config import RESUME_FREE_FIELDS, TrainConfig
+from hierbench.world import language
+
+
+def test_world_batches_equal_the_per_item_path_bit_for_bit():
+    ds = WorldDataset("train", 16, fields=("crop", "index"), cache_dir=False)
+    idx = [3, 0, 7, 12, 5]
+    many = ds.__getitems__(idx)
+    for k, i in enumerate(idx):
+        one = ds[i]
+        assert torch.equal(one["image"], many[k]["image"]) and torch.equal(one["crop"], many[k]["crop"])
+    # the batch of before: the (B, 3, S, S) permute of the uint8 stack, scaled and normalised
+    arrays = [ds._item(i)[1] for i in idx]
+    before = normalize(torch.from_numpy(np.stack(arrays)).permute(0, 3, 1, 2).float() / 255.0, ds.mean, ds.std)
+    batch = collate_batch(many)["images"]
+    assert torch.equal(batch, before)
+    assert batch.is_contiguous(memory_format=torch.channels_last) and batch.dtype == torch.float32
+
+
+def test_stack_images_keeps_other_layouts_as_torch_stack_does():
+    plain = [torch.rand(3, 5, 5) for _ in range(3)]
+    assert torch.equal(stack_images(plain), torch.stack(plain)) and stack_images(plain).is_contiguous()
+    halves = [t.half() for t in plain]
+    assert stack_images(halves).dtype == torch.float32  # as collate_batch always gave
+    arr = (np.random.default_rng(0).random((6, 6, 3)) * 255).astype(np.uint8)
+    one = image_to_tensor(arr, 6)
+    assert torch.equal(stack_images([one, one])[1], one)
+
+
+def _ids_before(tok, text):
+    words = str(text).lower().replace(".", " ").replace(",", " ").split()[: tok.context_length - 2]
+    return [tok.start_id, *(tok.index.get(w, 1) for w in words), tok.end_id]
+
+
+def test_word_tokenizer_memo_gives_the_ids_of_before():
+    tok = WordLevelTokenizer(["a", "red", "circle", "left", "of"], context_length=6)
+    texts = ["A red circle.", "a circle left of a red circle", "unknown words here", "", "a, red", "A red circle."]
+    out = tok(texts)
+    for row, t in zip(out.tolist(), texts):
+        ids = _ids_before(tok, t)
+        assert row == ids + [0] * (6 - len(ids))
+    assert torch.equal(tok(texts), out)  # the second call reads the memo
+    assert set(tok.known_texts) == set(texts)
+    assert tok([]).shape == (0, 6)
+    with pytest.raises(TypeError, match="list of strings"):
+        tok("a red circle")
+
+
+def test_parse_is_memoised_and_still_refuses_text_outside_the_language():
+    text = "a red circle left of a blue square"
+    assert language.parse(text) is language.parse(text)  # one Meaning, immutable
+    for bad in ("circle red the", "a purple elephant"):
+        for _ in range(2):  # a refusal is not memoised away
+            with pytest.raises(ValueError, match="outside the world's language"):
+                language.parse(bad)
+    with pytest.raises(ValueError, match="not a string"):
+        language.parse(["a red circle"])
+
+
+def test_compile_is_off_by_default_and_a_setting_turns_it_on(tmp_path):
+    assert TrainConfig().compile is None and load_settings(env={}).compile is False
+    assert load_settings(env={"HIERBENCH_COMPILE": "1"}).compile is True
+    with pytest.raises(SettingsError, match="compile"):
+        load_settings(env={"HIERBENCH_COMPILE": "maybe"})
+    assert "compile" in RESUME_FREE_FIELDS  # float order only: a resumed run may switch it
+
+
+def test_a_transformer_tower_is_not_compiled():
+    model = create_model("world-tiny-vit")
+    assert model.compile_image_tower_() is False and COMPILED_IMAGE_TOWER not in model.__dict__
+
+
+needs_compiler = pytest.mark.skipif(cxx_compiler() is None, reason="torch.compile on a CPU needs a C++ compiler")
+
+
+@needs_compiler
+@pytest.mark.parametrize("recipe", ["clip", "argent", "degla"])
+def test_compiled_step_agrees_with_the_eager_step_to_float_order(tmp_path, recipe):
+    """Four steps of each recipe family (Euclidean pre-training, Lorentz pre-training with entailment, a fine-tune with
+    crops and an EMA teacher), compiled and eager from the same seed: losses within float-order distance, and the
+    run folder names its path."""
+    runs = {}
+    for compiled in (False, True):
+        folder = tmp_path / f"{recipe}-{compiled}"
+        train_recipe(recipe, folder, arch="world-tiny", steps=4, seed=0, batch_size=16, log_every=1, compile=compiled)
+        runs[compiled] = (
+            [m["loss"] for m in read_metrics(folder) if "loss" in m],
+            json.loads((folder / "config.json").read_text())["step_path"],
+        )
+    (eager, eager_path), (fast, fast_path) = runs[False], runs[True]
+    assert (eager_path, fast_path) == ("eager", "compiled image tower")
+    assert len(eager) == len(fast) == 4
+    assert eager[0] == pytest.approx(fast[0], rel=1e-5, abs=1e-5)  # before any update: the same forward
+    assert np.allclose(eager, fast, rtol=1e-3, atol=1e-3), (eager, fast)
+
+
+def test_compile_without_a_compiler_is_refused_by_name(monkeypatch):
+    monkeypatch.setenv("PATH", "")
+    monkeypatch.delenv("CXX", raising=False)
+    assert shutil.which("g++") is None
+    with pytest.raises(SettingsError, match="C\\+\\+ compiler"):
+        create_model("world-tiny").compile_image_tower_()
