@@ -52,6 +52,8 @@ Modules:
 - `hierbench.ledger.budgets`: A `Budget` fixes the steps, scenes, batches and seeds of one `hierbench compare` run; `BUDGETS` names the four the workbench ships (smoke, quick, standard, full), and `plan_runs` orders recipes so that every fine-tune comes after the checkpoint it starts from.
 - `hierbench.ledger.claims`: The papers' claims as testable rows — recipe A against recipe B on one metric, in a stated direction, the two recipes differing in declared fields only — and the ledger that reads each row off paired differences over seeds (one 95% interval, or a group-sequential rule when seeds are added until a claim is decided), with an evaluation bootstrap over scenes, the power of the design and how fragile each verdict is.
 - `hierbench.ledger.compare`: `hierbench compare` trains the papers' recipes on the built-in world, evaluates them, re-tests the papers' claims with seed and evaluation intervals and the smallest effect the design can detect, and writes a report.
+- `hierbench.ledger.explain`: From a claim row of the ledger to its evidence: the paired seed differences behind it, where it stopped and why, which seed overturns it, and its effect broken down over what the world knows of each item.
+- `hierbench.ledger.explain`: From a claim row of the ledger to its evidence: the paired seed differences behind it, where it stopped and why, which seed overturns it, and its effect broken down over what the world knows of each item.
 - `hierbench.ledger.launchers`: Run a compare job's task graph: one task after another in this process, on a pool of spawned worker processes that each die with their parent, or as submitit jobs (local processes or SLURM) with preemption turned into a requeue that resumes exactly.
 - `hierbench.ledger.progress`: What `hierbench compare` shows while it runs — runs done of the total, elapsed time and time left, a line per finished run and a heartbeat while runs train — estimated from recorded run costs scaled to this machine by a few timed steps, and refined as runs finish; a fastprogress bar in notebooks and terminals, everything printed by the parent process.
 - `hierbench.ledger.records`: The claims ledger's records in the repository: every run's recipe, seed, settings hash, final metrics and the per-item rows the evaluation bootstrap reads — what `hierbench claims` recomputes `claims.json`, the README's table and the forest plot from, in seconds, with no checkpoint; and what a `compare --until-decided` continues from on any machine.
@@ -114,6 +116,7 @@ _FRONT_DOOR = {
     "evaluate_world": "hierbench.evaluation.world_eval",  # the world's protocols and probes
     "evaluate_benchmarks": "hierbench.evaluation.benchmarks",  # SugarCrepe(++), HierarCaps, VALSE, ... local files
     "run_compare": "hierbench.ledger.compare",  # the main job: every recipe x seeds, the claims ledger, the report
+    "explain": "hierbench.ledger.explain",  # the evidence behind a claim's rows: seeds, looks, items
     "exp_map0": "hierbench.geometry",  # Lorentz geometry
     "dist": "hierbench.geometry",
     "holds": "hierbench.world.language",  # is a sentence of the world's language true of a scene?

@@ -13,6 +13,7 @@ import textwrap
 import numpy as np
 import dataclasses
 import json
+import os
 import math
 import sys
 from pathlib import Path
@@ -41,7 +42,7 @@ from hierbench.ledger.records import (
 )
 from ..ledger.run_folder import json_safe
 from ..ledger.report import forest_figure, headline_table
-from ..config import BENCH_SECTIONS, SettingsError, atomic_write, atomic_write_text
+from ..config import BENCH_SECTIONS, ENV_PREFIX, SettingsError, atomic_write, atomic_write_text
 from ..data.batch import DataFormatError
 from ..training.distributed import dist_info
 from ..geometry import dist, dist0, exp_map0, exterior_angle, half_aperture
@@ -66,7 +67,7 @@ from ..training.trainer import PREEMPTED_EXIT_CODE, EvalEvery
 # %% auto #0
 __all__ = ['TERMINAL_WIDTH', 'geometry_demo', 'fit_columns', 'print_table', 'markdown_table', 'cmd_train', 'cmd_negatives',
            'cmd_paraphrases', 'cmd_check', 'cmd_export', 'print_ledger', 'compare_options_from_args', 'cmd_compare',
-           'cmd_claims', 'cmd_bench', 'cmd_demo', 'cmd_docs']
+           'cmd_explain', 'cmd_claims', 'cmd_bench', 'cmd_demo', 'cmd_docs']
 
 # %% ../../nbs/cli/02_commands.ipynb #b2c90b5b
 def geometry_demo() -> list[tuple[str, float, float]]:
@@ -254,6 +255,7 @@ def cmd_train(args):
             batch_scope=args.batch_scope,
             keep_checkpoints=args.keep_checkpoints,
             save_optimizer=args.save_optimizer,
+            compile=args.compile,
         ).items()
         if v is not None
     }
@@ -473,6 +475,8 @@ def cmd_compare(args):
         budget = dataclasses.replace(
             BUDGETS[budget or "quick"] if not isinstance(budget, Budget) else budget, report_to=report_to
         )
+    if args.compile:  # the job's processes (pool, submitit, SLURM) inherit the setting
+        os.environ[ENV_PREFIX + "COMPILE"] = "1"
     res = launch_compare(options=compare_options_from_args(args, budget))
     print_table(
         res["summary"],
@@ -488,6 +492,17 @@ def cmd_compare(args):
     if args.records:
         _write_records(args.out, args.records)
     print("\n" + "\n".join(reproduction_lines(res["reproduction"])))  # last: does this machine reproduce the ledger?
+
+# %% ../../nbs/cli/02_commands.ipynb #1881b07e
+def cmd_explain(args):
+    from hierbench.ledger.explain import write_explain
+
+    load_plugins(args.plugin)  # a plugin's claims, before the ledger is recomputed
+    pages = write_explain(args.dir, args.claim, args.out, metric=args.metric, json_path=args.json)
+    for page in pages:
+        print(f"wrote {page}")
+    if args.json:
+        print(f"wrote {args.json}")
 
 # %% ../../nbs/cli/02_commands.ipynb #5747ec27
 def _write_records(folder, out):

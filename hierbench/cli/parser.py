@@ -28,9 +28,10 @@ from hierbench.config import (
 # %% auto #0
 __all__ = ['SUBCOMMANDS', 'LazyCommand', 'DeprecatedFlag', 'deprecated_alias', 'comma_list', 'seed_list', 'add_train_parser',
            'add_negatives_parser', 'add_paraphrases_parser', 'add_check_parser', 'add_export_parser', 'add_view_parser',
-           'add_plugin_flag', 'add_wide_flag', 'add_launcher_flags', 'add_compare_parser', 'add_claims_parser',
-           'add_sweep_parser', 'add_bench_parser', 'add_general_eval_flags', 'add_eval_parser', 'add_demo_docs_parsers',
-           'build_parser', 'error_line', 'debug_wanted', 'one_line_warnings', 'run_command', 'main']
+           'add_plugin_flag', 'add_wide_flag', 'add_compile_flag', 'add_launcher_flags', 'add_compare_parser',
+           'add_claims_parser', 'add_sweep_parser', 'add_explain_parser', 'add_bench_parser', 'add_general_eval_flags',
+           'add_eval_parser', 'add_demo_docs_parsers', 'build_parser', 'error_line', 'debug_wanted',
+           'one_line_warnings', 'run_command', 'main']
 
 # %% ../../nbs/cli/00_parser.ipynb #6b3539a5
 class LazyCommand:
@@ -242,6 +243,7 @@ def add_train_parser(sub):
     d.add_argument("--eval-image-root", default=None, help="image folder of the benchmarks")
     d.add_argument("--eval-limit", type=int, default=None, help="items per benchmark subset")
     _add_report_to(d)
+    add_compile_flag(d)
     d.add_argument("--resume", action="store_true", help="continue from the run folder's latest checkpoint")
     d.add_argument(
         "--allow-change",
@@ -427,6 +429,17 @@ def add_wide_flag(d):
     )
 
 
+def add_compile_flag(d):
+    "`--compile`: world training with the image tower compiled (`TrainConfig.compile`; default: the `compile` setting)."
+    d.add_argument(
+        "--compile",
+        action="store_true",
+        default=None,
+        help="compile the image tower for training (torch.compile; needs a C++ compiler): a faster step whose "
+        "numbers differ by float order; the first step pays the compilation (default: the compile setting, off)",
+    )
+
+
 def add_launcher_flags(d):
     "Where `compare`'s and `sweep`'s runs go: a local pool, submitit's local executor or SLURM."
     d.add_argument("--jobs", type=int, default=None, help="parallel processes over seeds (default: one per core)")
@@ -515,6 +528,7 @@ def add_compare_parser(sub):
     )
     add_plugin_flag(d)
     add_wide_flag(d)
+    add_compile_flag(d)
     _add_report_to(d)
     deprecated_alias(d, "--preset", "--budget", choices=BUDGET_NAMES)
     d.set_defaults(func=LazyCommand("hierbench.cli.commands:cmd_compare"))
@@ -593,6 +607,23 @@ def add_sweep_parser(sub):
     shown.add_argument("--quiet", action="store_true", help="no progress lines")
     shown.add_argument("--verbose", action="store_true", help="also each run's own progress bar")
     d.set_defaults(func=LazyCommand("hierbench.ledger.sweep:cmd_sweep"))
+    return d
+
+# %% ../../nbs/cli/00_parser.ipynb #11b5b7de
+def add_explain_parser(sub):
+    "The `explain` subcommand: the evidence behind each row of a claim, as pages and JSON (`hierbench.ledger.explain`)."
+    d = sub.add_parser(
+        "explain",
+        help="why a claim came out as it did: each row's seeds (paired differences, the interval at each look, the "
+        "seeds that overturn it) and its effect by item type or hierarchy level, as HTML pages and JSON",
+    )
+    d.add_argument("dir", help="ledger records (ledger.json, ...) or a compare folder (plan.json, runs/)")
+    d.add_argument("claim", help="a claim id of that ledger (ARG-1, DEG-1, a plugin's)")
+    d.add_argument("--metric", default=None, help="only the claim's row(s) on this metric")
+    d.add_argument("--out", required=True, help="folder for one HTML page per row (and plotly.min.js)")
+    d.add_argument("--json", default=None, metavar="FILE", help="the same numbers as JSON")
+    add_plugin_flag(d)
+    d.set_defaults(func=LazyCommand("hierbench.cli.commands:cmd_explain"))
     return d
 
 # %% ../../nbs/cli/00_parser.ipynb #5af21932
@@ -765,6 +796,7 @@ SUBCOMMANDS = (
     add_eval_parser,
     add_claims_parser,
     add_sweep_parser,
+    add_explain_parser,
     add_view_parser,
 )
 
