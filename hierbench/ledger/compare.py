@@ -879,6 +879,8 @@ def run_compare(
     what new recipes and claims need. Default `budget`: smoke, or the records'."""
     given = {k: v for k, v in dict(budget=budget, seeds=seeds, out=out, recipes=recipes).items() if v is not None}
     options = compare_options(options, **given, **fields)
+    _job_plan(options, records)  # the refusals the flags decide, before `out` is made (a refusal leaves it as it was)
+    plan_runs(list(options.recipes or ()))  # an unknown recipe is refused here, listing the known ones
     options.folder.mkdir(parents=True, exist_ok=True)
     with FolderLock(options.folder):
         swept = sweep_temporary_files(options.folder)

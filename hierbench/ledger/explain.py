@@ -274,7 +274,8 @@ def seeds_figure(ev: RowEvidence) -> go.Figure:
             )
         )
     if len(looks) and "low" in looks:
-        ok = looks.dropna(subset=["low", "high"])
+        bounds = looks[["low", "high"]].astype(float)
+        ok = looks[np.isfinite(bounds.low) & np.isfinite(bounds.high)]  # early looks of O'Brien-Fleming: no interval
         fig.add_trace(
             go.Scatter(
                 x=ok["n"] + 0.25,
