@@ -117,22 +117,22 @@ def _world_fields(fields, k_negatives, caption, top_caption_p, mirror_twins, pai
     "The item fields a `WorldDataset` emits (a crop comes with its phrase), or an error naming the bad option."
     bad = [f for f in fields if f not in WORLD_FIELDS]
     if bad:
-        raise ValueError(f"unknown world field(s) {bad}; known: {list(WORLD_FIELDS)}")
+        raise SettingsError(f"unknown world field(s) {bad}; known: {list(WORLD_FIELDS)}")
     if caption not in ("sample", "top"):
-        raise ValueError(f"caption must be 'sample' or 'top', got {caption!r}")
+        raise SettingsError(f"caption must be 'sample' or 'top', got {caption!r}")
     if "negatives" in fields and k_negatives < 1:
-        raise ValueError(f"k_negatives must be >= 1, got {k_negatives}")
+        raise SettingsError(f"k_negatives must be >= 1, got {k_negatives}")
     out = set(fields) | ({"crop", "phrase"} if {"crop", "phrase"} & set(fields) else set())
     if not 0.0 <= top_caption_p <= 1.0:
-        raise ValueError(f"top_caption_p must be in [0, 1], got {top_caption_p!r}")
+        raise SettingsError(f"top_caption_p must be in [0, 1], got {top_caption_p!r}")
     drawn_otherwise = out & {"negatives", "paraphrase", "crop", "phrase"}
     if top_caption_p and (drawn_otherwise or caption == "top"):
-        raise ValueError(
+        raise SettingsError(
             f"top_caption_p weights caption='sample' draws; with "
             f"{sorted(drawn_otherwise) or ['caption=top']} the caption is drawn otherwise"
         )
     if mirror_twins and pair_neighbours:
-        raise ValueError("mirror_twins and pair_neighbours both compose the batch; choose one")
+        raise SettingsError("mirror_twins and pair_neighbours both compose the batch; choose one")
     return out
 
 
