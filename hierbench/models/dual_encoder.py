@@ -140,9 +140,8 @@ def encode_text(self: DualEncoder, texts, return_pooled: bool = False):
     return (emb, pooled) if return_pooled else emb
 
 # %% ../../nbs/models/03_dual_encoder.ipynb #92db550c
-COMPILED_IMAGE_TOWER = (
-    "compiled_image_tower"  # set by `compile_image_tower_` (not a submodule): (id of the tower, its compiled forward)
-)
+# the attribute `compile_image_tower_` sets (not a submodule): (id of the tower, its compiled forward)
+COMPILED_IMAGE_TOWER = "compiled_image_tower"
 
 
 @patch

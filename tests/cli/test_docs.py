@@ -94,25 +94,30 @@ window.addEventListener('load', () => setTimeout(() => {
 </script>"""
 
 
-def _probe(site: Path, page: str, query: str = "") -> dict:
-    "Open `page` of `site` in headless chromium and return what the injected probe saw after load."
-    import html as _html
-
-    res = subprocess.run(
+def _chromium(url: str, virtual_ms: int, timeout: int) -> subprocess.CompletedProcess:
+    "Headless chromium on `url` until `virtual_ms` of virtual time have passed; the page's DOM on stdout."
+    return subprocess.run(
         [
             CHROMIUM,
             "--headless",
             "--no-sandbox",
             "--disable-gpu",
             "--allow-file-access-from-files",
-            "--virtual-time-budget=20000",
+            f"--virtual-time-budget={virtual_ms}",
             "--dump-dom",
-            (site / page).as_uri() + query,
+            url,
         ],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
     )
+
+
+def _probe(site: Path, page: str, query: str = "") -> dict:
+    "Open `page` of `site` in headless chromium and return what the injected probe saw after load."
+    import html as _html
+
+    res = _chromium((site / page).as_uri() + query, 20_000, 120)
     m = re.search(r'<pre id="hb-probe">(.*?)</pre>', res.stdout, re.S)
     if not m:
         raise AssertionError(f"{page}: page did not finish loading ({res.stderr[-300:]})")
@@ -158,21 +163,8 @@ def _probe_all(site: Path, pages: list[str]) -> dict:
 
     harness = site / "_harness.html"
     harness.write_text(_HARNESS.replace("PAGES", json.dumps(pages)))
-    res = subprocess.run(
-        [
-            CHROMIUM,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--allow-file-access-from-files",
-            f"--virtual-time-budget={70_000 * len(pages)}",  # virtual ms: each page's 60 s limit, and some
-            "--dump-dom",
-            harness.as_uri(),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60 + 10 * len(pages),
-    )
+    # virtual ms: each page's 60 s limit and some; real seconds: about 1 a page here, ten times that allowed
+    res = _chromium(harness.as_uri(), 70_000 * len(pages), 60 + 10 * len(pages))
     m = re.search(r'<pre id="hb-all">(.*?)</pre>', res.stdout, re.S)
     if not m or not m.group(1):
         raise AssertionError(f"the harness did not finish ({res.stderr[-300:]})")
