@@ -513,8 +513,8 @@ def bench_loop(sizes: BenchSizes = FULL, log=None) -> dict:
             for k in range(sizes.loop_rounds):
                 for path in paths:
                     runs[path].append(loop_step_ms(name, sizes, path == "compiled", Path(tmp) / f"{name}-{path}-{k}"))
-            row = dict(recipe=name, rounds=sizes.loop_rounds)
             bare = bare_steps_ms(name, sizes, paths)
+            row = dict(recipe=name, rounds=sizes.loop_rounds, gflop_per_step=bare["flops"] / 1e9)
             for path in paths:
                 step_ms, flops = bare[path], bare["flops"]
                 loop_ms = median_of([ms for ms, _ in runs[path]])
@@ -522,7 +522,6 @@ def bench_loop(sizes: BenchSizes = FULL, log=None) -> dict:
                 row[f"{path}_ready_s"] = runs[path][0][1]  # the first round's: a cold compile where there was one
                 row[f"{path}_peak_share"] = flops / (step_ms / 1000) / peak
                 row[f"{path}_loop_over_step"] = loop_ms / step_ms - 1
-                row["gflop_per_step"] = flops / 1e9
                 if log:
                     log(f"  {name:8s} {path:8s} loop {loop_ms:7.1f} ms/step, bare step {step_ms:7.1f} ms")
             if compiled_too:

@@ -475,9 +475,16 @@ def cmd_compare(args):
         budget = dataclasses.replace(
             BUDGETS[budget or "quick"] if not isinstance(budget, Budget) else budget, report_to=report_to
         )
-    if args.compile:  # the job's processes (pool, submitit, SLURM) inherit the setting
-        os.environ[ENV_PREFIX + "COMPILE"] = "1"
-    res = launch_compare(options=compare_options_from_args(args, budget))
+    key, before = ENV_PREFIX + "COMPILE", os.environ.get(ENV_PREFIX + "COMPILE")
+    if args.compile:  # the job's processes (pool, submitit, SLURM) inherit the setting; this process gets it back after
+        os.environ[key] = "1"
+    try:
+        res = launch_compare(options=compare_options_from_args(args, budget))
+    finally:
+        if args.compile and before is None:
+            del os.environ[key]
+        elif args.compile:
+            os.environ[key] = before
     print_table(
         res["summary"],
         "summary: " + res["summary"].attrs.get("caption", "mean ± 95% half-width over seeds (first row: chance)"),

@@ -18,7 +18,7 @@ import torch
 from fastcore.basics import patch
 
 from ..world import scenes as W
-from .batch import CLIP_MEAN, CLIP_STD, WORLD_MEAN, WORLD_STD, collate_batch, image_to_tensor
+from .batch import CLIP_MEAN, CLIP_STD, WORLD_MEAN, WORLD_STD, collate_batch, image_to_tensor, normalize
 from .negatives import is_changed
 from ..config import SettingsError
 
@@ -377,12 +377,10 @@ def __getitems__(self: WorldDataset, indices: Sequence[int]) -> list[dict]:
     def convert(arrays, size):
         if arrays[0].shape[:2] != (size, size):
             return [image_to_tensor(a, size, self.mean, self.std) for a in arrays]
-        # normalised as the contiguous (B, S, S, 3) batch and then viewed as (B, 3, S, S): the same operations on the
-        # same values as `normalize` (so the same floats), without a strided copy; the views are channels-last, the
-        # layout the convolution towers take, and `collate_batch` keeps it
-        x = torch.from_numpy(np.stack(arrays)).float().div_(255.0)
-        mean, std = (torch.as_tensor(v, dtype=x.dtype) for v in (self.mean, self.std))
-        return list(x.sub_(mean).div_(std).permute(0, 3, 1, 2).unbind(0))
+        # the permuted (B, S, S, 3) stack is channels-last, and so are the normalised images: the layout the
+        # convolution towers take, which `collate_batch` keeps (`stack_images`)
+        x = torch.from_numpy(np.stack(arrays)).permute(0, 3, 1, 2).float().div_(255.0)
+        return list(normalize(x, self.mean, self.std).unbind(0))
 
     imgs = convert([p[1] for p in parts], self.image_size)
     crops = convert([p[2] for p in parts], self.crop_size) if parts and parts[0][2] is not None else None

@@ -404,8 +404,8 @@ def unwrap_model(model: nn.Module) -> nn.Module:
 # %% ../../nbs/models/03_dual_encoder.ipynb #2d125234
 def cxx_compiler() -> str | None:
     "The C++ compiler torch.compile's CPU code would be built with: `$CXX`, else g++, c++ or clang++ on PATH; or None."
-    candidates = [os.environ.get("CXX"), "g++", "c++", "clang++"]
-    return next((shutil.which(c) for c in candidates if c and shutil.which(c)), None)
+    found = (shutil.which(c) for c in (os.environ.get("CXX"), "g++", "c++", "clang++") if c)
+    return next((path for path in found if path), None)
 
 
 @patch
