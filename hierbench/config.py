@@ -18,38 +18,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 # %% auto #0
-__all__ = [
-    "ENV_PREFIX",
-    "PRECISIONS",
-    "LAUNCHERS",
-    "BENCH_SECTIONS",
-    "BUDGET_NAMES",
-    "SUITE_NAMES",
-    "REPORT_TO_BACKENDS",
-    "Settings",
-    "HierbenchError",
-    "SettingsError",
-    "MissingFileError",
-    "RunExistsError",
-    "FolderStateError",
-    "UnknownNameError",
-    "MissingExtraError",
-    "find_settings_file",
-    "load_settings",
-    "atomic_write",
-    "atomic_write_text",
-    "sweep_temporary_files",
-    "FolderLock",
-    "run_once",
-    "atomic_folder",
-]
-
-# %% auto #0
 __all__ = ['ENV_PREFIX', 'PRECISIONS', 'LAUNCHERS', 'BENCH_SECTIONS', 'BUDGET_NAMES', 'SUITE_NAMES', 'REPORT_TO_BACKENDS',
            'REPOSITORY', 'Settings', 'HierbenchError', 'SettingsError', 'MissingFileError', 'RunExistsError',
            'FolderStateError', 'UnknownNameError', 'MissingExtraError', 'find_settings_file', 'platform_folders',
-           'load_settings', 'portable_path', 'atomic_write', 'atomic_write_text', 'sweep_temporary_files', 'FolderLock',
-           'run_once', 'atomic_folder']
+           'load_settings', 'portable_path', 'path_from', 'path_in', 'atomic_write', 'atomic_write_text',
+           'sweep_temporary_files', 'FolderLock', 'run_once', 'atomic_folder']
 
 # %% ../nbs/ground/01_config.ipynb #00ec37bf
 ENV_PREFIX = "HIERBENCH_"
@@ -244,6 +217,22 @@ def portable_path(path: str | Path) -> str | None:
         return Path(path).expanduser().resolve().relative_to(REPOSITORY.resolve()).as_posix()
     except ValueError:
         return None
+
+
+def path_from(folder: str | Path, path: str | Path) -> str:
+    """`path` as a file kept in `folder` should name it: relative to `folder` (`../parents/model.safetensors`), so the
+    file names no folder of one machine and still finds `path` when both move together; absolute only where no
+    relative path exists (another drive)."""
+    try:
+        return Path(os.path.relpath(Path(path).expanduser().resolve(), Path(folder).expanduser().resolve())).as_posix()
+    except ValueError:  # Windows: another drive
+        return str(Path(path).resolve())
+
+
+def path_in(folder: str | Path, named: str | Path) -> Path:
+    "The file that a file kept in `folder` names `named` (`path_from`'s inverse; an absolute name stays as it is)."
+    named = Path(named)
+    return named if named.is_absolute() else Path(folder) / named
 
 # %% ../nbs/ground/01_config.ipynb #47d838ac
 def atomic_write(path: str | Path, write_fn: Callable[[Path], Any]) -> Path:

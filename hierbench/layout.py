@@ -20,7 +20,7 @@ __all__ = ['GROUND_FLOOR', 'WINGS', 'MOVED', 'wing_of', 'wing_rank', 'MovedModul
            'MovedModuleFinder', 'install_moved_finder', 'wing_front_door']
 
 # %% ../nbs/ground/04_layout.ipynb #72eea5119410473aa328ad9291626812
-GROUND_FLOOR = ("geometry", "config", "stats", "plugins", "layout")
+GROUND_FLOOR = ("geometry", "config", "stats", "plugins", "layout", "terminal")
 WINGS = (
     "world",  # the built-in synthetic world: its language, verified hard negatives, scenes
     "data",  # free-text negatives, paraphrases, the batch format, annotation files, training sources

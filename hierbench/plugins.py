@@ -14,23 +14,11 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
-from .config import HierbenchError
+from .config import HierbenchError, portable_path
 
 # %% auto #0
-__all__ = [
-    "PluginError",
-    "Plugin",
-    "note_registration",
-    "loaded_plugins",
-    "plugins_providing",
-    "load_plugin",
-    "load_plugins",
-    "require_plugins",
-]
-
-# %% auto #0
-__all__ = ['PluginError', 'Plugin', 'note_registration', 'loaded_plugins', 'plugins_providing', 'load_plugin', 'load_plugins',
-           'require_plugins']
+__all__ = ['PluginError', 'Plugin', 'note_registration', 'loaded_plugins', 'loaded_plugin_file', 'plugins_providing',
+           'load_plugin', 'load_plugins', 'require_plugins']
 
 # %% ../nbs/ground/03_plugins.ipynb #5e4eaf5f
 class PluginError(HierbenchError, ValueError):
@@ -51,7 +39,8 @@ class Plugin:
         "What a run folder or a ledger's records keep of it."
         return dict(
             plugin=self.spec,
-            path=self.path,
+            # where it lies relative to the repository, else its name: a record names no folder of one machine
+            path=portable_path(self.path) or Path(self.path).name,
             sha256=self.sha256,
             **{f"{k}s": list(v) for k, v in self.registered.items()},
         )
@@ -70,6 +59,11 @@ def note_registration(kind: str, name: str):
 def loaded_plugins() -> list[dict]:
     "The records (`Plugin.record`) of every plugin this process has loaded, in load order."
     return [p.record() for p in _LOADED.values()]
+
+
+def loaded_plugin_file(sha256: str) -> Path | None:
+    "The file a plugin this process has loaded was read from, found by its SHA-256 (None: no such plugin loaded)."
+    return next((Path(p.path) for p in _LOADED.values() if p.sha256 == sha256), None)
 
 
 def plugins_providing(recipes=(), terms=(), claims=(), given=()) -> list[dict]:
@@ -163,10 +157,12 @@ def require_plugins(recorded, where) -> None:
         if rec.get("sha256") in have:
             continue
         same_path = [p for p in loaded_plugins() if p["path"] == rec.get("path")]
+        kept = Path(where) / "plugins" / Path(str(rec.get("path") or "")).name  # a records folder keeps a copy
+        copy = f" (a copy of it is kept in {kept})" if rec.get("path") and kept.is_file() else ""
         why = (
             f"{rec.get('path')} is loaded but has changed since (sha256 {rec.get('sha256', '')[:12]}… then)"
             if same_path
-            else f"it is not loaded: pass --plugin {rec.get('path') or rec.get('plugin')}"
+            else f"it is not loaded: pass --plugin {rec.get('path') or rec.get('plugin')}{copy}"
         )
         raise PluginError(
             f"{where} was made with plugin {rec.get('plugin')} "

@@ -28,19 +28,6 @@ from ..evaluation.suites import evaluate_classification
 from ..evaluation.zeroshot import fill_template, imagenet_metadata
 
 # %% auto #0
-__all__ = [
-    "EVAL_FULL",
-    "EVAL_QUICK",
-    "EVAL_GOAL",
-    "EvalBenchSizes",
-    "bench_folders",
-    "plain_zeroshot",
-    "plain_retrieval",
-    "bench_evals",
-    "format_evals",
-]
-
-# %% auto #0
 __all__ = ['EVAL_FULL', 'EVAL_QUICK', 'EVAL_GOAL', 'EvalBenchSizes', 'bench_folders', 'plain_zeroshot', 'plain_retrieval',
            'bench_evals', 'format_evals']
 

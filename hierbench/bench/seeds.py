@@ -23,19 +23,6 @@ import torch
 from .real import FULL, QUICK, BenchSizes, median_of  # noqa: F401 (re-exported here)
 
 # %% auto #0
-__all__ = [
-    "STEPS_PER_SEED",
-    "SEEDS_GOAL",
-    "seed_layouts",
-    "seed_worker",
-    "run_layout",
-    "stacked_step_ratio",
-    "cpu_model",
-    "bench_seeds",
-    "format_seeds",
-]
-
-# %% auto #0
 __all__ = ['STEPS_PER_SEED', 'SEEDS_GOAL', 'seed_layouts', 'seed_worker', 'run_layout', 'stacked_step_ratio', 'cpu_model',
            'bench_seeds', 'format_seeds']
 

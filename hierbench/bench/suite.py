@@ -25,6 +25,7 @@ import pandas as pd
 import torch
 
 from ..config import BENCH_SECTIONS
+from ..terminal import fold_long, table_text
 from ..models.precision import check_precision
 from ..world.scenes import WorldConfig, build_split, make_scene
 from .seeds import bench_seeds, format_seeds  # section `seeds`
@@ -573,7 +574,7 @@ def format_loop(lo: dict) -> list[str]:
                     "step speed-up": f"{r['step_speedup']:.2f}x" if path == "compiled" else "",
                 }
             )
-    lines.append(pd.DataFrame(table).to_string(index=False))
+    lines.append(table_text(pd.DataFrame(table), index=False))
     lines.append(
         f"goals: compiled loop >= {lo['speedup_goal']:.0f}x the eager loop, loop within "
         f"{100 * lo['overhead_goal']:.0f}% of the step, step >= {100 * lo['peak_share_goal']:.0f}% of the "
@@ -794,12 +795,13 @@ def run_benchmarks(
 
 # %% ../../nbs/bench/05_suite.ipynb #03165de5
 def format_report(report: dict) -> str:
-    "A readable text report of `run_benchmarks`' result."
+    """A readable text report of `run_benchmarks`' result, in 100 columns (`hierbench.terminal`; inside `full_width`,
+    every column)."""
     m, lines = report["meta"], []
     lines += [
         f"hierbench bench{' (QUICK sizes: numbers mean nothing)' if m.get('quick') else ''}",
-        f"torch {m['torch']}, {m['threads']} thread(s), device {m['device']}, {m['cpu_count']} CPU(s), "
-        f"load avg {m['load_avg_1_5_15']}, peak RSS {m.get('peak_rss_mb', float('nan')):.0f} MB, {m['started']}",
+        f"torch {m['torch']}, {m['threads']} thread(s), device {m['device']}, {m['cpu_count']} CPU(s), {m['started']}",
+        f"load avg {m['load_avg_1_5_15']}, peak RSS {m.get('peak_rss_mb', float('nan')):.0f} MB",
     ]
     if "geometry" in report:
         g = report["geometry"]
@@ -871,7 +873,7 @@ def format_report(report: dict) -> str:
             f"== recipes: one training step, {r['preset']}, batch {r['batch']}, device {r['device']}, "
             f"{r.get('precision', 'fp32')} "
             f"(median of {r['steps']} after {r['warmup']} warm-up) ==",
-            table.to_string(index=False),
+            table_text(table, index=False),
             f"fp32 matmul peak measured in this run: {r['matmul_peak_flop_per_s'] / 1e9:.1f} GFLOP/s; DeGLA's step "
             f"{next((x['ratio_to_clip'] for x in r['rows'] if x['recipe'] == 'degla'), float('nan')):.2f}x CLIP's"
             f"  [goal <= {r['degla_ratio_goal']:.0f}x]{goal_mark(r['degla_meets_ratio_goal'])}",
@@ -887,7 +889,7 @@ def format_report(report: dict) -> str:
             lines += [
                 "",
                 "where each step's operator time goes (torch.profiler self CPU time, forward + backward):",
-                shares.to_string(index=False),
+                table_text(shares, index=False),
             ]
     if "compare" in report:
         c = report["compare"]
@@ -901,7 +903,7 @@ def format_report(report: dict) -> str:
                 if "peak_goal_mb" in c
                 else ""
             ),
-            pd.DataFrame(c["per_recipe"]).round(2).to_string(index=False),
+            table_text(pd.DataFrame(c["per_recipe"]).round(2), index=False),
         ]
         if c.get("note"):
             lines.append(f"note: {c['note']}")
@@ -927,4 +929,4 @@ def format_report(report: dict) -> str:
         lines += format_view(report["view"])
     if "loop" in report:
         lines += format_loop(report["loop"])
-    return "\n".join(lines)
+    return fold_long("\n".join(lines))  # tables cut to the columns that fit, prose folded

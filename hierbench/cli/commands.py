@@ -8,9 +8,9 @@ Docs: https://hierbench.github.io/hierbench/cli/commands.html.md"""
 # %% ../../nbs/cli/02_commands.ipynb #d53762d6
 from __future__ import annotations
 
-import textwrap
 
 import numpy as np
+import contextlib
 import dataclasses
 import json
 import os
@@ -56,6 +56,7 @@ from ..models.family import load_model
 from ..models.export import export_open_clip
 from ..data.negatives import LexiconTagger
 from ..plugins import load_plugins
+from ..terminal import TERMINAL_WIDTH, fold, full_width, print_table, say  # noqa: F401 (re-exported here)
 from ..ledger.reproduction import reproduction_check, reproduction_lines
 from ..data.paraphrases import generate_paraphrases
 from ..data.real_data import RealData, generate_negatives, parse_data_spec, real_records
@@ -65,9 +66,9 @@ from ..recipes.seed_batch import train_seeds
 from ..training.trainer import PREEMPTED_EXIT_CODE, EvalEvery
 
 # %% auto #0
-__all__ = ['TERMINAL_WIDTH', 'geometry_demo', 'fit_columns', 'print_table', 'markdown_table', 'cmd_train', 'cmd_negatives',
-           'cmd_paraphrases', 'cmd_check', 'cmd_export', 'print_ledger', 'compare_options_from_args', 'cmd_compare',
-           'cmd_explain', 'cmd_claims', 'cmd_bench', 'cmd_demo', 'cmd_docs']
+__all__ = ['geometry_demo', 'markdown_table', 'cmd_train', 'cmd_negatives', 'cmd_paraphrases', 'cmd_check', 'cmd_export',
+           'print_ledger', 'compare_options_from_args', 'cmd_compare', 'cmd_explain', 'cmd_claims', 'cmd_bench',
+           'cmd_demo', 'cmd_docs']
 
 # %% ../../nbs/cli/02_commands.ipynb #b2c90b5b
 def geometry_demo() -> list[tuple[str, float, float]]:
@@ -90,30 +91,6 @@ def geometry_demo() -> list[tuple[str, float, float]]:
     return [(name, float(v), ref) for name, v, ref in rows]
 
 # %% ../../nbs/cli/02_commands.ipynb #96d90007
-TERMINAL_WIDTH = 100  # every command's tables and lines fit this many columns; `--wide` shows what was left out
-
-
-def fit_columns(df: pd.DataFrame, width: int = TERMINAL_WIDTH) -> tuple[pd.DataFrame, list[str]]:
-    "The leading columns of `df` whose rendering fits `width` columns (the index always), and the names left out."
-    keep = list(df.columns)
-    with pd.option_context("display.max_columns", None, "display.width", 10_000, "display.max_colwidth", 60):
-        while len(keep) > 1 and max(map(len, df[keep].to_string().splitlines())) > width:
-            keep.pop()
-    return df[keep], [c for c in df.columns if c not in keep]
-
-
-def print_table(df, title: str, wide: bool = False, more: str = "report.html"):
-    """`df` under `title`, in `TERMINAL_WIDTH` columns: the columns that fit, and a line naming the rest and where they
-    are (`more`; `--wide` prints them all)."""
-    shown, left = (df, []) if wide else fit_columns(df)
-    print("\n" + "\n".join(textwrap.wrap(title, TERMINAL_WIDTH)))
-    with pd.option_context("display.max_columns", None, "display.width", 10_000, "display.max_colwidth", 60):
-        print(shown.to_string())
-    if left:
-        names = ", ".join(map(str, left[:4])) + (", ..." if len(left) > 4 else "")
-        print(f"({len(left)} more column(s): {names}; in {more}, or --wide)")
-
-
 def markdown_table(text: str) -> pd.DataFrame:
     "A markdown table (`| a | b |` lines, a `|---|` rule) as a DataFrame, its first column the index."
     rows = [
@@ -225,7 +202,7 @@ def _train_seeds(args, recipe, callbacks, config):
         decoder=DecoderSpec(args.decoder_path, args.decoder_steps),
         resume=args.resume,
         callbacks=callbacks,
-        log=print,
+        log=say,
         allow_changes=tuple(comma_list(args.allow_change) or ()),
         **config,
     )
@@ -287,7 +264,7 @@ def cmd_train(args):
         decoder=DecoderSpec(args.decoder_path, args.decoder_steps),
         resume=args.resume,
         callbacks=callbacks,
-        log=print,
+        log=say,
         allow_changes=tuple(comma_list(args.allow_change) or ()),
         lora=lora,
         report_to=report_to,
@@ -324,7 +301,7 @@ def cmd_negatives(args):
         tagger=tagger,
         seed=args.seed,
         keep_ungrammatical=args.keep_ungrammatical,
-        log=print,
+        log=say,
     )
     print(json.dumps(stats, indent=1))
     print(f"wrote {args.jsonl} ({stats['captions']} captions) and {args.jsonl}.stats.json")
@@ -340,7 +317,7 @@ def cmd_paraphrases(args):
         ).items()
         if v is not None
     }
-    stats = generate_paraphrases(captions, args.jsonl, args.generator, seed=args.seed, log=print, **hf)
+    stats = generate_paraphrases(captions, args.jsonl, args.generator, seed=args.seed, log=say, **hf)
     print(json.dumps(stats, indent=1))
     print(f"wrote {args.jsonl} and {args.jsonl}.stats.json")
 
@@ -363,10 +340,9 @@ def cmd_export(args):
         return _export_onnx(model, args.out)
     paths = export_open_clip(model, args.out, args.name)
     print("\n".join(f"{k}: {v}" for k, v in paths.items()))
-    print(
-        f"load with: open_clip.add_model_config({str(paths['config'])!r}); "
-        f"open_clip.create_model({paths['weights'].stem!r}, pretrained={str(paths['weights'])!r})"
-    )
+    print("load with:")  # one statement a line: each is copied whole
+    print(f"  open_clip.add_model_config({str(paths['config'])!r})")
+    print(f"  open_clip.create_model({paths['weights'].stem!r}, pretrained={str(paths['weights'])!r})")
 
 
 def _export_onnx(model, out):
@@ -565,7 +541,7 @@ def cmd_claims(args):
             "seed the row reads now): "
             + ", ".join(f"{r.id} {r.a} − {r.b} {r.metric} ({r.n} seeds)" for r in no_boot.itertuples())
         )
-        print("\n" + "\n".join(textwrap.wrap(why, TERMINAL_WIDTH)))
+        print("\n" + fold(why))
     if args.variance:
         var = variance_components(
             res["ledger"], res["results"], res["items"], eval_scene_counts(budget), n_boot=budget.n_boot
@@ -582,12 +558,12 @@ def cmd_claims(args):
             raise RecordsError(f"the recomputed ledger differs from {src / 'claims.json'}: " + "; ".join(diffs[:5]))
         new = new_claim_rows(document, res["reference"])  # a plugin's questions asked of the recorded runs
         for r in new:
-            print(
+            say(
                 f"new row, not in {src / 'claims.json'}: {r['id']} {r['a']} − {r['b']} {r['metric']}: {r['verdict']}, "
                 f"{_signed(r['effect'])} [{_signed(r.get('ci_low'))}, {_signed(r.get('ci_high'))}] at {r['n']} seeds"
             )
         also = f"; {len(new)} new row(s) above" if new else ""
-        print(
+        say(
             f"\nequal to {src / 'claims.json'}: {len(res['ledger']) - len(new)} rows, every verdict, effect and "
             f"interval{also}"
         )
@@ -614,9 +590,10 @@ def cmd_bench(args):
         model_preset=args.arch,
         batch_size=args.batch_size,
         precision=args.precision,
-        log=lambda m: print(m, file=sys.stderr),
+        log=lambda m: print(fold(m), file=sys.stderr),
     )
-    print(format_report(report))
+    with full_width() if args.wide else contextlib.nullcontext():
+        print(format_report(report))
     if args.json:
         atomic_write_text(args.json, json.dumps(report, indent=1))
 

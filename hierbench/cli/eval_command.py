@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..evaluation.benchmarks import evaluate_benchmarks
-from .commands import print_table
+from ..terminal import print_table
 from ..evaluation.compositional.common import EvalContext
 from ..evaluation.compositional.registry import FAMILIES, asked, flag_values
 from ..config import MissingFileError, SettingsError, atomic_write_text

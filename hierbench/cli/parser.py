@@ -606,6 +606,7 @@ def add_sweep_parser(sub):
     shown = d.add_mutually_exclusive_group()
     shown.add_argument("--quiet", action="store_true", help="no progress lines")
     shown.add_argument("--verbose", action="store_true", help="also each run's own progress bar")
+    add_wide_flag(d)
     d.set_defaults(func=LazyCommand("hierbench.ledger.sweep:cmd_sweep"))
     return d
 
@@ -654,6 +655,7 @@ def add_bench_parser(sub):
         "--precision", choices=PRECISIONS, default="fp32", help="recipes and real sections: the step's precision"
     )
     d.add_argument("--json", default=None, help="also write the raw numbers to this file")
+    add_wide_flag(d)
     deprecated_alias(d, "--model-preset", "--arch")
     d.set_defaults(func=LazyCommand("hierbench.cli.commands:cmd_bench"))
     return d
@@ -808,7 +810,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="hierbench: a workbench for hierarchical and compositional image-text representations",
     )
     p.add_argument("--debug", action="store_true", help=_DEBUG_HELP)
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")  # the list would not fit 100 columns
     for add in SUBCOMMANDS:
         add(sub)
     for d in sub.choices.values():  # also after the subcommand, where users type it; unset there, the top default holds
@@ -832,7 +834,8 @@ def one_line_warnings(command: str, stream=None):
     default = warnings.showwarning
 
     def show(message, category, filename, lineno, file=None, line=None):
-        if issubclass(category, UserWarning) and f"{os.sep}hierbench{os.sep}" in str(filename):
+        ours = category.__module__.startswith("hierbench") or f"{os.sep}hierbench{os.sep}" in str(filename)
+        if issubclass(category, UserWarning) and ours:  # hierbench's own (a decorator may hide where it was raised)
             text = " ".join(str(message).split()).removeprefix(f"{command}: ")
             print(f"hierbench {command}: {text}", file=stream or sys.stderr)
         else:

@@ -60,38 +60,6 @@ from .negatives import ORDER_RULES, Tagger, rewrite
 _all_ = ["MAX_TEXT_CHARS", "resolve_image_root"]
 
 # %% auto #0
-__all__ = [
-    "SUGARCREPE_SUBSETS",
-    "SUGARCREPE_PP_SUBSETS",
-    "SUGARCREPE_GROUPS",
-    "CHAIN_SEP",
-    "VALSE_FILES",
-    "VALSE_CATEGORIES",
-    "load_sugarcrepe",
-    "load_sugarcrepe_pp",
-    "load_coco_karpathy",
-    "load_grit",
-    "hierarcaps_image_name",
-    "load_hierarcaps",
-    "load_hierarcaps_pairs",
-    "coco_id",
-    "CocoImageIndex",
-    "with_coco_images",
-    "check_benchmark_folder",
-    "load_valse_file",
-    "load_valse",
-    "load_aro_vg",
-    "order_options",
-    "load_order_benchmark",
-    "load_negclip_tsv",
-    "load_whatsup_controlled",
-    "load_whatsup_spatial",
-    "load_crepe",
-    "MAX_TEXT_CHARS",
-    "resolve_image_root",
-]
-
-# %% auto #0
 __all__ = ['SUGARCREPE_SUBSETS', 'SUGARCREPE_PP_SUBSETS', 'SUGARCREPE_GROUPS', 'CHAIN_SEP', 'VALSE_FILES', 'VALSE_CATEGORIES',
            'load_sugarcrepe', 'load_sugarcrepe_pp', 'load_coco_karpathy', 'load_grit', 'hierarcaps_image_name',
            'load_hierarcaps', 'load_hierarcaps_pairs', 'coco_id', 'CocoImageIndex', 'with_coco_images',

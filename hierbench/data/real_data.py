@@ -46,32 +46,6 @@ from hierbench.data.negatives import (
 )
 
 # %% auto #0
-__all__ = [
-    "NEGATIVES_FORMAT",
-    "RULE_SETS",
-    "DATA_KINDS",
-    "looks_grammatical",
-    "generate_negatives",
-    "load_negatives",
-    "load_paraphrases",
-    "negative_rules",
-    "ImageTextRecord",
-    "coco_records",
-    "hierarcaps_records",
-    "grit_records",
-    "ShardRecords",
-    "ImageTextDataset",
-    "record_captions",
-    "train_transform",
-    "parse_data_spec",
-    "real_records",
-    "RealData",
-    "MissingTrainingFileError",
-    "require_training_files",
-    "real_source",
-]
-
-# %% auto #0
 __all__ = ['NEGATIVES_FORMAT', 'RULE_SETS', 'DATA_KINDS', 'looks_grammatical', 'generate_negatives', 'load_negatives',
            'load_paraphrases', 'negative_rules', 'ImageTextRecord', 'coco_records', 'hierarcaps_records',
            'grit_records', 'ShardRecords', 'ImageTextDataset', 'record_captions', 'train_transform', 'parse_data_spec',

@@ -38,19 +38,6 @@ _all_ = [
 _coco_filter = coco_filter  # its old private name
 
 # %% auto #0
-__all__ = [
-    "evaluate_benchmarks",
-    "hierarcaps_smoke",
-    "score_choice_items",
-    "evaluate_choice_benchmark",
-    "whatsup_axis",
-    "evaluate_whatsup_controlled",
-    "evaluate_sugarcrepe_pp",
-    "hierarcaps_text_metrics",
-    "evaluate_hierarcaps",
-]
-
-# %% auto #0
 __all__ = ['evaluate_benchmarks', 'hierarcaps_smoke', 'score_choice_items', 'evaluate_choice_benchmark', 'whatsup_axis',
            'evaluate_whatsup_controlled', 'evaluate_sugarcrepe_pp', 'hierarcaps_text_metrics', 'evaluate_hierarcaps']
 

@@ -21,16 +21,6 @@ from .metrics import chance_key, hierarchical_scores
 from ..config import MissingExtraError, MissingFileError
 
 # %% auto #0
-__all__ = [
-    "VIRTUAL_ROOT",
-    "read_hierarchy",
-    "load_wordnet",
-    "wordnet_hierarchy",
-    "class_nodes",
-    "hierarchical_classification",
-]
-
-# %% auto #0
 __all__ = ['VIRTUAL_ROOT', 'read_hierarchy', 'load_wordnet', 'wordnet_hierarchy', 'class_nodes', 'hierarchical_classification']
 
 # %% ../../nbs/evaluation/05_hierarchy.ipynb #7ab4dcaa

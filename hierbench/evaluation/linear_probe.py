@@ -19,18 +19,6 @@ import torch.nn.functional as F
 from .zeroshot import class_ranks
 
 # %% auto #0
-__all__ = [
-    "weight_decay_grid",
-    "sweep_weight_decay",
-    "ProbeConfig",
-    "train_probes",
-    "probe_logits",
-    "probe_features",
-    "holdout_split",
-    "linear_probe",
-]
-
-# %% auto #0
 __all__ = ['weight_decay_grid', 'sweep_weight_decay', 'ProbeConfig', 'train_probes', 'probe_logits', 'probe_features',
            'holdout_split', 'linear_probe']
 

@@ -43,26 +43,6 @@ from ..config import MissingFileError
 _all_ = ["COCO_IMAGES"]  # defined in hierbench.evaluation.compositional.registry, still importable from here
 
 # %% auto #0
-__all__ = [
-    "CLASSIFICATION_ALIASES",
-    "RETRIEVAL",
-    "COMPOSITIONAL",
-    "ZS16",
-    "ZS11",
-    "LINEAR_PROBE",
-    "SUITES",
-    "evaluate_classification",
-    "Benchmark",
-    "zeroshot_benchmark",
-    "hierarchy_benchmark",
-    "locate",
-    "Suite",
-    "run_suite",
-    "suite_tables",
-    "COCO_IMAGES",
-]
-
-# %% auto #0
 __all__ = ['CLASSIFICATION_ALIASES', 'RETRIEVAL', 'COMPOSITIONAL', 'ZS16', 'ZS11', 'LINEAR_PROBE', 'SUITES',
            'evaluate_classification', 'Benchmark', 'zeroshot_benchmark', 'hierarchy_benchmark', 'locate', 'Suite',
            'run_suite', 'suite_tables', 'COCO_IMAGES']

@@ -32,34 +32,6 @@ from .retrieval import wds_dataset_type, wds_shards
 from ..config import MissingFileError
 
 # %% auto #0
-__all__ = [
-    "IMAGE_EXTENSIONS",
-    "FOLDER_IMAGE_EXTENSIONS",
-    "SPLITS",
-    "read_lines",
-    "read_classnames",
-    "read_templates",
-    "fill_template",
-    "imagenet_metadata",
-    "is_imagenet_wnids",
-    "TarMember",
-    "WdsSample",
-    "wds_split",
-    "class_folders",
-    "image_folder_split",
-    "ClassificationSet",
-    "open_classification",
-    "classification_samples",
-    "EncodedSplit",
-    "encode_split",
-    "zeroshot_classifier",
-    "class_ranks",
-    "classification_metrics",
-    "zeroshot_classification",
-    "classification_results",
-]
-
-# %% auto #0
 __all__ = ['IMAGE_EXTENSIONS', 'FOLDER_IMAGE_EXTENSIONS', 'SPLITS', 'read_lines', 'read_classnames', 'read_templates',
            'fill_template', 'imagenet_metadata', 'is_imagenet_wnids', 'TarMember', 'WdsSample', 'wds_split',
            'class_folders', 'image_folder_split', 'ClassificationSet', 'open_classification', 'classification_samples',

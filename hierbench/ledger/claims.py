@@ -34,30 +34,6 @@ from hierbench.stats import (
 )
 
 # %% auto #0
-__all__ = [
-    "ENTAILMENT",
-    "NORM_REG",
-    "WEIGHT_MODE",
-    "HARD_NEGATIVES",
-    "HYPERBOLIC",
-    "CLAIMS",
-    "SUMMARY_METRICS",
-    "HALF_WIDTH_TARGETS",
-    "Claim",
-    "claim_rows",
-    "register_claim",
-    "unfair_claims",
-    "plugins_used",
-    "deciding_budget",
-    "evaluate_claims",
-    "recipes_to_extend",
-    "power_table",
-    "claims_ledger",
-    "claims_document",
-    "variance_components",
-]
-
-# %% auto #0
 __all__ = ['ENTAILMENT', 'NORM_REG', 'WEIGHT_MODE', 'HARD_NEGATIVES', 'HYPERBOLIC', 'CLAIMS', 'SUMMARY_METRICS',
            'HALF_WIDTH_TARGETS', 'Claim', 'claim_rows', 'register_claim', 'unfair_claims', 'plugins_used',
            'deciding_budget', 'evaluate_claims', 'recipes_to_extend', 'power_table', 'claims_ledger', 'claims_document',

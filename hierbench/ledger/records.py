@@ -45,38 +45,9 @@ from hierbench.config import (
 )
 from ..evaluation.world_eval import metric_from_items
 from ..models.family import resolve_architecture
-from ..plugins import require_plugins
+from ..plugins import loaded_plugin_file, require_plugins
 from ..recipes.registry import get_recipe, list_recipes
 from ..stats import SequentialPlan
-
-# %% auto #0
-__all__ = [
-    "RECORDS_FORMAT",
-    "LEDGER_FILE",
-    "RUNS_FILE",
-    "ITEMS_FILE",
-    "CLAIMS_FILE",
-    "SHARED",
-    "PLAN_FILE",
-    "RecordsError",
-    "records_read",
-    "made_on",
-    "RunPlan",
-    "read_plan",
-    "finished_runs",
-    "report_only_meta",
-    "run_made",
-    "trained_elsewhere",
-    "write_records",
-    "NotKeptError",
-    "LedgerRecords",
-    "read_records",
-    "ledger_from_records",
-    "ledger_differences",
-    "restore_records",
-    "ledger_from_folder",
-    "forest_title",
-]
 
 # %% auto #0
 __all__ = ['RECORDS_FORMAT', 'LEDGER_FILE', 'RUNS_FILE', 'ITEMS_FILE', 'CLAIMS_FILE', 'SHARED', 'PLAN_FILE', 'RecordsError',
@@ -503,7 +474,8 @@ def write_records(compare_dir: str | Path, out: str | Path) -> Path:
     (tmp / "README.md").write_text(readme)
     for p in plan.plugins:  # for the reader (never executed from here: `--plugin` names the file to load, hash checked)
         (tmp / "plugins").mkdir(exist_ok=True)
-        shutil.copy(p["path"], tmp / "plugins" / Path(p["path"]).name)
+        src = loaded_plugin_file(p["sha256"]) or Path(p["path"])  # the record names it relative to the repository
+        shutil.copy(src, tmp / "plugins" / Path(p["path"]).name)
     old = out.with_name(f".{out.name}.old")
     if out.exists():
         out.replace(old)

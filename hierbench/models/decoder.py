@@ -25,20 +25,6 @@ from safetensors.torch import load_file, save_file
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = [
-    "split_words",
-    "normalize_caption",
-    "WordTokenizer",
-    "DecoderConfig",
-    "CaptionDecoder",
-    "SentenceEncoder",
-    "pretrain_decoder",
-    "ReconstructionHead",
-    "load_or_pretrain_decoder",
-    "T5DecoderAdapter",
-]
-
-# %% auto #0
 __all__ = ['split_words', 'normalize_caption', 'WordTokenizer', 'DecoderConfig', 'CaptionDecoder', 'SentenceEncoder',
            'pretrain_decoder', 'ReconstructionHead', 'load_or_pretrain_decoder', 'T5DecoderAdapter']
 

@@ -19,34 +19,21 @@ from torch import nn
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
-from ..config import MissingExtraError, MissingFileError, SettingsError, atomic_write, atomic_write_text
+from hierbench.config import (
+    MissingExtraError,
+    MissingFileError,
+    SettingsError,
+    atomic_write,
+    atomic_write_text,
+    path_from,
+    path_in,
+)
 from .dual_encoder import load_weights_, model_from_config
 
 # %% auto #0
-__all__ = [
-    "LORA_TARGET_GROUPS",
-    "DEFAULT_LORA_TARGETS",
-    "LoraError",
-    "LoraSpec",
-    "resolve_targets",
-    "file_sha256",
-    "base_record",
-    "check_adapters_called",
-    "apply_lora",
-    "share_frozen_base_",
-    "lora_parameter_count",
-    "merge_lora",
-    "saved_model_config",
-    "is_lora_file",
-    "save_lora_model",
-    "load_base_",
-    "load_lora_model",
-]
-
-# %% auto #0
 __all__ = ['LORA_TARGET_GROUPS', 'DEFAULT_LORA_TARGETS', 'LoraError', 'LoraSpec', 'resolve_targets', 'file_sha256', 'base_record',
-           'check_adapters_called', 'apply_lora', 'share_frozen_base_', 'lora_parameter_count', 'merge_lora',
-           'saved_model_config', 'is_lora_file', 'save_lora_model', 'load_base_', 'load_lora_model']
+           'base_kept_in', 'check_adapters_called', 'apply_lora', 'share_frozen_base_', 'lora_parameter_count',
+           'merge_lora', 'saved_model_config', 'is_lora_file', 'save_lora_model', 'load_base_', 'load_lora_model']
 
 # %% ../../nbs/models/04_lora.ipynb #a4d5de3d
 # the layers a target group names; each is one peft target kind that runs in open_clip's forward pass
@@ -182,11 +169,18 @@ def file_sha256(path: str | Path) -> str:
 
 
 def base_record(path: str | Path | None) -> dict | None:
-    "Where the frozen base weights come from: the checkpoint's absolute path and SHA-256 (None: not from a file)."
+    """Where the frozen base weights come from: the checkpoint's absolute path and SHA-256 (None: not from a file). A
+    file that keeps it names the path relative to its own folder (`base_kept_in`)."""
     if path is None:
         return None
     p = Path(path).expanduser().resolve()
     return dict(path=str(p), sha256=file_sha256(p))
+
+
+def base_kept_in(rec: dict | None, folder: str | Path) -> dict | None:
+    """`rec` (a `base_record`) as a file in `folder` keeps it: the base's path relative to `folder`, so the file names
+    no folder of one machine (its hash stays the weights') and a run moved together with its base still loads."""
+    return rec if not rec else {**rec, "path": path_from(folder, rec["path"])}
 
 # %% ../../nbs/models/04_lora.ipynb #534d0001
 def _adapter_layers(module: nn.Module) -> dict[str, nn.Module]:
@@ -338,7 +332,8 @@ def save_lora_model(model, path: str | Path) -> Path:
         )
     frozen = model.frozen_state_keys
     tensors = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items() if k not in frozen}
-    config_json = json.dumps(model.model_config, indent=1, sort_keys=True)
+    kept = {**model.model_config, "lora": {**rec, "base": base_kept_in(rec["base"], path.parent)}}
+    config_json = json.dumps(kept, indent=1, sort_keys=True)
     atomic_write(path, lambda tmp: save_file(tensors, str(tmp), metadata={"hierbench_config": config_json}))
     atomic_write_text(path.with_suffix(".json"), config_json)
     return path
@@ -363,7 +358,7 @@ def load_lora_model(path: str | Path, config: dict, map_location="cpu"):
     tensors."""
     path = Path(path)
     rec, base = config["lora"], (config["lora"] or {}).get("base") or {}
-    bpath = Path(base.get("path", ""))
+    bpath = path_in(path.parent, base.get("path", ""))  # kept relative to the adapters' folder (`base_kept_in`)
     if not bpath.is_file():
         raise MissingFileError(
             f"{path}: holds LoRA adapters over the base checkpoint {bpath}, which is not there (moved? "
@@ -375,7 +370,7 @@ def load_lora_model(path: str | Path, config: dict, map_location="cpu"):
         )
     model = model_from_config({k: v for k, v in config.items() if k != "lora"})
     load_base_(model, bpath)
-    apply_lora(model, LoraSpec.from_record(rec), base=base)
+    apply_lora(model, LoraSpec.from_record(rec), base={**base, "path": str(bpath.resolve())})
     tensors = load_file(str(path), device="cpu")
     expected = set(model.state_dict()) - model.frozen_state_keys
     if set(tensors) != expected:

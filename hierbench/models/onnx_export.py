@@ -32,24 +32,6 @@ from .lora import merge_lora
 from .family import DualEncoder, WordLevelTokenizer, make_head
 
 # %% auto #0
-__all__ = [
-    "ONNX_FORMAT",
-    "ONNX_OPSET",
-    "ONNX_TOLERANCE",
-    "require_onnx",
-    "ImageTower",
-    "TextTower",
-    "hyperboloid",
-    "tokenizer_spec",
-    "tokenizer_from_spec",
-    "preprocessing_spec",
-    "export_onnx",
-    "OnnxModelError",
-    "read_onnx_config",
-    "OnnxScorer",
-]
-
-# %% auto #0
 __all__ = ['ONNX_FORMAT', 'ONNX_OPSET', 'ONNX_TOLERANCE', 'require_onnx', 'ImageTower', 'TextTower', 'hyperboloid',
            'tokenizer_spec', 'tokenizer_from_spec', 'preprocessing_spec', 'export_onnx', 'OnnxModelError',
            'read_onnx_config', 'OnnxScorer']

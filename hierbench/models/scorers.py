@@ -17,25 +17,6 @@ import torch.nn.functional as F
 from ..config import HierbenchError, MissingFileError, SettingsError
 
 # %% auto #0
-__all__ = [
-    "MERU_VIT_HEADS",
-    "SCORER_KINDS",
-    "SimilarityHead",
-    "Scorer",
-    "ImagesUnsupported",
-    "has_images",
-    "skipped",
-    "CosineHead",
-    "TextScorer",
-    "sentence_transformers_scorer",
-    "hf_text_scorer",
-    "HFClipScorer",
-    "meru_state_dict",
-    "load_meru_checkpoint",
-    "load_scorer",
-]
-
-# %% auto #0
 __all__ = ['MERU_VIT_HEADS', 'SCORER_KINDS', 'SimilarityHead', 'Scorer', 'ImagesUnsupported', 'has_images', 'skipped',
            'CosineHead', 'TextScorer', 'sentence_transformers_scorer', 'hf_text_scorer', 'HFClipScorer',
            'meru_state_dict', 'load_meru_checkpoint', 'load_scorer']

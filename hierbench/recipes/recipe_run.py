@@ -29,6 +29,7 @@ from ..training.distributed import init_distributed
 from hierbench.models.lora import (
     LoraSpec,
     apply_lora,
+    base_kept_in,
     is_lora_file,
     load_base_,
     lora_parameter_count,
@@ -37,20 +38,8 @@ from hierbench.models.lora import (
     share_frozen_base_,
 )
 from ..training.tracking import Tracker
-from ..config import MissingFileError, SettingsError
+from ..config import MissingFileError, SettingsError, path_from
 from ..plugins import plugins_providing
-
-# %% auto #0
-__all__ = [
-    "resolve_init",
-    "SettingsConflict",
-    "init_settings",
-    "inherit_from_init",
-    "recipe_config",
-    "Validation",
-    "DecoderSpec",
-    "train_recipe",
-]
 
 # %% auto #0
 __all__ = ['resolve_init', 'SettingsConflict', 'init_settings', 'inherit_from_init', 'recipe_config', 'Validation', 'DecoderSpec',
@@ -308,14 +297,14 @@ def _figure_batch(monitor, source, n: int = 64) -> dict:
     return dict(images=batch["images"], captions=list(batch["captions"]))
 
 
-def _run_record(recipe, arch, init, data, source, decay, validation) -> dict:
+def _run_record(recipe, arch, init, data, source, decay, validation, run_dir) -> dict:
     "What config.json records beside the TrainConfig (the keys runs have always had)."
     extra = dict(
         recipe=recipe.name,
         recipe_weights=dict(recipe.weights),
         preset=arch,
         geometry=recipe.geometry,
-        init_checkpoint=str(init) if init else None,
+        init_checkpoint=path_from(run_dir, init) if init else None,  # relative to the run folder
         ema_decay=decay,
         validate_every=validation.every if validation else None,
         stop_on_plateau=bool(validation and validation.stop_on_plateau),
@@ -408,9 +397,10 @@ def train_recipe(
     callbacks = (
         list(callbacks) + ([monitor] if monitor is not None else []) + ([tracker] if tracker is not None else [])
     )
-    record = _run_record(recipe, arch, init, data, source, decay, validation)
+    record = _run_record(recipe, arch, init, data, source, decay, validation, run_dir)
     if lora is not None:
-        record["lora"] = model.model_config["lora"]  # spec and base (path, SHA-256): resume checks it
+        lora_rec = model.model_config["lora"]  # spec and base (path, SHA-256): resume checks it
+        record["lora"] = {**lora_rec, "base": base_kept_in(lora_rec["base"], run_dir)}
     res = trainer(
         model,
         loss_fn,

@@ -8,6 +8,7 @@ Docs: https://hierbench.github.io/hierbench/recipes/registry.html.md"""
 # %% ../../nbs/recipes/02_registry.ipynb #bfb7ca98
 from __future__ import annotations
 import dataclasses
+import difflib
 from dataclasses import dataclass
 from typing import Callable, Mapping
 import torch
@@ -25,40 +26,11 @@ from hierbench.recipes.terms import (
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = [
-    "WORLD_PRETRAIN",
-    "WORLD_FINETUNE",
-    "PAPER_MERU",
-    "PAPER_HYCOCLIP",
-    "PAPER_ARGENT",
-    "PAPER_NEGCLIP",
-    "PAPER_DEGLA",
-    "PAPER_READ",
-    "SWAP_NEGATIVES",
-    "DEGLA_NEGATIVES",
-    "DEGLA_EMA",
-    "DEGLA_HORIZON",
-    "OptimDefaults",
-    "FrozenWeights",
-    "Recipe",
-    "register_recipe",
-    "get_recipe",
-    "list_recipes",
-    "recipe_fields",
-    "recipe_diff",
-    "recipe_variant",
-    "recipes_table",
-    "rank_info",
-    "compute_loss",
-    "make_loss_fn",
-    "demo_batch",
-]
-
-# %% auto #0
 __all__ = ['WORLD_PRETRAIN', 'WORLD_FINETUNE', 'PAPER_MERU', 'PAPER_HYCOCLIP', 'PAPER_ARGENT', 'PAPER_NEGCLIP', 'PAPER_DEGLA',
            'PAPER_READ', 'SWAP_NEGATIVES', 'DEGLA_NEGATIVES', 'DEGLA_EMA', 'DEGLA_HORIZON', 'OptimDefaults',
            'FrozenWeights', 'Recipe', 'register_recipe', 'get_recipe', 'list_recipes', 'recipe_fields', 'recipe_diff',
-           'recipe_variant', 'recipes_table', 'rank_info', 'compute_loss', 'make_loss_fn', 'demo_batch']
+           'unknown_field', 'recipe_variant', 'recipes_table', 'rank_info', 'compute_loss', 'make_loss_fn',
+           'demo_batch']
 
 # %% ../../nbs/recipes/02_registry.ipynb #56bc2b10
 @dataclass(frozen=True)
@@ -646,6 +618,19 @@ def _variant_name(recipe: Recipe, settings: Mapping) -> str:
     return recipe.name + "".join(f"@{k}={fmt(v)}" for k, v in settings.items())
 
 # %% ../../nbs/recipes/02_registry.ipynb #a05b3ad4
+def unknown_field(recipe_name: str, field_name: str, known) -> str:
+    """The refusal of a field `recipe_name` lacks, short enough for a terminal: the names it may have meant (the same
+    last part, or close spellings), else where to read its fields (`recipe_fields`)."""
+    leaf = field_name.rpartition(".")[2]
+    near = [k for k in sorted(known) if k.rpartition(".")[2] == leaf] or difflib.get_close_matches(field_name, known, 3)
+    hint = (
+        f"did you mean {' or '.join(map(repr, near))}?"
+        if near
+        else f"its {len(known)} fields: hierbench.recipes.registry.recipe_fields({recipe_name!r})"
+    )
+    return f"recipe {recipe_name!r} has no field {field_name!r}; {hint}"
+
+
 def recipe_variant(recipe: Recipe | str, settings: Mapping[str, object], name: str | None = None) -> Recipe:
     """`recipe` with the flat fields in `settings` (`recipe_fields` names) set; values typed as the fields are, strings
     parsed. An unknown field or a value the field cannot take is a `SettingsError` naming it. Not registered."""
@@ -658,7 +643,7 @@ def recipe_variant(recipe: Recipe | str, settings: Mapping[str, object], name: s
         elif field_name in known:
             current = known[field_name]
         else:
-            raise SettingsError(f"recipe {r.name!r} has no field {field_name!r}; fields: {', '.join(sorted(known))}")
+            raise SettingsError(unknown_field(r.name, field_name, known))
         typed[field_name] = v = _coerce(field_name, current, value)
         if tail:
             groups.setdefault(head, {})[tail] = v

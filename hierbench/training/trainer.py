@@ -75,41 +75,6 @@ _all_ = [
 from .metrics_log import parse_jsonl, read_metrics
 
 # %% auto #0
-__all__ = [
-    "CHANGEABLE_ON_RESUME",
-    "PREEMPTION_SIGNALS",
-    "PREEMPTED_EXIT_CODE",
-    "NonFiniteLossError",
-    "check_finite",
-    "batch_indices",
-    "model_scalars",
-    "clamp_hook",
-    "TrainResult",
-    "auto_quiet",
-    "PreemptionGuard",
-    "Preempted",
-    "setup_run",
-    "start_or_resume",
-    "train_step",
-    "log_step",
-    "checkpoint_step",
-    "finish_run",
-    "train",
-    "NO_DECAY_NAME_KEYS",
-    "RESUME_FREE_FIELDS",
-    "TrainConfig",
-    "is_no_decay",
-    "lr_factor",
-    "make_optimizer",
-    "make_scheduler",
-    "param_groups",
-    "EvalEvery",
-    "RunEvents",
-    "ValidationMonitor",
-    "plateau_step",
-]
-
-# %% auto #0
 __all__ = ['CHANGEABLE_ON_RESUME', 'PREEMPTION_SIGNALS', 'PREEMPTED_EXIT_CODE', 'NonFiniteLossError', 'check_finite',
            'batch_indices', 'model_scalars', 'clamp_hook', 'TrainResult', 'auto_quiet', 'PreemptionGuard', 'Preempted',
            'compile_for_training', 'setup_run', 'start_or_resume', 'train_step', 'log_step', 'checkpoint_step',
@@ -501,7 +466,7 @@ def setup_run(model: nn.Module, data, cfg: TrainConfig, teacher, modules, collat
     global_batch = cfg.batch_size * (info.world_size if cfg.batch_scope == "process" else 1)
     cfg_dict = {
         **asdict(cfg),
-        "run_dir": str(run_dir),
+        "run_dir": ".",  # the folder config.json lies in: a record names no folder of one machine
         "precision_ran": describe_precision(cfg.precision, device),
         "global_batch_size": global_batch,
         "world_size": info.world_size,

@@ -39,32 +39,6 @@ from ..models.scorers import ImagesUnsupported, has_images
 from ..viz.figures import HoroPCA, project_2d
 
 # %% auto #0
-__all__ = [
-    "IMAGE_SUFFIXES",
-    "VIEW_GEOMETRIES",
-    "VIEW_MARKER",
-    "COLOR_BY",
-    "ViewItems",
-    "world_items",
-    "read_captions",
-    "folder_items",
-    "view_geometry",
-    "encode_items",
-    "view_layouts",
-    "item_fields",
-    "View",
-    "build_view",
-    "check_hyperview",
-    "require_hyperview",
-    "hyperview_home",
-    "color_labels",
-    "write_workspace",
-    "export_static",
-    "serve_workspace",
-    "cmd_view",
-]
-
-# %% auto #0
 __all__ = ['IMAGE_SUFFIXES', 'VIEW_GEOMETRIES', 'VIEW_MARKER', 'COLOR_BY', 'ViewItems', 'world_items', 'read_captions',
            'folder_items', 'view_geometry', 'encode_items', 'view_layouts', 'item_fields', 'View', 'build_view',
            'check_hyperview', 'require_hyperview', 'hyperview_home', 'color_labels', 'write_workspace', 'export_static',

@@ -29,7 +29,8 @@ from hierbench.viz.figures import (
 
 # %% auto #0
 __all__ = ['PAIR_COLUMNS', 'RESULT_COLUMNS', 'EntailmentScene', 'as_entailment_scene', 'embed_scene', 'entailment_pairs',
-           'entailment_view', 'entailment_explorer', 'load_results', 'run_browser_view', 'run_browser']
+           'entailment_view', 'entailment_explorer', 'load_results', 'run_browser_view', 'run_browser',
+           'explain_explorer']
 
 # %% ../../nbs/ui/00_widgets.ipynb #8eaac1c8
 @dataclass
@@ -573,6 +574,44 @@ def run_browser(results, metric: str | None = None, confidence: float = 0.95):
 
     for w in controls.values():
         w.observe(refresh, names="value")
+    box.refresh = refresh
+    refresh()
+    return box
+
+# %% ../../nbs/ui/00_widgets.ipynb #9c5d9dac
+def explain_explorer(source, row: str | None = None):
+    """An ipywidgets VBox over a ledger's rows: a dropdown of every row that ran (id, arms, metric, verdict) and, for
+    the one picked, its seeds figure, its items figure and the facts of its page (`hierbench.ledger.explain`).
+    `source`: ledger records or a compare folder; `row`: the first row whose label starts with it (e.g. 'ARG-4').
+    Attributes: picker, evidence (the shown row's `RowEvidence`), refresh."""
+    from hierbench.ledger.explain import evidence_of, recomputed_ledger
+
+    W = _ipywidgets()
+    found = recomputed_ledger(source)
+    ran = found["ledger"][found["ledger"].verdict != "not run"]
+    labels = {f"{r.id} {r.a} − {r.b} · {r.metric}: {r.verdict}": i for i, r in ran.iterrows()}
+    first = next((k for k in labels if row is None or k.startswith(row)), None)
+    if first is None:
+        raise ValueError(
+            f"row: no row of {source} starts with {row!r} (rows: {sorted({r.id for r in ran.itertuples()})})"
+        )
+    picker = W.Dropdown(options=list(labels), value=first, description="row", layout=W.Layout(width="90%"))
+    facts, out = W.HTML(), W.Output()
+    box = W.VBox([picker, facts, out])
+    box.picker, box.evidence = picker, None
+
+    def refresh(*_):
+        ev = box.evidence = evidence_of(found, found["ledger"].loc[labels[picker.value]].to_dict())
+        s = ev.seeds
+        facts.value = (
+            f"<b>{ev.row['verdict']}</b>: {ev.row['effect']:+.4f} [{ev.row['ci_low']:+.4f}, {ev.row['ci_high']:+.4f}] "
+            f"at {ev.row['n']} seeds (stopped: {s['stopped']}); seeds that overturn it when left out: "
+            f"{', '.join(map(str, s['overturned_by'])) or 'none'}"
+            + (f"; {ev.items['note']}" if ev.items.get("note") else "")
+        )
+        _show(out, *[f for f in (ev.figures.get("seeds"), ev.figures.get("items")) if f is not None])
+
+    picker.observe(refresh, names="value")
     box.refresh = refresh
     refresh()
     return box

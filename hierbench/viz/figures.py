@@ -55,40 +55,6 @@ _all_ = [
 ]
 
 # %% auto #0
-__all__ = [
-    "PROJECTION_METHODS",
-    "ANGLE_COLOURS",
-    "project_2d",
-    "projection_figure",
-    "horopca_figure",
-    "projection_comparison_figure",
-    "embedding_norms",
-    "norms_table",
-    "norm_distribution_figure",
-    "entailment_table",
-    "entailment_plane",
-    "cone_boundary",
-    "entailment_disk_figure",
-    "aperture_saturation_figure",
-    "training_curves_figure",
-    "TrainingHealth",
-    "pep_curves_figure",
-    "angle_histograms_figure",
-    "confidence_intervals",
-    "ablation_bars_figure",
-    "HoroPCA",
-    "busemann",
-    "check_in_ball",
-    "frechet_mean",
-    "horo_project",
-    "mobius_add",
-    "poincare_dist",
-    "poincare_exp0",
-    "poincare_log0",
-    "random_tree_embeddings",
-]
-
-# %% auto #0
 __all__ = ['PROJECTION_METHODS', 'ANGLE_COLOURS', 'project_2d', 'projection_figure', 'horopca_figure',
            'projection_comparison_figure', 'embedding_norms', 'norms_table', 'norm_distribution_figure',
            'entailment_table', 'entailment_plane', 'cone_boundary', 'entailment_disk_figure',

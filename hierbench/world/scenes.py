@@ -74,38 +74,6 @@ _all_ = [
 ]
 
 # %% auto #0
-__all__ = [
-    "WORLD_VERSION",
-    "SPLITS",
-    "WorldConfig",
-    "scene_rng",
-    "Scene",
-    "true_texts",
-    "shape_mask",
-    "shape_alpha",
-    "render_image",
-    "resize_bilinear",
-    "heldout_combinations",
-    "full_np",
-    "mentions_heldout",
-    "make_scene",
-    "mirror_text",
-    "mirror_scene",
-    "sloppy_negatives",
-    "WorldSplit",
-    "scene_meta",
-    "split_cache_path",
-    "build_split",
-    "NEGATIVE_TYPES",
-    "WorldNegative",
-    "audit_negatives",
-    "builtin_negatives",
-    "check_negative_types",
-    "classify_negative",
-    "world_negatives",
-]
-
-# %% auto #0
 __all__ = ['WORLD_VERSION', 'SPLITS', 'WorldConfig', 'scene_rng', 'Scene', 'true_texts', 'shape_mask', 'shape_alpha',
            'render_image', 'resize_bilinear', 'heldout_combinations', 'full_np', 'mentions_heldout', 'make_scene',
            'mirror_text', 'mirror_scene', 'sloppy_negatives', 'WorldSplit', 'scene_meta', 'split_cache_path',

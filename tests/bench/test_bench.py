@@ -10,6 +10,7 @@ import torch
 from hierbench.bench import suite as B
 from hierbench.models import family as M
 from hierbench.recipes import registry as R
+from hierbench.terminal import full_width
 
 
 def _positive(x) -> bool:
@@ -288,7 +289,11 @@ def test_format_report(quick_report, recipes_section, tmp_path):
     rep = dict(
         quick_report, recipes=recipes_section, compare=B.bench_compare(B.QUICK, _write_results(tmp_path / "c")) | dict()
     )
-    text = B.format_report(json.loads(json.dumps(rep)))
+    narrow = B.format_report(json.loads(json.dumps(rep)))  # issue 55: 100 columns, naming what it left out
+    assert max(map(len, narrow.splitlines())) <= 100 and "more column(s)" in narrow and "--json, or --wide" in narrow
+    with full_width():  # `hierbench bench --wide`: every column
+        text = B.format_report(json.loads(json.dumps(rep)))
+    assert "more column(s)" not in text
     for needle in (
         "== geometry",
         "== world",

@@ -37,6 +37,13 @@ def test_smoke_compare_on_a_subset_writes_everything_and_restarts(tmp_path):
     # plotly.js is shared beside the report, not embedded: the report stays small
     assert (out / "plotly.min.js").stat().st_size > 1_000_000 and 'src="plotly.min.js"' in report
     assert len(report) < 1_500_000
+    # issue 53: each row that ran opens onto its evidence page, from the claims table and the forest plot's labels
+    ran = [c for c in claims if c["verdict"] != "not run"]
+    pages = sorted((out / "explain").glob("*.html"))
+    assert ran and len(pages) == len(ran) and report.count(">why?</a>") == len(ran)
+    for page in pages:
+        assert f"href='explain/{page.name}'" in report and "../plotly.min.js" in page.read_text()
+        assert f"<a href='explain/{page.name}'>" in report.replace("\\u003c", "<").replace("\\u003e", ">")
     # every figure also as a PNG (kaleido + local Chromium), or the report says why there are none
     pngs = sorted((out / "figures").glob("*.png")) if (out / "figures").exists() else []
     if pngs:

@@ -8,9 +8,12 @@ import pandas as pd
 import pytest
 
 from hierbench.ledger.explain import (
+    DRAWN_ITEMS,
     ExplainError,
+    driving_items,
     explain,
     item_cells,
+    item_pushes,
     page_name,
     row_items,
     row_seeds,
@@ -53,6 +56,31 @@ def test_a_macro_accuracy_breaks_down_into_types_that_add_up_to_the_row(deg1):
         assert (t.low <= t.effect).all() and (t.effect <= t.high).all()
         ranked = t[t.ranked]
         assert list(ranked.contribution.abs()) == sorted(ranked.contribution.abs(), reverse=True)
+
+
+def test_the_items_pushes_add_up_to_the_row_and_the_drawn_ones_are_the_worlds(deg1):
+    "Issue 53: a compositional row's effect is a sum over its items; the page draws the world's own scenes."
+    from hierbench.ledger.records import read_records
+    from hierbench.evaluation.world_eval import world_eval_data
+
+    items = read_records(RECORDS).items
+    for e in deg1:
+        used = e.seeds["table"].seed[e.seeds["table"].used].tolist()
+        pushes = item_pushes(e.row, items, used)
+        assert pushes.push.sum() == pytest.approx(e.row["effect"], abs=1e-9)
+        by_type = pushes.groupby("type").push.sum()
+        cells = e.items["table"].set_index("cell").contribution
+        assert np.allclose(by_type[cells.index], cells, atol=1e-12)  # items -> types -> row, one sum
+        t = e.drivers["table"]
+        assert len(t) == len(e.drivers["images"]) == DRAWN_ITEMS and (t.push > 0).all()
+        assert list(t.push) == sorted(pushes.push, reverse=True)[:DRAWN_ITEMS]
+    data = world_eval_data("test-iid", 300, seed=0, pep_pool=0)
+    top = deg1[1].drivers["table"].iloc[0]
+    assert top.caption == data.chains[top.group][-1] and (top.type, top.negative) in data.negatives[top.group]
+    assert deg1[1].figures["scenes"] is not None and len(deg1[1].as_dict()["drivers"]["table"]) == DRAWN_ITEMS
+    # records of another world (other items) are refused by name, not drawn wrong
+    with pytest.raises(ExplainError, match="not the world's 299 test-iid scenes"):
+        driving_items(deg1[1].row, items, used, 299)
 
 
 def _toy_items(n_per_type):

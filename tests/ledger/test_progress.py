@@ -50,6 +50,27 @@ def test_costs_move_from_the_prior_to_the_measured_runs():
     assert "meru" not in c.measured
 
 
+def unfold(line: str) -> str:
+    "A progress line as it was before `hierbench.terminal.fold` folded it to 100 columns."
+    return line.replace("\n  ", " ")
+
+
+def test_progress_lines_fit_100_columns_and_unfold_to_the_line(tmp_path):
+    lines, now = [], [0.0]
+    p = CompareProgress(
+        Q,
+        runs_of=lambda t: [(t[1], s) for s in t[0]],
+        run_folder=lambda r, s: tmp_path / r / f"seed{s}",
+        jobs=2,
+        log=lines.append,
+        bar=False,
+        clock=lambda: now[0],
+        calibrate_with=None,
+    )
+    p.begin([((0, 1), "clip"), ((0, 1), "negclip")], {})
+    assert all(len(x) <= 100 for x in lines[-1].splitlines()) and unfold(lines[-1]) == p.first_estimate["line"]
+
+
 def _reporter(tmp_path, lines, now, **kw):
     kw.setdefault("calibrate_with", None)  # no probe of this machine unless a test asks for one
     return CompareProgress(
@@ -57,7 +78,7 @@ def _reporter(tmp_path, lines, now, **kw):
         runs_of=lambda t: [] if t == "decoder" else [(t[1], s) for s in t[0]],
         run_folder=lambda r, s: tmp_path / "runs" / r / f"seed{s}",
         jobs=2,
-        log=lines.append,
+        log=lambda line: lines.append(unfold(line)),
         bar=False,
         clock=lambda: now[0],
         **kw,
@@ -346,7 +367,7 @@ def test_no_calibration_where_it_would_not_pay(tmp_path, budget, jobs, finished,
     p = CompareProgress(
         BUDGETS[budget],
         runs_of=lambda t: [(t[1], s) for s in t[0]],
-        log=lines.append,
+        log=lambda line: lines.append(unfold(line)),
         bar=False,
         jobs=jobs,
         run_folder=lambda r, s: tmp_path / "runs" / r / f"seed{s}",

@@ -214,3 +214,22 @@ def test_lora_on_a_pretraining_from_scratch_is_refused(tmp_path):
         main(["train", "clip", "--out", str(out), "--lora-rank", "4", "--arch", "world-debug"])
     assert "--lora-rank adapts a checkpoint" in str(e.value.code) and "--init-checkpoint" in str(e.value.code)
     assert not out.exists()
+
+
+def test_a_lora_run_names_its_base_relative_to_itself_and_moves_with_it(base, tmp_path):
+    """Issue 55: no run record or model file holds an absolute path (the weights' hash is the weights', not the
+    folder's); a run moved together with its base still loads."""
+    import shutil
+
+    home = tmp_path / "home"
+    shutil.copytree(base, home / "base")
+    res = J.train_recipe(
+        "clip-ft", home / "ft", init_checkpoint=home / "base", lora=L.LoraSpec(2), **_kw(tmp_path, steps=2)
+    )
+    kept = [p for p in res.run_dir.rglob("*") if p.is_file() and p.suffix in (".json", ".safetensors", ".jsonl")]
+    assert kept and not [p.name for p in kept if str(tmp_path).encode() in p.read_bytes()]
+    assert json.loads((res.run_dir / "config.json").read_text())["init_checkpoint"] == "../base/model.safetensors"
+    before = load_model(res.weights_path).state_dict()
+    home.rename(tmp_path / "elsewhere")
+    after = load_model(tmp_path / "elsewhere" / "ft" / "model.safetensors").state_dict()
+    assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)

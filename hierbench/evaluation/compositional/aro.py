@@ -17,9 +17,6 @@ from .common import EvalContext, option
 from ...data.loaders import load_aro_vg, load_order_benchmark
 
 # %% auto #0
-__all__ = ["excluded", "run_relation", "run_attribution", "run_order"]
-
-# %% auto #0
 __all__ = ['excluded', 'run_relation', 'run_attribution', 'run_order']
 
 # %% ../../../nbs/evaluation/03_compositional/05_aro.ipynb #2131cd99

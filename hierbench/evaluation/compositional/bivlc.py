@@ -31,9 +31,6 @@ from ...data.batch import CorruptImageError, DataFormatError, DataWarning
 from ..encoding import similarity_name
 
 # %% auto #0
-__all__ = ["BIVLC_COLUMNS", "BIVLC_CHANCE", "BytesImage", "bivlc_files", "read_bivlc", "evaluate_bivlc", "run"]
-
-# %% auto #0
 __all__ = ['BIVLC_COLUMNS', 'BIVLC_CHANCE', 'BytesImage', 'bivlc_files', 'read_bivlc', 'evaluate_bivlc', 'run']
 
 # %% ../../../nbs/evaluation/03_compositional/14_bivlc.ipynb #3108eb39

@@ -26,22 +26,6 @@ from ..metrics import chance_key
 from ...models.scorers import has_images, skipped
 
 # %% auto #0
-__all__ = [
-    "PAIR_CHANCE",
-    "ImageCache",
-    "EvalContext",
-    "option",
-    "two_by_two",
-    "PairItem",
-    "score_pairs",
-    "pair_rows",
-    "verdict_metrics",
-    "set_aside",
-    "run_families",
-    "image_runner",
-]
-
-# %% auto #0
 __all__ = ['PAIR_CHANCE', 'ImageCache', 'EvalContext', 'option', 'two_by_two', 'PairItem', 'score_pairs', 'pair_rows',
            'verdict_metrics', 'set_aside', 'run_families', 'image_runner']
 

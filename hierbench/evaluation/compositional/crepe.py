@@ -17,9 +17,6 @@ from .whatsup import files_matching, file_macro
 from ...data.loaders import load_crepe
 
 # %% auto #0
-__all__ = ["run"]
-
-# %% auto #0
 __all__ = ['run']
 
 # %% ../../../nbs/evaluation/03_compositional/07_crepe.ipynb #df55e264

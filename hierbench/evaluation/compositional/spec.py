@@ -31,9 +31,6 @@ from ..encoding import encode_texts, similarity_name
 from ..metrics import chance_key
 
 # %% auto #0
-__all__ = ["SPEC_SUBSETS", "SpecItem", "load_spec_subset", "score_spec", "spec_metrics", "evaluate_spec", "run"]
-
-# %% auto #0
 __all__ = ['SPEC_SUBSETS', 'SpecItem', 'load_spec_subset', 'score_spec', 'spec_metrics', 'evaluate_spec', 'run']
 
 # %% ../../../nbs/evaluation/03_compositional/12_spec.ipynb #a4cf6bb7

@@ -34,18 +34,6 @@ from ..encoding import encode_texts, similarity_name
 from ..metrics import chance_key
 
 # %% auto #0
-__all__ = [
-    "ChecklistFile",
-    "vl_checklist_files",
-    "ChecklistItem",
-    "load_checklist_file",
-    "radar_groups",
-    "checklist_metrics",
-    "evaluate_vl_checklist",
-    "run",
-]
-
-# %% auto #0
 __all__ = ['ChecklistFile', 'vl_checklist_files', 'ChecklistItem', 'load_checklist_file', 'radar_groups', 'checklist_metrics',
            'evaluate_vl_checklist', 'run']
 

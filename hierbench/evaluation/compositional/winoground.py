@@ -41,20 +41,6 @@ from ...models.scorers import has_images, skipped
 from ...config import MissingFileError
 
 # %% auto #0
-__all__ = [
-    "WINOGROUND_CHANCE",
-    "TAG_FAMILIES",
-    "winoground_files",
-    "ZipImage",
-    "WinogroundItem",
-    "load_winoground",
-    "winoground_scores",
-    "winoground_metrics",
-    "evaluate_winoground",
-    "run",
-]
-
-# %% auto #0
 __all__ = ['WINOGROUND_CHANCE', 'TAG_FAMILIES', 'winoground_files', 'ZipImage', 'WinogroundItem', 'load_winoground',
            'winoground_scores', 'winoground_metrics', 'evaluate_winoground', 'run']
 
