@@ -8,16 +8,15 @@ Docs: https://hierbench.github.io/hierbench/cli/commands.html.md"""
 # %% ../../nbs/cli/02_commands.ipynb #d53762d6
 from __future__ import annotations
 
-
-import numpy as np
 import contextlib
 import dataclasses
 import json
-import os
 import math
+import os
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -56,7 +55,7 @@ from ..models.family import load_model
 from ..models.export import export_open_clip
 from ..data.negatives import LexiconTagger
 from ..plugins import load_plugins
-from ..terminal import TERMINAL_WIDTH, fold, full_width, print_table, say  # noqa: F401 (re-exported here)
+from ..terminal import TERMINAL_WIDTH, fold, fold_long, full_width, print_table, say  # noqa: F401 (re-exported here)
 from ..ledger.reproduction import reproduction_check, reproduction_lines
 from ..data.paraphrases import generate_paraphrases
 from ..data.real_data import RealData, generate_negatives, parse_data_spec, real_records
@@ -340,9 +339,10 @@ def cmd_export(args):
         return _export_onnx(model, args.out)
     paths = export_open_clip(model, args.out, args.name)
     print("\n".join(f"{k}: {v}" for k, v in paths.items()))
-    print("load with:")  # one statement a line: each is copied whole
-    print(f"  open_clip.add_model_config({str(paths['config'])!r})")
-    print(f"  open_clip.create_model({paths['weights'].stem!r}, pretrained={str(paths['weights'])!r})")
+    # Python a reader pastes as it is: unindented, the long call over lines (a path is never cut)
+    print("load with:")
+    print(f"open_clip.add_model_config({str(paths['config'])!r})")
+    print(f"open_clip.create_model(\n    {paths['weights'].stem!r},\n    pretrained={str(paths['weights'])!r},\n)")
 
 
 def _export_onnx(model, out):
@@ -455,7 +455,7 @@ def cmd_compare(args):
     if args.compile:  # the job's processes (pool, submitit, SLURM) inherit the setting; this process gets it back after
         os.environ[key] = "1"
     try:
-        res = launch_compare(options=compare_options_from_args(args, budget))
+        res = launch_compare(options=compare_options_from_args(args, budget), log=say)
     finally:
         if args.compile and before is None:
             del os.environ[key]
@@ -471,10 +471,12 @@ def cmd_compare(args):
     cost = (
         f" ({meta['wall_seconds'] / 60:.1f} min, peak {meta['peak_rss_mb']:.0f} MB)" if meta.get("wall_seconds") else ""
     )
-    print(f"\nwrote {Path(args.out) / 'results.json'}, claims.json, report.html{cost}")
+    say(f"\nwrote {Path(args.out) / 'results.json'}, claims.json, report.html{cost}")
     if args.records:
         _write_records(args.out, args.records)
-    print("\n" + "\n".join(reproduction_lines(res["reproduction"])))  # last: does this machine reproduce the ledger?
+    print(
+        "\n" + fold_long("\n".join(reproduction_lines(res["reproduction"])))
+    )  # last: does this machine reproduce the ledger?
 
 # %% ../../nbs/cli/02_commands.ipynb #1881b07e
 def cmd_explain(args):
@@ -517,7 +519,7 @@ def cmd_claims(args):
         if args.json:
             atomic_write_text(args.json, json.dumps(json_safe(rep), indent=1))
             print(f"wrote {args.json}")
-        return print("\n".join(reproduction_lines(rep)))
+        return print(fold_long("\n".join(reproduction_lines(rep))))
     if (src / LEDGER_FILE).is_file():
         rec = read_records(src)
         res = {**ledger_from_records(rec), "reference": rec.claims}

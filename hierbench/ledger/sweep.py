@@ -24,7 +24,7 @@ from .records import trained_elsewhere
 from ..recipes.registry import Recipe, get_recipe, recipe_diff, recipe_fields, recipe_variant
 from .run_folder import json_safe
 from ..stats import min_detectable_effect, paired_effect
-from ..terminal import print_table
+from ..terminal import print_table, say
 
 # %% auto #0
 __all__ = ['POINTS_FILE', 'parse_grid', 'grid_points', 'write_points_plugin', 'sweep_document', 'sweep_figure', 'sweep_table',
@@ -196,10 +196,11 @@ def cmd_sweep(args):
         cpus_per_run=args.cpus_per_run,
         timeout_min=args.timeout_min,
         slurm_extra=args.slurm_extra,
+        log=say,
     )
     title = f"effect against {res['document']['reference']} (paired by seed; interval: 95% t over seeds, none below 3):"
     print_table(sweep_table(res["document"]), title, wide=getattr(args, "wide", False), more="sweep.json")
-    print(f"\nwrote {Path(args.out) / 'sweep.json'}, sweep.html")
+    say(f"\nwrote {Path(args.out) / 'sweep.json'}, sweep.html")
 
 # %% ../../nbs/ledger/11_sweep.ipynb #4af8e2a3
 def run_sweep(
