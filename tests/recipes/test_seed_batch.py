@@ -115,7 +115,9 @@ def test_fine_tunes_start_each_seed_from_its_own_parent(tmp_path, recipe):
         assert_same_run(tmp_path / "ft" / f"seed{s}", alone.run_dir)
         assert any("val_contrastive" in m for m in read_metrics(alone.run_dir))
     cfg = json.loads((tmp_path / "ft" / "seed1" / "config.json").read_text())
-    assert Path(cfg["init_checkpoint"]) == parents / "seed1" / "model.safetensors"
+    named = Path(cfg["init_checkpoint"])  # relative to the run folder: the record names no folder of this machine
+    assert not named.is_absolute()
+    assert (tmp_path / "ft" / "seed1" / named).resolve() == (parents / "seed1" / "model.safetensors").resolve()
 
 
 def test_a_seed_does_not_depend_on_which_seeds_share_its_process(tmp_path):
@@ -393,7 +395,8 @@ def test_hierbench_train_seeds_writes_one_run_folder_per_seed(tmp_path, capsys):
         ]
     )
     cfg = json.loads((tmp_path / "ft" / "seed2" / "config.json").read_text())
-    assert Path(cfg["init_checkpoint"]) == tmp_path / "g" / "seed2" / "model.safetensors"
+    named = Path(cfg["init_checkpoint"])  # relative to the run folder
+    assert (tmp_path / "ft" / "seed2" / named).resolve() == (tmp_path / "g" / "seed2" / "model.safetensors").resolve()
 
 
 # ------------------------------------------------------------------ one helper for a run's events
