@@ -4,6 +4,7 @@ today's, launchers. (The statistics: test_stats.py; the ledger: test_claims.py; 
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -105,7 +106,7 @@ def test_a_finished_run_of_another_recipe_definition_or_world_is_not_silently_re
 
 @pytest.mark.timeout(900)
 def test_cli_compare_smoke_runs_every_recipe(tmp_path):
-    "The main job end to end (all recipes, one seed) through the console script."
+    "The main job end to end (all recipes, one seed) through the console script; what it prints fits 100 columns."
     out = tmp_path / "compare"  # no --out: the main job's folder, RUNS_DIR/compare (settings.ini / environment)
     proc = subprocess.run(
         [sys.executable, "-m", "hierbench.cli", "compare", "--budget", "smoke", "--seeds", "1"],
@@ -116,6 +117,9 @@ def test_cli_compare_smoke_runs_every_recipe(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "claims ledger" in proc.stdout
+    # issue 55: the main job's output fits 100 columns, measured with a researcher's folder in place of this test's
+    printed = (proc.stdout + proc.stderr).replace(str(tmp_path), "/home/researcher/work/hierbench")
+    assert not [line for line in re.split(r"[\r\n]", printed) if len(line) > 100]
     rows = pd.DataFrame(json.loads((out / "results.json").read_text())["rows"])
     assert set(rows.recipe) == set(ALL_RECIPES)
     assert np.isfinite(rows.value).all()
