@@ -8,6 +8,7 @@ Docs: https://hierbench.github.io/hierbench/ground/terminal.html.md"""
 # %% ../nbs/ground/05_terminal.ipynb #bcddcb9c
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import textwrap
 from contextlib import contextmanager
@@ -15,7 +16,7 @@ from contextlib import contextmanager
 import pandas as pd
 
 # %% auto #0
-__all__ = ['TERMINAL_WIDTH', 'fold', 'say', 'fit_columns', 'print_table', 'full_width', 'table_text', 'fold_long']
+__all__ = ['TERMINAL_WIDTH', 'fold', 'say', 'fit_columns', 'full_width', 'table_text', 'fold_long', 'print_table']
 
 # %% ../nbs/ground/05_terminal.ipynb #26996ead
 TERMINAL_WIDTH = 100  # every command's tables and lines fit this many columns; `--wide` shows what was left out
@@ -45,18 +46,6 @@ def fit_columns(df: pd.DataFrame, width: int = TERMINAL_WIDTH, index: bool = Tru
             keep.pop()
     return df[keep], [c for c in df.columns if c not in keep]
 
-
-def print_table(df, title: str, wide: bool = False, more: str = "report.html"):
-    """`df` under `title`, in `TERMINAL_WIDTH` columns: the columns that fit, and a line naming the rest and where they
-    are (`more`; `--wide` prints them all)."""
-    shown, left = (df, []) if wide else fit_columns(df)
-    print("\n" + fold(title))
-    with pd.option_context("display.max_columns", None, "display.width", 10_000, "display.max_colwidth", 60):
-        print(shown.to_string())
-    if left:
-        names = ", ".join(map(str, left[:4])) + (", ..." if len(left) > 4 else "")
-        print(f"({len(left)} more column(s): {names}; in {more}, or --wide)")
-
 # %% ../nbs/ground/05_terminal.ipynb #5a933fee
 _WIDTH = contextvars.ContextVar("hierbench_terminal_width", default=TERMINAL_WIDTH)
 
@@ -85,3 +74,11 @@ def fold_long(text: str) -> str:
     "Each line of `text` longer than `TERMINAL_WIDTH` folded (`fold`); none under `full_width`."
     width = _WIDTH.get()
     return text if width is None else "\n".join(fold(x) if len(x) > width else x for x in text.split("\n"))
+
+
+def print_table(df, title: str, wide: bool = False, more: str = "report.html"):
+    """`df` under `title`, in `TERMINAL_WIDTH` columns (`table_text`): the columns that fit, and a line naming the rest
+    and where they are (`more`; `--wide`, or `wide`, prints them all)."""
+    print("\n" + fold(title))
+    with full_width() if wide else contextlib.nullcontext():
+        print(table_text(df, more=f"{more}, or --wide"))

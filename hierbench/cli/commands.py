@@ -55,7 +55,7 @@ from ..models.family import load_model
 from ..models.export import export_open_clip
 from ..data.negatives import LexiconTagger
 from ..plugins import load_plugins
-from ..terminal import TERMINAL_WIDTH, fold, fold_long, full_width, print_table, say  # noqa: F401 (re-exported here)
+from ..terminal import fold, fold_long, full_width, print_table, say
 from ..ledger.reproduction import reproduction_check, reproduction_lines
 from ..data.paraphrases import generate_paraphrases
 from ..data.real_data import RealData, generate_negatives, parse_data_spec, real_records

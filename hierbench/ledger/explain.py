@@ -21,7 +21,7 @@ from ..evaluation.world_eval import SUGARCREPE_GROUPS, metric_from_items, world_
 from .claims import CLAIMS, claims_ledger
 from .run_folder import json_safe
 from .records import NotKeptError, ledger_from_folder, read_plan, read_records
-from ..stats import SKEW_ALLOWANCE, leave_one_out_verdicts, mean_interval
+from ..stats import SKEW_ALLOWANCE, leave_one_out_verdicts, mean_interval, t_half_width
 
 # %% auto #0
 __all__ = ['MIN_CELL_ITEMS', 'DRAWN_ITEMS', 'EXPLAIN_DIR', 'ExplainError', 'claim_rows_of', 'claim_of', 'paired_seed_differences',
@@ -112,10 +112,10 @@ def item_cells(metric: str, items: Mapping) -> tuple[str, list, dict] | None:
     """How `metric` breaks down over the per-item records of one run: (field, cells, weight of each cell's effect in the
     row's effect, or None where they do not add up). None when the records keep no field to break it down by."""
     head, _, tail = metric.partition("/")
-    split = "test-comp" if tail == "test-comp" else "test-iid"
+    split, name = _comp_record(metric)
     recs = items.get(split, {})
-    if head == "comp_acc" and ("comp" if split == "test-iid" else "comp/test-comp") in recs:
-        types = sorted(set(np.asarray(recs["comp" if split == "test-iid" else "comp/test-comp"]["type"]).tolist()))
+    if head == "comp_acc" and name in recs:
+        types = sorted(set(np.asarray(recs[name]["type"]).tolist()))
         if tail in ("", "test-comp"):
             return "type", types, {t: 1 / len(types) for t in types}  # the macro accuracy: the types' mean
         if tail == "swap_minus_replace":
@@ -129,10 +129,9 @@ def item_cells(metric: str, items: Mapping) -> tuple[str, list, dict] | None:
 
 def cell_metric(metric: str, items: Mapping, field_: str, cell) -> tuple[float, int]:
     "(the metric on the items of one cell, how many items the cell has) for one run's per-item records."
-    head, _, tail = metric.partition("/")
-    split = "test-comp" if tail == "test-comp" else "test-iid"
+    head = metric.partition("/")[0]
+    split, name = _comp_record(metric)
     if field_ == "type":
-        name = "comp" if split == "test-iid" else "comp/test-comp"
         rec = items[split][name]
         n = int((np.asarray(rec["type"]) == cell).sum())
         return metric_from_items(f"comp_acc/{cell}", {"test-iid": {"comp": rec}}), n
@@ -214,7 +213,8 @@ DRAWN_ITEMS = 6  # the items a row's page draws: those that push its effect hard
 
 def item_pushes(row: Mapping, items: Mapping, seeds: Sequence[int]) -> pd.DataFrame | None:
     """Each compositional item's push on `row`'s effect over `seeds`: (item, group, type, a_right, b_right, seeds,
-    push), where push = weight(type) / n(type) * (a_right - b_right) / seeds, so the pushes add up to the row's effect.
+    push, low, high), where push = weight(type) / n(type) * (a_right - b_right) / seeds, so the pushes add up to the
+    row's effect, and [low, high] its 95% t-interval over the seeds (the item's paired right-or-wrong differences).
     None where the row's metric has no item-level breakdown; an `ExplainError` where the runs hold different items."""
     how = item_cells(row["metric"], items.get((row["a"], seeds[0]), {})) if seeds else None
     if how is None or how[2] is None or how[0] != "type":
@@ -231,6 +231,8 @@ def item_pushes(row: Mapping, items: Mapping, seeds: Sequence[int]) -> pd.DataFr
     count = {t: int((kind == t).sum()) for t in types}
     w = np.array([weights.get(t, 0.0) / count[t] if t in count else 0.0 for t in kind])
     push = w * (right["a"] - right["b"]) / len(seeds)  # 0 for a type the metric does not weigh
+    diffs = np.stack([np.asarray(runs[("a", s)]["ok"], float) - np.asarray(runs[("b", s)]["ok"], float) for s in seeds])
+    half = np.abs(w) * t_half_width(1.0, len(seeds)) * (diffs.std(0, ddof=1) if len(seeds) > 1 else 1.0)
     return pd.DataFrame(
         dict(
             item=np.arange(len(kind)),
@@ -240,6 +242,8 @@ def item_pushes(row: Mapping, items: Mapping, seeds: Sequence[int]) -> pd.DataFr
             b_right=right["b"].astype(int),
             seeds=len(seeds),
             push=push,
+            low=push - half,
+            high=push + half,
         )
     )
 
@@ -248,9 +252,9 @@ def driving_items(
     row: Mapping, items: Mapping, seeds: Sequence[int], n_scenes: int, k: int = DRAWN_ITEMS, eval_data=None
 ) -> dict:
     """The `k` items that push `row`'s effect hardest in its direction, rebuilt from the world: `table` (item, group,
-    type, caption, negative, a_right, b_right, seeds, push) and `images` (the scenes, uint8), or a `note` saying why
-    none are drawn. `n_scenes`: scenes per evaluation split (the budget's `n_test`); `eval_data`: that split's
-    `WorldEvalData` when already built (world seed 0, as the compare job builds it)."""
+    type, caption, negative, a_right, b_right, seeds, push, low, high) and `images` (the scenes, uint8), or a `note`
+    saying why none are drawn. `n_scenes`: scenes per evaluation split (the budget's `n_test`); `eval_data`: that
+    split's `WorldEvalData` when already built (world seed 0, as the compare job builds it)."""
     pushes = item_pushes(row, items, seeds)
     if pushes is None:
         return dict(table=None, images=[], note=f"{row['metric']}: the items are drawn for compositional rows")
@@ -265,7 +269,7 @@ def driving_items(
     sign = 1.0 if row["effect"] >= 0 else -1.0
     top = pushes.iloc[np.argsort(-sign * pushes.push.to_numpy(), kind="stable")[:k]]
     table = top.assign(caption=[data.chains[g][-1] for g in top.group], negative=[flat[i][2] for i in top.item])[
-        ["item", "group", "type", "caption", "negative", "a_right", "b_right", "seeds", "push"]
+        ["item", "group", "type", "caption", "negative", "a_right", "b_right", "seeds", "push", "low", "high"]
     ]
     return dict(table=table.reset_index(drop=True), images=[data.images[g] for g in top.group], note=None)
 
@@ -496,7 +500,8 @@ def row_page(ev: RowEvidence, plotlyjs: str = "plotly.min.js", back: str | None 
     if drivers is not None:
         parts.append(
             "<h2>The items that drive it</h2><p>Each item's push on the effect: its type's weight over the type's "
-            "item count, times how much more often A chose the caption than B over the row's seeds.</p>"
+            "item count, times how much more often A chose the caption than B over the row's seeds; [low, high]: its "
+            "95% t-interval over the seeds. One item's interval is wide: read the items together, not one alone.</p>"
             + drivers.to_html(index=False, float_format=lambda v: f"{v:.5f}")
         )
     style = "body{font-family:sans-serif;max-width:1000px;margin:2em auto}td,th{padding:2px 8px;text-align:left}"

@@ -35,7 +35,7 @@ from hierbench.models.precision import (
     legacy_amp_precision,
     training_forward,
 )
-from ..config import HierbenchError, RunExistsError, SettingsError, load_settings
+from ..config import HierbenchError, RunExistsError, SettingsError, load_settings, path_in
 
 # the settings and the callbacks live in modules of their own; their names answer here too (`from
 # hierbench.training.trainer import TrainConfig`)
@@ -357,11 +357,25 @@ def _forget_after(run_dir: Path, metrics_path: Path, last_step: int) -> None:
 CHANGEABLE_ON_RESUME = ("lr", "weight_decay", "grad_clip", "warmup_steps", "min_lr_ratio", "steps", "betas", "eps")
 
 
+def _files_named(rec: Mapping, folder: Path) -> dict:
+    """`rec` with the files a run record names relative to its `folder` (`init_checkpoint`, a LoRA base's path: see
+    `hierbench.config.path_from`) resolved: a resume compares the files, not their spelling (an older record's
+    absolute path, a run moved together with its parent)."""
+    out = dict(rec)
+    if out.get("init_checkpoint"):
+        out["init_checkpoint"] = str(path_in(folder, out["init_checkpoint"]).resolve())
+    base = (out.get("lora") or {}).get("base")
+    if base and base.get("path"):
+        out["lora"] = {**out["lora"], "base": {**base, "path": str(path_in(folder, base["path"]).resolve())}}
+    return out
+
+
 def _check_resume_config(
     saved: Mapping, cfg: TrainConfig, where: Path, extra: Mapping, allow_changes: Sequence[str] = ()
 ) -> dict:
     "The allowed changes {field: [saved, now]}; any other difference is an error that names it."
-    now = {**asdict(cfg), **extra}
+    now = _files_named({**asdict(cfg), **extra}, where)
+    saved = _files_named(saved, where)
     if "precision" not in saved and "amp" in saved:  # a run from before `precision`: compare what it actually ran at
         saved = {**saved, "precision": legacy_amp_precision(bool(saved["amp"]), saved.get("device", "auto"))}
     norm = lambda v: tuple(v) if isinstance(v, list) else v  # JSON turns tuples into lists

@@ -581,7 +581,8 @@ def run_browser(results, metric: str | None = None, confidence: float = 0.95):
 # %% ../../nbs/ui/00_widgets.ipynb #9c5d9dac
 def explain_explorer(source, row: str | None = None):
     """An ipywidgets VBox over a ledger's rows: a dropdown of every row that ran (id, arms, metric, verdict) and, for
-    the one picked, its seeds figure, its items figure and the facts of its page (`hierbench.ledger.explain`).
+    the one picked, the facts and figures of its page (`hierbench.ledger.explain`): seeds, items and the scenes of
+    the items that drive it.
     `source`: ledger records or a compare folder; `row`: the first row whose label starts with it (e.g. 'ARG-4').
     Attributes: picker, evidence (the shown row's `RowEvidence`), refresh."""
     from hierbench.ledger.explain import evidence_of, recomputed_ledger
@@ -609,7 +610,7 @@ def explain_explorer(source, row: str | None = None):
             f"{', '.join(map(str, s['overturned_by'])) or 'none'}"
             + (f"; {ev.items['note']}" if ev.items.get("note") else "")
         )
-        _show(out, *[f for f in (ev.figures.get("seeds"), ev.figures.get("items")) if f is not None])
+        _show(out, *[f for f in map(ev.figures.get, ("seeds", "items", "scenes")) if f is not None])
 
     picker.observe(refresh, names="value")
     box.refresh = refresh

@@ -74,6 +74,10 @@ def test_the_items_pushes_add_up_to_the_row_and_the_drawn_ones_are_the_worlds(de
         t = e.drivers["table"]
         assert len(t) == len(e.drivers["images"]) == DRAWN_ITEMS and (t.push > 0).all()
         assert list(t.push) == sorted(pushes.push, reverse=True)[:DRAWN_ITEMS]
+        # each item's push with its interval over the seeds: zero width only where both arms agree on every seed
+        assert (pushes.low <= pushes.push + 1e-15).all() and (pushes.push <= pushes.high + 1e-15).all()
+        agree = (pushes.a_right == pushes.b_right) & pushes.a_right.isin([0, len(used)])
+        assert np.allclose(pushes.high[agree] - pushes.low[agree], 0) and (t.high > t.low).all()
     data = world_eval_data("test-iid", 300, seed=0, pep_pool=0)
     top = deg1[1].drivers["table"].iloc[0]
     assert top.caption == data.chains[top.group][-1] and (top.type, top.negative) in data.negatives[top.group]

@@ -584,6 +584,31 @@ def test_resume_refuses_other_extra_config(tmp_path):
     train(Tiny(), clip_loss, make_data(), c, resume=True, extra_config={"recipe": "clip", "sizes": (1, 2)})
 
 
+def test_resume_compares_the_parent_file_not_how_the_record_spells_it(tmp_path):
+    """A record names its parent relative to the run folder: an older record's absolute path to the same file resumes,
+    so does a run moved together with its parent; another parent is refused."""
+    import shutil
+    from dataclasses import replace
+
+    parent = tmp_path / "parents" / "model.safetensors"
+    parent.parent.mkdir()
+    parent.write_bytes(b"")
+    old, new = cfg(tmp_path, "old", steps=4), cfg(tmp_path, "new", steps=4)
+    rel = os.path.relpath(parent, old.run_dir)  # the same from both run folders
+    train(Tiny(), clip_loss, make_data(), old, stop_at=1, extra_config={"init_checkpoint": str(parent)})
+    train(Tiny(), clip_loss, make_data(), old, stop_at=2, resume=True, extra_config={"init_checkpoint": rel})
+    train(Tiny(), clip_loss, make_data(), new, stop_at=1, extra_config={"init_checkpoint": rel})
+    (tmp_path / "moved").mkdir()
+    for name in ("new", "parents"):
+        shutil.move(str(tmp_path / name), tmp_path / "moved" / name)
+    new = replace(new, run_dir=str(tmp_path / "moved" / "new"))
+    train(Tiny(), clip_loss, make_data(), new, stop_at=2, resume=True, extra_config={"init_checkpoint": rel})
+    with pytest.raises(ValueError, match="init_checkpoint"):
+        train(
+            Tiny(), clip_loss, make_data(), new, resume=True, extra_config={"init_checkpoint": "../x/model.safetensors"}
+        )
+
+
 def test_an_old_amp_flag_runs_as_it_did_bf16_autocast_on_cuda_only():
     "A config.json from before `precision` (`amp: true`) resumes at what ran: fp32 on a CPU, bf16 autocast on CUDA."
     import contextlib
