@@ -232,7 +232,8 @@ def item_pushes(row: Mapping, items: Mapping, seeds: Sequence[int]) -> pd.DataFr
     w = np.array([weights.get(t, 0.0) / count[t] if t in count else 0.0 for t in kind])
     push = w * (right["a"] - right["b"]) / len(seeds)  # 0 for a type the metric does not weigh
     diffs = np.stack([np.asarray(runs[("a", s)]["ok"], float) - np.asarray(runs[("b", s)]["ok"], float) for s in seeds])
-    half = np.abs(w) * t_half_width(1.0, len(seeds)) * (diffs.std(0, ddof=1) if len(seeds) > 1 else 1.0)
+    one = len(seeds) < 2  # one seed: no interval (and 0 · inf would be NaN for the types the metric does not weigh)
+    half = np.full(len(kind), np.inf) if one else np.abs(w) * t_half_width(1.0, len(seeds)) * diffs.std(0, ddof=1)
     return pd.DataFrame(
         dict(
             item=np.arange(len(kind)),
