@@ -85,6 +85,7 @@ Modules:
 - `hierbench.training.tracking`: Every metrics line of a run also in TensorBoard and W&B (`--report-to`), with the norm distribution of the embeddings drawn at evaluation steps.
 - `hierbench.training.train_config`: `TrainConfig`, every number that decides a training run, and the optimiser it builds: AdamW's parameter groups and the warmup + cosine schedule.
 - `hierbench.training.trainer`: One trainer for every recipe: AdamW with parameter groups, warmup + cosine, clipping, bf16 on CUDA, EMA teacher, NaN guard, JSON-lines metrics, atomic checkpoints, bit-exact resume, and multi-process contrastive training.
+- `hierbench.ui.side_by_side`: The two arms of a ledger row over the same items: both embeddings laid out by the same method with linked selection, their norms by hierarchy level and their entailment angles in one figure, and one HyperView workspace holding both spaces.
 - `hierbench.ui.view`: `hierbench view`: a HyperView workspace of what a model makes of images and texts — HoroPCA's Poincaré layout and a Euclidean one from hierbench's own geometry, norms and parent captions as fields — served locally or exported as a static bundle.
 - `hierbench.ui.widgets`: ipywidgets explorers over the figures: the entailment-angle explorer and the `compare` run browser.
 - `hierbench.viz.figures`: HoroPCA, PCA and UMAP views of embeddings, norm distributions, entailment-cone diagrams, training curves and sweep bars: pure functions that return plotly figures.

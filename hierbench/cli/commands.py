@@ -20,8 +20,6 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..bench.suite import format_report, run_benchmarks
-from ..evaluation.benchmarks import evaluate_benchmarks
 from ..ledger.budgets import BUDGETS, Budget, eval_scene_counts
 from .parser import comma_list
 from ..ledger.claims import variance_components
@@ -41,7 +39,14 @@ from hierbench.ledger.records import (
 )
 from ..ledger.run_folder import json_safe
 from ..ledger.report import forest_figure, headline_table
-from ..config import BENCH_SECTIONS, ENV_PREFIX, SettingsError, atomic_write, atomic_write_text
+from hierbench.config import (
+    BENCH_SECTIONS,
+    ENV_PREFIX,
+    MissingFileError,
+    SettingsError,
+    atomic_write,
+    atomic_write_text,
+)
 from ..data.batch import DataFormatError
 from ..training.distributed import dist_info
 from ..geometry import dist, dist0, exp_map0, exterior_angle, half_aperture
@@ -145,6 +150,8 @@ def _eval_callback(args):
         raise SettingsError(
             "--eval-every needs a benchmark: --eval-sugarcrepe DIR, --eval-sugarcrepe-pp DIR or --eval-hierarcaps CSV"
         )
+    from hierbench.evaluation.benchmarks import evaluate_benchmarks  # the real benchmarks' readers: 2 s, paid here
+
     return EvalEvery(
         lambda m: evaluate_benchmarks(
             m,
@@ -479,15 +486,53 @@ def cmd_compare(args):
     )  # last: does this machine reproduce the ledger?
 
 # %% ../../nbs/cli/02_commands.ipynb #1881b07e
+def _side_by_side_weights(args) -> tuple[list, list]:
+    """`explain --models`: the claim's rows and, per row, (seed, the two arms' weight files), every file checked to be
+    there — and the [view] extra when a workspace is asked for — before anything is written."""
+    from hierbench.ledger.explain import claim_rows_of, recomputed_ledger
+    from hierbench.ui.side_by_side import row_weights
+    from hierbench.ui.view import require_hyperview
+
+    if args.workspace is not None:
+        require_hyperview()
+    if args.scenes < 2:
+        raise SettingsError(f"--scenes {args.scenes}: at least 2 scenes")
+    rows = claim_rows_of(recomputed_ledger(args.dir)["ledger"], args.claim, args.metric).to_dict("records")
+    if args.workspace is not None and len(rows) > 1:
+        raise SettingsError(f"--workspace: one row at a time; {args.claim} has {len(rows)}, pick one with --metric")
+    weights = [row_weights(args.dir, row, args.seed, args.weights) for row in rows]
+    for _, paths in weights:
+        for p in paths:
+            if not p.is_file():
+                raise MissingFileError(f"{p}: no such weights file")
+    return rows, weights
+
+
+def _write_side_by_side(args, rows: list, weights: list):
+    "`explain --models`: each row's two models side by side, beside its page (and the HyperView workspace)."
+    from hierbench.ui.side_by_side import row_side_by_side, write_side_by_side
+
+    for row, (seed, paths) in zip(rows, weights):
+        say(f"{row['id']} {row['a']} vs {row['b']} {row['metric']}: embedding {args.scenes} scenes with both models")
+        sbs = row_side_by_side(args.dir, row, seed=seed, weights=paths if seed is None else None, n_scenes=args.scenes)
+        for path in write_side_by_side(sbs, args.out, row, workspace=args.workspace):
+            print(f"wrote {path}")
+
+
 def cmd_explain(args):
     from hierbench.ledger.explain import write_explain
 
     load_plugins(args.plugin)  # a plugin's claims, before the ledger is recomputed
-    pages = write_explain(args.dir, args.claim, args.out, metric=args.metric, json_path=args.json)
+    models = args.models or args.weights is not None or args.workspace is not None
+    if models:
+        rows, weights = _side_by_side_weights(args)  # refusals (no weights, no such seed) before any file
+    pages = write_explain(args.dir, args.claim, args.out, metric=args.metric, json_path=args.json, models=models)
     for page in pages:
         print(f"wrote {page}")
     if args.json:
         print(f"wrote {args.json}")
+    if models:
+        _write_side_by_side(args, rows, weights)
 
 # %% ../../nbs/cli/02_commands.ipynb #5747ec27
 def _write_records(folder, out):
@@ -579,6 +624,8 @@ def cmd_claims(args):
 
 # %% ../../nbs/cli/02_commands.ipynb #63d439ba
 def cmd_bench(args):
+    from hierbench.bench.suite import format_report, run_benchmarks  # every bench section: imported when asked
+
     sections = (
         tuple(comma_list(args.sections))
         if args.sections

@@ -623,6 +623,17 @@ def add_explain_parser(sub):
     d.add_argument("--metric", default=None, help="only the claim's row(s) on this metric")
     d.add_argument("--out", required=True, help="folder for one HTML page per row (and plotly.min.js)")
     d.add_argument("--json", default=None, metavar="FILE", help="the same numbers as JSON")
+    m = d.add_argument_group("the two models side by side (hierbench.ui.side_by_side; needs their weights)")
+    m.add_argument(
+        "--models",
+        action="store_true",
+        help="also a page per row of both arms' embeddings over the same test scenes (linked HoroPCA/PCA panels, "
+        "norms by level, PEP angles), for one seed: a compare folder's runs, or runs this machine retrained",
+    )
+    m.add_argument("--seed", type=int, default=None, help="that seed (default: the one nearest the row's mean)")
+    m.add_argument("--weights", nargs=2, metavar=("A", "B"), default=None, help="your own runs of the two arms")
+    m.add_argument("--scenes", type=int, default=500, help="test scenes both models embed (default 500: ~1,000 items)")
+    m.add_argument("--workspace", default=None, metavar="DIR", help="one HyperView workspace of both ([view] extra)")
     add_plugin_flag(d)
     d.set_defaults(func=LazyCommand("hierbench.cli.commands:cmd_explain"))
     return d

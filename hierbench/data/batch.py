@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-import open_clip
 import torch
 from PIL import Image
 
@@ -150,6 +149,8 @@ def normalize(x: torch.Tensor, mean: Sequence[float] = CLIP_MEAN, std: Sequence[
 # %% ../../nbs/data/01_batch.ipynb #9152b5a4
 @functools.lru_cache(maxsize=32)
 def _image_transform(size, mean, std, interpolation, resize_mode, is_train):
+    import open_clip  # imported when a transform is built (its 4 s are not every reader's)
+
     return open_clip.image_transform(
         size, is_train=is_train, mean=mean, std=std, interpolation=interpolation, resize_mode=resize_mode
     )

@@ -17,7 +17,6 @@ from fractions import Fraction
 import numpy as np
 import pandas as pd
 from scipy.stats import kendalltau
-from sklearn.metrics import average_precision_score, roc_auc_score
 
 # %% auto #0
 __all__ = ['CHANCE_ITT_TOT', 'as_numpy', 'chance_choice', 'chance_classification', 'chance_recall_at_k', 'chance_auc',
@@ -424,6 +423,8 @@ def pep_auc_ap(pos_scores, neg_scores) -> dict[str, float]:
     pos, neg = as_numpy(pos_scores, "pos_scores", ndim=1), as_numpy(neg_scores, "neg_scores", ndim=1)
     if len(pos) == 0 or len(neg) == 0:
         raise ValueError(f"pep_auc_ap: need positives and negatives, got {len(pos)} and {len(neg)}")
+    from sklearn.metrics import average_precision_score, roc_auc_score  # 1 s of imports, paid where used
+
     y = np.r_[np.ones(len(pos)), np.zeros(len(neg))]
     s = np.r_[pos, neg]
     return dict(

@@ -16,10 +16,6 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
-from sklearn.linear_model import LogisticRegression
-from sklearn.metrics import average_precision_score, roc_auc_score
-from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import StandardScaler
 
 from ..world import scenes as world
 from hierbench.evaluation.encoding import (
@@ -450,6 +446,10 @@ def position_readout(model, n: int = 2000, seed: int = 0, config=None, cache_dir
         if len(set(y[a])) < 2 or not b.any():
             raise ValueError(f"position_readout: too few scenes off the centre ({name}); raise n")
         # the usual linear probe: standardised features, L2-regularised logistic regression (sklearn's defaults)
+        from sklearn.linear_model import LogisticRegression
+        from sklearn.pipeline import make_pipeline
+        from sklearn.preprocessing import StandardScaler
+
         probe = make_pipeline(StandardScaler(), LogisticRegression(max_iter=5000)).fit(feats[a], y[a])
         out[name] = float(probe.score(feats[b], y[b]))
         out[f"chance_{name}"] = float(max(y[b].mean(), 1 - y[b].mean()))
@@ -521,6 +521,8 @@ def metric_from_items(
         y = np.r_[np.ones(len(pos)), np.zeros(len(neg))]
         sw = np.r_[_w(rec, w, "pos_group"), _w(rec, w, "neg_group")]
         keep = sw > 0
+        from sklearn.metrics import average_precision_score, roc_auc_score  # 1 s of imports, paid where used
+
         f = average_precision_score if head == "pep_ap" else roc_auc_score
         return float(f(y[keep], s[keep], sample_weight=sw[keep]))
     if head == "d_corr" and tail == "":

@@ -17,6 +17,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from ..config import HierbenchError, atomic_write_text
+from ..evaluation.metrics import pep_score
 from ..evaluation.world_eval import SUGARCREPE_GROUPS, metric_from_items, world_eval_data
 from .claims import CLAIMS, claims_ledger
 from .run_folder import json_safe
@@ -25,9 +26,10 @@ from ..stats import SKEW_ALLOWANCE, leave_one_out_verdicts, mean_interval, t_hal
 
 # %% auto #0
 __all__ = ['MIN_CELL_ITEMS', 'DRAWN_ITEMS', 'EXPLAIN_DIR', 'ExplainError', 'claim_rows_of', 'claim_of', 'paired_seed_differences',
-           'row_seeds', 'item_cells', 'cell_metric', 'row_items', 'item_pushes', 'driving_items', 'RowEvidence',
-           'recomputed_ledger', 'explain', 'evidence_of', 'seeds_figure', 'items_figure', 'scenes_figure', 'row_page',
-           'page_name', 'write_explain', 'write_row_pages']
+           'row_seeds', 'world_classes', 'with_classes', 'item_cells', 'cell_metric', 'row_items', 'item_pushes',
+           'driving_items', 'driving_chains', 'RowEvidence', 'recomputed_ledger', 'explain', 'evidence_of',
+           'seeds_figure', 'items_figure', 'scenes_figure', 'row_page', 'page_name', 'models_page_name',
+           'write_explain', 'write_row_pages']
 
 # %% ../../nbs/ledger/04_explain.ipynb #5e1a10ca
 class ExplainError(HierbenchError, ValueError):
@@ -108,6 +110,46 @@ def _comp_record(metric: str) -> tuple[str, str]:
     return split, "comp" if split == "test-iid" else "comp/test-comp"
 
 
+def _class_record(metric: str) -> tuple[str, str] | None:
+    "(split, per-item record) of a zero-shot or retrieval metric, whose items the world gives a class; else None."
+    head, _, tail = metric.partition("/")
+    if head == "zs_acc" and tail:
+        return tail, f"zs/{tail}"
+    if head.startswith("i2t_R@"):
+        split = "test-comp" if tail == "test-comp" else "test-iid"
+        return split, "i2t" + ("/test-comp" if split == "test-comp" else "")
+    return None
+
+
+def world_classes(metric: str, n_scenes: int) -> np.ndarray | None:
+    """The world's class of each item of a zero-shot or retrieval metric's record (rebuilt from the world, as the
+    evaluation built them): a zero-shot image's object shape, a retrieval image's scene shape; None for other
+    metrics."""
+    where = _class_record(metric)
+    if where is None:
+        return None
+    data = world_eval_data(where[0], n_scenes, seed=0, pep_pool=0)
+    if where[1].startswith("zs/"):
+        return np.asarray(data.class_labels)
+    return np.asarray([chain[1].split()[-1] for chain in data.chains])  # "a ring": the level-1 caption names it
+
+
+def with_classes(items: Mapping, metric: str, classes: np.ndarray) -> dict:
+    """`items` with the world's `classes` added to each run's record of `metric` (`world_classes`); a run whose
+    record holds another number of items was evaluated on another world, and is refused by name."""
+    split, name = _class_record(metric)
+    out = {}
+    for key, run in items.items():
+        rec = run.get(split, {}).get(name)
+        if rec is not None and len(rec["group"]) != len(classes):
+            raise ExplainError(
+                f"{key[0]}/seed{key[1]}: {len(rec['group'])} {name} items, the world has {len(classes)}: "
+                "records of another world"
+            )
+        out[key] = run if rec is None else {**run, split: {**run[split], name: {**rec, "class": classes}}}
+    return out
+
+
 def item_cells(metric: str, items: Mapping) -> tuple[str, list, dict] | None:
     """How `metric` breaks down over the per-item records of one run: (field, cells, weight of each cell's effect in the
     row's effect, or None where they do not add up). None when the records keep no field to break it down by."""
@@ -124,6 +166,12 @@ def item_cells(metric: str, items: Mapping) -> tuple[str, list, dict] | None:
             return "type", sw + rp, {**{t: 1 / len(sw) for t in sw}, **{t: -1 / len(rp) for t in rp}}
     if head in ("pep_auc", "pep_ap") and tail == "" and "pos_level" in recs.get("pep", {}):
         return "level", sorted(set(np.asarray(recs["pep"]["pos_level"]).tolist())), None
+    where = _class_record(metric)
+    rec = items.get(where[0], {}).get(where[1], {}) if where else {}
+    if "class" in rec:  # an accuracy or recall over items: each class's share of the items weights its effect
+        labels = np.asarray(rec["class"])
+        classes = sorted(set(labels.tolist()))
+        return "class", classes, {c: float((labels == c).mean()) for c in classes}
     return None
 
 
@@ -131,6 +179,13 @@ def cell_metric(metric: str, items: Mapping, field_: str, cell) -> tuple[float, 
     "(the metric on the items of one cell, how many items the cell has) for one run's per-item records."
     head = metric.partition("/")[0]
     split, name = _comp_record(metric)
+    if field_ == "class":
+        split, name = _class_record(metric)
+        rec = items[split][name]
+        keep = np.asarray(rec["class"]) == cell
+        return metric_from_items(metric, {split: {name: {k: np.asarray(v)[keep] for k, v in rec.items()}}}), int(
+            keep.sum()
+        )
     if field_ == "type":
         rec = items[split][name]
         n = int((np.asarray(rec["type"]) == cell).sum())
@@ -256,9 +311,11 @@ def driving_items(
     type, caption, negative, a_right, b_right, seeds, push, low, high) and `images` (the scenes, uint8), or a `note`
     saying why none are drawn. `n_scenes`: scenes per evaluation split (the budget's `n_test`); `eval_data`: that
     split's `WorldEvalData` when already built (world seed 0, as the compare job builds it)."""
+    if row["metric"] in ("pep_auc", "pep_ap"):
+        return driving_chains(row, items, seeds, n_scenes, k, eval_data)
     pushes = item_pushes(row, items, seeds)
     if pushes is None:
-        return dict(table=None, images=[], note=f"{row['metric']}: the items are drawn for compositional rows")
+        return dict(table=None, images=[], note=f"{row['metric']}: the items are drawn for compositional and PEP rows")
     split, _ = _comp_record(row["metric"])
     data = eval_data if eval_data is not None else world_eval_data(split, n_scenes, seed=0, pep_pool=0)
     flat = [(g, t, text) for g, negs in enumerate(data.negatives) for t, text in negs]
@@ -273,6 +330,56 @@ def driving_items(
         ["item", "group", "type", "caption", "negative", "a_right", "b_right", "seeds", "push", "low", "high"]
     ]
     return dict(table=table.reset_index(drop=True), images=[data.images[g] for g in top.group], note=None)
+
+# %% ../../nbs/ledger/04_explain.ipynb #82cd27a1
+def driving_chains(
+    row: Mapping, items: Mapping, seeds: Sequence[int], n_scenes: int, k: int = DRAWN_ITEMS, eval_data=None
+) -> dict:
+    """A PEP row's scenes whose chains moved most in the row's direction, rebuilt from the world: `table` (group,
+    chain, a_score, b_score, shift, low, high, seeds, a_phi, b_phi) and `images`. A scene's score is the mean PEP
+    score of its chain's caption-image pairs; shift = A − B, averaged over the row's seeds with its 95% t-interval;
+    a_phi / b_phi: each arm's angle per level (mean over seeds). PEP AUC and AP rank pairs across scenes, so the
+    shifts show where the effect lies, they do not add up to it (the `note` says so)."""
+    runs = {(arm, s): items.get((row[arm], s), {}).get("test-iid", {}).get("pep") for arm in ("a", "b") for s in seeds}
+    if not seeds or any(r is None or "pos_group" not in r for r in runs.values()):
+        return dict(table=None, images=[], note="no chains drawn: the records keep no PEP pairs of every seed")
+    data = eval_data if eval_data is not None else world_eval_data("test-iid", n_scenes, seed=0, pep_pool=0)
+    pairs = [(g, lv) for g, chain in enumerate(data.chains) for lv in range(len(chain))]
+    for (arm, s), r in runs.items():
+        if list(zip(np.asarray(r["pos_group"]).tolist(), np.asarray(r["pos_level"]).tolist())) != pairs:
+            raise ExplainError(
+                f"{row[arm]}/seed{s}: its PEP pairs are not the world's {n_scenes} test-iid chains built here "
+                "(records of another world, or of another world version)"
+            )
+    group = np.asarray(runs[("a", seeds[0])]["pos_group"])
+    n = len(data.chains)
+
+    def per_scene(values):  # the mean over each scene's chain pairs
+        return np.bincount(group, weights=values, minlength=n) / np.bincount(group, minlength=n)
+
+    score = {key: per_scene(pep_score(np.asarray(r["pos_phi"], float))) for key, r in runs.items()}
+    diffs = np.stack([score[("a", s)] - score[("b", s)] for s in seeds])
+    shift = diffs.mean(0)
+    half = np.full(n, np.inf) if len(seeds) < 2 else t_half_width(1.0, len(seeds)) * diffs.std(0, ddof=1)
+    sign = 1.0 if row["effect"] >= 0 else -1.0
+    top = np.argsort(-sign * shift, kind="stable")[:k]
+    phi = {arm: np.mean([np.asarray(runs[(arm, s)]["pos_phi"], float) for s in seeds], 0) for arm in ("a", "b")}
+    table = pd.DataFrame(
+        dict(
+            group=top,
+            chain=[" ⊃ ".join(data.chains[g]) for g in top],
+            a_score=[np.mean([score[("a", s)][g] for s in seeds]) for g in top],
+            b_score=[np.mean([score[("b", s)][g] for s in seeds]) for g in top],
+            shift=shift[top],
+            low=(shift - half)[top],
+            high=(shift + half)[top],
+            seeds=len(seeds),
+            a_phi=[phi["a"][group == g].round(3).tolist() for g in top],
+            b_phi=[phi["b"][group == g].round(3).tolist() for g in top],
+        )
+    )
+    note = f"{row['metric']} ranks pairs across scenes: the scenes' shifts show where the effect lies, not its parts"
+    return dict(table=table, images=[data.images[g] for g in top], note=note, kind="chains")
 
 # %% ../../nbs/ledger/04_explain.ipynb #8529f9fd
 @dataclass
@@ -346,12 +453,19 @@ def evidence_of(found: Mapping, row: Mapping, figures: bool = True) -> RowEviden
     `recomputed_ledger` or a finished compare job holds)."""
     seeds = row_seeds(row, found["results"], found.get("interval", "guarded"))
     used = seeds["table"].seed[seeds["table"].used].tolist()
-    ev = RowEvidence(row=dict(row), seeds=seeds, items=row_items(row, found["items"], used))
+    items = found["items"]
+    if found.get("n_scenes") and _class_record(row["metric"]):  # zero-shot, retrieval: the world's classes
+        classes = found.setdefault("classes", {})
+        key = _class_record(row["metric"])
+        if key not in classes:
+            classes[key] = world_classes(row["metric"], found["n_scenes"])
+        items = with_classes(items, row["metric"], classes[key])
+    ev = RowEvidence(row=dict(row), seeds=seeds, items=row_items(row, items, used))
     if figures:
         if found.get("n_scenes") and used and ev.items.get("table") is not None:
             split, _ = _comp_record(row["metric"])
             scenes = found.setdefault("eval_data", {})  # the world's scenes, built once for all rows
-            if row["metric"].startswith("comp_acc") and split not in scenes:
+            if row["metric"].startswith(("comp_acc", "pep_")) and split not in scenes:
                 scenes[split] = world_eval_data(split, found["n_scenes"], seed=0, pep_pool=0)
             ev.drivers = driving_items(row, found["items"], used, found["n_scenes"], eval_data=scenes.get(split))
         ev.figures = dict(seeds=seeds_figure(ev), items=items_figure(ev), scenes=scenes_figure(ev))
@@ -430,7 +544,8 @@ def items_figure(ev: RowEvidence) -> go.Figure | None:
 
 def scenes_figure(ev: RowEvidence) -> go.Figure | None:
     """The items that drive the row (`driving_items`): each scene with its caption (✓) and hard negative (✗), and how
-    often each arm chose the caption over the row's seeds (None where none are drawn)."""
+    often each arm chose the caption over the row's seeds; for a PEP row each scene with its chain, general to
+    specific, and each arm's angle per level (None where none are drawn)."""
     from plotly.subplots import make_subplots
 
     t = ev.drivers.get("table") if ev.drivers else None
@@ -439,13 +554,22 @@ def scenes_figure(ev: RowEvidence) -> go.Figure | None:
     cols = min(3, len(t))
     rows = -(-len(t) // cols)
     a, b = ev.row["a"], ev.row["b"]
-    titles = [f"{r.type}: {a} {r.a_right}/{r.seeds}, {b} {r.b_right}/{r.seeds}" for r in t.itertuples()]
+    chains = ev.drivers.get("kind") == "chains"
+    if chains:
+        titles = [f"scene {r.group}: score {a} {r.a_score:.2f}, {b} {r.b_score:.2f}" for r in t.itertuples()]
+    else:
+        titles = [f"{r.type}: {a} {r.a_right}/{r.seeds}, {b} {r.b_right}/{r.seeds}" for r in t.itertuples()]
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, vertical_spacing=0.16)
     for k, (r, img) in enumerate(zip(t.itertuples(), ev.drivers["images"])):
         at = dict(row=k // cols + 1, col=k % cols + 1)
         fig.add_trace(go.Image(z=np.asarray(img), hoverinfo="skip"), **at)
+        if chains:  # each level's caption with the two arms' angles φ(caption, image)
+            levels = zip(r.chain.split(" ⊃ "), r.a_phi, r.b_phi)
+            text = "<br>".join(f"{c} (φ {pa:.2f} | {pb:.2f})" for c, pa, pb in levels)
+        else:
+            text = f"✓ {r.caption}<br>✗ {r.negative}"
         fig.add_annotation(
-            text=f"✓ {r.caption}<br>✗ {r.negative}",
+            text=text,
             xref="x domain",
             yref="y domain",
             x=0.5,
@@ -457,7 +581,8 @@ def scenes_figure(ev: RowEvidence) -> go.Figure | None:
         )
     fig.update_xaxes(visible=False).update_yaxes(visible=False)
     fig.update_layout(
-        title=f"{ev.title}: the {len(t)} items that push the effect hardest (seeds {t.seeds.iloc[0]})",
+        title=f"{ev.title}: the {len(t)} {'scenes whose chains moved' if chains else 'items that push'} "
+        f"the effect hardest (seeds {t.seeds.iloc[0]})",
         height=330 * rows + 80,
         template="plotly_white",
         margin=dict(b=60),
@@ -465,9 +590,12 @@ def scenes_figure(ev: RowEvidence) -> go.Figure | None:
     return fig
 
 # %% ../../nbs/ledger/04_explain.ipynb #373e8d9c
-def row_page(ev: RowEvidence, plotlyjs: str = "plotly.min.js", back: str | None = None) -> str:
+def row_page(
+    ev: RowEvidence, plotlyjs: str = "plotly.min.js", back: str | None = None, models: str | None = None
+) -> str:
     """The HTML page of one row; plotly.js from `plotlyjs` (a path relative to the page), `back`: the page it opens
-    from (a compare folder's `report.html`), linked at its top."""
+    from (a compare folder's `report.html`), linked at its top; `models`: the page of the two models side by side
+    (`ui.side_by_side`), linked under the facts."""
     import html as _h
 
     r, s = ev.row, ev.seeds
@@ -486,6 +614,8 @@ def row_page(ev: RowEvidence, plotlyjs: str = "plotly.min.js", back: str | None 
     parts += [f"<h1>{_h.escape(ev.title)}</h1>", "<table>"]
     parts += [f"<tr><th>{_h.escape(k)}</th><td>{_h.escape(str(v))}</td></tr>" for k, v in facts]
     parts.append("</table>")
+    if models:
+        parts.append(f"<p><a href='{_h.escape(models)}'>the two models side by side →</a></p>")
     for name in ("seeds", "items", "scenes"):
         fig = ev.figures.get(name)
         if fig is not None:
@@ -498,7 +628,14 @@ def row_page(ev: RowEvidence, plotlyjs: str = "plotly.min.js", back: str | None 
         if it.get("adds_up") is not None:
             parts.append(f"<p>the cells' contributions add up to the row's effect: {it['adds_up']}</p>")
     drivers = ev.drivers.get("table") if ev.drivers else None
-    if drivers is not None:
+    if drivers is not None and ev.drivers.get("kind") == "chains":
+        parts.append(
+            "<h2>The chains that moved most</h2><p>Each scene's shift: the mean PEP score of its chain's pairs under A "
+            "minus under B, averaged over the row's seeds; [low, high]: its 95% t-interval over the seeds; a_phi, "
+            f"b_phi: each arm's angle per level, general to specific. {_h.escape(ev.drivers['note'])}.</p>"
+            + drivers.to_html(index=False, float_format=lambda v: f"{v:.4f}")
+        )
+    elif drivers is not None:
         parts.append(
             "<h2>The items that drive it</h2><p>Each item's push on the effect: its type's weight over the type's "
             "item count, times how much more often A chose the caption than B over the row's seeds; [low, high]: its "
@@ -519,9 +656,17 @@ def page_name(row: Mapping) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "-" for c in raw) + ".html"
 
 
-def write_explain(source, claim_id: str, out, metric: str | None = None, json_path=None) -> list[Path]:
+def models_page_name(row: Mapping) -> str:
+    "The file name of the page of a row's two models side by side, beside the row's page."
+    return page_name(row).removesuffix(".html") + "-models.html"
+
+
+def write_explain(
+    source, claim_id: str, out, metric: str | None = None, json_path=None, models: bool = False
+) -> list[Path]:
     """Write one page per row of the claim into `out` (and the numbers to `json_path`); nothing is written when the
-    claim, the metric or the source is refused."""
+    claim, the metric or the source is refused. `models`: each page links its side-by-side page (`models_page_name`,
+    written by `ui.side_by_side`)."""
     import shutil
 
     import plotly
@@ -530,7 +675,10 @@ def write_explain(source, claim_id: str, out, metric: str | None = None, json_pa
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     shutil.copy(Path(plotly.__file__).parent / "package_data" / "plotly.min.js", out / "plotly.min.js")
-    pages = [atomic_write_text(out / page_name(ev.row), row_page(ev)) for ev in evidence]
+    pages = [
+        atomic_write_text(out / page_name(ev.row), row_page(ev, models=models_page_name(ev.row) if models else None))
+        for ev in evidence
+    ]
     if json_path is not None:
         atomic_write_text(Path(json_path), json.dumps([ev.as_dict() for ev in evidence], indent=1))
     return pages

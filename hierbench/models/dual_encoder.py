@@ -19,7 +19,6 @@ from typing import Callable, Sequence
 
 import torch
 import torch.nn as nn
-import open_clip
 from safetensors import safe_open
 from safetensors.torch import load_file
 from fastcore.basics import patch
@@ -84,6 +83,8 @@ class DualEncoder(nn.Module):
     @property
     def text_width(self) -> int:
         "Width of the text transformer = size of the pooled state READ decodes from."
+        import open_clip  # imported where a model exists (`towers` explains why not at the top)
+
         tower = self.clip if isinstance(self.clip, open_clip.CLIP) else self.clip.text
         return int(tower.transformer.width)
 
@@ -302,6 +303,8 @@ def create_model(
     if force_quick_gelu is not None:
         arch["quick_gelu"] = bool(force_quick_gelu)
     _check_quick_gelu(preset_or_name, arch, ckpt_path, openai_derived)
+    import open_clip
+
     preprocess = arch.get("preprocess_cfg", {})
     model_config = {
         "format": 1,
@@ -384,6 +387,8 @@ def load_weights_(model: DualEncoder, checkpoint: str | Path) -> DualEncoder:
         if missing:
             _logger.info("%s: no weights for %s; keeping their initialisation", path, missing)
     else:
+        import open_clip
+
         try:
             open_clip.load_checkpoint(model.clip, str(path), strict=True, weights_only=True)
         except (RuntimeError, AssertionError, KeyError, ValueError) as e:

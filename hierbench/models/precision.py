@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 from contextlib import contextmanager, nullcontext
 
-import open_clip
 import torch
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -159,6 +158,8 @@ def cast_towers_(model, precision: str):
     have = tower_dtype(model)
     if have != torch.float32 and have != low_dtype(p):
         raise SettingsError(f"the towers are already {have}; cannot make them {p}")
+    import open_clip  # imported where a model is converted: checking a precision's name needs none of it
+
     open_clip.model.convert_weights_to_lp(clip, dtype=low_dtype(p))
     if not getattr(clip.visual, "_hierbench_input_cast", False):
         clip.visual.register_forward_pre_hook(_cast_input)

@@ -13,8 +13,6 @@ from typing import Callable, Sequence
 
 import torch
 import torch.nn as nn
-import open_clip
-from open_clip.transformer import TextTransformer, text_global_pool
 
 from ..config import SettingsError
 from .precision import matmul_patch_embedding_
@@ -123,6 +121,8 @@ def resolve_architecture(preset_or_name: str, **overrides) -> dict:
                 "never downloads. Save the config locally and use 'local-dir:PATH' or a registered name."
             )
         lookup = preset_or_name if preset_or_name.startswith("local-dir:") else preset_or_name.replace("/", "-")
+        import open_clip  # imported where a tower is built or run: reading records and plans needs none of its 4 s
+
         arch = open_clip.get_model_config(lookup)  # open_clip accepts the 'ViT-B/32' spelling too
         if arch is None:
             raise SettingsError(
@@ -192,6 +192,8 @@ def build_open_clip(arch: dict) -> nn.Module:
     if is_hf_text:
         cfg["text_cfg"]["hf_model_pretrained"] = False
     custom_text = cfg.pop("custom_text", False) or is_hf_text
+    import open_clip  # imported where a tower is built or run: reading records and plans needs none of its 4 s
+
     cls = open_clip.CustomTextCLIP if custom_text else open_clip.CLIP
     clip = cls(**cfg)
     if readout == "flatten":
@@ -242,6 +244,9 @@ def _bucketed(clip, tokens: torch.Tensor):
 
 def text_pooled_and_projected(clip: nn.Module, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     "(projected `(B,embed_dim)`, pooled `(B,width)`) text features of `tokens` `(B,L)` from an open_clip model."
+    import open_clip
+    from open_clip.transformer import TextTransformer, text_global_pool
+
     if isinstance(clip, open_clip.CLIP):
         cast_dtype = clip.transformer.get_cast_dtype()
         groups = _bucketed(clip, tokens)
@@ -275,6 +280,8 @@ def text_pooled_and_projected(clip: nn.Module, tokens: torch.Tensor) -> tuple[to
 # %% ../../nbs/models/01_towers.ipynb #0ca447f1
 @lru_cache(maxsize=8)
 def _simple_tokenizer(context_length: int):
+    import open_clip
+
     return open_clip.tokenizer.SimpleTokenizer(context_length=context_length)
 
 
@@ -327,6 +334,8 @@ def make_tokenizer(arch: dict) -> Callable:
                 f"is {text_cfg.get('vocab_size')}"
             )
         return tok
+    import open_clip
+
     if text_cfg.get("hf_tokenizer_name"):
         return open_clip.HFTokenizer(
             text_cfg["hf_tokenizer_name"], context_length=ctx, **(text_cfg.get("tokenizer_kwargs") or {})

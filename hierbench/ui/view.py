@@ -423,8 +423,9 @@ def color_labels(view: View, color_by: str = "label") -> list[str]:
     return [f"{color_by} {v}" if color_by == "depth" else str(v) for v in col.fillna("—")]
 
 # %% ../../nbs/ui/01_view.ipynb #c10b410d
-def _samples(hv, view: View, media: Path, final_media: Path, color_by: str) -> list:
-    "HyperView samples: world arrays written as PNGs into `media` (referenced at `final_media`, where they will be)."
+def _samples(hv, view: View, media: Path, final_media: Path, color_by: str, others: Sequence[View] = ()) -> list:
+    """HyperView samples: world arrays written as PNGs into `media` (referenced at `final_media`, where they will be).
+    `others`: more models' views of the same items, whose norms and parents become fields named after each model."""
     from PIL import Image
 
     t, f, labels = view.items.table, view.fields, color_labels(view, color_by)
@@ -439,6 +440,8 @@ def _samples(hv, view: View, media: Path, final_media: Path, color_by: str) -> l
             "norm": float(f.norm[i]),
             "parent": f.parent[i],
         }
+        for v in (view, *others) if others else ():
+            meta |= {f"norm {v.model_name}": float(v.fields.norm[i]), f"parent {v.model_name}": v.fields.parent[i]}
         if r.kind == "text":
             out.append(hv.Sample(id=r.id, text=r.text, label=labels[i], modality="text", metadata=meta))
             continue
@@ -463,65 +466,89 @@ def _samples(hv, view: View, media: Path, final_media: Path, color_by: str) -> l
     return out
 
 
-def write_workspace(view: View, out: str | Path, name: str = "hierbench", color_by: str = "label") -> dict:
+def _space_vectors(view: View) -> tuple:
+    "(vectors, config) of a view's embedding space: Lorentz points with their time coordinate, or Euclidean ones."
+    config = {"provider": "hierbench", "modality": "multimodal"}
+    if view.geometry == "lorentz":
+        emb = view.embeddings.double()
+        vectors = torch.cat([lorentz_time(emb, view.curv, keepdim=True), emb], 1)
+        return vectors.float().numpy(), {**config, "geometry": "hyperboloid", "params": {"curvature": view.curv}}
+    return view.embeddings.float().numpy(), {**config, "geometry": "euclidean"}
+
+
+def _check_same_items(views: Sequence[View]) -> None:
+    "Several views go into one workspace only over the same samples, under different model names."
+    ids = views[0].items.table.id.tolist()
+    for v in views[1:]:
+        if v.items.table.id.tolist() != ids:
+            raise SettingsError(f"{v.model_name}: a workspace of several models needs the same items in each view")
+    names = [v.model_name for v in views]
+    if len(set(names)) != len(names):
+        raise SettingsError(f"a workspace of several models needs a name for each; got {names}")
+
+
+def write_workspace(
+    view: View | Sequence[View], out: str | Path, name: str = "hierbench", color_by: str = "label"
+) -> dict:
     """Write `view` as a HyperView workspace into `out` (HyperView's home folder, see above); returns its layout keys
-    and seconds taken. Only the `[view]` extra's HyperView is imported; nothing is downloaded."""
+    and seconds taken. Several views of the same items (two models) make one workspace: a space of each model over
+    the same samples, each model's layout in a panel of its own, side by side (HyperView's selection is the
+    dataset's, so a selection in one panel is the same samples in the other). Only the `[view]` extra's HyperView
+    is imported; nothing is downloaded."""
     hv = require_hyperview()
     from hyperview.runtime import HyperViewRuntime
 
+    views = [view] if isinstance(view, View) else list(view)
+    _check_same_items(views)
+    view = views[0]
     t0, out = time.perf_counter(), Path(out)
     color_labels(view, color_by)  # a bad --color-by fails before anything is written
     ids = view.items.table.id.tolist()
     with atomic_folder(out, replaceable=_is_view_workspace) as tmp, hyperview_home(tmp):
         ds = hv.Dataset(name)
-        ds.add_samples(_samples(hv, view, tmp / "media", out.resolve() / "media", color_by))
-        if view.geometry == "lorentz":
-            vectors = torch.cat(
-                [lorentz_time(view.embeddings.double(), view.curv, keepdim=True), view.embeddings.double()], 1
-            )
-            config = {
-                "provider": "hierbench",
-                "geometry": "hyperboloid",
-                "modality": "multimodal",
-                "params": {"curvature": view.curv},
-            }
-        else:
-            vectors, config = (
-                view.embeddings,
-                {"provider": "hierbench", "geometry": "euclidean", "modality": "multimodal"},
-            )
-        space = ds.register_embeddings("hierbench", view.model_name, ids, vectors.float().numpy(), config=config)
-        keys = {
-            g: ds.register_layout(
-                f"hierbench__{lay['method']}__{g}__2d", space, ids, lay["coords"], method=lay["method"], geometry=g
-            )
-            for g, lay in view.layouts.items()
-        }
+        ds.add_samples(_samples(hv, view, tmp / "media", out.resolve() / "media", color_by, views[1:]))
+        panels = []  # (panel id, title, layout key, geometry)
+        for v in views:
+            vectors, config = _space_vectors(v)
+            space_key = "hierbench" if len(views) == 1 else f"hierbench_{_sample_id(v.model_name)}"  # one each
+            space = ds.register_embeddings(space_key, v.model_name, ids, vectors, config=config)
+            # one model: each of its layouts (Poincaré first); several: each model's own layout (HoroPCA for a
+            # Lorentz head, else the Euclidean one), named after the model
+            layouts = v.layouts if len(views) == 1 else {g: v.layouts[g] for g in list(v.layouts)[:1]}
+            for g, lay in layouts.items():
+                suffix = "" if len(views) == 1 else f"_{_sample_id(v.model_name)}"  # HyperView: "__2d_<hash>"
+                key = ds.register_layout(
+                    f"hierbench__{lay['method']}__{g}__2d{suffix}",
+                    space,
+                    ids,
+                    lay["coords"],
+                    method=lay["method"],
+                    geometry=g,
+                )
+                title = "Poincaré (HoroPCA)" if g == "poincare" else f"Euclidean ({lay['method'].upper()})"
+                panel = f"scatter-{g}" if len(views) == 1 else f"scatter-{len(panels)}"
+                panels.append((panel, title if len(views) == 1 else f"{v.model_name}: {title}", key, g))
+        keys = (
+            {g: k for _, _, k, g in panels} if len(views) == 1 else {v.model_name: p[2] for v, p in zip(views, panels)}
+        )
         runtime = HyperViewRuntime()
         runtime.workspace_registry.ensure_workspace("default", activate=True)
         runtime.set_workspace_dataset("default", name)
-        titles = {
-            "poincare": "Poincaré (HoroPCA)",
-            "euclidean": f"Euclidean ({view.layouts['euclidean']['method'].upper()})",
-        }
-        # the layouts side by side (Poincaré first), then the samples and the labels panel HyperView colours and filters
-        # by
-        scatters, prev = [], None
-        for g, k in keys.items():
-            scatters.append(
-                hv.ui.Scatter(
-                    id=f"scatter-{g}",
-                    title=titles[g],
-                    layout_key=k,
-                    geometry=g,
-                    preset=f"{g}-2d",
-                    reference_panel_id=prev,
-                    direction="right" if prev else None,
-                )
+        # the layouts side by side, then the samples and the labels panel HyperView colours and filters by
+        scatters = [
+            hv.ui.Scatter(
+                id=panel,
+                title=title,
+                layout_key=k,
+                geometry=g,
+                preset=f"{g}-2d",
+                reference_panel_id=panels[i - 1][0] if i else None,
+                direction="right" if i else None,
             )
-            prev = f"scatter-{g}"
+            for i, (panel, title, k, g) in enumerate(panels)
+        ]
         hv.ui.View(*scatters, hv.ui.Samples(), hv.ui.Explorer()).apply(runtime, "default")
-        runtime.set_active_layout("default", next(iter(keys.values())))
+        runtime.set_active_layout("default", panels[0][2])
         record = dict(
             format="hierbench-view/1",
             dataset=name,
@@ -533,8 +560,10 @@ def write_workspace(view: View, out: str | Path, name: str = "hierbench", color_
             images=view.items.n_images,
             layouts=keys,
             color_by=color_by,
-            fields=["kind", "class", "depth", "split", "source", "norm", "parent"],
+            fields=["kind", "class", "depth", "split", "source", "norm", "parent"]
+            + ([f"{f} {v.model_name}" for v in views for f in ("norm", "parent")] if len(views) > 1 else []),
             seconds=view.seconds,
+            **({"models": [v.model_name for v in views]} if len(views) > 1 else {}),
         )
         atomic_write_text(tmp / VIEW_MARKER, json.dumps(record, indent=1))
     return dict(layouts=keys, seconds=time.perf_counter() - t0)

@@ -135,3 +135,22 @@ def test_every_module_imports_without_the_extras(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout[-2000:]
+
+
+def test_reading_records_imports_no_model_library():
+    """The ledger's readers (records, claims, explain) and the CLI's commands import no open_clip (with torchvision,
+    timm and transformers, about 4 s of a 2-core machine) and no scikit-learn: a verdict's page from records stays
+    within seconds. They are imported where a tower is built or a metric needs them."""
+    code = (
+        "import sys; import hierbench.ledger.explain, hierbench.ledger.records, hierbench.cli.commands; "
+        "print(sorted(m for m in ('open_clip', 'torchvision', 'timm', 'transformers', 'sklearn.linear_model') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]", out.stdout
+    code = "import sys; from hierbench.models.family import create_model; create_model('world-debug'); " + (
+        "print('open_clip' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "True", out.stderr[-2000:]  # built where a model is made

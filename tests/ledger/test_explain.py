@@ -167,3 +167,53 @@ def test_the_command_writes_a_page_per_row_and_the_same_numbers_as_json(tmp_path
         main(["explain", str(RECORDS), "NOPE", "--out", str(tmp_path / "x")])
     assert str(exit_.value.code).startswith("hierbench explain: no claim 'NOPE'")
     assert not (tmp_path / "x").exists()
+
+
+def test_a_zero_shot_row_breaks_down_by_the_worlds_classes_and_adds_up():
+    (row,) = explain(RECORDS, "DEG-2", figures=False)
+    table = row.items["table"]
+    assert row.items["field"] == "class" and row.items["adds_up"] is True
+    assert table["items"].sum() == 300 and np.isclose(table.weight.sum(), 1.0)  # every image of the general split
+    used = row.seeds["table"][row.seeds["table"].used]
+    assert np.isclose(table.contribution.sum(), used["diff"].mean(), atol=1e-12)  # the row's own effect
+    assert (table.low <= table.effect).all() and (table.effect <= table.high).all()
+
+
+def test_a_retrieval_recall_breaks_down_by_the_scenes_class():
+    from hierbench.ledger.explain import with_classes
+
+    rng = np.random.default_rng(1)
+    items = {
+        (arm, s): {"test-iid": {"i2t": dict(group=np.arange(50), rank=rng.integers(0, 8 if arm == "A" else 12, 50))}}
+        for arm in "AB"
+        for s in range(3)
+    }
+    classes = np.array(["ring", "disc", "cross", "star", "moon"] * 10)
+    out = row_items(dict(a="A", b="B", metric="i2t_R@5"), with_classes(items, "i2t_R@5", classes), [0, 1, 2])
+    assert out["field"] == "class" and out["adds_up"] is True and len(out["table"]) == 5
+    assert not out["table"].ranked.any()  # ten queries a class: shown, not ranked
+    with pytest.raises(ExplainError, match="records of another world"):
+        with_classes(items, "i2t_R@5", classes[:40])
+
+
+def test_a_pep_rows_page_draws_the_chains_that_moved_most():
+    from hierbench.ledger.explain import driving_chains
+    from hierbench.ledger.records import read_records
+
+    (ev,) = explain(RECORDS, "ARG-4", metric="pep_ap")
+    t = ev.drivers["table"]
+    assert ev.drivers["kind"] == "chains" and len(t) == DRAWN_ITEMS == len(ev.drivers["images"])
+    assert (t["shift"] < 0).all() and (t.high >= t["shift"]).all() and (t.low <= t["shift"]).all()  # the row's way
+    assert t["shift"].is_monotonic_increasing  # hardest first
+    assert np.allclose(t.a_score - t.b_score, t["shift"])
+    assert all(len(c.split(" ⊃ ")) == len(p) == 4 for c, p in zip(t.chain, t.a_phi))
+    assert "not its parts" in ev.drivers["note"] and ev.figures["scenes"] is not None
+    used = ev.seeds["table"].seed[ev.seeds["table"].used].tolist()
+    items = read_records(RECORDS).items
+    moved = dict(items)
+    key = (ev.row["b"], used[0])
+    pep = dict(moved[key]["test-iid"]["pep"])
+    pep["pos_group"] = np.roll(np.asarray(pep["pos_group"]), 1)
+    moved[key] = {**moved[key], "test-iid": {**moved[key]["test-iid"], "pep": pep}}
+    with pytest.raises(ExplainError, match="records of another world"):
+        driving_chains(ev.row, moved, used, 300)

@@ -461,3 +461,39 @@ def test_the_readmes_view_of_photos_without_captions(run, tmp_path):
     rec = json.loads((tmp_path / "ws" / VIEW_MARKER).read_text())
     assert rec["images"] == rec["samples"] == 4 and set(rec["layouts"]) == {"poincare", "euclidean"}
     assert (tmp_path / "site" / "hyperview-static.json").is_file()
+
+
+@needs_view
+def test_two_models_make_one_workspace_over_the_same_samples(tmp_path):
+    "`explain --models --workspace`: both models' spaces over the same samples, each model's layout in its own panel."
+    from hierbench.config import SettingsError
+    from hierbench.models.family import create_model
+    from hierbench.ui.view import export_static, write_workspace
+
+    items = world_items(6, ("test-iid",))
+    va = build_view(create_model("world-debug", geometry="lorentz"), items, name="argent")
+    vb = build_view(create_model("world-debug"), items, name="clip")
+    res = write_workspace([va, vb], tmp_path / "ws")
+    record = json.loads((tmp_path / "ws" / VIEW_MARKER).read_text())
+    assert record["models"] == ["argent", "clip"] and set(record["layouts"]) == {"argent", "clip"}
+    assert res["layouts"] == record["layouts"] and len(set(res["layouts"].values())) == 2
+    export_static(tmp_path / "ws", tmp_path / "bundle")
+    row = {i: k for k, i in enumerate(items.table.id)}
+    for view, g in ((va, "poincare"), (vb, "euclidean")):
+        emb = json.loads(
+            (tmp_path / "bundle" / "api" / "embeddings" / f"{record['layouts'][view.model_name]}.json").read_text()
+        )
+        order = [row[i] for i in emb["ids"]]
+        assert sorted(order) == list(range(len(items.table)))  # every sample in both spaces
+        np.testing.assert_allclose(np.array(emb["coords"]), view.layouts[g]["coords"][order], atol=1e-5)
+    shard = json.loads(next((tmp_path / "bundle" / "api" / "samples" / "shards").glob("*.json")).read_text())
+    samples = shard["samples"] if isinstance(shard, dict) else shard
+    meta = {s["id"]: s["metadata"] for s in samples}
+    first = items.table.id[0]
+    assert meta[first]["norm argent"] == pytest.approx(float(va.fields.norm[0]), rel=1e-5)
+    assert meta[first]["norm clip"] == pytest.approx(float(vb.fields.norm[0]), rel=1e-5)
+    other = build_view(create_model("world-debug"), world_items(5, ("test-iid",)), name="clip-5")
+    for views, words in (([va, other], "same items"), ([va, va], "a name for each")):
+        with pytest.raises(SettingsError, match=words):
+            write_workspace(views, tmp_path / "refused")
+        assert not (tmp_path / "refused").exists()
