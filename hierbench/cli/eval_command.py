@@ -18,7 +18,7 @@ from ..evaluation.compositional.common import EvalContext
 from ..evaluation.compositional.registry import FAMILIES, asked, flag_values
 from ..config import MissingFileError, SettingsError, atomic_write_text
 from ..evaluation.encoding import eval_progress, similarity_name
-from ..evaluation.item_metrics import leaderboard_table, paired_metric_differences
+from ..evaluation.item_metrics import differing_items, leaderboard_table, paired_metric_differences
 from ..evaluation.metrics import results_table
 from ..models.family import create_model, load_model
 from ..models.precision import apply_precision
@@ -27,8 +27,8 @@ from ..evaluation.retrieval import evaluate_retrieval
 from ..evaluation.suites import SUITES, evaluate_classification, run_suite, suite_tables
 
 # %% auto #0
-__all__ = ['load_any_model', 'items_path', 'read_items', 'read_names', 'leaderboard', 'general_protocols', 'scorer_for',
-           'eval_metadata', 'cmd_eval']
+__all__ = ['load_any_model', 'items_path', 'read_items', 'read_names', 'leaderboard', 'general_protocols', 'compare_page',
+           'scorer_for', 'eval_metadata', 'cmd_eval']
 
 # %% ../../nbs/cli/03_eval_command.ipynb #e599e91a
 def load_any_model(
@@ -112,6 +112,34 @@ def general_protocols(model, args, per_item: list, log=print, ctx: EvalContext |
         per_item.append(rows)
     return out
 
+# %% ../../nbs/cli/03_eval_command.ipynb #4b972da4
+def compare_page(table: pd.DataFrame, items_a: pd.DataFrame, items_b: pd.DataFrame, a: str, b: str) -> str:
+    """`eval --compare A B --page FILE`: the paired differences (`paired_metric_differences`) and, for each shared
+    benchmark, the items only one model gets right, hardest first (`differing_items`), as one self-contained page."""
+    import html
+
+    esc = lambda v: html.escape(str(v))
+    parts = [
+        f"<h1>{esc(a)} − {esc(b)}</h1>",
+        "<p>Paired differences on the same items: 95% percentile item-bootstrap intervals; mde: the smallest "
+        "difference these items detect with 80% power; differ: the items on which the two disagree.</p>",
+        table.to_html(index=False, float_format=lambda v: f"{v:.4f}"),
+    ]
+    for bench in dict.fromkeys(table.benchmark):
+        items = differing_items(items_a, items_b, bench)
+        if items.empty:
+            continue
+        parts.append(
+            f"<h2>{esc(bench)}: the items only one gets right</h2><p>right: which model chose the caption; negative: "
+            "the option the other one ranked first; margins: the caption's score minus the best other option's.</p>"
+            + items.to_html(index=False, float_format=lambda v: f"{v:.4f}", na_rep="")
+        )
+    style = "body{font-family:sans-serif;max-width:1100px;margin:2em auto}td,th{padding:2px 8px;text-align:left}"
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(a)} − {esc(b)}</title><style>{style}</style>"
+        f"</head><body>{''.join(parts)}</body></html>"
+    )
+
 # %% ../../nbs/cli/03_eval_command.ipynb #d4bef213
 def scorer_for(args):
     "The model `eval` scores, and its display name: `--scorer KIND:PATH` or `--checkpoint` (+ `--arch`)."
@@ -143,9 +171,15 @@ def _suite_families(suite) -> list:
 
 
 def cmd_eval(args):
+    if args.page and not args.compare:
+        raise SettingsError("--page goes with --compare A B")
     if args.compare:
         a, b = args.compare
-        table = paired_metric_differences(read_items(a), read_items(b))
+        items_a, items_b = read_items(a), read_items(b)
+        table = paired_metric_differences(items_a, items_b)
+        if args.page:
+            page = atomic_write_text(Path(args.page), compare_page(table, items_a, items_b, a, b))
+            print(f"wrote {page}")
         return print_table(
             table.round(4),
             f"paired differences on the same items: a = {a} − b = {b} (95% percentile item "

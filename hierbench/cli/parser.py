@@ -761,6 +761,12 @@ def add_eval_parser(sub):
         default=None,
         help="paired differences between two `eval --json` results on the same items (bootstrap intervals)",
     )
+    d.add_argument(
+        "--page",
+        default=None,
+        metavar="FILE",
+        help="with --compare: also an HTML page of the differences and, per benchmark, the items only one gets right",
+    )
     d.add_argument("--leaderboard", default=None, help="a folder of `eval --json` metrics files: one table")
     d.add_argument("--quick-gelu", action="store_true", default=None, help="force QuickGELU (OpenAI-derived weights)")
     d.add_argument("--geometry", default="euclidean", choices=["euclidean", "lorentz"])

@@ -23,7 +23,7 @@ from ..config import MissingFileError, SettingsError
 
 # %% auto #0
 __all__ = ['ITEM_METRICS', 'DEFAULT_ITEM_METRICS', 'family_specs', 'metric_specs', 'metric_value', 'metric_replicates',
-           'metric_intervals', 'paired_metric_differences', 'leaderboard_table']
+           'metric_intervals', 'paired_metric_differences', 'choice_margins', 'differing_items', 'leaderboard_table']
 
 # %% ../../nbs/evaluation/04_item_metrics.ipynb #c248b3fd
 _CLASSIFICATION = {
@@ -299,6 +299,62 @@ def paired_metric_differences(
             "only_b",
         ],
     )
+
+# %% ../../nbs/evaluation/04_item_metrics.ipynb #acae54e37e7d407bbb7b55eff062a284
+def choice_margins(rows: pd.DataFrame) -> np.ndarray:
+    "Each multiple-choice row's margin: the correct option's score minus the best other option's (NaN without scores)."
+    if "scores" not in rows.columns or "correct" not in rows.columns:
+        return np.full(len(rows), np.nan)
+    out = []
+    for scores, c in zip(rows["scores"], rows["correct"]):
+        s = np.asarray(scores, float)
+        out.append(s[int(c)] - np.delete(s, int(c)).max() if s.size > 1 else np.nan)
+    return np.asarray(out, float)
+
+
+def _best_other(options, correct, scores):
+    "The option other than the correct one that `scores` rank first (the wrong model's choice, or its tie)."
+    if options is None or correct is None or scores is None:
+        return None
+    s = np.asarray(scores, float).copy()
+    s[int(correct)] = -np.inf
+    return options[int(np.argmax(s))]
+
+
+def differing_items(a: pd.DataFrame, b: pd.DataFrame, benchmark: str, k: int = 6) -> pd.DataFrame:
+    """The shared items of `benchmark` on which exactly one of two per-item tables is right (`ok`): the item's key,
+    which is right (`right`: 'a' or 'b'), `caption` (the correct option), `negative` (the option the wrong one ranked
+    first), both margins (`choice_margins`) and `image` where the rows name one; at most `k` a direction, the largest
+    margin gap first."""
+    key = _key(a, b)
+    ga = _prepared(a, key, "a").query("benchmark == @benchmark").set_index(key)
+    gb = _prepared(b, key, "b").query("benchmark == @benchmark").set_index(key)
+    shared = ga.index[ga.index.isin(gb.index)]  # in a's order
+    cols = [*key, "right", "caption", "negative", "margin_a", "margin_b", "image"]
+    if not len(shared) or "ok" not in ga or "ok" not in gb:
+        return pd.DataFrame(columns=cols)
+    ga, gb = ga.loc[shared], gb.loc[shared]
+    differ = ga.ok.astype(bool).to_numpy() != gb.ok.astype(bool).to_numpy()
+    ga, gb = ga[differ].reset_index(), gb[differ].reset_index()
+    right = np.where(ga.ok.astype(bool), "a", "b")
+    col = lambda t, c: t[c].tolist() if c in t else [None] * len(t)
+    wrong = [sb if r == "a" else sa for r, sa, sb in zip(right, col(ga, "scores"), col(gb, "scores"))]
+    out = ga[key].assign(
+        right=right,
+        caption=[
+            o[int(c)] if o is not None and c is not None else None
+            for o, c in zip(col(ga, "options"), col(ga, "correct"))
+        ],
+        negative=[_best_other(o, c, s) for o, c, s in zip(col(ga, "options"), col(ga, "correct"), wrong)],
+        margin_a=choice_margins(ga),
+        margin_b=choice_margins(gb),
+        image=col(ga, "image"),
+    )
+    gap = (out.margin_a - out.margin_b).abs().fillna(0)
+    picked = [
+        out[out.right == r].assign(_gap=gap).sort_values("_gap", ascending=False, kind="stable").head(k) for r in "ab"
+    ]
+    return pd.concat(picked)[cols].reset_index(drop=True)
 
 # %% ../../nbs/evaluation/04_item_metrics.ipynb #558ce5d3
 def _fmt(v: float, lo: float, hi: float) -> str:
