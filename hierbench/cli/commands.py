@@ -514,7 +514,7 @@ def _write_side_by_side(args, rows: list, weights: list):
 
     for row, (seed, paths) in zip(rows, weights):
         say(f"{row['id']} {row['a']} vs {row['b']} {row['metric']}: embedding {args.scenes} scenes with both models")
-        sbs = row_side_by_side(args.dir, row, seed=seed, weights=paths if seed is None else None, n_scenes=args.scenes)
+        sbs = row_side_by_side(row, seed, paths, n_scenes=args.scenes)
         for path in write_side_by_side(sbs, args.out, row, workspace=args.workspace):
             print(f"wrote {path}")
 

@@ -42,7 +42,7 @@ class SideBySide:
 
     names: tuple[str, str]
     views: tuple[View, View]
-    angles: pd.DataFrame  # model, scene, level (0 = most general; 'negative'), phi, score
+    angles: pd.DataFrame  # model, scene, level (0 = most general; 'negative'), phi
     title: str
     seconds: dict = field(default_factory=dict)
 
@@ -59,8 +59,8 @@ def _layout(view: View) -> tuple[str, np.ndarray]:
 
 
 def pep_angles(view: View, model, chains: Sequence[Sequence[str]], negatives: Sequence[Sequence[str]]) -> pd.DataFrame:
-    """φ(caption, image) of each image's chain captions (level 0 = most general) and of its PEP negatives, with the
-    score PEP ranks them by: the records' per-pair angles, for one model."""
+    """φ(caption, image) of each image's chain captions (level 0 = most general) and of its PEP negatives, the angles
+    PEP scores (`pep_metrics`' per-pair record), for one model."""
     rec: dict = {}
     images = view.embeddings[: view.items.n_images]
     pep_metrics(model, images, chains, negatives, items=rec)
@@ -80,8 +80,9 @@ def side_by_side(
     pep_pool: int = 20,
     title: str | None = None,
 ) -> SideBySide:
-    """Both models over the same `n_scenes` scenes of a world split and their caption chains: embedded, laid out by
-    the same method (HoroPCA for a Lorentz head, PCA otherwise), with norms and PEP angles. No HyperView needed."""
+    """Both models over the same `n_scenes` scenes of a world split (`seed`: the world's; 0 as the ledger's evaluation)
+    and their caption chains: embedded, laid out by the same method (HoroPCA for a Lorentz head, PCA otherwise), with
+    norms and PEP angles. No HyperView needed."""
     if len(names) != 2 or names[0] == names[1]:
         raise ValueError(f"side_by_side: two different names, got {list(names)}")
     t0 = time.perf_counter()
@@ -307,10 +308,10 @@ def row_weights(source, row: Mapping, seed: int | None = None, weights: Sequence
     return seed, [arm_weights(source, row["a"], seed), arm_weights(source, row["b"], seed)]
 
 
-def row_side_by_side(source, row: Mapping, seed: int | None = None, weights=None, n_scenes: int = 500) -> SideBySide:
-    """The two arms of ledger `row` side by side for one seed (`row_weights` picks it and finds the weights), over
-    `n_scenes` test scenes."""
-    seed, paths = row_weights(source, row, seed, weights)
+def row_side_by_side(row: Mapping, seed: int | None, paths: Sequence, n_scenes: int = 500) -> SideBySide:
+    """The two arms of ledger `row` side by side over `n_scenes` test scenes, from their weights `paths` (A's, B's)
+    of run `seed` (None: the user's own files) — what `row_weights` returns."""
+    paths = [Path(p) for p in paths]
     models = [load_model(p) for p in paths]  # a missing or foreign file is refused here
     which = f"seed {seed}" if seed is not None else f"{paths[0].name} and {paths[1].name}"
     title = f"{row['id']}: {row['a']} vs {row['b']} ({which}) on {n_scenes} test scenes"
