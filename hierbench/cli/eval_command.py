@@ -113,9 +113,38 @@ def general_protocols(model, args, per_item: list, log=print, ctx: EvalContext |
     return out
 
 # %% ../../nbs/cli/03_eval_command.ipynb #4b972da4
-def compare_page(table: pd.DataFrame, items_a: pd.DataFrame, items_b: pd.DataFrame, a: str, b: str) -> str:
+def _thumbnail(name, image_root=None, side: int = 96) -> str:
+    "An item's image as an inline PNG thumbnail (`<img>`), found as named or under `image_root`; else its name."
+    import base64
+    import html
+    import io
+
+    from PIL import Image
+
+    if not name:
+        return ""
+    path = Path(str(name))
+    if not path.is_file() and image_root is not None:
+        path = Path(image_root) / str(name)
+    try:
+        with Image.open(path) as im:
+            im = im.convert("RGB")
+            im.thumbnail((side, side))
+            buf = io.BytesIO()
+            im.save(buf, format="PNG")
+    except (OSError, ValueError):  # not there, or not an image: the page names it instead
+        return html.escape(str(name))
+    return (
+        f"<img alt='{html.escape(str(name))}' src='data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}'>"
+    )
+
+
+def compare_page(
+    table: pd.DataFrame, items_a: pd.DataFrame, items_b: pd.DataFrame, a: str, b: str, image_root=None
+) -> str:
     """`eval --compare A B --page FILE`: the paired differences (`paired_metric_differences`) and, for each shared
-    benchmark, the items only one model gets right, hardest first (`differing_items`), as one self-contained page."""
+    benchmark, the items only one model gets right, hardest first (`differing_items`), with their images where the
+    rows name files found as named or under `image_root`, as one self-contained page."""
     import html
 
     esc = lambda v: html.escape(str(v))
@@ -129,10 +158,17 @@ def compare_page(table: pd.DataFrame, items_a: pd.DataFrame, items_b: pd.DataFra
         items = differing_items(items_a, items_b, bench)
         if items.empty:
             continue
+        shown = items.assign(
+            **{
+                c: items[c].map(lambda v: "" if v is None else esc(v))
+                for c in items.columns
+                if items[c].dtype == object
+            }
+        ).assign(image=[_thumbnail(n, image_root) for n in items.image])
         parts.append(
             f"<h2>{esc(bench)}: the items only one gets right</h2><p>right: which model chose the caption; negative: "
             "the option the other one ranked first; margins: the caption's score minus the best other option's.</p>"
-            + items.to_html(index=False, float_format=lambda v: f"{v:.4f}", na_rep="")
+            + shown.to_html(index=False, float_format=lambda v: f"{v:.4f}", na_rep="", escape=False)
         )
     style = "body{font-family:sans-serif;max-width:1100px;margin:2em auto}td,th{padding:2px 8px;text-align:left}"
     return (
@@ -178,7 +214,7 @@ def cmd_eval(args):
         items_a, items_b = read_items(a), read_items(b)
         table = paired_metric_differences(items_a, items_b)
         if args.page:
-            page = atomic_write_text(Path(args.page), compare_page(table, items_a, items_b, a, b))
+            page = atomic_write_text(Path(args.page), compare_page(table, items_a, items_b, a, b, args.image_root))
             print(f"wrote {page}")
         return print_table(
             table.round(4),

@@ -21,6 +21,7 @@ def _write(folder, name, ok, scores):
             correct=0,
             scores=scores,
             ok=ok,
+            image=[f"img{i}.png" for i in range(8)],
         )
     )
     (folder / f"{name}.json").write_text(json.dumps({"sugarcrepe/swap_att": float(rows.ok[:4].mean())}))
@@ -36,11 +37,19 @@ def test_the_page_lists_the_items_only_one_model_gets_right(tmp_path, capsys, mo
     items = differing_items(a, b, "sugarcrepe")
     assert sorted(items.id) == ["0", "1", "2", "6", "7"] and set(items.right) == {"a", "b"}
     assert (items[items.right == "a"].negative.str.startswith("negative")).all()
+    from PIL import Image
+
+    images = tmp_path / "images"
+    images.mkdir()
+    for i in (0, 1, 6):  # the other items' files are missing: the page names them instead
+        Image.new("RGB", (40, 30), (40 * i, 100, 200)).save(images / f"img{i}.png")
     page = tmp_path / "cmp.html"
-    main(["eval", "--compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--page", str(page)])
+    a_json, b_json = str(tmp_path / "a.json"), str(tmp_path / "b.json")
+    main(["eval", "--compare", a_json, b_json, "--page", str(page), "--image-root", str(images)])
     assert f"wrote {page}" in capsys.readouterr().out
     html = page.read_text()
     assert "the items only one gets right" in html and "negative 6" in html and "caption 0" in html
+    assert html.count("data:image/png;base64,") == 3 and "<td>img2.png</td>" in html
     with pytest.raises(SystemExit) as exit_:
         main(["eval", "--leaderboard", str(tmp_path), "--page", str(tmp_path / "x.html")])
     assert "--page goes with --compare" in str(exit_.value.code) and not (tmp_path / "x.html").exists()

@@ -71,7 +71,7 @@ def score_choice_items(
     images: ImageCache | None = None,
 ) -> pd.DataFrame:
     """Per item: id, subset, n_options, the option `scores`, strict correctness `ok` and pessimistic `rank` of the
-    correct option (ties counted against)."""
+    correct option (ties counted against), and the `image` file it names (None for an image held in the record)."""
     items = list(items)
     if not items:
         raise ValueError("evaluate_choice_benchmark: no items")
@@ -80,11 +80,13 @@ def score_choice_items(
     subsets = [str(record_field(r, "subset", "category", "type", default="all")) for r in items]
     embs, rows = encode_choice_items(model, items, image_loader, preprocess, batch_size, images)
     ids = [str(record_field(r, "key", "id", default="") or i) for i, r in enumerate(items)]
+    files = [record_field(r, "image_path", "image", "filename", default=None) for r in items]
+    files = [str(f) if isinstance(f, (str, os.PathLike)) else None for f in files]  # the file the item names, as named
     keep = np.flatnonzero(rows >= 0)  # items whose image could be read
     if len(keep) == 0:
         raise UnreadableImagesError(f"no image of the {len(items)} items could be read (see the warning)")
     if len(keep) < len(items):
-        options, correct, subsets, ids = ([x[k] for k in keep] for x in (options, correct, subsets, ids))
+        options, correct, subsets, ids, files = ([x[k] for k in keep] for x in (options, correct, subsets, ids, files))
         rows = rows[keep]
     scores = option_scores(model, embs[torch.as_tensor(rows, device=embs.device)], options, batch_size=4 * batch_size)
     return pd.DataFrame(
@@ -98,6 +100,7 @@ def score_choice_items(
             scores=[s.round(6).tolist() for s in scores],
             ok=score_choices(scores, correct),
             rank=[int((np.delete(s, c) >= s[c]).sum()) for s, c in zip(scores, correct)],
+            image=files,
         )
     )
 
