@@ -88,6 +88,6 @@ def pytest_collection_modifyitems(config, items):
     others ran in the main suite, and a missing ../shared changes nothing they do."""
     if not os.environ.get("HIERBENCH_SHARED_ONLY"):
         return
-    keep = {id(i) for i in items if _reads_shared(i)}
-    config.hook.pytest_deselected(items=[i for i in items if id(i) not in keep])
-    items[:] = [i for i in items if id(i) in keep]
+    reads = [_reads_shared(i) for i in items]
+    config.hook.pytest_deselected(items=[i for i, r in zip(items, reads) if not r])
+    items[:] = [i for i, r in zip(items, reads) if r]

@@ -497,10 +497,11 @@ def _side_by_side_weights(args) -> tuple[list, list]:
         require_hyperview()
     if args.scenes < 2:
         raise SettingsError(f"--scenes {args.scenes}: at least 2 scenes")
-    rows = claim_rows_of(recomputed_ledger(args.dir)["ledger"], args.claim, args.metric).to_dict("records")
+    found = recomputed_ledger(args.dir)  # once: each row's seeds and the records' runs come from it
+    rows = claim_rows_of(found["ledger"], args.claim, args.metric).to_dict("records")
     if args.workspace is not None and len(rows) > 1:
         raise SettingsError(f"--workspace: one row at a time; {args.claim} has {len(rows)}, pick one with --metric")
-    weights = [row_weights(args.dir, row, args.seed, args.weights) for row in rows]
+    weights = [row_weights(args.dir, row, args.seed, args.weights, found) for row in rows]
     for _, paths in weights:
         for p in paths:
             if not p.is_file():

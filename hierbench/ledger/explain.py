@@ -429,7 +429,10 @@ def recomputed_ledger(source) -> dict:
         # the rows without the evaluation bootstrap (a page shows the seeds' intervals; the bootstrap was 4 of its 5 s)
         results, ledger = claims_ledger(records.runs, {}, plan.budget, plan.sequential, plan.still_open)
         interval = plan.sequential.interval if plan.sequential else "guarded"
-        return dict(results=results, ledger=ledger, items=records.items, interval=interval, n_scenes=plan.budget.n_test)
+        n = plan.budget.n_test
+        return dict(
+            results=results, ledger=ledger, items=records.items, runs=records.runs, interval=interval, n_scenes=n
+        )
     if (folder / "plan.json").is_file():
         out = ledger_from_folder(folder)
         plan = read_plan(folder)

@@ -40,8 +40,7 @@ class SideBySide:
     """Two models over the same items: each one's `View` (embeddings, 2-D layout, norms, parent captions) and the
     angles φ(caption, image) the PEP metric scores, of every chain caption (by level) and of the PEP negatives."""
 
-    names: tuple[str, str]
-    views: tuple[View, View]
+    views: tuple[View, View]  # each named after its model (`View.model_name`)
     angles: pd.DataFrame  # model, scene, level (0 = most general; 'negative'), phi
     title: str
     seconds: dict = field(default_factory=dict)
@@ -96,7 +95,7 @@ def side_by_side(
     )
     title = title or f"{names[0]} and {names[1]} on {n_scenes} {split} scenes"
     seconds = dict(views=t1 - t0, angles=time.perf_counter() - t1)
-    return SideBySide(tuple(names), views, angles, title, seconds)
+    return SideBySide(views, angles, title, seconds)
 
 # %% ../../nbs/ui/02_side_by_side.ipynb #938c804e27f84196a10c8828c723f798
 DEPTH_COLOURS = ("#440154", "#3b528b", "#21918c", "#5ec962", "#fde725", "#d62728")
@@ -269,17 +268,18 @@ def representative_seed(seeds: pd.DataFrame) -> int:
     return int(used.seed.iloc[int(np.argmin(np.abs(used["diff"].to_numpy() - used["diff"].mean())))])
 
 
-def arm_weights(source, recipe: str, seed: int) -> Path:
+def arm_weights(source, recipe: str, seed: int, runs: Sequence | None = None) -> Path:
     """The weights of `recipe`'s run `seed` behind a ledger: in a compare folder, `runs/RECIPE/seedN`; for ledger
-    records, this machine's cache of runs it retrained (`compare --from-records`). A `MissingFileError` names both
-    places and the ways to get them."""
+    records, this machine's cache of runs it retrained (`compare --from-records`; `runs`: the records' run rows when
+    already read). A `MissingFileError` names both places and the ways to get them."""
     folder = Path(source)
     here = run_dir(folder, recipe, seed) / "model.safetensors"
     if here.is_file():
         return here
     tried = [str(here)]
     if (folder / "ledger.json").is_file():
-        row = next((r for r in read_records(folder).runs if (r["recipe"], r["seed"]) == (recipe, seed)), None)
+        runs = read_records(folder).runs if runs is None else runs
+        row = next((r for r in runs if (r["recipe"], r["seed"]) == (recipe, seed)), None)
         if row is not None:
             cached = parent_cache(row) / "model.safetensors"
             if cached.is_file():
@@ -291,21 +291,24 @@ def arm_weights(source, recipe: str, seed: int) -> Path:
     )
 
 # %% ../../nbs/ui/02_side_by_side.ipynb #f6fa52606d8c4a75a9b52967216f8f3f
-def row_weights(source, row: Mapping, seed: int | None = None, weights: Sequence | None = None) -> tuple:
+def row_weights(
+    source, row: Mapping, seed: int | None = None, weights: Sequence | None = None, found: Mapping | None = None
+) -> tuple:
     """(seed, [A's weights, B's weights]) for ledger `row`: `weights` as given (two files, the user's own runs; seed
     None), else the weights of `seed` — by default the seed whose difference is nearest the row's mean
-    (`representative_seed`) — from the source (`arm_weights`). Refusals name the seed or the files."""
+    (`representative_seed`) — from the source (`arm_weights`). `found`: the source's `recomputed_ledger`, when already
+    computed. Refusals name the seed or the files."""
     if weights is not None:
         if len(weights) != 2:
             raise ExplainError(f"--weights takes two files (A's, then B's), got {len(weights)}")
         return None, [Path(w) for w in weights]
-    found = recomputed_ledger(source)
+    found = recomputed_ledger(source) if found is None else found
     seeds = row_seeds(row, found["results"], found.get("interval", "guarded"))["table"]
     if seed is None:
         seed = representative_seed(seeds)
     elif seed not in set(seeds.seed):
         raise ExplainError(f"{row['id']} {row['a']} vs {row['b']}: no seed {seed}; its seeds: {seeds.seed.tolist()}")
-    return seed, [arm_weights(source, row["a"], seed), arm_weights(source, row["b"], seed)]
+    return seed, [arm_weights(source, row[arm], seed, found.get("runs")) for arm in ("a", "b")]
 
 
 def row_side_by_side(row: Mapping, seed: int | None, paths: Sequence, n_scenes: int = 500) -> SideBySide:

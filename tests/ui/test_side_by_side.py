@@ -51,14 +51,16 @@ def cached_parents(tmp_path, monkeypatch):
 def test_the_two_arms_share_every_item_and_the_angles_cover_every_level():
     a, b = create_model("world-debug", geometry="lorentz"), create_model("world-debug")
     sbs = side_by_side(a, b, names=("a", "b"), n_scenes=8)
-    assert sbs.views[0].items is sbs.views[1].items
+    assert [len(v.embeddings) for v in sbs.views] == [len(sbs.items.table)] * 2
     fig = panels_figure(sbs)
     i, j = point_traces(fig)
     assert list(fig.data[i].customdata) == list(fig.data[j].customdata) == list(range(len(sbs.items.table)))
-    assert [t.text for t in fig.data if t.customdata is None and t.mode == "lines"] == [None]  # the disk: Lorentz only
+    assert sum(t.mode == "lines" for t in fig.data) == 1  # the Poincaré disk, in the Lorentz panel only
     pos = sbs.angles[sbs.angles.level != "negative"]
     assert len(pos) == 2 * 4 * 8 and np.isfinite(sbs.angles.phi).all()
     assert (sbs.angles.phi >= 0).all() and (sbs.angles.phi <= np.pi).all()
+    by_model = [pos[pos.model == m].phi.to_numpy() for m in ("a", "b")]
+    assert not np.allclose(*by_model)  # each model's own angles over the same pairs
 
 
 def test_the_representative_seed_and_the_weights_a_compare_folder_keeps(tmp_path):
@@ -90,8 +92,13 @@ def test_the_command_writes_each_rows_models_page_linked_from_its_page(cached_pa
 
     rows, _ = cached_parents
     monkeypatch.setattr(warnings, "showwarning", warnings.showwarning)  # main installs its one-line warnings
+    import hierbench.ledger.explain as E
+
+    calls, real = [], E.recomputed_ledger
+    monkeypatch.setattr(E, "recomputed_ledger", lambda src: calls.append(src) or real(src))
     out = tmp_path / "pages"
     main(["explain", str(RECORDS), "ARG-4", "--out", str(out), "--models", "--scenes", "6"])
+    assert len(calls) == 2  # the pages' ledger and the weights' (once for every row), not one more per row
     for row in rows:
         page, models = out / page_name(row), out / models_page_name(row)
         assert f"href='{models.name}'" in page.read_text()
