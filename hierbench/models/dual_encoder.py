@@ -8,6 +8,7 @@ Docs: https://hierbench.github.io/hierbench/models/dual_encoder.html.md"""
 # %% ../../nbs/models/03_dual_encoder.ipynb #12bcf1de
 from __future__ import annotations
 import copy
+import functools
 import json
 import logging
 import math
@@ -32,6 +33,7 @@ from hierbench.models.towers import (
     resolve_architecture,
     text_pooled_and_projected,
     is_conv_tower,
+    conv_tower_features,
 )
 
 _logger = logging.getLogger(__name__)
@@ -425,5 +427,6 @@ def compile_image_tower_(self: DualEncoder, enabled: bool = True) -> bool:
             "compiling the image tower on a CPU needs a C++ compiler (g++ or clang++ on PATH, or $CXX): install one, "
             "or train without compile"
         )
-    self.__dict__[COMPILED_IMAGE_TOWER] = (id(self.clip.visual), torch.compile(self.clip.visual.forward, dynamic=False))
+    forward = functools.partial(conv_tower_features, self.clip.visual)  # the tower's forward, its pool's one row
+    self.__dict__[COMPILED_IMAGE_TOWER] = (id(self.clip.visual), torch.compile(forward, dynamic=False))
     return True

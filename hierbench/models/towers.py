@@ -13,6 +13,7 @@ from typing import Callable, Sequence
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from ..config import SettingsError
 from .precision import matmul_patch_embedding_
@@ -20,8 +21,8 @@ from ..world.scenes import WORLD_LEXICON
 
 # %% auto #0
 __all__ = ['WORLD_IMAGE_SIZE', 'WORLD_CONTEXT_LENGTH', 'ARCHS', 'DEFAULT_PRESET', 'IMAGE_READOUTS', 'TEXT_BUCKET',
-           'resolve_architecture', 'FlattenReadout', 'build_open_clip', 'is_conv_tower', 'text_pooled_and_projected',
-           'WordLevelTokenizer', 'make_tokenizer']
+           'resolve_architecture', 'FlattenReadout', 'build_open_clip', 'is_conv_tower', 'class_token_attention_pool',
+           'conv_tower_features', 'text_pooled_and_projected', 'WordLevelTokenizer', 'make_tokenizer']
 
 # %% ../../nbs/models/01_towers.ipynb #7686589f
 WORLD_IMAGE_SIZE = 64  # the synthetic world's image side (px)
@@ -219,6 +220,36 @@ def is_conv_tower(visual: nn.Module) -> bool:
     from open_clip.modified_resnet import ModifiedResNet
 
     return isinstance(visual, ModifiedResNet)
+
+# %% ../../nbs/models/01_towers.ipynb #b9f4234b
+def class_token_attention_pool(pool: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """open_clip's `AttentionPool2d` output `(N, out)` for feature maps `x` `(N, C, H, W)`, computing the mean token's
+    query alone (the only row the pool returns): `pool(x)` up to float order, about half its cost in a world step."""
+    n, c = x.shape[:2]
+    heads = pool.num_heads
+    d = c // heads
+    tokens = x.flatten(2).permute(2, 0, 1)  # (HW, N, C)
+    tokens = torch.cat([tokens.mean(0, keepdim=True), tokens]) + pool.positional_embedding[:, None, :].to(x.dtype)
+    q = F.linear(tokens[0], pool.q_proj.weight, pool.q_proj.bias).reshape(n * heads, 1, d)
+    k = F.linear(tokens, pool.k_proj.weight, pool.k_proj.bias).reshape(-1, n * heads, d).transpose(0, 1)
+    v = F.linear(tokens, pool.v_proj.weight, pool.v_proj.bias).reshape(-1, n * heads, d).transpose(0, 1)
+    # one query against HW+1 keys: a product and a sum (batched matmuls of 1 x d by d x 5 cost more than they do)
+    weights = ((q * k).sum(-1, keepdim=True) * d**-0.5).softmax(1)  # (N·heads, HW+1, 1)
+    out = (weights * v).sum(1)  # (N·heads, d)
+    return F.linear(out.reshape(n, c), pool.c_proj.weight, pool.c_proj.bias)
+
+
+def conv_tower_features(visual: nn.Module, images: torch.Tensor) -> torch.Tensor:
+    """A ResNet image tower's (open_clip's `ModifiedResNet`) features `(N, out)` of `images` `(N, 3, S, S)`: its own
+    stem and stages, then `class_token_attention_pool` in place of its attention pooling (another readout, such as
+    `FlattenReadout`, runs as it is)."""
+    from open_clip.modified_resnet import AttentionPool2d
+
+    x = visual.stem(images)
+    for stage in (visual.layer1, visual.layer2, visual.layer3, visual.layer4):
+        x = stage(x)
+    pool = visual.attnpool
+    return class_token_attention_pool(pool, x) if type(pool) is AttentionPool2d else pool(x)
 
 # %% ../../nbs/models/01_towers.ipynb #8a8a5128
 def _project_text(proj, pooled: torch.Tensor) -> torch.Tensor:

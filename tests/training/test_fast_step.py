@@ -15,7 +15,13 @@ from hierbench.config import SettingsError, load_settings
 from hierbench.data.batch import collate_batch, image_to_tensor, normalize, stack_images
 from hierbench.data.sources import WorldDataset
 from hierbench.models.dual_encoder import COMPILED_IMAGE_TOWER, create_model, cxx_compiler
-from hierbench.models.towers import WordLevelTokenizer
+from hierbench.models.towers import (
+    WordLevelTokenizer,
+    build_open_clip,
+    class_token_attention_pool,
+    conv_tower_features,
+    resolve_architecture,
+)
 from hierbench.recipes.recipe_run import train_recipe
 from hierbench.recipes.registry import get_recipe
 from hierbench.training.metrics_log import read_metrics
@@ -89,6 +95,30 @@ def test_compile_is_off_by_default_and_a_setting_turns_it_on(tmp_path):
 def test_a_transformer_tower_is_not_compiled():
     model = create_model("world-tiny-vit")
     assert model.compile_image_tower_() is False and COMPILED_IMAGE_TOWER not in model.__dict__
+
+
+@pytest.mark.parametrize("preset", ["world-tiny", "world-tiny-wide", "world-small"])
+def test_the_class_token_pool_is_open_clips_pool_to_float_order(preset):
+    """The fast step's pool computes only the row open_clip's pool returns: in float64 the outputs and every gradient
+    (the feature maps' and each pool parameter's) agree to 1e-12; a NaN in a map stays a NaN in its own row only."""
+    torch.manual_seed(0)
+    visual = build_open_clip(resolve_architecture(preset)).visual.double()
+    pool = visual.attnpool
+    channels = pool.k_proj.in_features
+    maps = torch.randn(6, channels, 2, 2, dtype=torch.float64, requires_grad=True)
+    ours, theirs = class_token_attention_pool(pool, maps), pool(maps)
+    assert ours.shape == theirs.shape == (6, pool.c_proj.out_features)
+    torch.testing.assert_close(ours, theirs, rtol=1e-12, atol=1e-12)
+    wrt = [maps, *pool.parameters()]
+    target = torch.randn_like(ours)
+    for a, b in zip(torch.autograd.grad((ours * target).sum(), wrt), torch.autograd.grad((theirs * target).sum(), wrt)):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    bad = maps.detach().clone()
+    bad[2, 0, 1, 1] = float("nan")
+    out = class_token_attention_pool(pool, bad)
+    assert out[2].isnan().all() and not out[[0, 1, 3, 4, 5]].isnan().any()
+    images = torch.randn(2, 3, 64, 64, dtype=torch.float64).contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(conv_tower_features(visual, images), visual(images), rtol=1e-10, atol=1e-12)
 
 
 needs_compiler = pytest.mark.skipif(cxx_compiler() is None, reason="torch.compile on a CPU needs a C++ compiler")
