@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 import pandas as pd
 import torch
+import torch.nn.functional as F
+from torch import nn
 
 from ..config import BENCH_SECTIONS
 from ..terminal import fold_long, table_text
@@ -51,6 +53,7 @@ from .evals import EVAL_FULL, EVAL_QUICK, bench_evals, format_evals  # section `
 from .view import VIEW_FULL, VIEW_QUICK, bench_view, format_view  # section `view`
 from ..data import batch as D
 from ..models import family as M
+from ..models.towers import build_open_clip, is_conv_tower
 from ..recipes import registry as R
 from ..training import trainer as T
 from ..data.sources import WorldData, world_captions, world_source
@@ -69,8 +72,8 @@ __all__ = ['SECTIONS', 'PAIRWISE_GOAL', 'WORLD_BUILD_GOAL_S', 'OP_CLASSES', 'OUT
            'DEGLA_RATIO_GOAL', 'LOOP_SPEEDUP_GOAL', 'LOOP_OVERHEAD_GOAL', 'LOOP_PEAK_GOAL', 'COMPARE_PEAK_GOAL_MB',
            'bench_geometry', 'world_speed', 'bench_world', 'matmul_peak', 'step_flops', 'record_encoder_calls',
            'encoder_only_loss', 'recipe_setup', 'time_recipe_step', 'op_class', 'step_time_shares', 'goal_applies',
-           'bench_recipes', 'loop_step_ms', 'bare_steps_ms', 'bench_loop', 'format_loop', 'read_compare',
-           'bench_compare', 'bench_pipeline', 'run_benchmarks', 'format_report']
+           'bench_recipes', 'loop_step_ms', 'bare_steps_ms', 'bench_loop', 'format_loop', 'conv_layer_rates',
+           'conv_summary', 'read_compare', 'bench_compare', 'bench_pipeline', 'run_benchmarks', 'format_report']
 
 # %% ../../nbs/bench/05_suite.ipynb #c31f457f
 SECTIONS = BENCH_SECTIONS  # hierbench.config.BENCH_SECTIONS: the names `hierbench bench --sections` offers
@@ -546,6 +549,10 @@ def bench_loop(sizes: BenchSizes = FULL, log=None) -> dict:
         overhead_goal=LOOP_OVERHEAD_GOAL,
         peak_share_goal=LOOP_PEAK_GOAL,
         rows=rows,
+        # where the convolution time goes (a ResNet tower: open_clip builds one when `layers` is a list)
+        conv_layers=conv_layer_rates(sizes.recipe_preset, sizes.recipe_batch)
+        if isinstance(resolve_architecture(sizes.recipe_preset)["vision_cfg"].get("layers"), (list, tuple))
+        else [],
     )
 
 
@@ -586,7 +593,93 @@ def format_loop(lo: dict) -> list[str]:
         lines.append(
             f"  {r['recipe']}: " + ", ".join(f"{k}{goal_mark(v)}" for k, v in marks + [("peak", r["meets_peak_goal"])])
         )
+    if lo.get("conv_layers"):
+        s = conv_summary(lo["conv_layers"], lo["matmul_peak_flop_per_s"])
+        lines.append(
+            f"the image tower's convolutions alone, forward and backward (batch {lo['batch']}): {s['ms']:.1f} ms "
+            f"for {s['gflop']:.2f} GFLOP, {100 * s['peak_share']:.0f}% of the peak; the layers of <= {s['thin']} "
+            f"input channels take {100 * s['thin_time_share']:.0f}% of that time for "
+            f"{100 * s['thin_flop_share']:.0f}% of the FLOPs. The slowest:"
+        )
+        slow = sorted(lo["conv_layers"], key=lambda r: -r["ms"])[:6]
+        table = pd.DataFrame(
+            [
+                {
+                    "layer": r["layer"],
+                    "channels": r["channels"],
+                    "map": f"{r['side']}x{r['side']}",
+                    "kernel": f"{r['kernel']}x{r['kernel']}",
+                    "ms": round(r["ms"], 2),
+                    "of peak": f"{100 * r['flop_per_s'] / lo['matmul_peak_flop_per_s']:.0f}%",
+                }
+                for r in slow
+            ]
+        )
+        lines.append(table_text(table, index=False))
     return lines
+
+# %% ../../nbs/bench/05_suite.ipynb #1b5c3205
+def conv_layer_rates(preset: str = "world-tiny", batch: int = 64, repeats: int = 10) -> list[dict]:
+    """Each convolution of `preset`'s ResNet image tower at `batch` images, as a training step runs it (channels-last;
+    the weight's gradient, and the input's except for the first layer, whose input is the image): its name, channels,
+    map side, kernel, FLOPs (forward and backward), median ms over `repeats` and rate in FLOP/s."""
+    arch = resolve_architecture(preset)
+    visual = build_open_clip(arch).visual.train()
+    if not is_conv_tower(visual):
+        raise ValueError(f"{preset}: conv_layer_rates needs a ResNet image tower, this one is {type(visual).__name__}")
+    seen = []
+    hooks = [
+        m.register_forward_hook(lambda m, i, o, name=name: seen.append((name, m, i[0].shape, o.shape)))
+        for name, m in visual.named_modules()
+        if isinstance(m, nn.Conv2d)
+    ]
+    side = arch["vision_cfg"]["image_size"]
+    with torch.no_grad():
+        visual(torch.randn(batch, 3, side, side).contiguous(memory_format=torch.channels_last))
+    for h in hooks:
+        h.remove()
+    rows = []
+    for k, (name, conv, in_shape, out_shape) in enumerate(seen):
+        x = torch.randn(in_shape).contiguous(memory_format=torch.channels_last).requires_grad_(k > 0)
+        w = conv.weight.detach().clone().requires_grad_()
+        g = torch.randn(out_shape).contiguous(memory_format=torch.channels_last)
+        kh, kw = conv.kernel_size
+        forward = 2 * math.prod(out_shape) * (in_shape[1] // conv.groups) * kh * kw
+        times = []
+        for i in range(2 + repeats):  # 2 untimed: oneDNN picks and caches its kernels on the first calls
+            t0 = time.perf_counter()
+            F.conv2d(x, w, None, conv.stride, conv.padding, conv.dilation, conv.groups).backward(g)
+            if i >= 2:
+                times.append(time.perf_counter() - t0)
+        step_s = median_of(times)
+        flops = forward * (3 if k > 0 else 2)  # forward, the weight's gradient, the input's (not the image's)
+        rows.append(
+            dict(
+                layer=name,
+                channels=f"{in_shape[1]}->{out_shape[1]}",
+                side=int(in_shape[-1]),
+                kernel=kh,
+                flops=flops,
+                ms=1000 * step_s,
+                flop_per_s=flops / step_s,
+            )
+        )
+    return rows
+
+
+def conv_summary(rows: Sequence[dict], peak: float, thin: int = 16) -> dict:
+    """Totals of `conv_layer_rates`' rows: ms, FLOPs, the rate against `peak`, and the share of the time and of the
+    FLOPs in the thin layers (at most `thin` input channels)."""
+    ms, flops = sum(r["ms"] for r in rows), sum(r["flops"] for r in rows)
+    narrow = [r for r in rows if int(r["channels"].split("->")[0]) <= thin]
+    return dict(
+        ms=ms,
+        gflop=flops / 1e9,
+        peak_share=flops / (ms / 1000) / peak,
+        thin=thin,
+        thin_time_share=sum(r["ms"] for r in narrow) / ms,
+        thin_flop_share=sum(r["flops"] for r in narrow) / flops,
+    )
 
 # %% ../../nbs/bench/05_suite.ipynb #a2f33e49
 COMPARE_PEAK_GOAL_MB = 6 * 1024  # `compare --preset quick` must stay under 6 GB resident

@@ -10,7 +10,7 @@ import torch
 from hierbench.bench import suite as B
 from hierbench.models import family as M
 from hierbench.recipes import registry as R
-from hierbench.terminal import full_width
+from hierbench.terminal import fold_long, full_width
 
 
 def _positive(x) -> bool:
@@ -334,3 +334,26 @@ def test_real_section_quick_structure():
         assert _m.isfinite(e[k]) and e[k] > 0
     text = B.format_report(rep)
     assert "open_clip_train" in text and "plain loop" in text and "amp_bf16 / fp32" in text
+
+
+def test_conv_layer_rates_cover_the_tower_and_the_loop_report_names_the_thin_layers():
+    """Every convolution of the ResNet tower once, with the FLOPs of its shape (the wider tower's twice the narrow
+    one's where its channels double on both sides); the loop report's lines say where the convolution time goes and
+    fit 100 columns; a ViT tower is refused by name."""
+    narrow, wide = B.conv_layer_rates("world-tiny", batch=2, repeats=1), B.conv_layer_rates("world-tiny-r16", 2, 1)
+    assert [r["layer"] for r in narrow] == [r["layer"] for r in wide] and len(narrow) == 19
+    by_layer = {r["layer"]: r for r in wide}
+    assert by_layer["layer2.0.conv2"]["flops"] == 4 * {r["layer"]: r for r in narrow}["layer2.0.conv2"]["flops"]
+    assert all(r["ms"] > 0 and r["flop_per_s"] > 0 for r in narrow)
+    summary = B.conv_summary(narrow, peak=1e11, thin=8)
+    thin = [r for r in narrow if int(r["channels"].split("->")[0]) <= 8]
+    assert summary["thin_flop_share"] == pytest.approx(sum(r["flops"] for r in thin) / sum(r["flops"] for r in narrow))
+    lo = dict(
+        preset="world-tiny", batch=2, n_train=8, steps=1, warmup=0, rows=[], compiled=False, speedup_goal=3.0,
+        overhead_goal=0.1, peak_share_goal=0.6, matmul_peak_flop_per_s=1e11, conv_layers=narrow,
+    )  # fmt: skip
+    lines = fold_long("\n".join(B.format_loop(lo))).splitlines()  # as format_report prints it
+    assert any("layers of <= 16 input channels" in line for line in lines)
+    assert any("conv3" in line and "4->8" in line for line in lines) and max(map(len, lines)) <= 100
+    with pytest.raises(ValueError, match="world-debug.*ResNet"):
+        B.conv_layer_rates("world-debug", batch=2, repeats=1)
