@@ -630,6 +630,12 @@ def add_explain_parser(sub):
         help="also a page per row of both arms' embeddings over the same test scenes (linked HoroPCA/PCA panels, "
         "norms by level, PEP angles), for one seed: a compare folder's runs, or runs this machine retrained",
     )
+    m.add_argument(
+        "--retrain",
+        action="store_true",
+        help="ledger records: first train the runs this machine's cache lacks (both arms at the seed and a "
+        "fine-tune's parent), as compare --from-records does; their recorded cost is printed before it starts",
+    )
     m.add_argument("--seed", type=int, default=None, help="that seed (default: the one nearest the row's mean)")
     m.add_argument("--weights", nargs=2, metavar=("A", "B"), default=None, help="your own runs of the two arms")
     m.add_argument("--scenes", type=int, default=500, help="test scenes both models embed (default 500: ~1,000 items)")

@@ -8,7 +8,9 @@ Docs: https://hierbench.github.io/hierbench/ui/side_by_side.html.md"""
 
 # %% ../../nbs/ui/02_side_by_side.ipynb #9a63283cbaf04dbcab1f6479b197f3a8
 from __future__ import annotations
+import dataclasses
 import html
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,20 +21,23 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..config import MissingFileError, atomic_write_text
+from ..config import MissingFileError, atomic_write_text, load_settings
 from ..evaluation.encoding import pep_metrics
 from ..evaluation.world_eval import world_eval_data
-from ..ledger.compare import parent_cache
+from ..ledger.compare import build_eval_data, parent_cache, retrain_recorded
 from ..ledger.explain import ExplainError, models_page_name, page_name, recomputed_ledger, row_seeds
-from ..ledger.records import read_records
+from ..ledger.progress import duration
+from ..ledger.records import read_records, restore_records
 from ..ledger.run_folder import run_dir
 from ..models.family import load_model
+from ..recipes.registry import get_recipe
 from .view import View, build_view, world_items, write_workspace
 
 # %% auto #0
 __all__ = ['DEPTH_COLOURS', 'SideBySide', 'pep_angles', 'side_by_side', 'panels_figure', 'norms_angles_figure', 'angles_table',
            'point_traces', 'link_selection_js', 'linked_panels', 'side_by_side_page', 'representative_seed',
-           'arm_weights', 'row_weights', 'row_side_by_side', 'write_side_by_side']
+           'arm_weights', 'row_seed', 'row_weights', 'row_side_by_side', 'write_side_by_side', 'runs_to_retrain',
+           'retrain_plan', 'retrain_cost', 'retrain_runs']
 
 # %% ../../nbs/ui/02_side_by_side.ipynb #8763a12b2bbd4a93a75aff182afb95dc
 @dataclass
@@ -285,29 +290,38 @@ def arm_weights(source, recipe: str, seed: int, runs: Sequence | None = None) ->
             if cached.is_file():
                 return cached
             tried.append(str(cached))
+    retrain = ", train them here with --retrain" if (folder / "ledger.json").is_file() else ""
     raise MissingFileError(
         f"no weights of {recipe} seed {seed} (looked in {' and '.join(tried)}): explain the compare folder that "
-        "trained them, or give two weight files with --weights A B"
+        f"trained them{retrain}, or give two weight files with --weights A B"
     )
 
 # %% ../../nbs/ui/02_side_by_side.ipynb #f6fa52606d8c4a75a9b52967216f8f3f
+def row_seed(source, row: Mapping, seed: int | None = None, found: Mapping | None = None) -> int:
+    """The seed of ledger `row` to draw: `seed` when the row ran it (else an `ExplainError` listing its seeds), by
+    default the one whose difference is nearest the row's mean (`representative_seed`). `found`: the source's
+    `recomputed_ledger`, when already computed."""
+    found = recomputed_ledger(source) if found is None else found
+    seeds = row_seeds(row, found["results"], found.get("interval", "guarded"))["table"]
+    if seed is None:
+        return representative_seed(seeds)
+    if seed not in set(seeds.seed):
+        raise ExplainError(f"{row['id']} {row['a']} vs {row['b']}: no seed {seed}; its seeds: {seeds.seed.tolist()}")
+    return seed
+
+
 def row_weights(
     source, row: Mapping, seed: int | None = None, weights: Sequence | None = None, found: Mapping | None = None
 ) -> tuple:
     """(seed, [A's weights, B's weights]) for ledger `row`: `weights` as given (two files, the user's own runs; seed
-    None), else the weights of `seed` — by default the seed whose difference is nearest the row's mean
-    (`representative_seed`) — from the source (`arm_weights`). `found`: the source's `recomputed_ledger`, when already
-    computed. Refusals name the seed or the files."""
+    None), else the weights of `row_seed(source, row, seed)` from the source (`arm_weights`). `found`: the source's
+    `recomputed_ledger`, when already computed. Refusals name the seed or the files."""
     if weights is not None:
         if len(weights) != 2:
             raise ExplainError(f"--weights takes two files (A's, then B's), got {len(weights)}")
         return None, [Path(w) for w in weights]
     found = recomputed_ledger(source) if found is None else found
-    seeds = row_seeds(row, found["results"], found.get("interval", "guarded"))["table"]
-    if seed is None:
-        seed = representative_seed(seeds)
-    elif seed not in set(seeds.seed):
-        raise ExplainError(f"{row['id']} {row['a']} vs {row['b']}: no seed {seed}; its seeds: {seeds.seed.tolist()}")
+    seed = row_seed(source, row, seed, found)
     return seed, [arm_weights(source, row[arm], seed, found.get("runs")) for arm in ("a", "b")]
 
 
@@ -339,3 +353,77 @@ def write_side_by_side(sbs: SideBySide, out, row: Mapping | None = None, workspa
         write_workspace(list(sbs.views), workspace, name="hierbench-pair")
         paths.append(Path(workspace))
     return paths
+
+# %% ../../nbs/ui/02_side_by_side.ipynb #e0729063aa7a4cc0a72121b8b48be83f
+def runs_to_retrain(runs: Sequence[Mapping], wanted: Sequence[tuple]) -> list[dict]:
+    """Of ledger records' run rows `runs`, those this machine has to train for the weights of runs `wanted`
+    ((recipe, seed) pairs): each one whose weights its cache of retrained runs (`parent_cache`) lacks and, for a
+    fine-tune among them, the run it starts from unless the cache holds it (and so on up) — parents first, each once.
+    Empty when every weight is here. An `ExplainError` for a run the records lack or one that needs READ's decoder."""
+    by = {(r["recipe"], r["seed"]): r for r in runs}
+    todo: dict = {}
+    for key in wanted:
+        chain, k, done = [], tuple(key), "model.safetensors"  # a parent counts once retrained.json is written
+        while k is not None:
+            if k not in by:
+                raise ExplainError(f"{k[0]} seed {k[1]}: these records hold no such run to retrain")
+            if (parent_cache(by[k]) / done).is_file():
+                break
+            recipe = get_recipe(k[0])
+            if recipe.needs_decoder:
+                raise ExplainError(
+                    f"no weights of {k[0]} seed {k[1]} here, and --retrain does not train READ's recipes (they need "
+                    "the caption decoder a compare pre-trains): retrain it with compare --from-records, or give "
+                    "two weight files with --weights A B"
+                )
+            chain.append(k)
+            k, done = ((recipe.init_from, k[1]) if recipe.stage == "finetune" else None), "retrained.json"
+        for k in reversed(chain):
+            todo.setdefault(k, by[k])
+    return list(todo.values())
+
+
+def retrain_plan(source, rows: Sequence[Mapping], seed: int | None = None, found: Mapping | None = None) -> list[dict]:
+    """The runs `explain --models --retrain` trains for ledger `rows` of `source`: `runs_to_retrain` of both arms of
+    each row at its `row_seed`. None for a compare folder, whose weights are its own."""
+    if not (Path(source) / "ledger.json").is_file():
+        return []
+    found = recomputed_ledger(source) if found is None else found
+    wanted = [(row[arm], row_seed(source, row, seed, found)) for row in rows for arm in ("a", "b")]
+    return runs_to_retrain(found["runs"], wanted)
+
+
+def retrain_cost(todo: Sequence[Mapping]) -> str:
+    """What training runs `todo` costs, in words: each run with the seconds the records say it trained
+    (`train_seconds`), their sum, the CPU(s) that took them and where the weights go (this machine's cache)."""
+    secs = [float(r.get("train_seconds") or "nan") for r in todo]
+    cpus = sorted({(r.get("made") or {}).get("cpu") or "an unrecorded CPU" for r in todo})
+    runs = ", ".join(f"{r['recipe']} seed {r['seed']} ({duration(s)})" for r, s in zip(todo, secs))
+    return (
+        f"{len(todo)} run(s) of the records, {runs}: about {duration(sum(secs))} as recorded on {' and '.join(cpus)}, "
+        f"into {load_settings().cache_dir / 'retrained'}"
+    )
+
+
+def retrain_runs(source, todo: Sequence[Mapping], quiet: bool = True) -> list[Path]:
+    """Train runs `todo` (`retrain_plan`) of ledger records `source` as `compare --from-records` retrains the parents
+    of its fine-tunes (`retrain_recorded`: the records' budget; weights hash and this machine's metrics in
+    `retrained.json`) into this machine's cache, where `arm_weights` finds them. The training happens in a scratch
+    compare folder holding those runs restored from the records (and the cached parents they start from), removed
+    after. Returns the cached weights, in `todo`'s order."""
+    if not todo:
+        return []
+    records = read_records(source)
+    keys = [(r["recipe"], r["seed"]) for r in todo]
+    starts = {(get_recipe(r).init_from, s) for r, s in keys if get_recipe(r).stage == "finetune"} - set(keys)
+    restored = dataclasses.replace(
+        records, runs=[r for r in records.runs if (r["recipe"], r["seed"]) in {*keys, *starts}]
+    )
+    root = load_settings().cache_dir / "retrained"
+    root.mkdir(parents=True, exist_ok=True)
+    eval_data = build_eval_data(records.plan.budget)
+    with tempfile.TemporaryDirectory(prefix="explain-", dir=root) as work:
+        restore_records(restored, work)
+        for r, s in sorted(starts) + keys:  # the cached parents are copied (nothing trained), then todo, parents first
+            retrain_recorded(r, [s], records.plan.budget, work, eval_data, quiet)
+    return [parent_cache(row) / "model.safetensors" for row in todo]

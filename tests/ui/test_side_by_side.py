@@ -119,3 +119,91 @@ def test_a_missing_weight_is_one_line_and_nothing_is_written(tmp_path, monkeypat
         assert msg.startswith("hierbench explain: ") and "\n" not in msg
         assert "no weights of" in msg or "no such weights file" in msg
         assert not (tmp_path / "x").exists()
+
+
+@pytest.fixture
+def fake_training(tmp_path, monkeypatch, capsys):
+    """`explain --models --retrain` with the training replaced (a standard run takes minutes): the real
+    `retrain_recorded` copies cached parents and fills the cache, but `_train_runs` writes an untrained world model and
+    logs what it trained, what was printed before and whether a fine-tune's parent was there first."""
+    import hierbench.ledger.compare as C
+    import hierbench.ui.side_by_side as S
+    from hierbench.recipes.registry import get_recipe
+
+    monkeypatch.setenv("HIERBENCH_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(warnings, "showwarning", warnings.showwarning)
+    trained = []
+
+    def train(recipe, seeds, budget, out, decoder=None, quiet=True):
+        for s in seeds:
+            parent = run_dir(out, recipe.init_from, s) / "model.safetensors" if recipe.stage == "finetune" else None
+            trained.append(((recipe.name, s), capsys.readouterr().out, parent is None or parent.is_file()))
+            save_model(
+                create_model("world-debug", geometry=recipe.geometry),
+                run_dir(out, recipe.name, s) / "model.safetensors",
+            )
+        return 1.0
+
+    monkeypatch.setattr(C, "_train_runs", train)
+    monkeypatch.setattr(C, "evaluate_run", lambda model, eval_data, items=None: {})
+    monkeypatch.setattr(S, "build_eval_data", lambda budget: {})
+    found = recomputed_ledger(RECORDS)
+    (row,) = found["ledger"][found["ledger"].id == "DEG-4"].to_dict("records")  # degla fine-tunes clip
+    seed = representative_seed(row_seeds(row, found["results"])["table"])
+    runs = {(r["recipe"], r["seed"]): r for r in read_records(RECORDS).runs}
+    assert get_recipe("degla").init_from == "clip"
+    return row, seed, runs, trained
+
+
+def test_without_retrain_the_refusal_says_what_retraining_would_cost_and_writes_nothing(fake_training, tmp_path):
+    from hierbench.cli.parser import main
+
+    row, seed, runs, trained = fake_training
+    with pytest.raises(SystemExit) as exit_:
+        main(["explain", str(RECORDS), "DEG-4", "--out", str(tmp_path / "x"), "--models"])
+    msg = str(exit_.value.code)
+    assert msg.startswith(f"hierbench explain: no weights of clip seed {seed}, degla seed {seed} ") and "\n" not in msg
+    recorded = runs[("clip", seed)]["train_seconds"] + runs[("degla", seed)]["train_seconds"]
+    from hierbench.ledger.progress import duration
+
+    assert "--retrain" in msg and f"clip seed {seed}" in msg and f"about {duration(recorded)} as recorded" in msg
+    assert not (tmp_path / "x").exists() and not (tmp_path / "cache").exists() and trained == []
+
+
+def test_retrain_says_its_cost_then_trains_only_the_missing_runs_and_a_second_explain_none(
+    fake_training, tmp_path, capsys
+):
+    from hierbench.cli.parser import main
+
+    row, seed, runs, trained = fake_training
+    clip = parent_cache(runs[("clip", seed)])  # CLIP's run is cached already: degla starts from it, not retrained
+    clip.mkdir(parents=True)
+    save_model(create_model("world-debug"), clip / "model.safetensors")
+    (clip / "retrained.json").write_text('{"weights_sha256": "x", "train_seconds": 1.0}')
+    out = tmp_path / "pages"
+    argv = ["explain", str(RECORDS), "DEG-4", "--out", str(out), "--models", "--retrain", "--scenes", "6"]
+    main(argv)
+    assert [t[0] for t in trained] == [("degla", seed)]  # exactly the missing run
+    cost = [l for l in trained[0][1].splitlines() if l.startswith("explain: retraining")]
+    assert len(cost) == 1 and f"1 run(s) of the records, degla seed {seed}" in cost[0]
+    assert str(tmp_path / "cache" / "retrained") in cost[0] and trained[0][2]  # where they go; the parent was there
+    degla = parent_cache(runs[("degla", seed)])
+    assert (degla / "model.safetensors").is_file() and (degla / "retrained.json").is_file()
+    assert [p.name for p in (tmp_path / "cache" / "retrained").iterdir() if p.name.startswith("explain-")] == []
+    assert (out / models_page_name(row)).is_file()
+    capsys.readouterr()
+    main(argv)  # the cache has both now
+    assert len(trained) == 1 and "retraining" not in capsys.readouterr().out
+
+
+def test_retrain_trains_a_fine_tunes_parent_first_when_neither_is_cached(fake_training, tmp_path):
+    from hierbench.ui.side_by_side import retrain_plan, retrain_runs
+
+    row, seed, runs, trained = fake_training
+    todo = retrain_plan(RECORDS, [row])
+    assert [(r["recipe"], r["seed"]) for r in todo] == [("clip", seed), ("degla", seed)]
+    paths = retrain_runs(RECORDS, todo)
+    assert [t[0] for t in trained] == [("clip", seed), ("degla", seed)] and all(t[2] for t in trained)
+    assert paths == [parent_cache(runs[k]) / "model.safetensors" for k in (("clip", seed), ("degla", seed))]
+    assert all(p.is_file() for p in paths) and retrain_plan(RECORDS, [row]) == []
+    assert row_weights(RECORDS, row) == (seed, [paths[1], paths[0]])  # A is degla, B clip
