@@ -179,9 +179,8 @@ def norms_angles_figure(sbs: SideBySide) -> go.Figure:
     Right: each model's angles φ(caption, image) by chain level and for the PEP negatives — PEP scores a pair by
     how far φ sits inside π/2; a model that orders the hierarchy keeps general captions' angles wide and the
     negatives' wider."""
-    fig = make_subplots(
-        rows=1, cols=2, subplot_titles=["norm by depth", "φ(caption, image): chain levels and PEP negatives"]
-    )
+    negatives = " and PEP negatives" if (sbs.angles.level == "negative").any() else ""  # real items have none
+    fig = make_subplots(rows=1, cols=2, subplot_titles=["norm by depth", f"φ(caption, image): chain levels{negatives}"])
     names = _depth_names(sbs.items)
     palette = ("#1f77b4", "#ff7f0e")
     for k, view in enumerate(sbs.views):
