@@ -486,27 +486,51 @@ def cmd_compare(args):
     )  # last: does this machine reproduce the ledger?
 
 # %% ../../nbs/cli/02_commands.ipynb #1881b07e
-def _side_by_side_weights(args) -> tuple[list, list]:
-    """`explain --models`: the claim's rows and, per row, (seed, the two arms' weight files), every file checked to be
-    there — and the [view] extra when a workspace is asked for — before anything is written."""
+def _side_by_side_plan(args) -> tuple[list, list, dict]:
+    """`explain --models`: the claim's rows, the runs of ledger records to retrain first (`--retrain`) and the
+    recomputed ledger — every refusal (no such seed, missing weights without `--retrain`, with the cost it would
+    take; the [view] extra for a workspace) before anything is written or trained."""
     from hierbench.ledger.explain import claim_rows_of, recomputed_ledger
-    from hierbench.ui.side_by_side import row_weights
+    from hierbench.ui.side_by_side import retrain_cost, retrain_plan
     from hierbench.ui.view import require_hyperview
 
     if args.workspace is not None:
         require_hyperview()
     if args.scenes < 2:
         raise SettingsError(f"--scenes {args.scenes}: at least 2 scenes")
+    if args.retrain and args.weights is not None:
+        raise SettingsError("--retrain trains the records' runs; --weights A B brings your own: give one of them")
     found = recomputed_ledger(args.dir)  # once: each row's seeds and the records' runs come from it
     rows = claim_rows_of(found["ledger"], args.claim, args.metric).to_dict("records")
     if args.workspace is not None and len(rows) > 1:
         raise SettingsError(f"--workspace: one row at a time; {args.claim} has {len(rows)}, pick one with --metric")
+    todo = retrain_plan(args.dir, rows, args.seed, found) if args.weights is None else []
+    if todo and not args.retrain:
+        raise MissingFileError(
+            f"no weights of {', '.join(f'{r} seed {s}' for r, s in _arms_of(todo, rows))} in this machine's cache of "
+            f"retrained runs: add --retrain to train {retrain_cost(todo)}; or give two weight files with --weights A B"
+        )
+    if not todo:
+        _side_by_side_weights(args, rows, found)  # a missing weight file is refused here, before any page
+    return rows, todo, found
+
+
+def _arms_of(todo: list, rows: list) -> list[tuple]:
+    "The arms among the runs to retrain (the others are parents they start from)."
+    arms = {row[arm] for row in rows for arm in ("a", "b")}
+    return [(r["recipe"], r["seed"]) for r in todo if r["recipe"] in arms]
+
+
+def _side_by_side_weights(args, rows: list, found: dict) -> list:
+    "`explain --models`: per row, (seed, the two arms' weight files), every file checked to be there."
+    from hierbench.ui.side_by_side import row_weights
+
     weights = [row_weights(args.dir, row, args.seed, args.weights, found) for row in rows]
     for _, paths in weights:
         for p in paths:
             if not p.is_file():
                 raise MissingFileError(f"{p}: no such weights file")
-    return rows, weights
+    return weights
 
 
 def _write_side_by_side(args, rows: list, weights: list):
@@ -524,9 +548,15 @@ def cmd_explain(args):
     from hierbench.ledger.explain import write_explain
 
     load_plugins(args.plugin)  # a plugin's claims, before the ledger is recomputed
-    models = args.models or args.weights is not None or args.workspace is not None
+    models = args.models or args.retrain or args.weights is not None or args.workspace is not None
     if models:
-        rows, weights = _side_by_side_weights(args)  # refusals (no weights, no such seed) before any file
+        rows, todo, found = _side_by_side_plan(args)  # refusals (no weights, no such seed) before any file
+        if todo:  # the cost first, then the training (into this machine's cache, where a second explain finds it)
+            from hierbench.ui.side_by_side import retrain_cost, retrain_runs
+
+            print(f"explain: retraining {retrain_cost(todo)}", flush=True)
+            retrain_runs(args.dir, todo, quiet=False)
+        weights = _side_by_side_weights(args, rows, found)
     pages = write_explain(args.dir, args.claim, args.out, metric=args.metric, json_path=args.json, models=models)
     for page in pages:
         print(f"wrote {page}")

@@ -349,10 +349,18 @@ def add_view_parser(sub):
         help="a HyperView workspace of a model's embeddings: images and texts, HoroPCA's Poincaré "
         "layout and a Euclidean one, norms and parent captions (the [view] extra)",
     )
-    d.add_argument(
+    who = d.add_mutually_exclusive_group(required=True)
+    who.add_argument(
         "--scorer",
-        required=True,
         help="KIND:PATH as for eval: hierbench:RUN, open_clip:ARCH@FILE, meru:FILE, hycoclip:FILE, onnx:DIR, ...",
+    )
+    who.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("A", "B"),
+        default=None,
+        help="two scorers (KIND:PATH each) side by side over the same --images and --captions: linked "
+        "HoroPCA/PCA panels, norms and angles by caption level, a page in --out (hierbench.ui.side_by_side)",
     )
     what = d.add_mutually_exclusive_group(required=True)
     what.add_argument("--world", action="store_true", help="scenes of the built-in world with their caption chains")
@@ -371,7 +379,14 @@ def add_view_parser(sub):
         required=True,
         metavar="WORKSPACE",
         help="the workspace folder to write (HyperView's home: its "
-        "dataset, layouts and workspace registry); appears only when complete",
+        "dataset, layouts and workspace registry); appears only when complete. With --compare: the folder of "
+        "the side-by-side page (models.html beside plotly.min.js)",
+    )
+    d.add_argument(
+        "--workspace",
+        default=None,
+        metavar="DIR",
+        help="with --compare: also one HyperView workspace holding both spaces",
     )
     shown = d.add_mutually_exclusive_group()
     shown.add_argument("--serve", action="store_true", help="then start HyperView's local server on the workspace")
@@ -629,6 +644,12 @@ def add_explain_parser(sub):
         action="store_true",
         help="also a page per row of both arms' embeddings over the same test scenes (linked HoroPCA/PCA panels, "
         "norms by level, PEP angles), for one seed: a compare folder's runs, or runs this machine retrained",
+    )
+    m.add_argument(
+        "--retrain",
+        action="store_true",
+        help="ledger records: first train the runs this machine's cache lacks (both arms at the seed and a "
+        "fine-tune's parent), as compare --from-records does; their recorded cost is printed before it starts",
     )
     m.add_argument("--seed", type=int, default=None, help="that seed (default: the one nearest the row's mean)")
     m.add_argument("--weights", nargs=2, metavar=("A", "B"), default=None, help="your own runs of the two arms")

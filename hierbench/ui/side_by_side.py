@@ -8,7 +8,9 @@ Docs: https://hierbench.github.io/hierbench/ui/side_by_side.html.md"""
 
 # %% ../../nbs/ui/02_side_by_side.ipynb #9a63283cbaf04dbcab1f6479b197f3a8
 from __future__ import annotations
+import dataclasses
 import html
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,20 +21,35 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..config import MissingFileError, atomic_write_text
-from ..evaluation.encoding import pep_metrics
+from ..config import MissingFileError, SettingsError, atomic_write_text, load_settings
+from ..evaluation.encoding import entailment_angle, pep_metrics
 from ..evaluation.world_eval import world_eval_data
-from ..ledger.compare import parent_cache
+from ..ledger.compare import build_eval_data, parent_cache, retrain_recorded
 from ..ledger.explain import ExplainError, models_page_name, page_name, recomputed_ledger, row_seeds
-from ..ledger.records import read_records
+from ..ledger.progress import duration
+from ..ledger.records import read_records, restore_records
 from ..ledger.run_folder import run_dir
 from ..models.family import load_model
-from .view import View, build_view, world_items, write_workspace
+from ..models.scorers import ImagesUnsupported, has_images
+from ..recipes.registry import get_recipe
+from hierbench.ui.view import (
+    View,
+    ViewItems,
+    build_view,
+    folder_items,
+    read_captions,
+    require_hyperview,
+    view_geometry,
+    world_items,
+    write_workspace,
+)
 
 # %% auto #0
 __all__ = ['DEPTH_COLOURS', 'SideBySide', 'pep_angles', 'side_by_side', 'panels_figure', 'norms_angles_figure', 'angles_table',
            'point_traces', 'link_selection_js', 'linked_panels', 'side_by_side_page', 'representative_seed',
-           'arm_weights', 'row_weights', 'row_side_by_side', 'write_side_by_side']
+           'arm_weights', 'row_seed', 'row_weights', 'row_side_by_side', 'write_side_by_side', 'runs_to_retrain',
+           'retrain_plan', 'retrain_cost', 'retrain_runs', 'real_items', 'chain_angles', 'side_by_side_items',
+           'cmd_view_compare']
 
 # %% ../../nbs/ui/02_side_by_side.ipynb #8763a12b2bbd4a93a75aff182afb95dc
 @dataclass
@@ -162,9 +179,8 @@ def norms_angles_figure(sbs: SideBySide) -> go.Figure:
     Right: each model's angles φ(caption, image) by chain level and for the PEP negatives — PEP scores a pair by
     how far φ sits inside π/2; a model that orders the hierarchy keeps general captions' angles wide and the
     negatives' wider."""
-    fig = make_subplots(
-        rows=1, cols=2, subplot_titles=["norm by depth", "φ(caption, image): chain levels and PEP negatives"]
-    )
+    negatives = " and PEP negatives" if (sbs.angles.level == "negative").any() else ""  # real items have none
+    fig = make_subplots(rows=1, cols=2, subplot_titles=["norm by depth", f"φ(caption, image): chain levels{negatives}"])
     names = _depth_names(sbs.items)
     palette = ("#1f77b4", "#ff7f0e")
     for k, view in enumerate(sbs.views):
@@ -193,6 +209,8 @@ def norms_angles_figure(sbs: SideBySide) -> go.Figure:
 
 def angles_table(sbs: SideBySide) -> pd.DataFrame:
     "Median φ by model and level (the chain levels and the negatives) and each level's share inside π/2."
+    if sbs.angles.empty:  # items without captions
+        return pd.DataFrame()
     g = sbs.angles.groupby(["level", "model"]).phi
     return (
         pd.DataFrame(dict(median_phi=g.median(), inside=g.apply(lambda s: float((s < np.pi / 2).mean())), n=g.size()))
@@ -249,7 +267,13 @@ def side_by_side_page(sbs: SideBySide, plotlyjs: str = "plotly.min.js", back: st
         "either panel: the same items are selected in the other; a double click clears the selection.</p>",
         panels.to_html(full_html=False, include_plotlyjs=False, post_script=link_selection_js(panels)),
         norms_angles_figure(sbs).to_html(full_html=False, include_plotlyjs=False),
-        "<h2>Angles by level</h2>" + angles_table(sbs).to_html(float_format=lambda v: f"{v:.3f}"),
+        "<h2>Angles by level</h2><p>φ(caption, image): a Lorentz head's exterior angle; a Euclidean head's is the "
+        "angle between the two vectors (the arccos of their cosine similarity), PEP's stand-in.</p>"
+        + (
+            angles_table(sbs).to_html(float_format=lambda v: f"{v:.3f}")
+            if not sbs.angles.empty
+            else "<p>No captions: no angles.</p>"
+        ),
         f"<p>seconds: {html.escape(', '.join(f'{k} {v:.1f}' for k, v in sbs.seconds.items()))}</p>",
     ]
     style = "body{font-family:sans-serif;max-width:1100px;margin:2em auto}td,th{padding:2px 8px;text-align:left}"
@@ -285,29 +309,38 @@ def arm_weights(source, recipe: str, seed: int, runs: Sequence | None = None) ->
             if cached.is_file():
                 return cached
             tried.append(str(cached))
+    retrain = ", train them here with --retrain" if (folder / "ledger.json").is_file() else ""
     raise MissingFileError(
         f"no weights of {recipe} seed {seed} (looked in {' and '.join(tried)}): explain the compare folder that "
-        "trained them, or give two weight files with --weights A B"
+        f"trained them{retrain}, or give two weight files with --weights A B"
     )
 
 # %% ../../nbs/ui/02_side_by_side.ipynb #f6fa52606d8c4a75a9b52967216f8f3f
+def row_seed(source, row: Mapping, seed: int | None = None, found: Mapping | None = None) -> int:
+    """The seed of ledger `row` to draw: `seed` when the row ran it (else an `ExplainError` listing its seeds), by
+    default the one whose difference is nearest the row's mean (`representative_seed`). `found`: the source's
+    `recomputed_ledger`, when already computed."""
+    found = recomputed_ledger(source) if found is None else found
+    seeds = row_seeds(row, found["results"], found.get("interval", "guarded"))["table"]
+    if seed is None:
+        return representative_seed(seeds)
+    if seed not in set(seeds.seed):
+        raise ExplainError(f"{row['id']} {row['a']} vs {row['b']}: no seed {seed}; its seeds: {seeds.seed.tolist()}")
+    return seed
+
+
 def row_weights(
     source, row: Mapping, seed: int | None = None, weights: Sequence | None = None, found: Mapping | None = None
 ) -> tuple:
     """(seed, [A's weights, B's weights]) for ledger `row`: `weights` as given (two files, the user's own runs; seed
-    None), else the weights of `seed` — by default the seed whose difference is nearest the row's mean
-    (`representative_seed`) — from the source (`arm_weights`). `found`: the source's `recomputed_ledger`, when already
-    computed. Refusals name the seed or the files."""
+    None), else the weights of `row_seed(source, row, seed)` from the source (`arm_weights`). `found`: the source's
+    `recomputed_ledger`, when already computed. Refusals name the seed or the files."""
     if weights is not None:
         if len(weights) != 2:
             raise ExplainError(f"--weights takes two files (A's, then B's), got {len(weights)}")
         return None, [Path(w) for w in weights]
     found = recomputed_ledger(source) if found is None else found
-    seeds = row_seeds(row, found["results"], found.get("interval", "guarded"))["table"]
-    if seed is None:
-        seed = representative_seed(seeds)
-    elif seed not in set(seeds.seed):
-        raise ExplainError(f"{row['id']} {row['a']} vs {row['b']}: no seed {seed}; its seeds: {seeds.seed.tolist()}")
+    seed = row_seed(source, row, seed, found)
     return seed, [arm_weights(source, row[arm], seed, found.get("runs")) for arm in ("a", "b")]
 
 
@@ -339,3 +372,177 @@ def write_side_by_side(sbs: SideBySide, out, row: Mapping | None = None, workspa
         write_workspace(list(sbs.views), workspace, name="hierbench-pair")
         paths.append(Path(workspace))
     return paths
+
+# %% ../../nbs/ui/02_side_by_side.ipynb #e0729063aa7a4cc0a72121b8b48be83f
+def runs_to_retrain(runs: Sequence[Mapping], wanted: Sequence[tuple]) -> list[dict]:
+    """Of ledger records' run rows `runs`, those this machine has to train for the weights of runs `wanted`
+    ((recipe, seed) pairs): each one whose weights its cache of retrained runs (`parent_cache`) lacks and, for a
+    fine-tune among them, the run it starts from unless the cache holds it (and so on up) — parents first, each once.
+    Empty when every weight is here. An `ExplainError` for a run the records lack or one that needs READ's decoder."""
+    by = {(r["recipe"], r["seed"]): r for r in runs}
+    todo: dict = {}
+    for key in wanted:
+        chain, k, done = [], tuple(key), "model.safetensors"  # a parent counts once retrained.json is written
+        while k is not None:
+            if k not in by:
+                raise ExplainError(f"{k[0]} seed {k[1]}: these records hold no such run to retrain")
+            if (parent_cache(by[k]) / done).is_file():
+                break
+            recipe = get_recipe(k[0])
+            if recipe.needs_decoder:
+                raise ExplainError(
+                    f"no weights of {k[0]} seed {k[1]} here, and --retrain does not train READ's recipes (they need "
+                    "the caption decoder a compare pre-trains): retrain it with compare --from-records, or give "
+                    "two weight files with --weights A B"
+                )
+            chain.append(k)
+            k, done = ((recipe.init_from, k[1]) if recipe.stage == "finetune" else None), "retrained.json"
+        for k in reversed(chain):
+            todo.setdefault(k, by[k])
+    return list(todo.values())
+
+
+def retrain_plan(source, rows: Sequence[Mapping], seed: int | None = None, found: Mapping | None = None) -> list[dict]:
+    """The runs `explain --models --retrain` trains for ledger `rows` of `source`: `runs_to_retrain` of both arms of
+    each row at its `row_seed`. None for a compare folder, whose weights are its own."""
+    if not (Path(source) / "ledger.json").is_file():
+        return []
+    found = recomputed_ledger(source) if found is None else found
+    wanted = [(row[arm], row_seed(source, row, seed, found)) for row in rows for arm in ("a", "b")]
+    return runs_to_retrain(found["runs"], wanted)
+
+
+def retrain_cost(todo: Sequence[Mapping]) -> str:
+    """What training runs `todo` costs, in words: each run with the seconds the records say it trained
+    (`train_seconds`), their sum, the CPU(s) that took them and where the weights go (this machine's cache)."""
+    secs = [float(r.get("train_seconds") or "nan") for r in todo]
+    cpus = sorted({(r.get("made") or {}).get("cpu") or "an unrecorded CPU" for r in todo})
+    runs = ", ".join(f"{r['recipe']} seed {r['seed']} ({duration(s)})" for r, s in zip(todo, secs))
+    return (
+        f"{len(todo)} run(s) of the records, {runs}: about {duration(sum(secs))} as recorded on {' and '.join(cpus)}, "
+        f"into {load_settings().cache_dir / 'retrained'}"
+    )
+
+
+def retrain_runs(source, todo: Sequence[Mapping], quiet: bool = True) -> list[Path]:
+    """Train runs `todo` (`retrain_plan`) of ledger records `source` as `compare --from-records` retrains the parents
+    of its fine-tunes (`retrain_recorded`: the records' budget; weights hash and this machine's metrics in
+    `retrained.json`) into this machine's cache, where `arm_weights` finds them. The training happens in a scratch
+    compare folder holding those runs restored from the records (and the cached parents they start from), removed
+    after. Returns the cached weights, in `todo`'s order."""
+    if not todo:
+        return []
+    records = read_records(source)
+    keys = [(r["recipe"], r["seed"]) for r in todo]
+    starts = {(get_recipe(r).init_from, s) for r, s in keys if get_recipe(r).stage == "finetune"} - set(keys)
+    restored = dataclasses.replace(
+        records, runs=[r for r in records.runs if (r["recipe"], r["seed"]) in {*keys, *starts}]
+    )
+    root = load_settings().cache_dir / "retrained"
+    root.mkdir(parents=True, exist_ok=True)
+    eval_data = build_eval_data(records.plan.budget)
+    with tempfile.TemporaryDirectory(prefix="explain-", dir=root) as work:
+        restore_records(restored, work)
+        for r, s in sorted(starts) + keys:  # the cached parents are copied (nothing trained), then todo, parents first
+            retrain_recorded(r, [s], records.plan.budget, work, eval_data, quiet)
+    return [parent_cache(row) / "model.safetensors" for row in todo]
+
+# %% ../../nbs/ui/02_side_by_side.ipynb #4c0f43a69fda49e9a1010a0e3ba3f69a
+def real_items(images_dir, captions=None, limit: int | None = None) -> tuple[ViewItems, list[list[str]]]:
+    """The images of a folder and their captions (`ui.view.folder_items`: a CSV/TSV/JSON/JSONL with columns image
+    and caption(s), or HierarCaps' test CSV, whose 'a => b => c => d' chains run general → specific), with each
+    image's own chain (empty without `captions`): the pairs `chain_angles` measures."""
+    items = folder_items(images_dir, captions, limit)
+    caps = read_captions(captions, images_dir) if captions else {}
+    return items, [list(caps.get(Path(p), ([], ""))[0]) for p in items.images]
+
+
+def chain_angles(view: View, chains: Sequence[Sequence[str]]) -> pd.DataFrame:
+    """φ(caption, image) of each image's chain captions by level (0 = most general), from `view`'s own embeddings:
+    a Lorentz head's exterior angle (what PEP scores), a Euclidean head's angle between the two vectors (the arccos
+    of their cosine similarity, PEP's stand-in). Columns as `SideBySide.angles` (scene: the image's index)."""
+    t = view.items.table
+    row = {text: i for i, (kind, text) in enumerate(zip(t.kind, t.text)) if kind == "text"}
+    pairs = [(i, level, text) for i, chain in enumerate(chains) for level, text in enumerate(chain)]
+    lost = [text for _, _, text in pairs if text not in row]
+    if len(chains) != view.items.n_images or lost:
+        raise SettingsError(
+            f"chain_angles: {len(chains)} chains for {view.items.n_images} images"
+            + (f"; captions not among the items: {lost[:3]}" if lost else "")
+        )
+    if not pairs:
+        return pd.DataFrame(dict(scene=[], level=[], phi=[], model=[]))
+    emb = view.embeddings
+    img, txt = emb[[i for i, _, _ in pairs]], emb[[row[text] for _, _, text in pairs]]
+    phi = entailment_angle(txt, img, view.geometry, view.curv).numpy()
+    return pd.DataFrame(
+        dict(scene=[i for i, _, _ in pairs], level=[str(level) for _, level, _ in pairs], phi=phi)
+    ).assign(model=view.model_name)
+
+
+def side_by_side_items(
+    model_a,
+    model_b,
+    items: ViewItems,
+    chains: Sequence[Sequence[str]] = (),
+    names: Sequence[str] = ("A", "B"),
+    title: str | None = None,
+    euclidean: str = "pca",
+    batch_size: int = 64,
+    num_workers: int | None = None,
+) -> SideBySide:
+    """Two models over the same real `items` and their `chains` (`real_items`): both embed every image and caption,
+    laid out by the same method (HoroPCA for a Lorentz head, `euclidean` — PCA or UMAP — otherwise), with norms by
+    level (distance from the origin; from the empty caption for a Euclidean head) and φ(caption, image) by chain level
+    (`chain_angles`: a Euclidean head's φ is the angle of its cosine similarity). Refused before anything is encoded:
+    two equal names, a model that cannot embed images or whose geometry has no layout; once encoded: embeddings that
+    are not finite (a broken checkpoint)."""
+    if len(names) != 2 or names[0] == names[1]:
+        raise SettingsError(f"side_by_side_items: two different names, got {list(names)}")
+    for m, n in zip((model_a, model_b), names):
+        view_geometry(m)  # a head with no layout
+        if items.n_images and not has_images(m):
+            raise ImagesUnsupported(f"{n} is a text-only model: it cannot place images beside the other's")
+    t0, views = time.perf_counter(), []
+    for m, n in zip((model_a, model_b), names):
+        try:
+            views.append(
+                build_view(m, items, euclidean=euclidean, batch_size=batch_size, num_workers=num_workers, name=n)
+            )
+        except ValueError as e:  # the layouts refuse NaN or inf
+            if "NaN or inf" not in str(e):
+                raise
+            raise SettingsError(f"{n}: its embeddings of {items.title} are not finite (NaN or inf)") from None
+    t1 = time.perf_counter()
+    angles = pd.concat([chain_angles(v, chains) for v in views], ignore_index=True)
+    title = title or f"{names[0]} and {names[1]} on {items.title}"
+    return SideBySide(tuple(views), angles, title, dict(views=t1 - t0, angles=time.perf_counter() - t1))
+
+# %% ../../nbs/ui/02_side_by_side.ipynb #e168c2e268b747bc84226983e4944b95
+def cmd_view_compare(args):
+    """`hierbench view --compare A B`: two scorers (`KIND:PATH`, as `--scorer`) over the same images and caption
+    chains (`real_items`), the side-by-side page in `--out` (`write_side_by_side`) and, with `--workspace DIR`, one
+    HyperView workspace of both. Refusals are `HierbenchError`s (one line each), before anything is written."""
+    from hierbench.models.scorers import load_scorer
+
+    a, b = args.compare
+    if args.world:
+        raise SettingsError(
+            "--compare draws real items (--images DIR, --captions FILE); two world models side by side: "
+            "hierbench explain RECORDS CLAIM --out DIR --weights A B"
+        )
+    if args.serve or args.static:
+        raise SettingsError("--serve and --static serve a workspace: with --compare, write one with --workspace DIR")
+    if a == b:
+        raise SettingsError(f"--compare {a} {b}: the same model twice")
+    if args.workspace is not None:
+        require_hyperview()
+    items, chains = real_items(args.images, args.captions, args.limit)
+    models = [load_scorer(s, geometry=args.geometry, quick_gelu=args.quick_gelu) for s in (a, b)]
+    sbs = side_by_side_items(*models, items, chains, names=(a, b), euclidean=args.euclidean)
+    for path in write_side_by_side(sbs, args.out, workspace=args.workspace):
+        print(f"wrote {path}")
+    print(
+        f"{len(items.table)} items ({items.n_images} images) in both spaces — "
+        + ", ".join(f"{k} {v:.1f} s" for k, v in sbs.seconds.items())
+    )

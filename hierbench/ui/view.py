@@ -612,9 +612,15 @@ def cmd_view(args):
     `HierbenchError`s (one line each)."""
     from hierbench.models.scorers import load_scorer
 
-    check_hyperview()  # imported only to write, after the encoding (see `check_hyperview`)
     if args.captions and not args.images:
         raise SettingsError("--captions goes with --images DIR")
+    if args.compare:  # two models side by side: a page, HyperView only for --workspace
+        from hierbench.ui.side_by_side import cmd_view_compare
+
+        return cmd_view_compare(args)
+    if args.workspace is not None:
+        raise SettingsError("--workspace goes with --compare A B; one model's workspace is --out")
+    check_hyperview()  # imported only to write, after the encoding (see `check_hyperview`)
     splits = [s.strip() for s in args.world_splits.split(",") if s.strip()]
     items = world_items(args.n_world, splits) if args.world else folder_items(args.images, args.captions, args.limit)
     model = load_scorer(args.scorer, geometry=args.geometry, quick_gelu=args.quick_gelu)
