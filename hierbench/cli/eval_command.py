@@ -114,7 +114,8 @@ def general_protocols(model, args, per_item: list, log=print, ctx: EvalContext |
 
 # %% ../../nbs/cli/03_eval_command.ipynb #4b972da4
 def _thumbnail(name, image_root=None, side: int = 96) -> str:
-    "An item's image as an inline PNG thumbnail (`<img>`), found as named or under `image_root`; else its name."
+    """An item's image as an inline PNG thumbnail (`<img>`), found as named, or under `image_root` as named or by its
+    file name (the rows name it as the evaluation's folder saw it); else its name."""
     import base64
     import html
     import io
@@ -125,7 +126,8 @@ def _thumbnail(name, image_root=None, side: int = 96) -> str:
         return ""
     path = Path(str(name))
     if not path.is_file() and image_root is not None:
-        path = Path(image_root) / str(name)
+        under = [Path(image_root) / str(name), Path(image_root) / path.name]
+        path = next((p for p in under if p.is_file()), path)
     try:
         with Image.open(path) as im:
             im = im.convert("RGB")
@@ -158,6 +160,7 @@ def compare_page(
         items = differing_items(items_a, items_b, bench)
         if items.empty:
             continue
+        every = len(differing_items(items_a, items_b, bench, k=len(items_a) + len(items_b)))
         shown = items.assign(
             **{
                 c: items[c].map(lambda v: "" if v is None else esc(v))
@@ -166,9 +169,10 @@ def compare_page(
             }
         ).assign(image=[_thumbnail(n, image_root) for n in items.image])
         parts.append(
-            f"<h2>{esc(bench)}: the items only one gets right</h2><p>right: which model chose the caption; negative: "
-            "the option the other one ranked first; margins: the caption's score minus the best other option's.</p>"
-            + shown.to_html(index=False, float_format=lambda v: f"{v:.4f}", na_rep="", escape=False)
+            f"<h2>{esc(bench)}: the items only one gets right</h2><p>{len(items)} of {every} shown (at most six a "
+            "direction, the largest gap between the two margins first). right: which model chose the caption; "
+            "negative: the option the other one ranked first; margins: the caption's score minus the best other "
+            "option's.</p>" + shown.to_html(index=False, float_format=lambda v: f"{v:.4f}", na_rep="", escape=False)
         )
     style = "body{font-family:sans-serif;max-width:1100px;margin:2em auto}td,th{padding:2px 8px;text-align:left}"
     return (
