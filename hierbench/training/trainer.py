@@ -77,13 +77,12 @@ _all_ = [
 from .metrics_log import parse_jsonl, read_metrics
 
 # %% auto #0
-__all__ = ['CHANGEABLE_ON_RESUME', 'PREEMPTION_SIGNALS', 'PREEMPTED_EXIT_CODE', 'M_TRIM_THRESHOLD', 'M_MMAP_THRESHOLD',
-           'HELD_BLOCK_BYTES', 'HELD_TOP_BYTES', 'NonFiniteLossError', 'check_finite', 'batch_indices', 'model_scalars',
-           'clamp_hook', 'TrainResult', 'auto_quiet', 'PreemptionGuard', 'Preempted', 'hold_freed_memory',
-           'compile_for_training', 'setup_run', 'start_or_resume', 'train_step', 'log_step', 'checkpoint_step',
-           'finish_run', 'train', 'NO_DECAY_NAME_KEYS', 'RESUME_FREE_FIELDS', 'TrainConfig', 'is_no_decay', 'lr_factor',
-           'make_optimizer', 'make_scheduler', 'param_groups', 'EvalEvery', 'RunEvents', 'ValidationMonitor',
-           'plateau_step']
+__all__ = ['CHANGEABLE_ON_RESUME', 'PREEMPTION_SIGNALS', 'PREEMPTED_EXIT_CODE', 'HELD_BLOCK_BYTES', 'HELD_TOP_BYTES',
+           'NonFiniteLossError', 'check_finite', 'batch_indices', 'model_scalars', 'clamp_hook', 'TrainResult',
+           'auto_quiet', 'PreemptionGuard', 'Preempted', 'hold_freed_memory', 'compile_for_training', 'setup_run',
+           'start_or_resume', 'train_step', 'log_step', 'checkpoint_step', 'finish_run', 'train', 'NO_DECAY_NAME_KEYS',
+           'RESUME_FREE_FIELDS', 'TrainConfig', 'is_no_decay', 'lr_factor', 'make_optimizer', 'make_scheduler',
+           'param_groups', 'EvalEvery', 'RunEvents', 'ValidationMonitor', 'plateau_step']
 
 # %% ../../nbs/training/06_trainer.ipynb #f43370c6
 class NonFiniteLossError(HierbenchError, FloatingPointError):
@@ -469,7 +468,7 @@ class Preempted(RuntimeError):
         return (type(self), (self.signal_name, str(self.run_dir)))
 
 # %% ../../nbs/training/06_trainer.ipynb #882d2c2a
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameter numbers (malloc.h)
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameter numbers (malloc.h)
 HELD_BLOCK_BYTES = 1 << 25  # blocks up to 32 MB (glibc's largest mmap threshold on 64 bits) come from the heap
 HELD_TOP_BYTES = 1 << 30  # freed memory at the heap's top is given back to the system only beyond 1 GB
 
@@ -485,7 +484,7 @@ def hold_freed_memory() -> bool:
         mallopt = ctypes.CDLL("libc.so.6").mallopt
     except (OSError, AttributeError):  # musl and others: no libc.so.6, or no mallopt
         return False
-    return bool(mallopt(M_MMAP_THRESHOLD, HELD_BLOCK_BYTES)) and bool(mallopt(M_TRIM_THRESHOLD, HELD_TOP_BYTES))
+    return bool(mallopt(_M_MMAP_THRESHOLD, HELD_BLOCK_BYTES)) and bool(mallopt(_M_TRIM_THRESHOLD, HELD_TOP_BYTES))
 
 # %% ../../nbs/training/06_trainer.ipynb #f3a2223b
 def compile_for_training(model: nn.Module) -> bool:
