@@ -1,6 +1,7 @@
 "Tiny table-driven models shared by the evaluation tests (test_benchmarks, test_evaluate)."
 
 import hashlib
+import shutil
 from pathlib import Path
 
 import torch
@@ -8,6 +9,19 @@ import torch
 from hierbench.evaluation.encoding import _WordHashHead
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+HIERARCAPS = SHARED / "data" / "hierarcaps"
+
+
+def hierarcaps_sample(folder: Path, n: int) -> tuple[Path, Path]:
+    "The first `n` HierarCaps test photos copied into `folder`/imgs, and their rows of its CSV as `folder`/caps.csv."
+    import pandas as pd
+
+    df = pd.read_csv(HIERARCAPS / "hierarcaps_test.csv").head(n)
+    (folder / "imgs").mkdir()
+    for url in df.image_url:
+        shutil.copy(HIERARCAPS / "test_imgs" / url.rsplit("/", 1)[-1], folder / "imgs")
+    df.to_csv(folder / "caps.csv", index=False)
+    return folder / "imgs", folder / "caps.csv"
 
 
 class TableModel(torch.nn.Module):

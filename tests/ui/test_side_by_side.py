@@ -3,13 +3,13 @@ compare folder or this machine's cache of retrained runs holds, or the user's ow
 items, the command refuses in one line and writes nothing when a weight is missing."""
 
 import json
-import shutil
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from eval_models import hierarcaps_sample
 from hierbench.config import MissingFileError
 from hierbench.ledger.compare import parent_cache
 from hierbench.ledger.explain import ExplainError, models_page_name, page_name, recomputed_ledger, row_seeds
@@ -312,16 +312,10 @@ def test_a_model_whose_embeddings_are_not_finite_is_refused(tmp_path):
 )
 def test_hierarcaps_photos_with_their_four_level_chains(real_tiny_pair, tmp_path):
     "Six HierarCaps COCO photos with their 4-level chains, two real-architecture models loaded from files."
-    import pandas as pd
-
     from hierbench.models.scorers import load_scorer
     from hierbench.ui.side_by_side import real_items, side_by_side_items, side_by_side_page
 
-    df = pd.read_csv(SHARED / "hierarcaps" / "hierarcaps_test.csv").head(6)
-    (tmp_path / "imgs").mkdir()
-    for u in df.image_url:
-        shutil.copy(SHARED / "hierarcaps" / "test_imgs" / u.rsplit("/", 1)[-1], tmp_path / "imgs")
-    df.to_csv(tmp_path / "caps.csv", index=False)
+    hierarcaps_sample(tmp_path, 6)
     items, chains = real_items(tmp_path / "imgs", tmp_path / "caps.csv")
     assert [len(c) for c in chains] == [4] * 6
     a, b = real_tiny_pair

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import torch
 
+from eval_models import hierarcaps_sample
 from hierbench.cli.parser import main
 from hierbench.models.scorers import TextScorer, load_scorer
 from hierbench.ui.view import VIEW_MARKER, build_view, folder_items, view_layouts, world_items
@@ -262,14 +263,12 @@ def test_served_workspace_draws_the_points(world_bundle, tmp_path):
 )
 def test_photos_with_hierarcaps_captions(tmp_path):
     "Real photos, HierarCaps' CSV as the captions file (its ids kept), a ViT with open_clip's tokenizer."
-    from hierbench.models.family import create_model, save_model
     import pandas as pd
 
-    df = pd.read_csv(SHARED / "hierarcaps" / "hierarcaps_test.csv").head(6)
-    (tmp_path / "imgs").mkdir()
-    for u in df.image_url:
-        shutil.copy(SHARED / "hierarcaps" / "test_imgs" / u.rsplit("/", 1)[-1], tmp_path / "imgs")
-    df.to_csv(tmp_path / "caps.csv", index=False)
+    from hierbench.models.family import create_model, save_model
+
+    _, caps = hierarcaps_sample(tmp_path, 6)
+    df = pd.read_csv(caps)
     save_model(create_model("real-tiny", geometry="lorentz"), tmp_path / "m" / "model.safetensors")
     main(
         [
