@@ -3,6 +3,7 @@
 Modules:
 
 - `hierbench.bench.compositional`: The compositional row of `hierbench bench`'s section `evals`: all seven families of issue 47 scored through `hierbench.evaluation.compositional` (one image cache, batched encoding, decoding workers) against a plain per-item loop on the same model and files — the speed ratio, and whether the numbers are equal.
+- `hierbench.bench.convolutions`: Each convolution of the world ResNet tower timed alone at the shapes a training step gives it, forward and backward, against the core's matmul peak: the evidence for what fusing and compiling the step can and cannot win (section `loop` of `hierbench bench` prints it).
 - `hierbench.bench.evals`: Section `evals` of `hierbench bench`: zero-shot classification, image–text retrieval and the compositional families as hierbench runs them, timed against the plain per-batch open_clip loop CLIP_benchmark runs, on the same model, files, workers and threads — and the two must give the same numbers.
 - `hierbench.bench.real`: hierbench's training step against open_clip_train's and SugarCrepe scoring against a per-item loop (section `real` of `hierbench bench`), and the sizes, clocks and training step every bench section shares.
 - `hierbench.bench.seeds`: Section `seeds` of `hierbench bench`: world-tiny seeds per hour trained K to a process (`hierbench.recipes.seed_batch`) against today's one seed per process and core, timed in the same run; and the stacked-parameter step that was not chosen.

@@ -420,7 +420,7 @@ def add_view_parser(sub):
     )
     d.add_argument("--host", default="127.0.0.1", help="--serve: the address to bind (default 127.0.0.1)")
     d.add_argument("--port", type=int, default=6262, help="--serve: the port (default 6262)")
-    d.set_defaults(func=LazyCommand("hierbench.ui.view:cmd_view"))
+    d.set_defaults(func=LazyCommand("hierbench.ui.side_by_side:view_command"))
     return d
 
 # %% ../../nbs/cli/00_parser.ipynb #6eff9da1

@@ -34,6 +34,7 @@ from ..models.scorers import ImagesUnsupported, has_images
 from ..recipes.registry import get_recipe
 from hierbench.ui.view import (
     View,
+    cmd_view,
     ViewItems,
     build_view,
     folder_items,
@@ -49,7 +50,7 @@ __all__ = ['DEPTH_COLOURS', 'SideBySide', 'pep_angles', 'side_by_side', 'panels_
            'point_traces', 'link_selection_js', 'linked_panels', 'side_by_side_page', 'representative_seed',
            'arm_weights', 'row_seed', 'row_weights', 'row_side_by_side', 'write_side_by_side', 'runs_to_retrain',
            'retrain_plan', 'retrain_cost', 'retrain_runs', 'real_items', 'chain_angles', 'side_by_side_items',
-           'cmd_view_compare']
+           'cmd_view_compare', 'view_command']
 
 # %% ../../nbs/ui/02_side_by_side.ipynb #8763a12b2bbd4a93a75aff182afb95dc
 @dataclass
@@ -546,3 +547,8 @@ def cmd_view_compare(args):
         f"{len(items.table)} items ({items.n_images} images) in both spaces — "
         + ", ".join(f"{k} {v:.1f} s" for k, v in sbs.seconds.items())
     )
+
+
+def view_command(args):
+    "`hierbench view`: two models side by side with `--compare A B` (`cmd_view_compare`), else one model's workspace."
+    return cmd_view_compare(args) if args.compare else cmd_view(args)

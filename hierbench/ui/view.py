@@ -614,10 +614,6 @@ def cmd_view(args):
 
     if args.captions and not args.images:
         raise SettingsError("--captions goes with --images DIR")
-    if args.compare:  # two models side by side: a page, HyperView only for --workspace
-        from hierbench.ui.side_by_side import cmd_view_compare
-
-        return cmd_view_compare(args)
     if args.workspace is not None:
         raise SettingsError("--workspace goes with --compare A B; one model's workspace is --out")
     check_hyperview()  # imported only to write, after the encoding (see `check_hyperview`)
