@@ -157,10 +157,10 @@ def compare_page(
         table.to_html(index=False, float_format=lambda v: f"{v:.4f}"),
     ]
     for bench in dict.fromkeys(table.benchmark):
-        items = differing_items(items_a, items_b, bench)
+        every = differing_items(items_a, items_b, bench, k=len(items_a) + len(items_b))  # each direction by gap
+        items = every.groupby("right", sort=False).head(6)  # what differing_items(..., k=6) gives, not computed again
         if items.empty:
             continue
-        every = len(differing_items(items_a, items_b, bench, k=len(items_a) + len(items_b)))
         shown = items.assign(
             **{
                 c: items[c].map(lambda v: "" if v is None else esc(v))
@@ -169,7 +169,7 @@ def compare_page(
             }
         ).assign(image=[_thumbnail(n, image_root) for n in items.image])
         parts.append(
-            f"<h2>{esc(bench)}: the items only one gets right</h2><p>{len(items)} of {every} shown (at most six a "
+            f"<h2>{esc(bench)}: the items only one gets right</h2><p>{len(items)} of {len(every)} shown (at most six a "
             "direction, the largest gap between the two margins first). right: which model chose the caption; "
             "negative: the option the other one ranked first; margins: the caption's score minus the best other "
             "option's.</p>" + shown.to_html(index=False, float_format=lambda v: f"{v:.4f}", na_rep="", escape=False)

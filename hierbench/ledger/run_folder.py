@@ -116,7 +116,8 @@ class RunRow:
     run_fingerprint: dict | None = None  # the recipe's and world's fields (`run_fingerprint`)
     tensors_sha256: str | None = None  # of the tensors alone (`tensors_sha256`): what "bit-identical" compares
     step_path: str | None = (
-        None  # how its steps were computed: 'eager', or 'compiled image tower' (`TrainConfig.compile`)
+        None  # how its steps were computed: 'eager', or 'compiled image tower, one-row pool' (`TrainConfig.compile`;
+        # before 2026-12-07 'compiled image tower': the pool's five rows)
     )
     # present only where they apply
     plugins: list | None = None  # the plugin files its recipe and terms came from

@@ -38,7 +38,6 @@ from hierbench.ui.view import (
     ViewItems,
     build_view,
     folder_items,
-    read_captions,
     require_hyperview,
     view_geometry,
     world_items,
@@ -453,9 +452,8 @@ def real_items(images_dir, captions=None, limit: int | None = None) -> tuple[Vie
     """The images of a folder and their captions (`ui.view.folder_items`: a CSV/TSV/JSON/JSONL with columns image
     and caption(s), or HierarCaps' test CSV, whose 'a => b => c => d' chains run general → specific), with each
     image's own chain (empty without `captions`): the pairs `chain_angles` measures."""
-    items = folder_items(images_dir, captions, limit)
-    caps = read_captions(captions, images_dir) if captions else {}
-    return items, [list(caps.get(Path(p), ([], ""))[0]) for p in items.images]
+    items = folder_items(images_dir, captions, limit)  # the captions file read once, its chains kept per image
+    return items, items.chains
 
 
 def chain_angles(view: View, chains: Sequence[Sequence[str]]) -> pd.DataFrame:

@@ -55,6 +55,7 @@ class ViewItems:
     table: pd.DataFrame  # id, kind ('image'|'text'), text, label, depth, split, source
     images: list  # per image row: a file path or a uint8 (S, S, 3) array
     title: str
+    chains: list = field(default_factory=list)  # per image: its captions, general → specific (may be empty)
 
     @property
     def n_images(self) -> int:
@@ -93,7 +94,7 @@ def _items(image_rows: list[dict], images: list, chains: list[list[str]], text_l
         for t, r in seen.items()
     ]
     cols = ["id", "kind", "text", "label", "depth", "split", "source"]
-    return ViewItems(pd.DataFrame(image_rows + texts, columns=cols), list(images), title)
+    return ViewItems(pd.DataFrame(image_rows + texts, columns=cols), list(images), title, [list(c) for c in chains])
 
 # %% ../../nbs/ui/01_view.ipynb #dc062082
 def world_items(
