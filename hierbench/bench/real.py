@@ -30,10 +30,11 @@ from ..evaluation.benchmarks import score_choice_items
 from ..training.callbacks import batch_to_device
 
 # %% auto #0
-__all__ = ['FULL', 'QUICK', 'REAL_TRAIN_GOAL', 'REAL_BF16_GOAL', 'REAL_EVAL_GOAL', 'LORA_MEMORY_GOAL', 'LORA_SPEED_GOAL',
-           'BenchSizes', 'sync_device', 'clock_now', 'median_of', 'peak_rss_mb', 'torch_threads', 'recipe_forward',
-           'time_train_step', 'pipeline_image_files', 'bf16_native', 'open_clip_train_stepper', 'bench_real_train',
-           'bench_real_eval', 'bench_real', 'goal_mark', 'format_real', 'bench_lora', 'format_lora']
+__all__ = ['FULL', 'QUICK', 'OP_CLASSES', 'OPTIMIZER_CLASS', 'REAL_TRAIN_GOAL', 'REAL_BF16_GOAL', 'REAL_EVAL_GOAL',
+           'LORA_MEMORY_GOAL', 'LORA_SPEED_GOAL', 'BenchSizes', 'sync_device', 'clock_now', 'median_of', 'peak_rss_mb',
+           'torch_threads', 'recipe_forward', 'time_train_step', 'op_class', 'quiet_c_stderr', 'op_seconds',
+           'pipeline_image_files', 'bf16_native', 'open_clip_train_stepper', 'bench_real_train', 'bench_real_eval',
+           'bench_real', 'goal_mark', 'op_seconds_text', 'format_real', 'bench_lora', 'format_lora']
 
 # %% ../../nbs/bench/00_real.ipynb #eedcac1d
 @dataclass(frozen=True)
@@ -182,6 +183,75 @@ def time_train_step(s: dict, forward) -> dict:
         s["teacher"].update(s["model"])
     w3, c3 = clock_now(dev)
     return dict(forward=w1 - w0, backward=w2 - w1, optim=w3 - w2, total=w3 - w0, total_cpu=c3 - c0)
+
+# %% ../../nbs/bench/00_real.ipynb #acae54e37e7d407bbb7b55eff062a284
+# operator classes, first match wins: (class, substrings of the aten op name)
+OP_CLASSES = (
+    ("batch_norm", ("batch_norm",)),
+    ("layer_norm", ("layer_norm",)),
+    ("convolution", ("convolution",)),
+    ("attention", ("scaled_dot_product", "attention")),
+    ("matmul", ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::linear", "aten::matmul")),
+    ("embedding", ("embedding",)),
+)
+OPTIMIZER_CLASS = "optimizer"  # every operator under an `Optimizer.step` / `Optimizer.zero_grad` annotation
+
+
+def op_class(name: str) -> str:
+    "The class of profiler event `name` (see `OP_CLASSES`); anything else (elementwise, copies) is 'other'."
+    for cls, keys in OP_CLASSES:
+        # matmul names are matched exactly: 'aten::mm' is a substring of unrelated ops' names
+        if any((name == k) if cls == "matmul" else (k in name) for k in keys):
+            return cls
+    return "other"
+
+
+@contextlib.contextmanager
+def quiet_c_stderr():
+    """Silence file descriptor 2 (C-level stderr) inside the block: the profiler's C++ side prints start/stop lines
+    there."""
+    import os
+    import sys
+
+    sys.stderr.flush()
+    saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
+
+
+def _under_optimizer(ev) -> bool:
+    while ev is not None:
+        if ev.name.startswith("Optimizer."):
+            return True
+        ev = ev.cpu_parent
+    return False
+
+
+def op_seconds(run: Callable[[], object], calls: int = 1) -> dict[str, float]:
+    """Operator self time per class (`OP_CLASSES`, 'optimizer', 'other'), in seconds a call of `run`: the mean over
+    `calls` profiled calls, after one call outside the profile (the allocator, AdamW's state)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    if calls < 1:
+        raise ValueError(f"calls must be >= 1, got {calls}")
+    run()
+    with quiet_c_stderr(), profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(calls):
+            run()
+    totals = {cls: 0.0 for cls, _ in OP_CLASSES} | {OPTIMIZER_CLASS: 0.0, "other": 0.0}
+    for ev in prof.events():
+        if ev.name.startswith("ProfilerStep"):
+            continue
+        cls = OPTIMIZER_CLASS if _under_optimizer(ev) else op_class(ev.name)
+        totals[cls] += ev.self_cpu_time_total / 1e6 / calls
+    if sum(totals.values()) <= 0:
+        raise RuntimeError("the profiler recorded no operator time")
+    return totals
 
 # %% ../../nbs/bench/00_real.ipynb #1011fedb
 def pipeline_image_files(n: int, folder: Path) -> list[Path]:
@@ -367,6 +437,7 @@ def bench_real_train(
         )
     tokens = ref.tokenize(caps)
     t_hb, t_oc = {p: [] for p in precisions}, {p: [] for p in precisions}
+    ops = {}  # the first precision's: where each side's time goes (one profiled step each)
     for p in precisions:  # one precision at a time: two models and their optimizers in memory, not four
         hb = _hierbench_real_setup(sizes.real_model, images, caps, p, device, state)
         oc_clip = copy.deepcopy(ref.clip)
@@ -384,6 +455,11 @@ def bench_real_train(
                 / sizes.real_steps
             )
             t_oc[p].append(oc(sizes.real_steps))
+        if p == precisions[0]:
+            ops[p] = dict(
+                hierbench=op_seconds(lambda s=hb: time_train_step(s, recipe_forward(s))),
+                open_clip_train=op_seconds(lambda run=oc: run(1)),
+            )
         del hb, oc, oc_clip
     B = sizes.real_batch
     rows = [
@@ -393,6 +469,7 @@ def bench_real_train(
             open_clip_train_samples_per_s=B / median_of(t_oc[p]),
             ratio=median_of([b / a for a, b in zip(t_hb[p], t_oc[p])]),
             meets_goal=bool(median_of([b / a for a, b in zip(t_hb[p], t_oc[p])]) >= REAL_TRAIN_GOAL),
+            **({"op_seconds": ops[p]} if p in ops else {}),
         )
         for p in precisions
     ]
@@ -501,6 +578,16 @@ def goal_mark(ok) -> str:
     return "" if ok is None else ("  ✓ goal met" if ok else "  ✗ goal missed")
 
 
+def op_seconds_text(sides: dict, min_share: float = 0.02) -> str:
+    """`op_seconds` of two sides (`{side: {class: s}}`) as 'class a / b' for the classes that hold at least
+    `min_share` of either side's operator time, the whole first."""
+    a, b = sides.values()
+    keep = [c for c in a if max(a[c] / sum(a.values()), b[c] / sum(b.values())) >= min_share]
+    return ", ".join(
+        [f"all {sum(a.values()):.3f} / {sum(b.values()):.3f}"] + [f"{c} {a[c]:.3f} / {b[c]:.3f}" for c in keep]
+    )
+
+
 def format_real(real: dict) -> list[str]:
     "The report lines of section `real` (`bench_real`'s result) for `bench.format_report`."
     lines = []
@@ -516,6 +603,8 @@ def format_real(real: dict) -> list[str]:
             f"{r['open_clip_train_samples_per_s']:.1f} samples/s: {r['ratio']:.2f}x  [goal >= "
             f"{t['goal']}x]{goal_mark(r['meets_goal'])}"
         )
+        if "op_seconds" in r:
+            lines.append(f"  operator s a step, hierbench / open_clip_train: {op_seconds_text(r['op_seconds'])}")
     if "bf16_over_fp32" in t:
         lines.append(
             f"hierbench amp_bf16 / fp32: {t['bf16_over_fp32']:.2f}x  [goal >= {t['bf16_goal']}x where bf16 is native"

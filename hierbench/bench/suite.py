@@ -7,7 +7,6 @@ Docs: https://hierbench.github.io/hierbench/bench/suite.html.md"""
 
 # %% ../../nbs/bench/06_suite.ipynb #cf141fd7
 from __future__ import annotations
-import contextlib
 import json
 import math
 import os
@@ -35,6 +34,9 @@ from hierbench.bench.real import (  # section `real` and the pieces every sectio
     BenchSizes,
     goal_mark,
     median_of,
+    OP_CLASSES,  # noqa: F401  (the bench answers these names at the wing, as before they moved)
+    op_class,  # noqa: F401
+    op_seconds,
     pipeline_image_files,
     sync_device,
     time_train_step,
@@ -66,12 +68,12 @@ from ..models.dual_encoder import cxx_compiler
 from ..recipes.recipe_run import train_recipe
 
 # %% auto #0
-__all__ = ['SECTIONS', 'PAIRWISE_GOAL', 'WORLD_BUILD_GOAL_S', 'OP_CLASSES', 'OUTSIDE_SHARE_GOAL', 'PEAK_SHARE_GOAL',
-           'DEGLA_RATIO_GOAL', 'LOOP_SPEEDUP_GOAL', 'LOOP_OVERHEAD_GOAL', 'LOOP_PEAK_GOAL', 'COMPARE_PEAK_GOAL_MB',
-           'bench_geometry', 'world_speed', 'bench_world', 'matmul_peak', 'step_flops', 'record_encoder_calls',
-           'encoder_only_loss', 'recipe_setup', 'time_recipe_step', 'op_class', 'step_time_shares', 'goal_applies',
-           'bench_recipes', 'loop_step_ms', 'bare_steps_ms', 'bench_loop', 'format_loop', 'read_compare',
-           'bench_compare', 'bench_pipeline', 'run_benchmarks', 'format_report']
+__all__ = ['SECTIONS', 'PAIRWISE_GOAL', 'WORLD_BUILD_GOAL_S', 'OUTSIDE_SHARE_GOAL', 'PEAK_SHARE_GOAL', 'DEGLA_RATIO_GOAL',
+           'LOOP_SPEEDUP_GOAL', 'LOOP_OVERHEAD_GOAL', 'LOOP_PEAK_GOAL', 'COMPARE_PEAK_GOAL_MB', 'bench_geometry',
+           'world_speed', 'bench_world', 'matmul_peak', 'step_flops', 'record_encoder_calls', 'encoder_only_loss',
+           'recipe_setup', 'time_recipe_step', 'step_time_shares', 'goal_applies', 'bench_recipes', 'loop_step_ms',
+           'bare_steps_ms', 'bench_loop', 'format_loop', 'read_compare', 'bench_compare', 'bench_pipeline',
+           'run_benchmarks', 'format_report']
 
 # %% ../../nbs/bench/06_suite.ipynb #c31f457f
 SECTIONS = BENCH_SECTIONS  # hierbench.config.BENCH_SECTIONS: the names `hierbench bench --sections` offers
@@ -314,59 +316,15 @@ def time_recipe_step(s: dict, steps: int = 7, warmup: int = 2, baseline: dict | 
     )
 
 # %% ../../nbs/bench/06_suite.ipynb #d78c9f5f
-# operator classes, first match wins: (class, substrings of the aten op name)
-OP_CLASSES = (
-    ("batch_norm", ("batch_norm",)),
-    ("convolution", ("convolution",)),
-    ("attention", ("scaled_dot_product", "attention")),
-    ("matmul", ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::linear", "aten::matmul")),
-)
-
-
-def op_class(name: str) -> str:
-    "The class of profiler event `name` (see `OP_CLASSES`); anything else (elementwise, copies, optimizer) is 'other'."
-    for cls, keys in OP_CLASSES:
-        # matmul names are matched exactly: 'aten::mm' is a substring of unrelated ops' names
-        if any((name == k) if cls == "matmul" else (k in name) for k in keys):
-            return cls
-    return "other"
-
-
-@contextlib.contextmanager
-def _quiet_fd2():
-    """Silence file descriptor 2 (C-level stderr) inside the block: the profiler's C++ side prints start/stop lines
-    there."""
-    sys.stderr.flush()
-    saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(null, 2)
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(null)
-
-
 def step_time_shares(s: dict, steps: int = 2) -> dict:
-    "Share of the operator time of `steps` training steps (`s` from `recipe_setup`) per `op_class`, summing to 1."
-    forward = recipe_forward(s)
-    from torch.profiler import ProfilerActivity, profile
-
+    """Share of the operator time of `steps` training steps (`s` from `recipe_setup`) per class of `op_seconds`
+    (`OP_CLASSES`, the optimizer, the rest), summing to 1."""
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
-    time_train_step(s, forward)  # warm-up outside the profile (allocator, AdamW state)
-    with _quiet_fd2(), profile(activities=[ProfilerActivity.CPU]) as prof:
-        for _ in range(steps):
-            time_train_step(s, forward)
-    totals = {cls: 0.0 for cls, _ in OP_CLASSES} | {"other": 0.0}
-    for ev in prof.key_averages():
-        if ev.key.startswith("ProfilerStep"):
-            continue
-        totals[op_class(ev.key)] += float(ev.self_cpu_time_total)
-    whole = sum(totals.values())
-    if whole <= 0:
-        raise RuntimeError("the profiler recorded no operator time")
-    return {cls: t / whole for cls, t in totals.items()}
+    forward = recipe_forward(s)
+    seconds = op_seconds(lambda: time_train_step(s, forward), steps)
+    whole = sum(seconds.values())
+    return {cls: t / whole for cls, t in seconds.items()}
 
 # %% ../../nbs/bench/06_suite.ipynb #d95d123d
 OUTSIDE_SHARE_GOAL = 0.10  # loss + geometry + heads: under 10% of a training step for every recipe

@@ -24,9 +24,9 @@ from ..config import HierbenchError, MissingFileError
 # %% auto #0
 __all__ = ['CLIP_MEAN', 'CLIP_STD', 'WORLD_MEAN', 'WORLD_STD', 'Box', 'BATCH_KEYS', 'DataFormatError', 'MissingImageError',
            'CorruptImageError', 'NotAFileError', 'UnreadableFileError', 'UnreadableImagesError', 'DataWarning',
-           'load_image', 'crop_to_box', 'check_image', 'normalize', 'open_clip_transform', 'image_to_tensor',
-           'stack_images', 'collate_batch', 'ChoiceItem', 'TripletItem', 'CaptionItem', 'Phrase', 'GroundedItem',
-           'ChainItem', 'ChainPairItem', 'NegClipRow']
+           'load_image', 'crop_to_box', 'check_image', 'normalize', 'normalize_uint8_images', 'open_clip_transform',
+           'image_to_tensor', 'stack_images', 'collate_batch', 'ChoiceItem', 'TripletItem', 'CaptionItem', 'Phrase',
+           'GroundedItem', 'ChainItem', 'ChainPairItem', 'NegClipRow']
 
 # %% ../../nbs/data/01_batch.ipynb #ab3c9a03
 class DataFormatError(HierbenchError, ValueError):
@@ -145,6 +145,28 @@ def normalize(x: torch.Tensor, mean: Sequence[float] = CLIP_MEAN, std: Sequence[
     m = torch.as_tensor(mean, dtype=x.dtype, device=x.device).view(3, 1, 1)
     s = torch.as_tensor(std, dtype=x.dtype, device=x.device).view(3, 1, 1)
     return (x - m) / s
+
+# %% ../../nbs/data/01_batch.ipynb #acae54e37e7d407bbb7b55eff062a284
+@functools.lru_cache(maxsize=16)
+def _tiled_channels(values: tuple[float, ...], pixels: int) -> torch.Tensor:
+    "Per-channel constants repeated along a row of `pixels` channel-interleaved (H, W, C) pixels: `(pixels*C,)`."
+    return torch.tensor(values, dtype=torch.float32).repeat(pixels)
+
+
+def normalize_uint8_images(images, mean: Sequence[float] = CLIP_MEAN, std: Sequence[float] = CLIP_STD) -> torch.Tensor:
+    """uint8 images `(N, H, W, 3)` (array or tensor) -> float32 `(N, 3, H, W)`, channels-last in memory (the
+    convolution towers' layout): `(x / 255 - mean) / std` per channel, the same floats as `normalize` of the scaled
+    images (each value goes through the same float32 operations; only the loop over them differs)."""
+    if isinstance(images, np.ndarray) and not images.flags.writeable:
+        images = images.copy()  # a read-only array (a memory map): torch refuses to view it without a warning
+    x = images if isinstance(images, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(images))
+    if x.dtype != torch.uint8 or x.ndim != 4 or x.shape[-1] != 3:
+        raise ValueError(f"expected uint8 images (N, H, W, 3), got {x.dtype} {tuple(x.shape)}")
+    x = x.contiguous().float().div_(255.0)
+    m = _tiled_channels(tuple(float(v) for v in mean), x.shape[1] * x.shape[2])
+    s = _tiled_channels(tuple(float(v) for v in std), x.shape[1] * x.shape[2])
+    x.view(x.shape[0], m.numel()).sub_(m).div_(s)  # in place on the (N, H*W*3) rows: no second buffer
+    return x.permute(0, 3, 1, 2)
 
 # %% ../../nbs/data/01_batch.ipynb #9152b5a4
 @functools.lru_cache(maxsize=32)

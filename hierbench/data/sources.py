@@ -18,7 +18,15 @@ import torch
 from fastcore.basics import patch
 
 from ..world import scenes as W
-from .batch import CLIP_MEAN, CLIP_STD, WORLD_MEAN, WORLD_STD, collate_batch, image_to_tensor, normalize
+from hierbench.data.batch import (
+    CLIP_MEAN,
+    CLIP_STD,
+    WORLD_MEAN,
+    WORLD_STD,
+    collate_batch,
+    image_to_tensor,
+    normalize_uint8_images,
+)
 from .negatives import is_changed
 from ..config import SettingsError
 
@@ -377,10 +385,9 @@ def __getitems__(self: WorldDataset, indices: Sequence[int]) -> list[dict]:
     def convert(arrays, size):
         if arrays[0].shape[:2] != (size, size):
             return [image_to_tensor(a, size, self.mean, self.std) for a in arrays]
-        # the permuted (B, S, S, 3) stack is channels-last, and so are the normalised images: the layout the
-        # convolution towers take, which `collate_batch` keeps (`stack_images`)
-        x = torch.from_numpy(np.stack(arrays)).permute(0, 3, 1, 2).float().div_(255.0)
-        return list(normalize(x, self.mean, self.std).unbind(0))
+        # channels-last images (the layout the convolution towers take, which `collate_batch` keeps with
+        # `stack_images`), normalised in one vectorised pass: the floats `normalize` gives
+        return list(normalize_uint8_images(np.stack(arrays), self.mean, self.std).unbind(0))
 
     imgs = convert([p[1] for p in parts], self.image_size)
     crops = convert([p[2] for p in parts], self.crop_size) if parts and parts[0][2] is not None else None

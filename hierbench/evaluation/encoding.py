@@ -27,7 +27,7 @@ from hierbench.data.batch import (
     MissingImageError,
     image_to_tensor,
     load_image,
-    normalize,
+    normalize_uint8_images,
 )
 from ..geometry import dist, dist0, exterior_angle, pairwise_dist
 from .metrics import pep_auc_ap, pep_score
@@ -155,8 +155,7 @@ def encode_images(model, images, batch_size: int = 256) -> torch.Tensor:
 # %% ../../nbs/evaluation/01_encoding.ipynb #773efd89
 def images_to_tensor(images: np.ndarray, mean: Sequence[float], std: Sequence[float]) -> torch.Tensor:
     "uint8 (N, S, S, 3) → float32 (N, 3, S, S) normalised with the model's per-channel mean and std."
-    x = torch.from_numpy(np.array(images, dtype=np.uint8, copy=True)).permute(0, 3, 1, 2).float() / 255.0
-    return normalize(x, mean, std)
+    return normalize_uint8_images(np.asarray(images, dtype=np.uint8), mean, std)
 
 # %% ../../nbs/evaluation/01_encoding.ipynb #cd7a708d
 def encode_uint8_images(model, images: np.ndarray, batch_size: int = 256) -> torch.Tensor:

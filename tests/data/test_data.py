@@ -905,3 +905,31 @@ def test_world_dataset_matches_the_saved_items(case):
             _same_item(g, w, f"{case} epoch {epoch} getitems {i}")
     got = [ds.batch_indices(s, 8, 2) for s in (0, 1, 5)]
     assert [None if b is None else [int(v) for v in b] for b in got] == want["batch_indices"]
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(0, 4), h=st.integers(1, 9), w=st.integers(1, 9), seed=st.integers(0, 2**16))
+def test_normalize_uint8_images_is_normalize(n, h, w, seed):
+    "The batch path's one-pass normalisation gives normalize's floats, channels-last, for any batch and size."
+    u8 = np.random.default_rng(seed).integers(0, 256, (n, h, w, 3), dtype=np.uint8)
+    for mean, std in ((CLIP_MEAN, CLIP_STD), (WORLD_MEAN, WORLD_STD)):
+        got = D.normalize_uint8_images(u8, mean, std)
+        want = normalize(torch.from_numpy(u8).permute(0, 3, 1, 2).float() / 255.0, mean, std)
+        assert got.shape == (n, 3, h, w) and torch.equal(got, want)
+        assert n == 0 or got.stride() == want.stride()  # the same (channels-last) memory layout
+
+
+def test_normalize_uint8_images_inputs(tmp_path):
+    "A read-only memory map is read without a warning and left as it was; a tensor works; bad input is named."
+    u8 = np.random.default_rng(1).integers(0, 256, (2, 4, 4, 3), dtype=np.uint8)
+    np.save(tmp_path / "x.npy", u8)
+    mm = np.load(tmp_path / "x.npy", mmap_mode="r")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = D.normalize_uint8_images(mm)
+    assert np.array_equal(mm, u8) and torch.equal(got, D.normalize_uint8_images(torch.from_numpy(u8)))
+    for bad in (u8.astype(np.float32), u8[..., :2], u8[0]):
+        with pytest.raises(ValueError, match="expected uint8 images"):
+            D.normalize_uint8_images(bad)
