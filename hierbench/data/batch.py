@@ -163,8 +163,8 @@ def normalize_uint8_images(images, mean: Sequence[float] = CLIP_MEAN, std: Seque
     if x.dtype != torch.uint8 or x.ndim != 4 or x.shape[-1] != 3:
         raise ValueError(f"expected uint8 images (N, H, W, 3), got {x.dtype} {tuple(x.shape)}")
     x = x.contiguous().float().div_(255.0)
-    m = _tiled_channels(tuple(float(v) for v in mean), x.shape[1] * x.shape[2])
-    s = _tiled_channels(tuple(float(v) for v in std), x.shape[1] * x.shape[2])
+    m = _tiled_channels(tuple(float(v) for v in mean), x.shape[1] * x.shape[2]).to(x.device)
+    s = _tiled_channels(tuple(float(v) for v in std), x.shape[1] * x.shape[2]).to(x.device)
     x.view(x.shape[0], m.numel()).sub_(m).div_(s)  # in place on the (N, H*W*3) rows: no second buffer
     return x.permute(0, 3, 1, 2)
 
