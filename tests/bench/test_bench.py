@@ -354,6 +354,8 @@ def test_conv_layer_rates_cover_the_tower_and_the_loop_report_names_the_thin_lay
     )  # fmt: skip
     lines = fold_long("\n".join(B.format_loop(lo))).splitlines()  # as format_report prints it
     assert any("layers of <= 16 input channels" in line for line in lines)
-    assert any("conv3" in line and "4->8" in line for line in lines) and max(map(len, lines)) <= 100
+    slowest = max(narrow, key=lambda r: r["ms"])  # which layer it is depends on the machine's timings
+    assert any(slowest["layer"] in line and slowest["channels"] in line for line in lines)
+    assert max(map(len, lines)) <= 100
     with pytest.raises(ValueError, match="world-debug.*ResNet"):
         B.conv_layer_rates("world-debug", batch=2, repeats=1)
