@@ -529,9 +529,8 @@ def setup_run(model: nn.Module, data, cfg: TrainConfig, teacher, modules, collat
     for m in modules.values():
         m.to(device).train()
     compile_on = load_settings().compile if cfg.compile is None else cfg.compile
-    compiled = compile_on and compile_for_training(
-        model
-    )  # the tower compiled with its pool's one row (`conv_tower_features`)
+    # compiled: the tower with its pool's one row (`conv_tower_features`)
+    compiled = compile_on and compile_for_training(model)
     r.cfg_dict["step_path"] = "compiled image tower, one-row pool" if compiled else "eager"
     teacher_module = as_module(teacher)
     if teacher_module is not None:
