@@ -643,6 +643,23 @@ def rows_on_two_machines(runs: list) -> list[str]:
         {f"{c.id} {c.a} − {c.b}" for c in CLAIMS if c.a in cpus and c.b in cpus and len(cpus[c.a] | cpus[c.b]) > 1}
     )
 
+# %% ../../nbs/ledger/10_compare.ipynb #78d888e5
+def _rest_of_plan(shown: CompareProgress, order: list, rows: Mapping, n: int, looks: Sequence, k: int, out: Path):
+    """The runs and seconds the rounds after the first take at most: every recipe of the plan to the last look (no
+    claim row decided sooner), each round after the one before, with the parents it retrains. A long job's first
+    question is when it ends; each row decided early drops its recipes from the later rounds."""
+    runs, seconds, lo, was = 0, 0.0, n, (set(shown.retrain), shown.decoder_seconds)
+    shown.decoder_seconds = 0.0  # READ's decoder, if the plan needs it, is trained by the first round
+    for hi in [x for x in looks if x > n]:
+        nxt = {r: [s for s in range(lo, hi) if (r, s) not in rows] for r in order}
+        again = _uncached(_parents_to_retrain(nxt, rows, out), rows)
+        tasks, deps = task_graph([r for r in order if r in nxt], nxt, k)
+        runs += sum(len(task_runs(t)) for t in tasks)
+        seconds += shown.estimate(tasks, deps, retrain=again)
+        lo = hi
+    shown.retrain, shown.decoder_seconds = was  # the running round's own parents and decoder stay counted
+    return runs, seconds
+
 # %% ../../nbs/ledger/10_compare.ipynb #fa78be4d
 def _run_compare(options: CompareOptions, launcher, records, log: Callable) -> dict:
     """`run_compare` inside its folder lock: plan, prepare the world, launch the run graph (in rounds with
@@ -698,6 +715,13 @@ def _run_compare(options: CompareOptions, launcher, records, log: Callable) -> d
         runner = _TaskRunner(budget, str(out), quiet, tuple(str(p) for p in plugins), frozenset(retrain))
         tasks, deps = task_graph([r for r in order if r in wanted], wanted, k)
         shown.begin(tasks, deps, label=f"round {len(rounds) + 1}:" if plan else "", retrain=_uncached(retrain, rows))
+        if plan and not rounds and (later := [x for x in plan.looks if x > n]):
+            more, cost = _rest_of_plan(shown, order, rows, n, plan.looks, k, out)
+            if more:
+                shown.say(
+                    f"compare: then at most {more} runs in {len(later)} more round(s), about {duration(cost)}, if "
+                    f"no claim row is decided before {later[-1]} seeds"
+                )
         done = _launch(launcher, tasks, deps, runner, shown)
         shown.end()
         for t in tasks:

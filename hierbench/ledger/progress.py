@@ -532,6 +532,8 @@ def finished(self: CompareProgress, task, result):
     "A launcher's `task` is done: `result` is its row, or a list of rows (several seeds in one task)."
     self.running.pop(task, None)
     self.finished_tasks.add(task)
+    if not self.runs_of(task):  # READ's decoder: trained now, so a later round's graph only reads its file
+        self.decoder_seconds = 0.0
     rows = result if isinstance(result, list) else [result] if isinstance(result, Mapping) and result else []
     for row in rows:
         key = (row["recipe"], row["seed"])

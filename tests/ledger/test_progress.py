@@ -207,6 +207,16 @@ def test_a_rounds_estimate_counts_runs_already_in_the_folder_as_free(tmp_path):
     assert p.estimate([((5, 6), "clip")], {}) == pytest.approx(300.0)  # seed 6 costs what seed 5 took
 
 
+def test_once_reads_decoder_is_trained_a_later_rounds_estimate_does_not_count_it_again(tmp_path):
+    "A round of --until-decided after the one that trained READ's decoder only reads its file: it costs nothing."
+    p = _reporter(tmp_path, [], [0.0], decoder_seconds=120.0)
+    assert p.estimate(["decoder"], {}) == pytest.approx(120.0)
+    p.begin(["decoder"], {})
+    p.started("decoder")
+    p.finished("decoder", {})
+    assert p.estimate(["decoder"], {}) == 0.0
+
+
 RECORDS = Path(__file__).parents[2] / "nbs" / "results" / "data" / "ledger-standard" / "runs.jsonl.gz"
 
 

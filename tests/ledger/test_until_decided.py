@@ -196,6 +196,12 @@ def test_rounds_add_seeds_only_to_the_recipes_of_open_rows_until_the_last_look(t
     # every run said once, with the round and the count of its round's runs
     said = [l for l in lines if "] " in l and " zs " in l]
     assert len(said) == len(outputs["runs"]) and sum("round 3: [6/6]" in l for l in said) == 1
+    # round 1 also says what the rest of the plan costs at most: every recipe to 9 seeds, 2 rounds of 4 x 2 runs
+    bound = [l for l in lines if l.startswith("compare: then at most")]
+    assert (
+        len(bound) == 1 and "16 runs in 2 more round(s)" in bound[0] and "before 9 seeds" in " ".join(bound[0].split())
+    )
+    assert lines.index(bound[0]) == 1 + next(i for i, l in enumerate(lines) if l.startswith("compare: round 1:"))
 
 
 def test_a_round_that_cannot_finish_in_the_time_left_is_not_begun(tmp_path, outputs):
