@@ -201,7 +201,10 @@ def reproduction_check(out: str | Path, rows: Sequence[Mapping], records: str | 
     except (OSError, ValueError, EOFError) as e:
         return dict(skipped=f"the ledger records cannot be read: {type(e).__name__}: {e}")
     where = dict(
-        records=portable_path(rec.folder), recorded_on=(rec.ledger.get("made") or {}).get("cpu"), here=made_on()["cpu"]
+        # records outside the repository: their folder's name (a kept file names no folder of one machine)
+        records=portable_path(rec.folder) or Path(rec.folder).name,
+        recorded_on=(rec.ledger.get("made") or {}).get("cpu"),
+        here=made_on()["cpu"],
     )
     pairs = pair_runs(rows, rec)
     if pairs.empty:

@@ -45,6 +45,7 @@ def test_the_same_runs_again_reproduce_their_records(again, recorded):
     assert rep["claims"]["changed"] == []
     lines = reproduction_lines(rep)
     assert len(lines) <= 20 and lines[0].startswith("this machine reproduces the ledger: 9 runs")
+    assert f"in {recorded.name} (made on" in lines[1]  # records outside the repository: named by their folder
     cli = subprocess.run(
         [HIERBENCH, "claims", str(out), "--against", str(recorded)], capture_output=True, text=True, timeout=300
     )
