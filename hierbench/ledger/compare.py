@@ -644,20 +644,19 @@ def rows_on_two_machines(runs: list) -> list[str]:
     )
 
 # %% ../../nbs/ledger/10_compare.ipynb #78d888e5
-def _rest_of_plan(shown: CompareProgress, order: list, rows: Mapping, n: int, looks: Sequence, k: int, out: Path):
-    """The runs and seconds the rounds after the first take at most: every recipe of the plan to the last look (no
-    claim row decided sooner), each round after the one before, with the parents it retrains. A long job's first
-    question is when it ends; each row decided early drops its recipes from the later rounds."""
-    runs, seconds, lo, was = 0, 0.0, n, (set(shown.retrain), shown.decoder_seconds)
-    shown.decoder_seconds = 0.0  # READ's decoder, if the plan needs it, is trained by the first round
-    for hi in [x for x in looks if x > n]:
+def _rest_of_plan(shown: CompareProgress, order: list, rows: Mapping, n: int, later: Sequence, k: int, out: Path):
+    """The runs and seconds the rounds after the first (to the looks `later`) take at most: every recipe of the plan to
+    the last look (no claim row decided sooner), each round after the one before, with the parents it retrains. A long
+    job's first question is when it ends; each row decided early drops its recipes from the later rounds."""
+    runs, seconds, lo = 0, 0.0, n
+    for hi in later:
         nxt = {r: [s for s in range(lo, hi) if (r, s) not in rows] for r in order}
         again = _uncached(_parents_to_retrain(nxt, rows, out), rows)
         tasks, deps = task_graph([r for r in order if r in nxt], nxt, k)
+        tasks = [t for t in tasks if t != DECODER_TASK]  # READ's decoder, if the plan needs it: the first round's
         runs += sum(len(task_runs(t)) for t in tasks)
         seconds += shown.estimate(tasks, deps, retrain=again)
         lo = hi
-    shown.retrain, shown.decoder_seconds = was  # the running round's own parents and decoder stay counted
     return runs, seconds
 
 # %% ../../nbs/ledger/10_compare.ipynb #fa78be4d
@@ -716,7 +715,7 @@ def _run_compare(options: CompareOptions, launcher, records, log: Callable) -> d
         tasks, deps = task_graph([r for r in order if r in wanted], wanted, k)
         shown.begin(tasks, deps, label=f"round {len(rounds) + 1}:" if plan else "", retrain=_uncached(retrain, rows))
         if plan and not rounds and (later := [x for x in plan.looks if x > n]):
-            more, cost = _rest_of_plan(shown, order, rows, n, plan.looks, k, out)
+            more, cost = _rest_of_plan(shown, order, rows, n, later, k, out)
             if more:
                 shown.say(
                     f"compare: then at most {more} runs in {len(later)} more round(s), about {duration(cost)}, if "

@@ -408,10 +408,13 @@ def _note_finished(self: CompareProgress, runs) -> None:
 
 def estimate(self: CompareProgress, tasks: Sequence, deps: Mapping, retrain: Collection = ()) -> float:
     """Seconds `tasks` would take from now with nothing running (for a time cap: does a round fit?); finished runs cost
-    0, restored runs in `retrain` a run each."""
-    self.retrain = set(retrain)
-    self._note_finished([r for t in tasks for r in self.runs_of(t)])
-    return eta_seconds(list(tasks), deps, {t: self._task_seconds(t) for t in tasks}, self.jobs)
+    0, restored runs in `retrain` a run each. A question about other tasks: the running round's `retrain` stays."""
+    was, self.retrain = self.retrain, set(retrain)
+    try:
+        self._note_finished([r for t in tasks for r in self.runs_of(t)])
+        return eta_seconds(list(tasks), deps, {t: self._task_seconds(t) for t in tasks}, self.jobs)
+    finally:
+        self.retrain = was
 
 
 CompareProgress._task_seconds, CompareProgress._run_fraction, CompareProgress._free = (

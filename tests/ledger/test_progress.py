@@ -215,6 +215,9 @@ def test_once_reads_decoder_is_trained_a_later_rounds_estimate_does_not_count_it
     p.started("decoder")
     p.finished("decoder", {})
     assert p.estimate(["decoder"], {}) == 0.0
+    p.retrain = {("clip", 9)}  # the running round's restored parents: a question about other tasks leaves them
+    p.estimate([((5,), "clip")], {}, retrain={("clip", 5)})
+    assert p.retrain == {("clip", 9)}
 
 
 RECORDS = Path(__file__).parents[2] / "nbs" / "results" / "data" / "ledger-standard" / "runs.jsonl.gz"
